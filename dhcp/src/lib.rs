@@ -1,0 +1,1 @@
+//! oooi-dhcp (work in progress).

@@ -1,0 +1,1 @@
+//! oooi-dns (work in progress).

@@ -1,0 +1,1 @@
+//! oooi-envoy (work in progress).

@@ -1,0 +1,1 @@
+//! oooi-routes (work in progress).

@@ -1,0 +1,1 @@
+//! oooi SNI router proxy-wasm module (work in progress).

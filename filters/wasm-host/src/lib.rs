@@ -1,0 +1,1 @@
+//! oooi-wasm-host (work in progress).

@@ -1,0 +1,1 @@
+//! oooi-tests (work in progress).
