@@ -1,1 +1,23 @@
-//! oooi-routes (work in progress).
+//! The oooi routing table.
+//!
+//! One crate computes routing decisions everywhere: inside the proxy-wasm filter
+//! (compiled for `wasm32-wasip1`), in the controller (to render and explain
+//! routes) and in the tests. It holds:
+//!
+//! - [`RouteTable`], the versioned document the controller pushes (JSON on the
+//!   wire), validated whole by [`RouteTable::from_json`];
+//! - [`RouteTable::digest`], a stable SHA-256 over the canonical form;
+//! - [`compact`], a small binary encoding the filter keeps in shared data so a
+//!   worker thread can rebuild its index without parsing JSON;
+//! - [`Router`], the compiled index whose [`Router::decide`] costs the same for
+//!   ten routes and for ten thousand (hash maps and suffix walks only).
+
+pub mod compact;
+mod matcher;
+mod table;
+
+pub use matcher::{Decision, MatchKind, Refusal, Router};
+pub use table::{
+    Cidr, KUBERNETES_ALIASES, MAX_DOCUMENT_BYTES, MAX_ROUTES, Route, RouteMatch, RouteTable,
+    TableError, Upstream, is_kubernetes_alias, normalize_sni,
+};

@@ -1,0 +1,254 @@
+//! The compiled index and the per-connection decision.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::IpAddr;
+
+use crate::table::{
+    Route, RouteMatch, RouteTable, Upstream, addr_bits, is_kubernetes_alias, mask, normalize_sni,
+};
+
+/// How a forwarded connection matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatchKind {
+    ExactSni,
+    WildcardSni,
+    /// By source address, for a connection without SNI.
+    SourceNoSni,
+    /// By source address, for a Kubernetes-service alias SNI.
+    SourceAlias,
+}
+
+impl MatchKind {
+    /// A short label for logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MatchKind::ExactSni => "exact_sni",
+            MatchKind::WildcardSni => "wildcard_sni",
+            MatchKind::SourceNoSni => "source_no_sni",
+            MatchKind::SourceAlias => "source_alias",
+        }
+    }
+}
+
+/// Why a connection is refused. No route is ever guessed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// No table has been loaded yet.
+    NoTable,
+    /// The table has no route at all on this listener port.
+    UnknownPort,
+    /// The SNI matches no exact or wildcard route.
+    UnknownSni,
+    /// No SNI, and the source address belongs to no cluster.
+    UnknownSource,
+    /// A Kubernetes-service alias from a source address no cluster owns.
+    AliasFromUnknownSource,
+    /// The source address could not be read or parsed.
+    NoSourceAddress,
+}
+
+impl Refusal {
+    /// A short label for logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::NoTable => "no_table",
+            Refusal::UnknownPort => "unknown_port",
+            Refusal::UnknownSni => "unknown_sni",
+            Refusal::UnknownSource => "unknown_source",
+            Refusal::AliasFromUnknownSource => "alias_from_unknown_source",
+            Refusal::NoSourceAddress => "no_source_address",
+        }
+    }
+
+    /// Every refusal, for metric registration.
+    pub const ALL: [Refusal; 6] = [
+        Refusal::NoTable,
+        Refusal::UnknownPort,
+        Refusal::UnknownSni,
+        Refusal::UnknownSource,
+        Refusal::AliasFromUnknownSource,
+        Refusal::NoSourceAddress,
+    ];
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The outcome for one connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision<'a> {
+    Forward {
+        /// Index into [`Router::upstreams`], stable for one table; the filter
+        /// keys its precomputed per-upstream data by it.
+        upstream: usize,
+        route: &'a Route,
+        kind: MatchKind,
+    },
+    Refuse(Refusal),
+}
+
+#[derive(Debug, Default)]
+struct PortIndex {
+    exact: HashMap<String, u32>,
+    /// Keyed by the suffix below `*.`: `apps.c1.example.com`.
+    wildcard: HashMap<String, u32>,
+    /// Source routes per prefix length, longest first. At most 33 (IPv4) or
+    /// 129 (IPv6) probes per connection, whatever the number of routes.
+    v4: Vec<(u8, HashMap<u128, u32>)>,
+    v6: Vec<(u8, HashMap<u128, u32>)>,
+}
+
+/// A routing table compiled for lookups.
+#[derive(Debug)]
+pub struct Router {
+    table: RouteTable,
+    digest: String,
+    ports: HashMap<u16, PortIndex>,
+    /// Distinct upstreams; `route_upstream[i]` indexes into it.
+    upstreams: Vec<Upstream>,
+    route_upstream: Vec<u32>,
+}
+
+impl Router {
+    /// Compiles a validated table. Call [`RouteTable::validate`] (or build the
+    /// table with [`RouteTable::from_json`]) first; on duplicate keys the
+    /// first route wins.
+    pub fn new(table: RouteTable) -> Router {
+        Router::with_digest(table.digest(), table)
+    }
+
+    /// Compiles a table whose digest is already known (as carried by the
+    /// compact encoding), skipping the hash.
+    pub fn with_digest(digest: String, table: RouteTable) -> Router {
+        let mut ports: HashMap<u16, PortIndex> = HashMap::new();
+        let mut upstream_ids: HashMap<&Upstream, u32> = HashMap::new();
+        let mut upstreams = Vec::new();
+        let mut route_upstream = Vec::with_capacity(table.routes.len());
+        for (i, r) in table.routes.iter().enumerate() {
+            let up = *upstream_ids.entry(&r.upstream).or_insert_with(|| {
+                upstreams.push(r.upstream.clone());
+                (upstreams.len() - 1) as u32
+            });
+            route_upstream.push(up);
+            let idx = ports.entry(r.port).or_default();
+            let i = i as u32;
+            match &r.matches {
+                RouteMatch::Sni(name) => match name.strip_prefix("*.") {
+                    Some(suffix) => {
+                        idx.wildcard.entry(suffix.to_string()).or_insert(i);
+                    }
+                    None => {
+                        idx.exact.entry(name.clone()).or_insert(i);
+                    }
+                },
+                RouteMatch::Source(cidr) => {
+                    let by_len = if cidr.addr().is_ipv4() {
+                        &mut idx.v4
+                    } else {
+                        &mut idx.v6
+                    };
+                    let slot = match by_len.iter().position(|(p, _)| *p == cidr.prefix()) {
+                        Some(pos) => pos,
+                        None => {
+                            by_len.push((cidr.prefix(), HashMap::new()));
+                            by_len.len() - 1
+                        }
+                    };
+                    by_len[slot].1.entry(cidr.network_bits()).or_insert(i);
+                }
+            }
+        }
+        for idx in ports.values_mut() {
+            idx.v4.sort_by(|a, b| b.0.cmp(&a.0));
+            idx.v6.sort_by(|a, b| b.0.cmp(&a.0));
+        }
+        Router {
+            table,
+            digest,
+            ports,
+            upstreams,
+            route_upstream,
+        }
+    }
+
+    /// The table this router was built from.
+    pub fn table(&self) -> &RouteTable {
+        &self.table
+    }
+
+    /// The table's generation.
+    pub fn generation(&self) -> u64 {
+        self.table.generation
+    }
+
+    /// The table's digest (`sha256:<hex>`).
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// Distinct upstreams of the table, indexed by `Decision::Forward::upstream`.
+    pub fn upstreams(&self) -> &[Upstream] {
+        &self.upstreams
+    }
+
+    /// Decides one connection from its listener port, its SNI (None or empty
+    /// when the client sent none) and its source address.
+    pub fn decide(&self, port: u16, sni: Option<&str>, source: Option<IpAddr>) -> Decision<'_> {
+        let Some(idx) = self.ports.get(&port) else {
+            return Decision::Refuse(Refusal::UnknownPort);
+        };
+        let sni = sni.map(normalize_sni).filter(|s| !s.is_empty());
+        match sni {
+            Some(name) if !is_kubernetes_alias(&name) => {
+                if let Some(&i) = idx.exact.get(name.as_ref()) {
+                    return self.forward(i, MatchKind::ExactSni);
+                }
+                // Walk the suffixes from the longest: the most specific wildcard wins.
+                let mut rest: &str = &name;
+                while let Some(dot) = rest.find('.') {
+                    rest = &rest[dot + 1..];
+                    if let Some(&i) = idx.wildcard.get(rest) {
+                        return self.forward(i, MatchKind::WildcardSni);
+                    }
+                }
+                Decision::Refuse(Refusal::UnknownSni)
+            }
+            alias => {
+                let (kind, unknown) = if alias.is_some() {
+                    (MatchKind::SourceAlias, Refusal::AliasFromUnknownSource)
+                } else {
+                    (MatchKind::SourceNoSni, Refusal::UnknownSource)
+                };
+                let Some(ip) = source else {
+                    return Decision::Refuse(Refusal::NoSourceAddress);
+                };
+                // An IPv4-mapped IPv6 source is an IPv4 client on a dual-stack socket.
+                let ip = match ip {
+                    IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+                    v4 => v4,
+                };
+                let by_len = if ip.is_ipv4() { &idx.v4 } else { &idx.v6 };
+                let bits = addr_bits(ip);
+                for (prefix, map) in by_len {
+                    if let Some(&i) = map.get(&mask(bits, ip.is_ipv4(), *prefix)) {
+                        return self.forward(i, kind);
+                    }
+                }
+                Decision::Refuse(unknown)
+            }
+        }
+    }
+
+    fn forward(&self, route: u32, kind: MatchKind) -> Decision<'_> {
+        let route = route as usize;
+        Decision::Forward {
+            upstream: self.route_upstream[route] as usize,
+            route: &self.table.routes[route],
+            kind,
+        }
+    }
+}

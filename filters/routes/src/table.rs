@@ -1,0 +1,489 @@
+//! The routing-table document: model, validation and digest.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// Largest accepted document, in bytes. Envoy's push listener buffers the whole
+/// body, and its limits are rendered from this constant.
+pub const MAX_DOCUMENT_BYTES: usize = 8 * 1024 * 1024;
+
+/// Largest accepted number of routes in one document.
+pub const MAX_ROUTES: usize = 50_000;
+
+/// Names a worker uses for the in-cluster Kubernetes service. They are the same
+/// in every hosted cluster, so they can only be routed by source address.
+pub const KUBERNETES_ALIASES: [&str; 4] = [
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+];
+
+/// True when `name` (already normalised) is one of [`KUBERNETES_ALIASES`].
+pub fn is_kubernetes_alias(name: &str) -> bool {
+    KUBERNETES_ALIASES.contains(&name)
+}
+
+/// Lower-cases and strips one trailing dot, the forms in which SNI and DNS
+/// names compare equal.
+pub fn normalize_sni(name: &str) -> std::borrow::Cow<'_, str> {
+    let trimmed = name.strip_suffix('.').unwrap_or(name);
+    if trimmed.bytes().any(|b| b.is_ascii_uppercase()) {
+        std::borrow::Cow::Owned(trimmed.to_ascii_lowercase())
+    } else {
+        std::borrow::Cow::Borrowed(trimmed)
+    }
+}
+
+/// The versioned routing document the controller pushes to every Envoy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteTable {
+    /// Monotonic version. A push whose generation is not greater than the
+    /// loaded one is refused.
+    pub generation: u64,
+    /// The routes, in any order; matching does not depend on order.
+    pub routes: Vec<Route>,
+}
+
+/// One routing entry: a listener port, what to match, where to send it.
+///
+/// On the wire the match is one of two keys: `{"port":443,"sni":"…","upstream":…}`
+/// or `{"port":6443,"source":"192.0.2.10/32","upstream":…}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "WireRoute", into = "WireRoute")]
+pub struct Route {
+    /// Listener port the connection arrived on.
+    pub port: u16,
+    /// What the connection must carry.
+    pub matches: RouteMatch,
+    /// Where a matching connection goes.
+    pub upstream: Upstream,
+    /// Who the route belongs to (e.g. `clusters/c1`), for explanations only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireRoute {
+    port: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sni: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    source: Option<Cidr>,
+    upstream: Upstream,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owner: Option<String>,
+}
+
+impl TryFrom<WireRoute> for Route {
+    type Error = String;
+    fn try_from(w: WireRoute) -> Result<Self, String> {
+        let matches = match (w.sni, w.source) {
+            (Some(sni), None) => RouteMatch::Sni(sni),
+            (None, Some(source)) => RouteMatch::Source(source),
+            _ => return Err("a route needs exactly one of `sni` or `source`".into()),
+        };
+        Ok(Route {
+            port: w.port,
+            matches,
+            upstream: w.upstream,
+            owner: w.owner,
+        })
+    }
+}
+
+impl From<Route> for WireRoute {
+    fn from(r: Route) -> Self {
+        let (sni, source) = match r.matches {
+            RouteMatch::Sni(s) => (Some(s), None),
+            RouteMatch::Source(c) => (None, Some(c)),
+        };
+        WireRoute {
+            port: r.port,
+            sni,
+            source,
+            upstream: r.upstream,
+            owner: r.owner,
+        }
+    }
+}
+
+/// The match half of a route.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RouteMatch {
+    /// Exact SNI (`api.c1.example.com`) or a wildcard (`*.apps.c1.example.com`)
+    /// matching any depth below it; the most specific match wins.
+    Sni(String),
+    /// Downstream source address (CIDR, or a bare address meaning /32 or /128).
+    /// Applies to connections with no SNI or with a Kubernetes-service alias.
+    Source(Cidr),
+}
+
+/// Where a connection goes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Upstream {
+    /// An Envoy cluster that exists in the running config.
+    Cluster(String),
+    /// A host (DNS name or IP literal) and port, resolved by Envoy's dynamic
+    /// forward proxy.
+    Address { host: String, port: u16 },
+}
+
+impl fmt::Display for Upstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Upstream::Cluster(name) => write!(f, "cluster {name}"),
+            Upstream::Address { host, port } if host.contains(':') => write!(f, "[{host}]:{port}"),
+            Upstream::Address { host, port } => write!(f, "{host}:{port}"),
+        }
+    }
+}
+
+/// An IP network in CIDR form with no host bits set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Cidr {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl Cidr {
+    /// Builds a CIDR, refusing host bits and out-of-range prefixes.
+    pub fn new(addr: IpAddr, prefix: u8) -> Result<Self, String> {
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        if prefix > max {
+            return Err(format!("prefix /{prefix} is longer than /{max}"));
+        }
+        let cidr = Cidr { addr, prefix };
+        if cidr.network_bits() != addr_bits(addr) {
+            return Err(format!("{addr}/{prefix} has host bits set"));
+        }
+        Ok(cidr)
+    }
+
+    /// The network address.
+    pub fn addr(&self) -> IpAddr {
+        self.addr
+    }
+
+    /// The prefix length.
+    pub fn prefix(&self) -> u8 {
+        self.prefix
+    }
+
+    /// The address as a 128-bit number with the host bits cleared (IPv4 in the low 32 bits).
+    pub(crate) fn network_bits(&self) -> u128 {
+        mask(addr_bits(self.addr), self.addr.is_ipv4(), self.prefix)
+    }
+
+    /// True when `ip` lies inside this network.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        ip.is_ipv4() == self.addr.is_ipv4()
+            && mask(addr_bits(ip), ip.is_ipv4(), self.prefix) == self.network_bits()
+    }
+}
+
+pub(crate) fn addr_bits(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(v4) => u32::from(v4) as u128,
+        IpAddr::V6(v6) => u128::from(v6),
+    }
+}
+
+pub(crate) fn mask(bits: u128, v4: bool, prefix: u8) -> u128 {
+    let width = if v4 { 32 } else { 128 };
+    if prefix == 0 {
+        0
+    } else {
+        let host = width - prefix as u32;
+        let m = if host >= 128 { 0 } else { u128::MAX << host };
+        let m = if v4 { m & 0xffff_ffff } else { m };
+        bits & m
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+impl FromStr for Cidr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (addr, prefix) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let addr: IpAddr = addr
+            .parse()
+            .map_err(|_| format!("{s:?} is not an IP address or CIDR"))?;
+        let prefix = match prefix {
+            Some(p) => p
+                .parse::<u8>()
+                .map_err(|_| format!("{s:?} has a bad prefix length"))?,
+            None if addr.is_ipv4() => 32,
+            None => 128,
+        };
+        Cidr::new(addr, prefix)
+    }
+}
+
+impl Serialize for Cidr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Cidr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Why a document was rejected. `entry` is the index in `routes` when the
+/// problem belongs to one route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableError {
+    pub entry: Option<usize>,
+    pub field: &'static str,
+    pub message: String,
+}
+
+impl TableError {
+    fn doc(field: &'static str, message: impl Into<String>) -> Self {
+        TableError {
+            entry: None,
+            field,
+            message: message.into(),
+        }
+    }
+    fn route(i: usize, field: &'static str, message: impl Into<String>) -> Self {
+        TableError {
+            entry: Some(i),
+            field,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for TableError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.entry {
+            Some(i) => write!(f, "routes[{i}].{}: {}", self.field, self.message),
+            None => write!(f, "{}: {}", self.field, self.message),
+        }
+    }
+}
+
+impl std::error::Error for TableError {}
+
+impl RouteTable {
+    /// Parses and validates a pushed JSON document. Nothing is accepted
+    /// partially: any bad entry rejects the whole document.
+    pub fn from_json(bytes: &[u8]) -> Result<RouteTable, TableError> {
+        if bytes.len() > MAX_DOCUMENT_BYTES {
+            return Err(TableError::doc(
+                "document",
+                format!(
+                    "{} bytes is over the limit of {MAX_DOCUMENT_BYTES} bytes",
+                    bytes.len()
+                ),
+            ));
+        }
+        let table: RouteTable = serde_json::from_slice(bytes)
+            .map_err(|e| TableError::doc("document", format!("malformed JSON: {e}")))?;
+        table.validate()?;
+        Ok(table)
+    }
+
+    /// Serialises the table as the JSON the push API accepts.
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Checks every rule of the document: generation, sizes, names, addresses,
+    /// upstreams, and that no two routes share a key.
+    pub fn validate(&self) -> Result<(), TableError> {
+        if self.generation == 0 {
+            return Err(TableError::doc(
+                "generation",
+                "must be 1 or more (0 means no table)",
+            ));
+        }
+        if self.routes.len() > MAX_ROUTES {
+            return Err(TableError::doc(
+                "routes",
+                format!(
+                    "{} routes is over the limit of {MAX_ROUTES}",
+                    self.routes.len()
+                ),
+            ));
+        }
+        let mut seen: HashMap<(u16, &RouteMatch), usize> =
+            HashMap::with_capacity(self.routes.len());
+        for (i, route) in self.routes.iter().enumerate() {
+            if route.port == 0 {
+                return Err(TableError::route(i, "port", "must be 1-65535"));
+            }
+            match &route.matches {
+                RouteMatch::Sni(name) => {
+                    validate_sni(name).map_err(|m| TableError::route(i, "sni", m))?
+                }
+                RouteMatch::Source(_) => {}
+            }
+            validate_upstream(&route.upstream)
+                .map_err(|(field, m)| TableError::route(i, field, m))?;
+            if let Some(owner) = &route.owner {
+                if owner.len() > 253 {
+                    return Err(TableError::route(i, "owner", "longer than 253 bytes"));
+                }
+            }
+            if let Some(&first) = seen.get(&(route.port, &route.matches)) {
+                let what = if self.routes[first].upstream == route.upstream {
+                    "duplicate of"
+                } else {
+                    "conflicts with"
+                };
+                let key = match &route.matches {
+                    RouteMatch::Sni(n) => format!("sni {n}"),
+                    RouteMatch::Source(c) => format!("source {c}"),
+                };
+                let field = match route.matches {
+                    RouteMatch::Sni(_) => "sni",
+                    RouteMatch::Source(_) => "source",
+                };
+                return Err(TableError::route(
+                    i,
+                    field,
+                    format!("{what} routes[{first}] (port {} {key})", route.port),
+                ));
+            }
+            seen.insert((route.port, &route.matches), i);
+        }
+        Ok(())
+    }
+
+    /// The routes in canonical order (port, then SNI before source, then key).
+    pub fn canonical_routes(&self) -> Vec<&Route> {
+        let mut routes: Vec<&Route> = self.routes.iter().collect();
+        routes.sort_by(|a, b| sort_key(a).cmp(&sort_key(b)));
+        routes
+    }
+
+    /// A stable SHA-256 (`sha256:<hex>`) over the canonical form: equal for two
+    /// documents with the same generation and the same routes in any order.
+    pub fn digest(&self) -> String {
+        let mut h = Sha256::new();
+        h.update(b"oooi-routes/v1\n");
+        h.update(self.generation.to_string().as_bytes());
+        h.update(b"\n");
+        for r in self.canonical_routes() {
+            let (kind, key) = match &r.matches {
+                RouteMatch::Sni(n) => ("sni", n.clone()),
+                RouteMatch::Source(c) => ("source", c.to_string()),
+            };
+            let up = match &r.upstream {
+                Upstream::Cluster(c) => format!("cluster\t{c}"),
+                Upstream::Address { host, port } => format!("address\t{host}\t{port}"),
+            };
+            let line = format!(
+                "{}\t{kind}\t{key}\t{up}\t{}\n",
+                r.port,
+                r.owner.as_deref().unwrap_or("")
+            );
+            h.update(line.as_bytes());
+        }
+        format!("sha256:{}", hex::encode(h.finalize()))
+    }
+}
+
+fn sort_key(r: &Route) -> (u16, u8, String) {
+    match &r.matches {
+        RouteMatch::Sni(n) => (r.port, 0, n.clone()),
+        RouteMatch::Source(c) => (r.port, 1, c.to_string()),
+    }
+}
+
+fn validate_sni(name: &str) -> Result<(), String> {
+    if normalize_sni(name) != name {
+        return Err(format!(
+            "{name:?} must be lower case without a trailing dot"
+        ));
+    }
+    let base = name.strip_prefix("*.").unwrap_or(name);
+    validate_hostname(base).map_err(|m| format!("{name:?}: {m}"))?;
+    if name.starts_with("*.") && !base.contains('.') {
+        return Err(format!(
+            "{name:?}: a wildcard needs at least two labels below it"
+        ));
+    }
+    if is_kubernetes_alias(base) {
+        return Err(format!(
+            "{name:?} is a Kubernetes-service alias; it is routed by source address, use a `source` route"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a DNS host name: 1-253 bytes, labels of 1-63 `[a-z0-9_-]`, no `*`.
+fn validate_hostname(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("empty name".into());
+    }
+    if name.len() > 253 {
+        return Err("longer than 253 bytes".into());
+    }
+    for label in name.split('.') {
+        if label.is_empty() || label.len() > 63 {
+            return Err(format!("label {label:?} must be 1-63 bytes"));
+        }
+        if !label
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        {
+            return Err(format!("label {label:?} has characters outside [a-z0-9_-]"));
+        }
+        if label.starts_with('-') || label.ends_with('-') {
+            return Err(format!("label {label:?} starts or ends with '-'"));
+        }
+    }
+    Ok(())
+}
+
+fn validate_upstream(up: &Upstream) -> Result<(), (&'static str, String)> {
+    match up {
+        Upstream::Cluster(name) => {
+            if name.is_empty() {
+                return Err(("upstream.cluster", "empty cluster name".into()));
+            }
+            if name.len() > 255 || !name.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err((
+                    "upstream.cluster",
+                    format!("{name:?} must be 1-255 printable ASCII bytes without spaces"),
+                ));
+            }
+        }
+        Upstream::Address { host, port } => {
+            if host.is_empty() {
+                return Err(("upstream.address.host", "empty host".into()));
+            }
+            if host.parse::<IpAddr>().is_err() {
+                validate_hostname(host)
+                    .map_err(|m| ("upstream.address.host", format!("{host:?}: {m}")))?;
+            }
+            if *port == 0 {
+                return Err(("upstream.address.port", "must be 1-65535".into()));
+            }
+        }
+    }
+    Ok(())
+}
