@@ -1,0 +1,218 @@
+//! The table API: `PUT /v1/routes`, `GET /v1/routes`, `GET /ready`.
+
+use oooi_routes::{MAX_DOCUMENT_BYTES, RouteTable, compact};
+use proxy_wasm::hostcalls;
+use proxy_wasm::traits::{Context, HttpContext};
+use proxy_wasm::types::{Action, BufferType, LogLevel, MapType, Status};
+
+use crate::{GENERATION_KEY, TABLE_KEY, cache, log, metrics};
+
+pub struct ApiRequest {
+    token: Option<String>,
+    awaiting_push_body: bool,
+}
+
+impl ApiRequest {
+    pub fn new(token: Option<String>) -> Self {
+        ApiRequest {
+            token,
+            awaiting_push_body: false,
+        }
+    }
+}
+
+impl Context for ApiRequest {}
+
+fn header(name: &str) -> Option<String> {
+    hostcalls::get_map_value(MapType::HttpRequestHeaders, name)
+        .ok()
+        .flatten()
+}
+
+fn respond(status: u32, body: &str) -> Action {
+    let _ = hostcalls::send_http_response(
+        status,
+        vec![
+            ("content-type", "application/json"),
+            ("cache-control", "no-store"),
+        ],
+        Some(body.as_bytes()),
+    );
+    Action::Pause
+}
+
+fn error(status: u32, message: &str) -> Action {
+    let body = serde_json::json!({ "error": message }).to_string();
+    respond(status, &body)
+}
+
+/// Constant-time comparison, so the token cannot be guessed byte by byte.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Generation, digest and route count of the published table.
+fn loaded() -> Option<(u64, String, usize)> {
+    match hostcalls::get_shared_data(TABLE_KEY) {
+        Ok((Some(bytes), _)) => compact::decode(&bytes)
+            .ok()
+            .map(|(t, d)| (t.generation, d, t.routes.len())),
+        _ => None,
+    }
+}
+
+impl ApiRequest {
+    fn authorize(&self) -> Result<(), Action> {
+        let Some(expected) = &self.token else {
+            return Err(error(403, "this listener does not accept pushes"));
+        };
+        match header("authorization") {
+            None => Err(error(401, "missing bearer token")),
+            Some(v) => match v.strip_prefix("Bearer ") {
+                Some(t) if same(t.trim().as_bytes(), expected.as_bytes()) => Ok(()),
+                _ => Err(error(403, "bad bearer token")),
+            },
+        }
+    }
+
+    fn push(&self, body: &[u8]) -> Action {
+        let table = match RouteTable::from_json(body) {
+            Ok(t) => t,
+            Err(e) => return self.reject(400, &e.to_string()),
+        };
+        let (current, cas) = match hostcalls::get_shared_data(TABLE_KEY) {
+            Ok((bytes, cas)) => (
+                bytes
+                    .as_deref()
+                    .and_then(compact::peek_generation)
+                    .unwrap_or(0),
+                cas,
+            ),
+            Err(e) => return self.reject(500, &format!("cannot read shared data: {e:?}")),
+        };
+        if table.generation <= current {
+            return self.reject(
+                409,
+                &format!(
+                    "generation {} is not newer than the loaded generation {current}",
+                    table.generation
+                ),
+            );
+        }
+        let digest = table.digest();
+        let encoded = compact::encode(&table, &digest);
+        match hostcalls::set_shared_data(TABLE_KEY, Some(&encoded), cas) {
+            Ok(()) => {}
+            Err(Status::CasMismatch) => {
+                return self.reject(
+                    409,
+                    "another push landed at the same time; read back and retry",
+                );
+            }
+            Err(e) => return self.reject(500, &format!("cannot store the table: {e:?}")),
+        }
+        // Publish the generation only after the table is in place: readers
+        // that see it always find a table at least that new.
+        if let Err(e) =
+            hostcalls::set_shared_data(GENERATION_KEY, Some(&table.generation.to_le_bytes()), None)
+        {
+            return self.reject(500, &format!("cannot publish the generation: {e:?}"));
+        }
+        cache::refresh();
+        metrics::inc(metrics::PUSH_ACCEPTED);
+        log(
+            LogLevel::Info,
+            &format!(
+                "push accepted: generation {} ({} routes, {digest})",
+                table.generation,
+                table.routes.len()
+            ),
+        );
+        let body = serde_json::json!({
+            "generation": table.generation,
+            "digest": digest,
+            "routes": table.routes.len(),
+        });
+        respond(200, &body.to_string())
+    }
+
+    fn reject(&self, status: u32, message: &str) -> Action {
+        metrics::inc(metrics::PUSH_REJECTED);
+        log(
+            LogLevel::Warn,
+            &format!("push rejected ({status}): {message}"),
+        );
+        error(status, message)
+    }
+}
+
+impl HttpContext for ApiRequest {
+    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        let method = header(":method").unwrap_or_default();
+        let path = header(":path").unwrap_or_default();
+        let path = path.split('?').next().unwrap_or("");
+        match (method.as_str(), path) {
+            ("GET", "/ready") => match loaded() {
+                Some((generation, digest, _)) => respond(
+                    200,
+                    &serde_json::json!({"ready": true, "generation": generation, "digest": digest}).to_string(),
+                ),
+                None => respond(503, r#"{"ready":false,"error":"no routing table loaded"}"#),
+            },
+            ("GET", "/v1/routes") => match loaded() {
+                Some((generation, digest, routes)) => respond(
+                    200,
+                    &serde_json::json!({"generation": generation, "digest": digest, "routes": routes})
+                        .to_string(),
+                ),
+                None => respond(
+                    200,
+                    r#"{"generation":0,"digest":null,"routes":0}"#,
+                ),
+            },
+            ("PUT", "/v1/routes") => {
+                if let Err(action) = self.authorize() {
+                    metrics::inc(metrics::PUSH_REJECTED);
+                    return action;
+                }
+                if end_of_stream {
+                    return self.reject(400, "empty body: expected a routing table document");
+                }
+                if let Some(len) = header("content-length").and_then(|v| v.parse::<usize>().ok()) {
+                    if len > MAX_DOCUMENT_BYTES {
+                        return self.reject(
+                            413,
+                            &format!("{len} bytes is over the limit of {MAX_DOCUMENT_BYTES} bytes"),
+                        );
+                    }
+                }
+                self.awaiting_push_body = true;
+                Action::Continue
+            }
+            (_, "/ready") | (_, "/v1/routes") => error(405, "method not allowed"),
+            _ => error(404, "not found: use GET /ready, GET /v1/routes or PUT /v1/routes"),
+        }
+    }
+
+    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if !self.awaiting_push_body {
+            return Action::Continue;
+        }
+        if body_size > MAX_DOCUMENT_BYTES {
+            self.awaiting_push_body = false;
+            return self.reject(
+                413,
+                &format!("body is over the limit of {MAX_DOCUMENT_BYTES} bytes"),
+            );
+        }
+        if !end_of_stream {
+            return Action::Pause;
+        }
+        self.awaiting_push_body = false;
+        match hostcalls::get_buffer(BufferType::HttpRequestBody, 0, body_size) {
+            Ok(Some(body)) => self.push(&body),
+            Ok(None) => self.reject(400, "empty body: expected a routing table document"),
+            Err(e) => self.reject(500, &format!("cannot read the body: {e:?}")),
+        }
+    }
+}
