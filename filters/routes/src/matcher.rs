@@ -163,8 +163,8 @@ impl Router {
             }
         }
         for idx in ports.values_mut() {
-            idx.v4.sort_by(|a, b| b.0.cmp(&a.0));
-            idx.v6.sort_by(|a, b| b.0.cmp(&a.0));
+            idx.v4.sort_by_key(|e| std::cmp::Reverse(e.0));
+            idx.v6.sort_by_key(|e| std::cmp::Reverse(e.0));
         }
         Router {
             table,

@@ -342,10 +342,10 @@ impl RouteTable {
             }
             validate_upstream(&route.upstream)
                 .map_err(|(field, m)| TableError::route(i, field, m))?;
-            if let Some(owner) = &route.owner {
-                if owner.len() > 253 {
-                    return Err(TableError::route(i, "owner", "longer than 253 bytes"));
-                }
+            if let Some(owner) = &route.owner
+                && owner.len() > 253
+            {
+                return Err(TableError::route(i, "owner", "longer than 253 bytes"));
             }
             if let Some(&first) = seen.get(&(route.port, &route.matches)) {
                 let what = if self.routes[first].upstream == route.upstream {
@@ -375,7 +375,7 @@ impl RouteTable {
     /// The routes in canonical order (port, then SNI before source, then key).
     pub fn canonical_routes(&self) -> Vec<&Route> {
         let mut routes: Vec<&Route> = self.routes.iter().collect();
-        routes.sort_by(|a, b| sort_key(a).cmp(&sort_key(b)));
+        routes.sort_by_key(|a| sort_key(a));
         routes
     }
 

@@ -178,14 +178,13 @@ impl HttpContext for ApiRequest {
                 if end_of_stream {
                     return self.reject(400, "empty body: expected a routing table document");
                 }
-                if let Some(len) = header("content-length").and_then(|v| v.parse::<usize>().ok()) {
-                    if len > MAX_DOCUMENT_BYTES {
+                if let Some(len) = header("content-length").and_then(|v| v.parse::<usize>().ok())
+                    && len > MAX_DOCUMENT_BYTES {
                         return self.reject(
                             413,
                             &format!("{len} bytes is over the limit of {MAX_DOCUMENT_BYTES} bytes"),
                         );
                     }
-                }
                 self.awaiting_push_body = true;
                 Action::Continue
             }
