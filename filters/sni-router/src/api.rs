@@ -10,6 +10,10 @@ use crate::{GENERATION_KEY, TABLE_KEY, cache, log, metrics};
 pub struct ApiRequest {
     token: Option<String>,
     awaiting_push_body: bool,
+    /// An authorisation failure, answered once the body has arrived: a reply
+    /// sent while the client is still sending makes Envoy reset the
+    /// connection, and the client would never read the status.
+    denied: Option<(u32, &'static str)>,
 }
 
 impl ApiRequest {
@@ -17,6 +21,7 @@ impl ApiRequest {
         ApiRequest {
             token,
             awaiting_push_body: false,
+            denied: None,
         }
     }
 }
@@ -62,15 +67,15 @@ fn loaded() -> Option<(u64, String, usize)> {
 }
 
 impl ApiRequest {
-    fn authorize(&self) -> Result<(), Action> {
+    fn authorize(&self) -> Result<(), (u32, &'static str)> {
         let Some(expected) = &self.token else {
-            return Err(error(403, "this listener does not accept pushes"));
+            return Err((403, "this listener does not accept pushes"));
         };
         match header("authorization") {
-            None => Err(error(401, "missing bearer token")),
+            None => Err((401, "missing bearer token")),
             Some(v) => match v.strip_prefix("Bearer ") {
                 Some(t) if same(t.trim().as_bytes(), expected.as_bytes()) => Ok(()),
-                _ => Err(error(403, "bad bearer token")),
+                _ => Err((403, "bad bearer token")),
             },
         }
     }
@@ -171,9 +176,14 @@ impl HttpContext for ApiRequest {
                 ),
             },
             ("PUT", "/v1/routes") => {
-                if let Err(action) = self.authorize() {
+                if let Err(denied) = self.authorize() {
                     metrics::inc(metrics::PUSH_REJECTED);
-                    return action;
+                    if end_of_stream {
+                        return error(denied.0, denied.1);
+                    }
+                    self.denied = Some(denied);
+                    self.awaiting_push_body = true;
+                    return Action::Continue;
                 }
                 if end_of_stream {
                     return self.reject(400, "empty body: expected a routing table document");
@@ -208,6 +218,9 @@ impl HttpContext for ApiRequest {
             return Action::Pause;
         }
         self.awaiting_push_body = false;
+        if let Some((status, message)) = self.denied {
+            return error(status, message);
+        }
         match hostcalls::get_buffer(BufferType::HttpRequestBody, 0, body_size) {
             Ok(Some(body)) => self.push(&body),
             Ok(None) => self.reject(400, "empty body: expected a routing table document"),
