@@ -4,6 +4,8 @@
 //!
 //! Everything runs on loopback (127.0.0.0/8).
 
+pub mod fixture;
+
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -1,95 +1,28 @@
 //! The data path against a real Envoy running the real filter, on loopback.
 
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
-use oooi_routes::{Cidr, Route, RouteMatch, RouteTable, Upstream};
-use oooi_tests::{Backend, Envoy, PUSH_TOKEN, free_port, http_blocking, tls_probe};
+use oooi_routes::RouteMatch;
+use oooi_tests::{PUSH_TOKEN, http_blocking, tls_probe};
 
-const WORKER_C1: &str = "127.0.0.11";
-const WORKER_C2: &str = "127.0.0.21";
-const STRANGER: &str = "127.0.0.99";
+use oooi_tests::fixture::{STRANGER, TwoClusters, WORKER_C1, WORKER_C2};
 
-struct Lab {
-    envoy: Envoy,
-    _backends: Vec<Backend>,
-    table: RouteTable,
-    kube: SocketAddr,
-    https: SocketAddr,
-}
+type Lab = TwoClusters;
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
 async fn lab(concurrency: u32) -> Lab {
-    let lo = ip("127.0.0.1");
-    let mut backends = HashMap::new();
-    let mut keep = Vec::new();
-    for name in [
-        "c1-kube-apiserver",
-        "c1-oauth",
-        "c1-ignition",
-        "c1-konnectivity",
-        "c1-apps",
-        "c2-kube-apiserver",
-        "c2-oauth",
-        "c2-apps",
-    ] {
-        let b = Backend::start(name, lo).await.expect("backend");
-        backends.insert(name, b.addr);
-        keep.push(b);
-    }
-    let (kube_port, https_port) = (free_port(lo), free_port(lo));
-    let up = |name: &str| Upstream::Address {
-        host: "127.0.0.1".into(),
-        port: backends[name].port(),
-    };
-    let sni = |port, name: &str, backend: &str| Route {
-        port,
-        matches: RouteMatch::Sni(name.into()),
-        upstream: up(backend),
-        owner: None,
-    };
-    let src = |port, cidr: &str, backend: &str| Route {
-        port,
-        matches: RouteMatch::Source(cidr.parse::<Cidr>().unwrap()),
-        upstream: up(backend),
-        owner: None,
-    };
-    let table = RouteTable {
-        generation: 1,
-        routes: vec![
-            sni(kube_port, "api.c1.example.com", "c1-kube-apiserver"),
-            sni(kube_port, "api-int.c1.example.com", "c1-kube-apiserver"),
-            sni(kube_port, "api.c2.example.com", "c2-kube-apiserver"),
-            src(kube_port, WORKER_C1, "c1-kube-apiserver"),
-            src(kube_port, WORKER_C2, "c2-kube-apiserver"),
-            sni(https_port, "oauth.c1.example.com", "c1-oauth"),
-            sni(https_port, "ignition.c1.example.com", "c1-ignition"),
-            sni(https_port, "konnectivity.c1.example.com", "c1-konnectivity"),
-            sni(https_port, "oauth.c2.example.com", "c2-oauth"),
-            sni(https_port, "*.apps.c1.example.com", "c1-apps"),
-            sni(https_port, "*.apps.c2.example.com", "c2-apps"),
-        ],
-    };
-    table.validate().expect("fixture table is valid");
-    let envoy = tokio::task::spawn_blocking(move || {
-        Envoy::start(lo, &[kube_port, https_port], concurrency)
-    })
-    .await
-    .unwrap()
-    .expect("envoy starts");
-    Lab {
-        envoy,
-        _backends: keep,
-        table,
-        kube: SocketAddr::new(lo, kube_port),
-        https: SocketAddr::new(lo, https_port),
-    }
+    TwoClusters::start(concurrency).await.expect("lab starts")
 }
 
-impl Lab {
+trait Probe {
+    async fn pushed(concurrency: u32) -> Lab;
+    async fn who(&self, target: SocketAddr, sni: Option<&str>, source: &str) -> String;
+}
+
+impl Probe for Lab {
     async fn pushed(concurrency: u32) -> Lab {
         let lab = lab(concurrency).await;
         lab.envoy.push_table(&lab.table).expect("first push");
