@@ -180,18 +180,43 @@ pub fn http_blocking(
     req.push_str("\r\n");
     s.write_all(req.as_bytes())?;
     s.write_all(body)?;
+    // Read up to the end of the body named by content-length rather than to
+    // EOF: Envoy delays its close by up to delayed_close_timeout.
     let mut out = Vec::new();
-    s.read_to_end(&mut out)?;
+    let mut buf = [0u8; 16 * 1024];
+    let (head_len, body_len) = loop {
+        let n = s.read(&mut buf)?;
+        if n == 0 {
+            break (out.len(), None);
+        }
+        out.extend_from_slice(&buf[..n]);
+        if let Some(pos) = out.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&out[..pos]).to_ascii_lowercase();
+            let len = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok());
+            break (pos + 4, len);
+        }
+    };
+    if let Some(len) = body_len {
+        while out.len() < head_len + len {
+            let n = s.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
+    } else {
+        s.read_to_end(&mut out)?;
+    }
     let text = String::from_utf8_lossy(&out).to_string();
     let status = text
         .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse().ok())
         .ok_or_else(|| anyhow!("bad HTTP response: {text:?}"))?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
+    let body = text.get(head_len.min(text.len())..).unwrap_or("").to_string();
     Ok((status, body))
 }
 
