@@ -216,7 +216,10 @@ pub fn http_blocking(
         .nth(1)
         .and_then(|c| c.parse().ok())
         .ok_or_else(|| anyhow!("bad HTTP response: {text:?}"))?;
-    let body = text.get(head_len.min(text.len())..).unwrap_or("").to_string();
+    let body = text
+        .get(head_len.min(text.len())..)
+        .unwrap_or("")
+        .to_string();
     Ok((status, body))
 }
 
