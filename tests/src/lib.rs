@@ -104,10 +104,10 @@ impl Envoy {
             if let Some(status) = self.child.try_wait()? {
                 bail!("envoy exited with {status}: {}", self.log_text());
             }
-            if let Ok((200, body)) = http_blocking(self.admin, "GET", "/listeners", &[], b"") {
-                if body.lines().filter(|l| !l.trim().is_empty()).count() >= listeners {
-                    return Ok(());
-                }
+            if let Ok((200, body)) = http_blocking(self.admin, "GET", "/listeners", &[], b"")
+                && body.lines().filter(|l| !l.trim().is_empty()).count() >= listeners
+            {
+                return Ok(());
             }
             if Instant::now() > deadline {
                 bail!("envoy not ready after 30 s: {}", self.log_text());
