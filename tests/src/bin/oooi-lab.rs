@@ -57,7 +57,15 @@ async fn main() -> Result<()> {
     println!("after the push:  GET /ready -> {status}\n");
 
     let ip = |s: &str| -> IpAddr { s.parse().expect("literal address") };
-    let cases: Vec<(&str, SocketAddr, Option<&str>, &str, Option<&str>)> = vec![
+    // (what, listener, SNI, source, expected backend or None for refused)
+    type Case<'a> = (
+        &'a str,
+        SocketAddr,
+        Option<&'a str>,
+        &'a str,
+        Option<&'a str>,
+    );
+    let cases: Vec<Case> = vec![
         (
             "exact SNI",
             lab.kube,
