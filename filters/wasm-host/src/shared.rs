@@ -28,7 +28,9 @@ pub struct SharedData(Arc<Mutex<Inner>>);
 impl SharedData {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A poisoned lock only means another host thread panicked; the map is still consistent.
-        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The value and CAS stored under `key`.
@@ -74,6 +76,9 @@ mod tests {
         assert_eq!(shared.set("k", b"c", first), Err(SetError::CasMismatch));
         assert_eq!(shared.get("k").map(|(v, _)| v), Some(b"b".to_vec()));
         shared.set("k", b"d", 0).expect("cas 0 always writes");
-        assert!(shared.set("new", b"x", 12345).is_ok(), "missing key ignores cas");
+        assert!(
+            shared.set("new", b"x", 12345).is_ok(),
+            "missing key ignores cas"
+        );
     }
 }
