@@ -1,1 +1,5 @@
-//! oooi-dhcp (work in progress).
+//! oooi-dhcp: a DHCPv4 server for the isolated VLAN of oooi.
+//!
+//! Modules: [`config`] (typed, validated configuration).
+
+pub mod config;
