@@ -6,4 +6,5 @@
 //! - [`handler`]: the hickory `RequestHandler` tying them together.
 //! - [`server`]: sockets, one hickory `Server` per listener, reload, metrics.
 
+pub mod answer;
 pub mod config;
