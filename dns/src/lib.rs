@@ -8,3 +8,4 @@
 
 pub mod answer;
 pub mod config;
+pub mod handler;

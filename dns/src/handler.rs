@@ -1,0 +1,245 @@
+//! The hickory `RequestHandler`: one per listener address, so that the view
+//! can be chosen by the address a query arrived on (hickory does not say).
+
+use std::net::{IpAddr, SocketAddr};
+use std::str::FromStr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use hickory_proto::op::{Message, MessageType, Metadata, OpCode, Query, ResponseCode};
+use hickory_proto::rr::rdata::{A, AAAA, SOA};
+use hickory_proto::rr::{Name, RData, Record, RecordType};
+use hickory_server::net::runtime::Time;
+use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
+use hickory_server::zone_handler::MessageResponseBuilder;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::answer::{Answer, answer};
+use crate::config::{Config, Upstreams};
+
+/// The live config, swapped whole on reload.
+pub type SharedConfig = Arc<RwLock<Arc<Config>>>;
+
+/// Answers queries that arrive on `local`.
+pub struct Handler {
+    local: SocketAddr,
+    config: SharedConfig,
+}
+
+impl Handler {
+    /// A handler for the listener bound to `local`.
+    pub fn new(local: SocketAddr, config: SharedConfig) -> Self {
+        Self { local, config }
+    }
+
+    fn current(&self) -> Arc<Config> {
+        match self.config.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+}
+
+fn soa_record(owner: &Name, ttl: u32) -> Record {
+    let mname = Name::from_str("ns.oooi.invalid.").unwrap_or_else(|_| Name::root());
+    let rname = Name::from_str("hostmaster.oooi.invalid.").unwrap_or_else(|_| Name::root());
+    Record::from_rdata(
+        owner.clone(),
+        ttl,
+        RData::SOA(SOA::new(mname, rname, 1, 3600, 600, 86_400, ttl)),
+    )
+}
+
+/// Sends `query` to each upstream in order; first good answer wins.
+async fn forward(up: &Upstreams, query: &Query) -> Option<Message> {
+    let mut msg = Message::query();
+    msg.metadata.id = rand::random();
+    msg.metadata.recursion_desired = true;
+    msg.add_query(query.clone());
+    let bytes = msg.to_vec().ok()?;
+    for server in &up.servers {
+        let started = std::time::Instant::now();
+        let res =
+            tokio::time::timeout(up.timeout, exchange(*server, &bytes, msg.metadata.id)).await;
+        match res {
+            Ok(Ok(m)) => {
+                tracing::debug!(%server, ms = started.elapsed().as_millis() as u64, "upstream answered");
+                return Some(m);
+            }
+            Ok(Err(e)) => tracing::warn!(%server, error = %e, "upstream failed"),
+            Err(_) => tracing::warn!(%server, "upstream timed out"),
+        }
+    }
+    None
+}
+
+async fn exchange(server: SocketAddr, bytes: &[u8], id: u16) -> std::io::Result<Message> {
+    let bind: SocketAddr = if server.is_ipv4() {
+        "0.0.0.0:0".parse().map_err(std::io::Error::other)?
+    } else {
+        "[::]:0".parse().map_err(std::io::Error::other)?
+    };
+    let sock = tokio::net::UdpSocket::bind(bind).await?;
+    sock.connect(server).await?;
+    sock.send(bytes).await?;
+    let mut buf = vec![0u8; 4096];
+    loop {
+        let n = sock.recv(&mut buf).await?;
+        let Ok(m) = Message::from_vec(&buf[..n]) else {
+            continue;
+        };
+        if m.metadata.id != id {
+            continue;
+        }
+        if m.metadata.truncation {
+            return exchange_tcp(server, bytes).await;
+        }
+        return Ok(m);
+    }
+}
+
+async fn exchange_tcp(server: SocketAddr, bytes: &[u8]) -> std::io::Result<Message> {
+    let mut s = tokio::net::TcpStream::connect(server).await?;
+    let len = u16::try_from(bytes.len()).map_err(std::io::Error::other)?;
+    s.write_all(&len.to_be_bytes()).await?;
+    s.write_all(bytes).await?;
+    let mut lb = [0u8; 2];
+    s.read_exact(&mut lb).await?;
+    let mut buf = vec![0u8; u16::from_be_bytes(lb) as usize];
+    s.read_exact(&mut buf).await?;
+    Message::from_vec(&buf).map_err(std::io::Error::other)
+}
+
+#[async_trait::async_trait]
+impl RequestHandler for Handler {
+    async fn handle_request<R: ResponseHandler, T: Time>(
+        &self,
+        request: &Request,
+        mut response_handle: R,
+    ) -> ResponseInfo {
+        let builder = MessageResponseBuilder::from_message_request(request);
+        let reply_err = |rc: ResponseCode| {
+            let mut m = Metadata::response_from_request(&request.metadata);
+            m.response_code = rc;
+            m
+        };
+        let fail = |rc: ResponseCode| {
+            let mut m = Metadata::new(request.metadata.id, MessageType::Response, OpCode::Query);
+            m.response_code = rc;
+            ResponseInfo::from(hickory_proto::op::Header {
+                metadata: m,
+                counts: Default::default(),
+            })
+        };
+        if request.metadata.op_code != OpCode::Query
+            || request.metadata.message_type != MessageType::Query
+        {
+            let r = builder.build_no_records(reply_err(ResponseCode::NotImp));
+            return response_handle
+                .send_response(r)
+                .await
+                .unwrap_or_else(|_| fail(ResponseCode::NotImp));
+        }
+        let Ok(info) = request.request_info() else {
+            let r = builder.build_no_records(reply_err(ResponseCode::FormErr));
+            return response_handle
+                .send_response(r)
+                .await
+                .unwrap_or_else(|_| fail(ResponseCode::FormErr));
+        };
+        let config = self.current();
+        let client: IpAddr = request.src().ip();
+        let Some(view) = config.select_view(self.local, client) else {
+            let r = builder.build_no_records(reply_err(ResponseCode::Refused));
+            return response_handle
+                .send_response(r)
+                .await
+                .unwrap_or_else(|_| fail(ResponseCode::Refused));
+        };
+        let original = info.query.original().clone();
+        let qname = original.name().clone();
+        let qtype = info.query.query_type();
+        let result = answer(view, info.query.name(), qtype);
+        let mut meta = Metadata::response_from_request(&request.metadata);
+        meta.recursion_available = true;
+        let mut answers = Vec::new();
+        let mut soa = Vec::new();
+        let mut authorities = Vec::new();
+        let mut additionals = Vec::new();
+        match result {
+            Answer::Records { addrs, ttl } => {
+                meta.authoritative = true;
+                for ip in addrs {
+                    let data = match ip {
+                        IpAddr::V4(a) => RData::A(A(a)),
+                        IpAddr::V6(a) => RData::AAAA(AAAA(a)),
+                    };
+                    answers.push(Record::from_rdata(qname.clone(), ttl, data));
+                }
+            }
+            Answer::NoData { soa_owner, ttl } => {
+                meta.authoritative = true;
+                let owner = Name::from(&soa_owner);
+                if qtype == RecordType::SOA && owner == qname {
+                    answers.push(soa_record(&owner, ttl));
+                } else {
+                    soa.push(soa_record(&owner, ttl));
+                }
+            }
+            Answer::NxDomain { soa_owner, ttl } => {
+                meta.authoritative = true;
+                meta.response_code = ResponseCode::NXDomain;
+                soa.push(soa_record(&Name::from(&soa_owner), ttl));
+            }
+            Answer::Forward => match forward(&config.upstreams, &original).await {
+                Some(mut m) => {
+                    meta.response_code = m.metadata.response_code;
+                    answers = std::mem::take(&mut m.answers);
+                    authorities = std::mem::take(&mut m.authorities);
+                    additionals = std::mem::take(&mut m.additionals);
+                }
+                None => meta.response_code = ResponseCode::ServFail,
+            },
+        }
+        let rc = meta.response_code;
+        let r = builder.build(
+            meta,
+            answers.iter(),
+            authorities.iter(),
+            soa.iter(),
+            additionals.iter(),
+        );
+        match response_handle.send_response(r).await {
+            Ok(info) => info,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot send response");
+                fail(rc)
+            }
+        }
+    }
+}
+
+/// Binds UDP and TCP on every listener of `config` and serves until the
+/// process ends. One hickory `Server` per address.
+pub async fn serve(config: SharedConfig) -> anyhow::Result<()> {
+    let addrs = match config.read() {
+        Ok(g) => g.listen_addresses(),
+        Err(p) => p.into_inner().listen_addresses(),
+    };
+    let mut servers = Vec::new();
+    for addr in addrs {
+        let mut server = hickory_server::Server::new(Handler::new(addr, config.clone()));
+        server.register_socket(tokio::net::UdpSocket::bind(addr).await?);
+        server.register_listener(
+            tokio::net::TcpListener::bind(addr).await?,
+            Duration::from_secs(10),
+            64,
+        );
+        tracing::info!(%addr, "listening on UDP and TCP");
+        servers.push(server);
+    }
+    for mut s in servers {
+        s.block_until_done().await?;
+    }
+    Ok(())
+}
