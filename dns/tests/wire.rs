@@ -99,3 +99,171 @@ fn dig_sees_views_records_nodata_nxdomain_and_servfail() {
     let pod = dig("127.0.0.3", PORT, &["api.c1.example.com", "A"]);
     assert!(pod.contains("status: SERVFAIL"), "{pod}");
 }
+
+fn start_at(path: &std::path::Path) -> Server {
+    let child = Command::new(env!("CARGO_BIN_EXE_oooi-dns"))
+        .args(["serve", "--config"])
+        .arg(path)
+        .spawn()
+        .expect("start oooi-dns");
+    std::thread::sleep(Duration::from_millis(500));
+    Server(child)
+}
+
+fn wait_for(mut f: impl FnMut() -> bool) -> bool {
+    for _ in 0..40 {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+#[test]
+fn configmap_symlink_swap_reloads_and_bad_file_keeps_last_good() {
+    let port = 25354;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    // Lay out the mount as kubelet does: config.yaml -> ..data/config.yaml,
+    // ..data -> v1.
+    std::fs::create_dir(d.join("v1")).expect("v1");
+    std::fs::write(d.join("v1/config.yaml"), config(port, 25398)).expect("write");
+    std::os::unix::fs::symlink("v1", d.join("..data")).expect("symlink");
+    std::os::unix::fs::symlink("..data/config.yaml", d.join("config.yaml")).expect("symlink");
+    let _s = start_at(&d.join("config.yaml"));
+    assert_eq!(
+        dig("127.0.0.2", port, &["+short", "api.c1.example.com"]).trim(),
+        "192.0.2.4"
+    );
+
+    let swap = |name: &str, text: &str| {
+        std::fs::create_dir(d.join(name)).expect("dir");
+        std::fs::write(d.join(name).join("config.yaml"), text).expect("write");
+        let tmp = d.join("..data_tmp");
+        std::os::unix::fs::symlink(name, &tmp).expect("symlink");
+        std::fs::rename(&tmp, d.join("..data")).expect("rename");
+    };
+    swap(
+        "v2",
+        &config(port, 25398).replace("192.0.2.4", "192.0.2.44"),
+    );
+    assert!(
+        wait_for(
+            || dig("127.0.0.2", port, &["+short", "api.c1.example.com"]).trim() == "192.0.2.44"
+        ),
+        "the ..data swap was not picked up"
+    );
+
+    // A bad file is rejected; the last good config keeps answering.
+    swap("v3", &config(port, 25398).replace("192.0.2.4", "not-an-ip"));
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(
+        dig("127.0.0.2", port, &["+short", "api.c1.example.com"]).trim(),
+        "192.0.2.44"
+    );
+}
+
+/// A tiny upstream on loopback: answers every A query with 203.0.113.7.
+fn spawn_upstream(addr: &str) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+    use hickory_proto::op::Message;
+    use hickory_proto::rr::{RData, Record, rdata::A};
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let c = count.clone();
+    let sock = std::net::UdpSocket::bind(addr).expect("bind upstream");
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok((n, from)) = sock.recv_from(&mut buf) {
+            let Ok(q) = Message::from_vec(&buf[..n]) else {
+                continue;
+            };
+            c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut r = Message::response(q.metadata.id, q.metadata.op_code);
+            r.metadata.recursion_available = true;
+            for query in &q.queries {
+                r.add_query(query.clone());
+                r.add_answer(Record::from_rdata(
+                    query.name().clone(),
+                    60,
+                    RData::A(A::new(203, 0, 113, 7)),
+                ));
+            }
+            if let Ok(bytes) = r.to_vec() {
+                let _ = sock.send_to(&bytes, from);
+            }
+        }
+    });
+    count
+}
+
+#[test]
+fn other_names_are_forwarded_to_the_upstream_and_local_names_stay_local() {
+    let port = 25355;
+    let count = spawn_upstream("127.0.0.5:25356");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = config(port, 25356).replace("127.0.0.1:25356", "127.0.0.5:25356");
+    let _s = start(dir.path(), &text);
+    assert_eq!(
+        dig("127.0.0.3", port, &["+short", "www.example.org"]).trim(),
+        "203.0.113.7"
+    );
+    // The pod view forwards cluster names too.
+    assert_eq!(
+        dig("127.0.0.3", port, &["+short", "api.c1.example.com"]).trim(),
+        "203.0.113.7"
+    );
+    let before = count.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(
+        dig("127.0.0.2", port, &["+short", "api.c1.example.com"]).trim(),
+        "192.0.2.4"
+    );
+    assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), before);
+}
+
+#[test]
+fn malformed_packets_do_not_crash_the_server() {
+    let port = 25357;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut s = start(dir.path(), &config(port, 25397));
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    sock.set_read_timeout(Some(Duration::from_millis(20)))
+        .expect("timeout");
+    let target = format!("127.0.0.2:{port}");
+    // A valid query for api.c1.example.com A, mutated deterministically.
+    let good: Vec<u8> = vec![
+        0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0, 3, b'a', b'p', b'i', 2, b'c', b'1', 7,
+        b'e', b'x', b'a', b'm', b'p', b'l', b'e', 3, b'c', b'o', b'm', 0, 0, 1, 0, 1,
+    ];
+    let mut cases: Vec<Vec<u8>> = vec![
+        vec![],
+        vec![0x12],
+        good[..11].to_vec(),                                 // truncated header
+        [&good[..12], &[63u8, b'a'][..]].concat(),           // label longer than the packet
+        [&good[..12], &[0xc0, 12, 0, 1, 0, 1][..]].concat(), // compression loop
+    ];
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    for _ in 0..500 {
+        let mut p = good.clone();
+        for _ in 0..3 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let i = (seed as usize) % p.len();
+            p[i] = (seed >> 32) as u8;
+        }
+        p.truncate(12 + (seed as usize >> 8) % (p.len() - 11));
+        cases.push(p);
+    }
+    let mut buf = [0u8; 1500];
+    for c in &cases {
+        sock.send_to(c, &target).expect("send");
+        if let Ok((n, _)) = sock.recv_from(&mut buf) {
+            assert!(n >= 12, "a reply must at least carry a header");
+        }
+    }
+    assert!(s.0.try_wait().expect("wait").is_none(), "server exited");
+    assert_eq!(
+        dig("127.0.0.2", port, &["+short", "api.c1.example.com"]).trim(),
+        "192.0.2.4"
+    );
+}
