@@ -1,14 +1,15 @@
 //! The hickory `RequestHandler`: one per listener address, so that the view
 //! can be chosen by the address a query arrived on (hickory does not say).
 
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Message, MessageType, Metadata, OpCode, Query, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA, SOA};
-use hickory_proto::rr::{Name, RData, Record, RecordType};
+use hickory_proto::rr::{LowerName, Name, RData, Record, RecordType};
 use hickory_server::net::runtime::Time;
 use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
 use hickory_server::zone_handler::MessageResponseBuilder;
@@ -24,12 +25,17 @@ pub type SharedConfig = Arc<RwLock<Arc<Config>>>;
 pub struct Handler {
     local: SocketAddr,
     config: SharedConfig,
+    forwarder: Arc<Forwarder>,
 }
 
 impl Handler {
     /// A handler for the listener bound to `local`.
-    pub fn new(local: SocketAddr, config: SharedConfig) -> Self {
-        Self { local, config }
+    pub fn new(local: SocketAddr, config: SharedConfig, forwarder: Arc<Forwarder>) -> Self {
+        Self {
+            local,
+            config,
+            forwarder,
+        }
     }
 
     fn current(&self) -> Arc<Config> {
@@ -48,6 +54,66 @@ fn soa_record(owner: &Name, ttl: u32) -> Record {
         ttl,
         RData::SOA(SOA::new(mname, rname, 1, 3600, 600, 86_400, ttl)),
     )
+}
+
+/// Forwarding state shared by every listener: the answer cache and the time
+/// until which all upstreams are considered down.
+#[derive(Default)]
+pub struct Forwarder {
+    cache: Mutex<HashMap<(LowerName, RecordType), (Instant, Message)>>,
+    down_until: Mutex<Option<Instant>>,
+}
+
+impl Forwarder {
+    /// Answers from the cache, or asks the upstreams. None means SERVFAIL.
+    pub async fn resolve(&self, up: &Upstreams, query: &Query) -> Option<Message> {
+        let key = (LowerName::new(query.name()), query.query_type());
+        let now = Instant::now();
+        if let Ok(cache) = self.cache.lock()
+            && let Some((expires, msg)) = cache.get(&key)
+            && *expires > now
+        {
+            let left = u32::try_from((*expires - now).as_secs()).unwrap_or(u32::MAX);
+            let mut m = msg.clone();
+            for r in m.answers.iter_mut().chain(m.authorities.iter_mut()) {
+                r.ttl = r.ttl.min(left);
+            }
+            return Some(m);
+        }
+        if let Ok(d) = self.down_until.lock()
+            && d.is_some_and(|t| t > now)
+        {
+            return None;
+        }
+        let Some(m) = forward(up, query).await else {
+            if let Ok(mut d) = self.down_until.lock() {
+                *d = Some(Instant::now() + up.down_backoff);
+            }
+            return None;
+        };
+        if up.cache_entries > 0 && m.metadata.response_code != ResponseCode::ServFail {
+            let ttl = m
+                .answers
+                .iter()
+                .chain(m.authorities.iter())
+                .map(|r| r.ttl)
+                .min()
+                .unwrap_or(0)
+                .min(up.max_cache_ttl);
+            if ttl > 0
+                && let Ok(mut cache) = self.cache.lock()
+            {
+                if cache.len() >= up.cache_entries {
+                    cache.retain(|_, (e, _)| *e > now);
+                    if cache.len() >= up.cache_entries {
+                        cache.clear();
+                    }
+                }
+                cache.insert(key, (now + Duration::from_secs(u64::from(ttl)), m.clone()));
+            }
+        }
+        Some(m)
+    }
 }
 
 /// Sends `query` to each upstream in order; first good answer wins.
@@ -191,7 +257,7 @@ impl RequestHandler for Handler {
                 meta.response_code = ResponseCode::NXDomain;
                 soa.push(soa_record(&Name::from(&soa_owner), ttl));
             }
-            Answer::Forward => match forward(&config.upstreams, &original).await {
+            Answer::Forward => match self.forwarder.resolve(&config.upstreams, &original).await {
                 Some(mut m) => {
                     meta.response_code = m.metadata.response_code;
                     answers = std::mem::take(&mut m.answers);
@@ -227,8 +293,10 @@ pub async fn serve(config: SharedConfig) -> anyhow::Result<()> {
         Err(p) => p.into_inner().listen_addresses(),
     };
     let mut servers = Vec::new();
+    let forwarder = Arc::new(Forwarder::default());
     for addr in addrs {
-        let mut server = hickory_server::Server::new(Handler::new(addr, config.clone()));
+        let mut server =
+            hickory_server::Server::new(Handler::new(addr, config.clone(), forwarder.clone()));
         server.register_socket(tokio::net::UdpSocket::bind(addr).await?);
         server.register_listener(
             tokio::net::TcpListener::bind(addr).await?,

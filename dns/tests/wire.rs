@@ -98,6 +98,20 @@ fn dig_sees_views_records_nodata_nxdomain_and_servfail() {
     // upstream is down, so SERVFAIL.
     let pod = dig("127.0.0.3", PORT, &["api.c1.example.com", "A"]);
     assert!(pod.contains("status: SERVFAIL"), "{pod}");
+    // While the upstreams are down, SERVFAIL comes at once.
+    let t = std::time::Instant::now();
+    let pod = dig("127.0.0.3", PORT, &["other.example.org", "A"]);
+    assert!(pod.contains("status: SERVFAIL"), "{pod}");
+    assert!(
+        t.elapsed() < Duration::from_millis(200),
+        "{:?}",
+        t.elapsed()
+    );
+    // Local names still answer.
+    assert_eq!(
+        dig("127.0.0.2", PORT, &["+short", "api.c1.example.com"]).trim(),
+        "192.0.2.4"
+    );
 }
 
 fn start_at(path: &std::path::Path) -> Server {
@@ -216,6 +230,12 @@ fn other_names_are_forwarded_to_the_upstream_and_local_names_stay_local() {
     assert_eq!(
         dig("127.0.0.2", port, &["+short", "api.c1.example.com"]).trim(),
         "192.0.2.4"
+    );
+    assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), before);
+    // Within the TTL the answer comes from the cache.
+    assert_eq!(
+        dig("127.0.0.3", port, &["+short", "www.example.org"]).trim(),
+        "203.0.113.7"
     );
     assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), before);
 }
