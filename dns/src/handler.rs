@@ -129,12 +129,24 @@ async fn forward(up: &Upstreams, query: &Query) -> Option<Message> {
             tokio::time::timeout(up.timeout, exchange(*server, &bytes, msg.metadata.id)).await;
         match res {
             Ok(Ok(m)) => {
+                crate::metrics::metrics()
+                    .upstream_duration
+                    .get_or_create(&crate::metrics::UpstreamLabels {
+                        upstream: server.to_string(),
+                    })
+                    .observe(started.elapsed().as_secs_f64());
                 tracing::debug!(%server, ms = started.elapsed().as_millis() as u64, "upstream answered");
                 return Some(m);
             }
             Ok(Err(e)) => tracing::warn!(%server, error = %e, "upstream failed"),
             Err(_) => tracing::warn!(%server, "upstream timed out"),
         }
+        crate::metrics::metrics()
+            .upstream_failures
+            .get_or_create(&crate::metrics::UpstreamLabels {
+                upstream: server.to_string(),
+            })
+            .inc();
     }
     None
 }
@@ -268,6 +280,14 @@ impl RequestHandler for Handler {
             },
         }
         let rc = meta.response_code;
+        crate::metrics::metrics()
+            .queries
+            .get_or_create(&crate::metrics::QueryLabels {
+                view: view.name.clone(),
+                qtype: qtype.to_string(),
+                rcode: rc.to_string(),
+            })
+            .inc();
         let r = builder.build(
             meta,
             answers.iter(),
@@ -288,10 +308,20 @@ impl RequestHandler for Handler {
 /// Binds UDP and TCP on every listener of `config` and serves until the
 /// process ends. One hickory `Server` per address.
 pub async fn serve(config: SharedConfig) -> anyhow::Result<()> {
-    let addrs = match config.read() {
-        Ok(g) => g.listen_addresses(),
-        Err(p) => p.into_inner().listen_addresses(),
+    let (addrs, http) = match config.read() {
+        Ok(g) => (g.listen_addresses(), g.http),
+        Err(p) => {
+            let g = p.into_inner();
+            (g.listen_addresses(), g.http)
+        }
     };
+    if let Some(http) = http {
+        tokio::spawn(async move {
+            if let Err(e) = crate::metrics::serve_http(http).await {
+                tracing::error!(error = %e, "metrics endpoint failed");
+            }
+        });
+    }
     let mut servers = Vec::new();
     let forwarder = Arc::new(Forwarder::default());
     for addr in addrs {

@@ -9,3 +9,4 @@
 pub mod answer;
 pub mod config;
 pub mod handler;
+pub mod metrics;

@@ -51,6 +51,15 @@ fn print_config(c: &Config) {
     println!("upstreams {:?}", c.upstreams.servers);
 }
 
+fn reload_metric(result: &str) {
+    oooi_dns::metrics::metrics()
+        .reloads
+        .get_or_create(&oooi_dns::metrics::ReloadLabels {
+            result: result.to_string(),
+        })
+        .inc();
+}
+
 /// Watches the directory (not the file: a `..data` swap is a rename that a
 /// file watch misses) and reloads, keeping the last good config on error.
 fn watch(path: &Path, shared: SharedConfig) -> anyhow::Result<notify::RecommendedWatcher> {
@@ -77,10 +86,12 @@ fn watch(path: &Path, shared: SharedConfig) -> anyhow::Result<notify::Recommende
                 if let Ok(mut g) = shared.write() {
                     *g = Arc::new(c);
                 }
+                reload_metric("ok");
                 tracing::info!(path = %file.display(), "config reloaded");
             }
             Err(e) => {
-                tracing::error!(path = %file.display(), error = %e, "config rejected, keeping the last good one")
+                reload_metric("rejected");
+                tracing::error!(path = %file.display(), error = %e, "config rejected, keeping the last good one");
             }
         }
     })?;

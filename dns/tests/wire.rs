@@ -142,7 +142,8 @@ fn configmap_symlink_swap_reloads_and_bad_file_keeps_last_good() {
     // Lay out the mount as kubelet does: config.yaml -> ..data/config.yaml,
     // ..data -> v1.
     std::fs::create_dir(d.join("v1")).expect("v1");
-    std::fs::write(d.join("v1/config.yaml"), config(port, 25398)).expect("write");
+    let base = format!("http: 127.0.0.1:25364\n{}", config(port, 25398));
+    std::fs::write(d.join("v1/config.yaml"), &base).expect("write");
     std::os::unix::fs::symlink("v1", d.join("..data")).expect("symlink");
     std::os::unix::fs::symlink("..data/config.yaml", d.join("config.yaml")).expect("symlink");
     let _s = start_at(&d.join("config.yaml"));
@@ -169,13 +170,30 @@ fn configmap_symlink_swap_reloads_and_bad_file_keeps_last_good() {
         "the ..data swap was not picked up"
     );
 
+    let metrics = |port: u16| {
+        Command::new("curl")
+            .args(["-s", &format!("http://127.0.0.1:{port}/metrics")])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .expect("curl is required")
+    };
     // A bad file is rejected; the last good config keeps answering.
-    swap("v3", &config(port, 25398).replace("192.0.2.4", "not-an-ip"));
+    swap("v3", &base.replace("192.0.2.4", "not-an-ip"));
     std::thread::sleep(Duration::from_millis(800));
     assert_eq!(
         dig("127.0.0.2", port, &["+short", "api.c1.example.com"]).trim(),
         "192.0.2.44"
     );
+    let m = metrics(25364);
+    assert!(
+        m.contains(r#"oooi_dns_reloads_total{result="ok"} 1"#),
+        "{m}"
+    );
+    assert!(
+        m.contains(r#"oooi_dns_reloads_total{result="rejected"} 1"#),
+        "{m}"
+    );
+    assert!(m.contains("oooi_dns_queries_total{"), "{m}");
 }
 
 /// A tiny upstream on loopback: answers every A query with 203.0.113.7.

@@ -1,0 +1,114 @@
+//! Prometheus metrics (`oooi_dns_*`) and the HTTP endpoint for `/metrics`
+//! and `/healthz`.
+
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Labels of `oooi_dns_queries_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueryLabels {
+    /// View name, or `none` when no view matched.
+    pub view: String,
+    /// Query type, e.g. `A`.
+    pub qtype: String,
+    /// Response code, e.g. `NXDomain`.
+    pub rcode: String,
+}
+
+/// Labels of the upstream metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamLabels {
+    /// Upstream `ip:port`.
+    pub upstream: String,
+}
+
+/// Labels of `oooi_dns_reloads_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabels {
+    /// `ok` or `rejected`.
+    pub result: String,
+}
+
+type HistogramFamily = Family<UpstreamLabels, Histogram, fn() -> Histogram>;
+
+/// All metrics of the process.
+pub struct Metrics {
+    registry: Registry,
+    /// Queries by view, type and rcode.
+    pub queries: Family<QueryLabels, Counter>,
+    /// Upstream round-trip time in seconds.
+    pub upstream_duration: HistogramFamily,
+    /// Upstream failures (errors and timeouts).
+    pub upstream_failures: Family<UpstreamLabels, Counter>,
+    /// Config reloads by result.
+    pub reloads: Family<ReloadLabels, Counter>,
+}
+
+fn new_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+}
+
+/// The process-wide metrics.
+pub fn metrics() -> &'static Metrics {
+    static M: OnceLock<Metrics> = OnceLock::new();
+    M.get_or_init(|| {
+        let mut registry = Registry::default();
+        let queries = Family::<QueryLabels, Counter>::default();
+        let upstream_duration: HistogramFamily = Family::new_with_constructor(new_histogram);
+        let upstream_failures = Family::<UpstreamLabels, Counter>::default();
+        let reloads = Family::<ReloadLabels, Counter>::default();
+        registry.register(
+            "oooi_dns_queries",
+            "DNS queries by view, type and rcode",
+            queries.clone(),
+        );
+        registry.register(
+            "oooi_dns_upstream_duration_seconds",
+            "Upstream round-trip time",
+            upstream_duration.clone(),
+        );
+        registry.register(
+            "oooi_dns_upstream_failures",
+            "Upstream errors and timeouts",
+            upstream_failures.clone(),
+        );
+        registry.register(
+            "oooi_dns_reloads",
+            "Config reloads by result",
+            reloads.clone(),
+        );
+        Metrics {
+            registry,
+            queries,
+            upstream_duration,
+            upstream_failures,
+            reloads,
+        }
+    })
+}
+
+/// Text exposition of every metric.
+pub fn render() -> String {
+    let mut out = String::new();
+    if prometheus_client::encoding::text::encode(&mut out, &metrics().registry).is_err() {
+        out.clear();
+    }
+    out
+}
+
+/// Serves `/metrics` and `/healthz` on `addr`.
+pub async fn serve_http(addr: SocketAddr) -> anyhow::Result<()> {
+    let app = axum::Router::new()
+        .route("/metrics", axum::routing::get(|| async { render() }))
+        .route("/healthz", axum::routing::get(|| async { "ok" }));
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(%addr, "serving /metrics and /healthz");
+    axum::serve(listener, app).await?;
+    Ok(())
+}
