@@ -195,7 +195,17 @@ impl RequestHandler for Handler {
         request: &Request,
         mut response_handle: R,
     ) -> ResponseInfo {
-        let builder = MessageResponseBuilder::from_message_request(request);
+        // Echo EDNS (RFC 6891): advertise our buffer, capped at 1232 bytes
+        // (the DNS flag day 2020 size) and never below 512.
+        let resp_edns = request.edns.as_ref().map(|req| {
+            let mut e = hickory_proto::op::Edns::new();
+            e.set_max_payload(req.max_payload().clamp(512, 1232));
+            e
+        });
+        let mut builder = MessageResponseBuilder::from_message_request(request);
+        if let Some(e) = &resp_edns {
+            builder.edns(e);
+        }
         let reply_err = |rc: ResponseCode| {
             let mut m = Metadata::response_from_request(&request.metadata);
             m.response_code = rc;

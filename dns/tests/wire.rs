@@ -305,3 +305,92 @@ fn malformed_packets_do_not_crash_the_server() {
         "192.0.2.4"
     );
 }
+
+/// Rust client: one UDP exchange, optionally with EDNS.
+fn rust_query(server: &str, name: &str, edns: bool, tcp: bool) -> hickory_proto::op::Message {
+    use hickory_proto::op::{Edns, Message, Query};
+    use hickory_proto::rr::{Name, RecordType};
+    use std::io::{Read, Write};
+    use std::str::FromStr;
+    let mut m = Message::query();
+    m.metadata.id = 4242;
+    m.metadata.recursion_desired = true;
+    m.add_query(Query::query(
+        Name::from_str(name).expect("name"),
+        RecordType::A,
+    ));
+    if edns {
+        let mut e = Edns::new();
+        e.set_max_payload(4096);
+        m.set_edns(e);
+    }
+    let bytes = m.to_vec().expect("encode");
+    if tcp {
+        let mut s = std::net::TcpStream::connect(server).expect("tcp connect");
+        s.set_read_timeout(Some(Duration::from_secs(2)))
+            .expect("timeout");
+        let len = u16::try_from(bytes.len()).expect("len").to_be_bytes();
+        s.write_all(&len).expect("write");
+        s.write_all(&bytes).expect("write");
+        let mut lb = [0u8; 2];
+        s.read_exact(&mut lb).expect("read len");
+        let mut buf = vec![0u8; u16::from_be_bytes(lb) as usize];
+        s.read_exact(&mut buf).expect("read");
+        return Message::from_vec(&buf).expect("decode");
+    }
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    sock.set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("timeout");
+    sock.send_to(&bytes, server).expect("send");
+    let mut buf = [0u8; 65535];
+    let (n, _) = sock.recv_from(&mut buf).expect("no answer");
+    Message::from_vec(&buf[..n]).expect("decode")
+}
+
+#[test]
+fn rust_client_sees_aa_case_edns_and_udp_truncation_with_tcp_retry() {
+    use hickory_proto::op::ResponseCode;
+    let port = 25358;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let addrs: Vec<String> = (1..=60).map(|i| format!("\"10.1.0.{i}\"")).collect();
+    let text = format!(
+        "{}    zones:\n      - origin: big.test\n        records:\n          - {{ name: many, a: [{}] }}\n",
+        config(port, 25396),
+        addrs.join(", ")
+    );
+    let _s = start(dir.path(), &text);
+    let server = format!("127.0.0.3:{port}");
+
+    let r = rust_query(
+        &format!("127.0.0.2:{port}"),
+        "Api.C1.EXAMPLE.com.",
+        false,
+        false,
+    );
+    assert!(r.metadata.authoritative);
+    assert_eq!(r.metadata.response_code, ResponseCode::NoError);
+    assert_eq!(r.answers.len(), 1);
+    assert!(
+        r.answers[0]
+            .name
+            .to_string()
+            .eq_ignore_ascii_case("api.c1.example.com.")
+    );
+
+    // The zone is attached to the last view (pod, on 127.0.0.3).
+    // 60 A records do not fit in 512 bytes: TC over UDP without EDNS.
+    let udp = rust_query(&server, "many.big.test.", false, false);
+    assert!(udp.metadata.truncation, "expected TC");
+    assert!(udp.answers.len() < 60);
+    // With EDNS (client buffer 4096, ours 1232) they fit, and OPT is echoed.
+    let e = rust_query(&server, "many.big.test.", true, false);
+    assert!(e.edns.is_some(), "EDNS not echoed");
+    assert!(!e.metadata.truncation);
+    assert_eq!(e.answers.len(), 60);
+    // TCP carries all of them.
+    let t = rust_query(&server, "many.big.test.", false, true);
+    assert_eq!(t.answers.len(), 60);
+    // dig falls back to TCP by itself on TC.
+    let d = dig("127.0.0.3", port, &["+noedns", "+short", "many.big.test"]);
+    assert_eq!(d.lines().count(), 60, "{d}");
+}
