@@ -394,3 +394,33 @@ fn rust_client_sees_aa_case_edns_and_udp_truncation_with_tcp_retry() {
     let d = dig("127.0.0.3", port, &["+noedns", "+short", "many.big.test"]);
     assert_eq!(d.lines().count(), 60, "{d}");
 }
+
+#[test]
+fn check_prints_answers_and_names_the_bad_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let good = dir.path().join("good.yaml");
+    std::fs::write(&good, config(25359, 25395)).expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_oooi-dns"))
+        .arg("check")
+        .arg(&good)
+        .output()
+        .expect("run check");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("api.c1.example.com. A [192.0.2.4]"), "{text}");
+    assert!(
+        text.contains("*.apps.c1.example.com. A [192.0.2.200]"),
+        "{text}"
+    );
+
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, config(25359, 25395).replace("192.0.2.200", "x")).expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_oooi-dns"))
+        .arg("check")
+        .arg(&bad)
+        .output()
+        .expect("run check");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("clusters[0].apps_vip"), "{err}");
+}
