@@ -1,0 +1,328 @@
+//! Durable lease store: an append-only log.
+//!
+//! Why a log and not an embedded database: the data is tiny (one record per
+//! lease change), the only query is "load everything at start", and the one
+//! guarantee that matters is that a lease acknowledged to a client is on
+//! disk. An append plus `fsync` per committed lease gives exactly that with no
+//! dependency, and the failure mode of `kill -9` or power loss is simple: at
+//! most the last, unacknowledged record is torn.
+//!
+//! Record layout: `len: u32 LE | crc32(payload): u32 LE | payload`. The
+//! payload is `op: u8 | ip: [u8;4] | mac: [u8;6] | expires_unix: u64 LE`.
+//! On open, records are replayed until the first short or CRC-failing
+//! record; the file is truncated there and the cut is reported in
+//! [`Recovery`] (the server logs it and counts it in a metric).
+//! [`LeaseStore::compact`] rewrites the live set into a temporary file,
+//! fsyncs it and renames it over the log, so a crash during compaction leaves
+//! either the old or the new log, never a mix.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+
+use crate::config::Mac;
+
+const LOG_NAME: &str = "leases.log";
+const PAYLOAD_LEN: usize = 19;
+const OP_COMMIT: u8 = 1;
+const OP_RELEASE: u8 = 2;
+
+/// One persisted lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredLease {
+    /// Leased address.
+    pub ip: Ipv4Addr,
+    /// Client hardware address.
+    pub mac: Mac,
+    /// Expiry, seconds since the Unix epoch.
+    pub expires_unix: u64,
+}
+
+/// What recovery found when opening the log.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// Records replayed.
+    pub records: usize,
+    /// Bytes cut from a corrupt or torn tail (0 when the log was clean).
+    pub truncated_bytes: u64,
+}
+
+/// The append-only lease log under a data directory.
+#[derive(Debug)]
+pub struct LeaseStore {
+    dir: PathBuf,
+    file: File,
+    leases: BTreeMap<Ipv4Addr, StoredLease>,
+    records: usize,
+}
+
+fn encode(op: u8, l: &StoredLease) -> Vec<u8> {
+    let mut p = Vec::with_capacity(PAYLOAD_LEN);
+    p.push(op);
+    p.extend_from_slice(&l.ip.octets());
+    p.extend_from_slice(&l.mac.0);
+    p.extend_from_slice(&l.expires_unix.to_le_bytes());
+    let mut rec = Vec::with_capacity(8 + PAYLOAD_LEN);
+    rec.extend_from_slice(&(p.len() as u32).to_le_bytes());
+    rec.extend_from_slice(&crc32fast::hash(&p).to_le_bytes());
+    rec.extend_from_slice(&p);
+    rec
+}
+
+fn decode(p: &[u8]) -> Option<(u8, StoredLease)> {
+    if p.len() != PAYLOAD_LEN {
+        return None;
+    }
+    let op = p[0];
+    let ip = Ipv4Addr::new(p[1], p[2], p[3], p[4]);
+    let mut mac = [0u8; 6];
+    mac.copy_from_slice(&p[5..11]);
+    let mut exp = [0u8; 8];
+    exp.copy_from_slice(&p[11..19]);
+    Some((
+        op,
+        StoredLease {
+            ip,
+            mac: Mac(mac),
+            expires_unix: u64::from_le_bytes(exp),
+        },
+    ))
+}
+
+/// Replays `buf`; returns the live set, the record count and the length of
+/// the valid prefix.
+fn replay(buf: &[u8]) -> (BTreeMap<Ipv4Addr, StoredLease>, usize, usize) {
+    let mut leases = BTreeMap::new();
+    let mut off = 0usize;
+    let mut records = 0usize;
+    while buf.len() - off >= 8 {
+        let len = u32::from_le_bytes([buf[off], buf[off + 1], buf[off + 2], buf[off + 3]]) as usize;
+        let crc = u32::from_le_bytes([buf[off + 4], buf[off + 5], buf[off + 6], buf[off + 7]]);
+        if len != PAYLOAD_LEN || buf.len() - off - 8 < len {
+            break;
+        }
+        let p = &buf[off + 8..off + 8 + len];
+        if crc32fast::hash(p) != crc {
+            break;
+        }
+        let Some((op, l)) = decode(p) else { break };
+        match op {
+            OP_COMMIT => {
+                leases.insert(l.ip, l);
+            }
+            OP_RELEASE => {
+                leases.remove(&l.ip);
+            }
+            _ => break,
+        }
+        records += 1;
+        off += 8 + len;
+    }
+    (leases, records, off)
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+impl LeaseStore {
+    /// Opens (creating if needed) the log in `dir`, replays it and truncates
+    /// a corrupt tail.
+    pub fn open(dir: &Path) -> std::io::Result<(LeaseStore, Recovery)> {
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join(LOG_NAME);
+        let mut file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .open(&path)?;
+        let mut buf = Vec::new();
+        file.read_to_end(&mut buf)?;
+        let (leases, records, valid) = replay(&buf);
+        let truncated_bytes = (buf.len() - valid) as u64;
+        if truncated_bytes > 0 {
+            file.set_len(valid as u64)?;
+            file.sync_all()?;
+        }
+        sync_dir(dir)?;
+        Ok((
+            LeaseStore {
+                dir: dir.to_path_buf(),
+                file,
+                leases,
+                records,
+            },
+            Recovery {
+                records,
+                truncated_bytes,
+            },
+        ))
+    }
+
+    /// Reads the leases in `dir` without modifying anything (for the
+    /// `leases` command, which may run beside a live server).
+    pub fn read_only(dir: &Path) -> std::io::Result<Vec<StoredLease>> {
+        let buf = std::fs::read(dir.join(LOG_NAME))?;
+        Ok(replay(&buf).0.into_values().collect())
+    }
+
+    fn append(&mut self, rec: &[u8]) -> std::io::Result<()> {
+        self.file.write_all(rec)?;
+        // fsync before the caller answers the client: an ACKed lease is durable.
+        self.file.sync_data()?;
+        self.records += 1;
+        Ok(())
+    }
+
+    /// Durably records a lease (fsync before returning).
+    pub fn commit(&mut self, lease: StoredLease) -> std::io::Result<()> {
+        self.append(&encode(OP_COMMIT, &lease))?;
+        self.leases.insert(lease.ip, lease);
+        Ok(())
+    }
+
+    /// Durably removes the lease on `ip`.
+    pub fn release(&mut self, ip: Ipv4Addr) -> std::io::Result<()> {
+        if let Some(l) = self.leases.get(&ip).copied() {
+            self.append(&encode(OP_RELEASE, &l))?;
+            self.leases.remove(&ip);
+        }
+        Ok(())
+    }
+
+    /// The live leases, by address.
+    pub fn leases(&self) -> &BTreeMap<Ipv4Addr, StoredLease> {
+        &self.leases
+    }
+
+    /// Records in the log since the last compaction.
+    pub fn record_count(&self) -> usize {
+        self.records
+    }
+
+    /// Rewrites the log to hold only the live leases (atomic rename).
+    pub fn compact(&mut self) -> std::io::Result<()> {
+        let tmp = self.dir.join(format!("{LOG_NAME}.tmp"));
+        {
+            let mut f = File::create(&tmp)?;
+            for l in self.leases.values() {
+                f.write_all(&encode(OP_COMMIT, l))?;
+            }
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, self.dir.join(LOG_NAME))?;
+        sync_dir(&self.dir)?;
+        self.file = OpenOptions::new()
+            .append(true)
+            .open(self.dir.join(LOG_NAME))?;
+        self.records = self.leases.len();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(n: u8) -> StoredLease {
+        StoredLease {
+            ip: Ipv4Addr::new(192, 0, 2, n),
+            mac: Mac([2, 0, 0, 0, 0, n]),
+            expires_unix: 1_000 + u64::from(n),
+        }
+    }
+
+    #[test]
+    fn committed_leases_survive_reopen() {
+        let d = tempfile::tempdir().unwrap();
+        {
+            let (mut s, r) = LeaseStore::open(d.path()).unwrap();
+            assert_eq!(r, Recovery::default());
+            s.commit(lease(10)).unwrap();
+            s.commit(lease(11)).unwrap();
+            s.release(lease(10).ip).unwrap();
+        }
+        let (s, r) = LeaseStore::open(d.path()).unwrap();
+        assert_eq!(r.records, 3);
+        assert_eq!(r.truncated_bytes, 0);
+        assert_eq!(
+            s.leases().values().copied().collect::<Vec<_>>(),
+            vec![lease(11)]
+        );
+    }
+
+    #[test]
+    fn crash_truncated_tail_is_cut_and_earlier_leases_kept() {
+        let d = tempfile::tempdir().unwrap();
+        {
+            let (mut s, _) = LeaseStore::open(d.path()).unwrap();
+            s.commit(lease(10)).unwrap();
+            s.commit(lease(11)).unwrap();
+        }
+        let path = d.path().join(LOG_NAME);
+        let full = std::fs::metadata(&path).unwrap().len();
+        // A torn write: the last record lost its final 5 bytes.
+        OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(full - 5)
+            .unwrap();
+        let (mut s, r) = LeaseStore::open(d.path()).unwrap();
+        assert_eq!(r.records, 1);
+        assert_eq!(r.truncated_bytes, 27 - 5);
+        assert_eq!(s.leases().len(), 1);
+        // Appends after recovery land on a clean boundary.
+        s.commit(lease(12)).unwrap();
+        drop(s);
+        let (s, r) = LeaseStore::open(d.path()).unwrap();
+        assert_eq!(r.truncated_bytes, 0);
+        assert_eq!(s.leases().len(), 2);
+    }
+
+    #[test]
+    fn corrupt_crc_stops_replay_there() {
+        let d = tempfile::tempdir().unwrap();
+        {
+            let (mut s, _) = LeaseStore::open(d.path()).unwrap();
+            for n in 10..14 {
+                s.commit(lease(n)).unwrap();
+            }
+        }
+        let path = d.path().join(LOG_NAME);
+        let mut b = std::fs::read(&path).unwrap();
+        b[27 * 2 + 12] ^= 0xff; // flip a payload byte of the third record
+        std::fs::write(&path, &b).unwrap();
+        let (s, r) = LeaseStore::open(d.path()).unwrap();
+        assert_eq!(r.records, 2);
+        assert_eq!(r.truncated_bytes, 27 * 2);
+        assert_eq!(s.leases().len(), 2);
+    }
+
+    #[test]
+    fn compaction_keeps_only_live_leases() {
+        let d = tempfile::tempdir().unwrap();
+        let (mut s, _) = LeaseStore::open(d.path()).unwrap();
+        for round in 0..5u64 {
+            for n in 10..20 {
+                let mut l = lease(n);
+                l.expires_unix += round;
+                s.commit(l).unwrap();
+            }
+        }
+        s.release(lease(10).ip).unwrap();
+        s.compact().unwrap();
+        assert_eq!(s.record_count(), 9);
+        s.commit(lease(30)).unwrap();
+        drop(s);
+        let (s, r) = LeaseStore::open(d.path()).unwrap();
+        assert_eq!(r.records, 10);
+        assert_eq!(
+            s.leases()[&lease(11).ip].expires_unix,
+            lease(11).expires_unix + 4
+        );
+        assert_eq!(LeaseStore::read_only(d.path()).unwrap().len(), 10);
+    }
+}
