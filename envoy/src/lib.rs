@@ -19,9 +19,7 @@ use oooi_routes::MAX_DOCUMENT_BYTES;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-/// Name of the dynamic-forward-proxy cluster the filter selects for
-/// `host:port` upstreams. Must match the filter's constant.
-pub const DYNAMIC_CLUSTER: &str = "oooi_dynamic_forward_proxy";
+pub use oooi_routes::DYNAMIC_CLUSTER;
 /// tcp_proxy's default cluster. It deliberately does not exist.
 pub const UNROUTED_CLUSTER: &str = "oooi_unrouted";
 /// The proxy-wasm VM id shared by every plugin of one Envoy: the routing

@@ -12,6 +12,10 @@
 //! - [`Router`], the compiled index whose [`Router::decide`] costs the same for
 //!   ten routes and for ten thousand (hash maps and suffix walks only).
 
+/// Name of the Envoy dynamic-forward-proxy cluster that `address` upstreams
+/// go through; the filter selects it and `oooi-envoy` renders it.
+pub const DYNAMIC_CLUSTER: &str = "oooi_dynamic_forward_proxy";
+
 pub mod compact;
 mod matcher;
 mod table;

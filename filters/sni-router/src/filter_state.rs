@@ -4,10 +4,7 @@
 //! The argument is the protobuf `SetEnvoyFilterStateArguments { string path = 1;
 //! string value = 2; LifeSpan span = 3 }`; span 2 is `DownstreamConnection`.
 
-use oooi_routes::Upstream;
-
-/// The Envoy cluster that forwards to `envoy.upstream.dynamic_host`/`port`.
-pub const DYNAMIC_CLUSTER: &str = "oooi_dynamic_forward_proxy";
+use oooi_routes::{DYNAMIC_CLUSTER, Upstream};
 
 const SPAN_DOWNSTREAM_CONNECTION: u8 = 2;
 
