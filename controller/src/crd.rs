@@ -1,0 +1,1 @@
+//! Scaffolding: filled in by the controller work (issue 5).
