@@ -1,0 +1,75 @@
+{{/* Chart name, overridable. */}}
+{{- define "oooi.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Prefix of every resource name: <release>-oooi, or the release name when it already says oooi. */}}
+{{- define "oooi.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Name of the controller's objects (Deployment, Service, roles). */}}
+{{- define "oooi.controllerName" -}}
+{{- printf "%s-controller" (include "oooi.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels on every object of the chart. */}}
+{{- define "oooi.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "oooi.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: oooi
+{{- end }}
+
+{{/* Selector of the controller pods. Component "controller" keeps them apart
+from the dhcp/dns/proxy pods the controller creates, which carry
+app.kubernetes.io/name=oooi too. */}}
+{{- define "oooi.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "oooi.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: controller
+{{- end }}
+
+{{- define "oooi.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "oooi.controllerName" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "oooi.filterConfigMapName" -}}
+{{- default (printf "%s-filter" (include "oooi.fullname" .)) .Values.filter.configMapName | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "oooi.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* The filter module's bytes, failing the render with a clear message when the
+file is missing or too large. */}}
+{{- define "oooi.filterModule" -}}
+{{- $wasm := .Files.Get .Values.filter.file }}
+{{- if not $wasm }}
+{{- fail (printf "the filter module %s is missing from the chart: build it with `cargo build -p oooi-sni-router --target wasm32-wasip1 --profile wasm` and copy target/wasm32-wasip1/wasm/oooi_sni_router.wasm to charts/oooi/%s (tools/dev test does this)" .Values.filter.file .Values.filter.file) }}
+{{- end }}
+{{- if gt (len $wasm) (int .Values.filter.maxBytes) }}
+{{- fail (printf "the filter module %s is %d bytes, over filter.maxBytes (%d)" .Values.filter.file (len $wasm) (int .Values.filter.maxBytes)) }}
+{{- end }}
+{{- $wasm }}
+{{- end }}

@@ -1,0 +1,582 @@
+#!/usr/bin/env python3
+"""Tests of the oooi Helm chart (charts/oooi) with a real Helm engine.
+
+- Helm 4's engine through PyPI `helm-python-sdk` (`helm_python`): render and
+  strict lint, values.schema.json enforced on render.
+- Every rendered Kubernetes object is validated offline against the 1.35
+  OpenAPI schemas with PyPI `kubernetes-validate` (strict: unknown fields fail).
+  The ServiceMonitor, which has no schema there, is validated against the
+  prometheus-operator models of PyPI `cloudcoil-models-prometheus-operator`.
+- The controller binary (`$OOOI_CONTROLLER_BIN`, else the cargo debug build)
+  is asked for its `run` flags and its RBAC rules, so that the Deployment's
+  arguments and the ClusterRole follow the code.
+
+Run: `python3 charts/tests/test_chart.py [-k SUBSTRING]`. `tools/dev test`
+copies the freshly built filter into charts/oooi/files/ first. The last line is
+`chart: N passed, M failed`; the exit code is 1 when anything failed.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import helm_python as helm
+import kubernetes_validate
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "oooi"
+KUBE_VERSION = "1.35.0"
+RELEASE = "oooi"
+NAMESPACE = "oooi-system"
+WASM_KEY = "oooi_sni_router.wasm"
+MAX_WASM_BYTES = 512 * 1024
+GROUP = "hostedcluster.densityops.com"
+KINDS = {
+    "Infra": "infras",
+    "InfraClusterAttachment": "infraclusterattachments",
+    "DHCPServer": "dhcpservers",
+    "DNSServer": "dnsservers",
+    "ProxyServer": "proxyservers",
+}
+
+# Every optional feature on, and every value moved off its default.
+ALL_FEATURES = {
+    "replicaCount": 3,
+    "image": {"digest": "sha256:" + "ab" * 32},
+    "imagePullSecrets": [{"name": "pull-secret"}],
+    "controller": {
+        "watchNamespace": "hcp-infra",
+        "openshiftSCC": True,
+        "logFormat": "text",
+        "logLevel": "debug,kube=info",
+        "httpPort": 9090,
+        "extraEnv": [{"name": "EXTRA", "value": "1"}],
+    },
+    "leaderElection": {"leaseName": "oooi-lease"},
+    "podLabels": {"team": "infra"},
+    "podAnnotations": {"example.com/note": "x"},
+    "priorityClassName": "system-cluster-critical",
+    "nodeSelector": {"kubernetes.io/os": "linux"},
+    "tolerations": [{"key": "node-role.kubernetes.io/infra", "operator": "Exists", "effect": "NoSchedule"}],
+    "affinity": {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "controller"}},
+                    },
+                }
+            ]
+        }
+    },
+    "topologySpreadConstraints": [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "controller"}},
+        }
+    ],
+    "serviceAccount": {"annotations": {"example.com/sa": "y"}},
+    "metrics": {
+        "service": {"port": 8443, "annotations": {"example.com/svc": "z"}},
+        "serviceMonitor": {"enabled": True, "interval": "15s", "scrapeTimeout": "5s", "labels": {"release": "prom"}},
+    },
+    "networkPolicy": {
+        "enabled": True,
+        "metricsFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+        "egress": {"enabled": True, "apiServerCIDRs": ["10.0.0.1/32", "fd00::1/128"]},
+    },
+    "filter": {"configMapName": "custom-filter"},
+}
+
+
+# --------------------------------------------------------------------------
+# helpers
+
+
+def render(values=None, *, upgrade=False):
+    """Render the chart; returns (objects, notes)."""
+    chart = helm.Chart.load(str(CHART))
+    out = chart.render(
+        values or {}, name=RELEASE, namespace=NAMESPACE, is_install=not upgrade, is_upgrade=upgrade, revision=2 if upgrade else 1
+    )
+    objects, notes = [], ""
+    for name, text in sorted(out.items()):
+        if name.endswith("NOTES.txt"):
+            notes = text
+            continue
+        for doc in yaml.safe_load_all(text):
+            if doc:
+                objects.append(doc)
+    return objects, notes
+
+
+def find(objects, kind, name=None):
+    found = [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}: {[o['metadata']['name'] for o in found]}"
+    return found[0]
+
+
+def kinds(objects):
+    return sorted(o["kind"] for o in objects)
+
+
+_SERVICE_MONITOR = None
+
+
+def validate_service_monitor(obj):
+    """Round-trip through the prometheus-operator model: an unknown field is
+    dropped by the model, so the dump differs from the input."""
+    global _SERVICE_MONITOR
+    if _SERVICE_MONITOR is None:
+        from cloudcoil.models.prometheus_operator.v1 import ServiceMonitor
+
+        _SERVICE_MONITOR = ServiceMonitor
+    model = _SERVICE_MONITOR.model_validate(obj)
+    dumped = model.model_dump(by_alias=True, exclude_unset=True, mode="json")
+    assert dumped == obj, f"ServiceMonitor has fields the schema does not know:\n{json.dumps(dumped, indent=1)}\n!=\n{json.dumps(obj, indent=1)}"
+
+
+def validate_objects(objects):
+    """Validate each object against the Kubernetes 1.35 schemas, strictly."""
+    for obj in objects:
+        label = f"{obj['kind']}/{obj['metadata']['name']}"
+        if obj["apiVersion"] == "monitoring.coreos.com/v1":
+            validate_service_monitor(obj)
+            continue
+        try:
+            kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            path = "/".join(str(p) for p in e.path)
+            raise AssertionError(f"{label}: {path}: {e.message}") from None
+
+
+def controller_bin():
+    explicit = os.environ.get("OOOI_CONTROLLER_BIN")
+    if explicit:
+        path = Path(explicit)
+    else:
+        target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+        path = target / "debug" / "oooi-controller"
+    assert path.is_file(), (
+        f"the controller binary {path} is missing: run `cargo build -p oooi-controller` "
+        "or set OOOI_CONTROLLER_BIN"
+    )
+    return str(path)
+
+
+def expect_render_failure(values, *needles):
+    try:
+        render(values)
+    except helm.HelmError as e:
+        msg = str(e)
+        for n in needles:
+            assert n in msg, f"error does not say {n!r}: {msg}"
+        return msg
+    raise AssertionError(f"render accepted {values}")
+
+
+# --------------------------------------------------------------------------
+# tests
+
+
+def test_lint_strict_default_values():
+    report = helm.lint(str(CHART), strict=True, kube_version="v" + KUBE_VERSION, namespace=NAMESPACE)
+    assert report["total_charts_linted"] == 1, report
+    assert report["errors"] == [], report["errors"]
+    # Severity 1 is info ("icon is recommended"); warnings (2) and errors (3) fail.
+    bad = [m for m in report["messages"] if m["severity"] >= 2]
+    assert bad == [], bad
+
+
+def test_lint_strict_all_features():
+    report = helm.lint(str(CHART), ALL_FEATURES, strict=True, kube_version="v" + KUBE_VERSION, namespace=NAMESPACE)
+    assert report["errors"] == [], report["errors"]
+    bad = [m for m in report["messages"] if m["severity"] >= 2]
+    assert bad == [], bad
+
+
+def test_default_render_is_valid_kubernetes():
+    objects, _ = render()
+    assert kinds(objects) == sorted(
+        ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Role", "RoleBinding", "Service", "ServiceAccount"]
+    ), kinds(objects)
+    validate_objects(objects)
+    for o in objects:
+        if o["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+            assert o["metadata"]["namespace"] == NAMESPACE, o["metadata"]
+
+
+def test_all_features_render_is_valid_kubernetes():
+    objects, _ = render(ALL_FEATURES)
+    assert kinds(objects) == sorted(
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "Deployment",
+            "NetworkPolicy",
+            "Role",
+            "RoleBinding",
+            "Service",
+            "ServiceAccount",
+            "ServiceMonitor",
+        ]
+    ), kinds(objects)
+    validate_objects(objects)
+
+
+def test_upgrade_render_equals_install_render():
+    assert render(ALL_FEATURES)[0] == render(ALL_FEATURES, upgrade=True)[0]
+
+
+def test_validator_catches_a_bad_object():
+    # Guards the validation above against passing everything.
+    objects, _ = render()
+    dep = copy.deepcopy(find(objects, "Deployment"))
+    dep["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGett"] = {}
+    try:
+        validate_objects([dep])
+    except AssertionError as e:
+        assert "httpGett" in str(e), e
+    else:
+        raise AssertionError("a Deployment with an unknown field was accepted")
+    sm = copy.deepcopy(find(render(ALL_FEATURES)[0], "ServiceMonitor"))
+    sm["spec"]["endpoints"][0]["scrapeEvery"] = "1s"
+    try:
+        validate_objects([sm])
+    except AssertionError as e:
+        assert "scrapeEvery" in str(e), e
+    else:
+        raise AssertionError("a ServiceMonitor with an unknown field was accepted")
+
+
+def test_deployment_is_restricted_and_probed():
+    for values in ({}, ALL_FEATURES):
+        objects, _ = render(values)
+        dep = find(objects, "Deployment")
+        pod = dep["spec"]["template"]["spec"]
+        (c,) = pod["containers"]
+        psc, csc = pod["securityContext"], c["securityContext"]
+        assert psc["runAsNonRoot"] is True and psc["seccompProfile"] == {"type": "RuntimeDefault"}, psc
+        assert csc["runAsNonRoot"] is True, csc
+        assert csc["readOnlyRootFilesystem"] is True, csc
+        assert csc["allowPrivilegeEscalation"] is False, csc
+        assert csc["capabilities"] == {"drop": ["ALL"]}, csc
+        assert csc["seccompProfile"] == {"type": "RuntimeDefault"}, csc
+        port = values.get("controller", {}).get("httpPort", 8080)
+        assert c["ports"] == [{"name": "http", "containerPort": port, "protocol": "TCP"}], c["ports"]
+        assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+        assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+        assert c["resources"]["requests"]["cpu"] and c["resources"]["limits"]["memory"], c["resources"]
+        assert f"--http-addr=0.0.0.0:{port}" in c["args"], c["args"]
+        env = {e["name"]: e for e in c["env"]}
+        assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    # OpenShift's restricted-v2 SCC assigns the uid itself.
+    default_pod = find(render()[0], "Deployment")["spec"]["template"]["spec"]
+    assert default_pod["securityContext"]["runAsUser"] == 65532
+    openshift_pod = find(render(ALL_FEATURES)[0], "Deployment")["spec"]["template"]["spec"]
+    assert "runAsUser" not in openshift_pod["securityContext"], openshift_pod["securityContext"]
+
+
+def test_replicas_and_leader_election_follow_values():
+    dep = find(render()[0], "Deployment")
+    assert dep["spec"]["replicas"] == 2
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[0] == "run" and "--leader-election=true" in args and "--lease-name=oooi-controller" in args, args
+    assert not any(a.startswith("--watch-namespace") for a in args), args
+
+    dep = find(render(ALL_FEATURES)[0], "Deployment")
+    assert dep["spec"]["replicas"] == 3
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    for a in ("--lease-name=oooi-lease", "--watch-namespace=hcp-infra", "--openshift-scc=true", "--log-format=text"):
+        assert a in args, (a, args)
+    assert dep["spec"]["template"]["spec"]["containers"][0]["image"].endswith("@sha256:" + "ab" * 32)
+
+    objects, _ = render({"replicaCount": 1, "leaderElection": {"enabled": False}})
+    args = find(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--leader-election=false" in args and not any(a.startswith("--lease-name") for a in args), args
+    assert "Role" not in kinds(objects) and "RoleBinding" not in kinds(objects), kinds(objects)
+
+    expect_render_failure({"replicaCount": 2, "leaderElection": {"enabled": False}}, "leaderElection.enabled")
+
+
+def test_deployment_flags_exist_in_the_controller():
+    exe = controller_bin()
+    help_text = subprocess.run([exe, "run", "--help"], capture_output=True, text=True, timeout=30, check=True).stdout
+    for values in ({}, ALL_FEATURES):
+        args = find(render(values)[0], "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert args[0] == "run"
+        for a in args[1:]:
+            flag = a.split("=", 1)[0]
+            assert flag in help_text, f"{flag} is not a flag of `oooi-controller run`:\n{help_text}"
+    # The values the chart passes must parse: `run` rejects them before it
+    # needs a cluster when they are malformed, so check the parser with --help
+    # appended (clap parses every flag given before printing help).
+    for values in ({}, ALL_FEATURES):
+        args = find(render(values)[0], "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+        proc = subprocess.run([exe, *args, "--help"], capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 0, f"`oooi-controller {' '.join(args)}` does not parse:\n{proc.stderr}"
+
+
+def rules_of(objects):
+    """(apiGroup, resource, verb) triples of every Role and ClusterRole."""
+    out = set()
+    for o in objects:
+        if o["kind"] in ("ClusterRole", "Role"):
+            for r in o["rules"]:
+                for g in r["apiGroups"]:
+                    for res in r["resources"]:
+                        for v in r["verbs"]:
+                            out.add((g, res, v))
+    return out
+
+
+def test_rbac_is_exactly_what_the_controller_uses():
+    exe = controller_bin()
+    proc = subprocess.run([exe, "rbac"], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, f"`oooi-controller rbac` failed:\n{proc.stderr}"
+    wanted = set()
+    for doc in yaml.safe_load_all(proc.stdout):
+        if not doc:
+            continue
+        rules = doc["rules"] if isinstance(doc, dict) else doc
+        for r in rules:
+            for g in r["apiGroups"]:
+                for res in r["resources"]:
+                    for v in r["verbs"]:
+                        wanted.add((g, res, v))
+    assert wanted, f"`oooi-controller rbac` printed no rules:\n{proc.stdout}"
+    have = rules_of(render()[0])
+    assert have == wanted, (
+        f"chart grants more than the code uses: {sorted(have - wanted)}\n"
+        f"code uses what the chart does not grant: {sorted(wanted - have)}"
+    )
+
+
+def test_rbac_is_least_privilege():
+    objects, _ = render()
+    for o in objects:
+        if o["kind"] in ("ClusterRole", "Role"):
+            for r in o["rules"]:
+                assert "*" not in r["verbs"] and "*" not in r["resources"] and "*" not in r["apiGroups"], r
+                assert not {"escalate", "bind", "impersonate"} & set(r["verbs"]), r
+    # The Lease is reachable only in the release namespace.
+    role = find(objects, "Role")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}]
+    assert ("coordination.k8s.io", "leases") not in {(g, r) for g, r, _ in rules_of([find(objects, "ClusterRole")])}
+    sa = find(objects, "ServiceAccount")["metadata"]["name"]
+    for kind in ("ClusterRoleBinding", "RoleBinding"):
+        b = find(objects, kind)
+        assert b["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}], b["subjects"]
+
+
+def test_metrics_service_and_monitor_select_the_controller():
+    objects, _ = render(ALL_FEATURES)
+    dep = find(objects, "Deployment")
+    pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+    svc = find(objects, "Service")
+    assert all(pod_labels.get(k) == v for k, v in svc["spec"]["selector"].items()), (svc["spec"]["selector"], pod_labels)
+    assert svc["spec"]["selector"]["app.kubernetes.io/component"] == "controller"
+    (port,) = svc["spec"]["ports"]
+    assert port["port"] == 8443 and port["targetPort"] == "http", port
+    sm = find(objects, "ServiceMonitor")
+    assert all(svc["metadata"]["labels"].get(k) == v for k, v in sm["spec"]["selector"]["matchLabels"].items())
+    assert sm["spec"]["endpoints"][0]["port"] == port["name"]
+    assert sm["metadata"]["labels"]["release"] == "prom"
+    np = find(objects, "NetworkPolicy")
+    assert np["spec"]["podSelector"]["matchLabels"] == svc["spec"]["selector"]
+    assert np["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert np["spec"]["ingress"][0]["from"] == ALL_FEATURES["networkPolicy"]["metricsFrom"]
+
+
+def test_filter_configmap_holds_the_built_module():
+    wasm_path = CHART / "files" / WASM_KEY
+    assert wasm_path.is_file(), f"{wasm_path} is missing: tools/dev test copies it from the wasm build"
+    data = wasm_path.read_bytes()
+    assert data[:4] == b"\0asm", "files/oooi_sni_router.wasm is not a wasm module"
+    built = os.environ.get("OOOI_FILTER_WASM")
+    if built:
+        assert Path(built).read_bytes() == data, f"charts/oooi/files/{WASM_KEY} differs from the build {built}"
+    assert len(data) <= MAX_WASM_BYTES, f"filter module is {len(data)} bytes, over the 512 KiB budget"
+    for values, name in (({}, "oooi-filter"), (ALL_FEATURES, "custom-filter")):
+        cm = find(render(values)[0], "ConfigMap", name)
+        assert list(cm["binaryData"]) == [WASM_KEY], list(cm["binaryData"])
+        assert base64.b64decode(cm["binaryData"][WASM_KEY]) == data
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        assert cm["metadata"]["annotations"]["hostedcluster.densityops.com/filter-digest"] == digest
+        assert cm["metadata"]["annotations"]["hostedcluster.densityops.com/filter-bytes"] == str(len(data))
+        # The API server stores at most 1 MiB per object, base64 and metadata included.
+        assert len(json.dumps(cm)) < 1024 * 1024, len(json.dumps(cm))
+    print(f"    filter module {len(data)} bytes ({len(data) / MAX_WASM_BYTES:.0%} of 512 KiB)")
+
+
+def test_missing_filter_module_fails_clearly():
+    msg = expect_render_failure({"filter": {"file": "files/not_built.wasm"}}, "files/not_built.wasm is missing", "cargo build -p oooi-sni-router")
+    assert "wasm32-wasip1" in msg, msg
+
+
+def test_oversized_filter_module_is_refused():
+    size = (CHART / "files" / WASM_KEY).stat().st_size
+    expect_render_failure({"filter": {"maxBytes": 1024}}, f"is {size} bytes, over filter.maxBytes (1024)")
+
+
+BAD_VALUES = [
+    ({"replicaCount": -1}, "/replicaCount"),
+    ({"replicaCount": "two"}, "/replicaCount"),
+    ({"unknownKey": True}, "unknownKey"),
+    ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+    ({"image": {"digest": "sha256:nothex"}}, "/image/digest"),
+    ({"image": {"repository": ""}}, "/image/repository"),
+    ({"image": {"tag": "has space"}}, "/image/tag"),
+    ({"leaderElection": {"enabled": "yes"}}, "/leaderElection/enabled"),
+    ({"leaderElection": {"leaseName": "Not_A_Name"}}, "/leaderElection/leaseName"),
+    ({"controller": {"logFormat": "xml"}}, "/controller/logFormat"),
+    ({"controller": {"httpPort": 80}}, "/controller/httpPort"),
+    ({"controller": {"httpPort": 70000}}, "/controller/httpPort"),
+    ({"controller": {"watchNamespace": "Bad_NS"}}, "/controller/watchNamespace"),
+    ({"controller": {"extraEnv": [{"value": "no name"}]}}, "/controller/extraEnv/0"),
+    ({"controller": {"typo": 1}}, "typo"),
+    ({"securityContext": {"runAsUser": 0}}, "/securityContext/runAsUser"),
+    ({"securityContext": {"privileged": True}}, "privileged"),
+    ({"resources": {"requests": {"cpu": "lots"}}}, "/resources/requests/cpu"),
+    ({"resources": {"limit": {}}}, "limit"),
+    ({"probes": {"liveness": {"periodSeconds": 0}}}, "/probes/liveness/periodSeconds"),
+    ({"metrics": {"service": {"port": 0}}}, "/metrics/service/port"),
+    ({"metrics": {"serviceMonitor": {"interval": "often"}}}, "/metrics/serviceMonitor/interval"),
+    ({"networkPolicy": {"metricsFrom": [{"pods": {}}]}}, "/networkPolicy/metricsFrom/0"),
+    ({"networkPolicy": {"egress": {"apiServerCIDRs": ["10.0.0.1"]}}}, "/networkPolicy/egress/apiServerCIDRs/0"),
+    ({"networkPolicy": {"egress": {"pushPorts": []}}}, "/networkPolicy/egress/pushPorts"),
+    ({"filter": {"maxBytes": 1048576}}, "/filter/maxBytes"),
+    ({"filter": {"file": "/etc/passwd"}}, "/filter/file"),
+    ({"serviceAccount": {"create": "true"}}, "/serviceAccount/create"),
+    ({"nodeSelector": {"zone": 1}}, "/nodeSelector/zone"),
+    ({"fullnameOverride": "x" * 53}, "/fullnameOverride"),
+]
+
+
+def test_schema_rejects_bad_values():
+    chart = helm.Chart.load(str(CHART))
+    for values, where in BAD_VALUES:
+        try:
+            chart.validate_schema(values)
+        except helm.HelmValuesError as e:
+            assert where in str(e), f"{values}: error does not point at {where}: {e}"
+        else:
+            raise AssertionError(f"values.schema.json accepted {values}")
+        # Render enforces the schema too (what `helm install` does).
+        try:
+            chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+        except helm.HelmError:
+            pass
+        else:
+            raise AssertionError(f"render accepted {values}")
+
+
+def test_schema_accepts_defaults_and_all_features():
+    chart = helm.Chart.load(str(CHART))
+    chart.validate_schema({})
+    chart.validate_schema(ALL_FEATURES)
+
+
+def test_schema_covers_every_default_value():
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def walk(v, s, path):
+        assert s is not None, f"{path} has no schema"
+        if isinstance(v, dict) and s.get("type") == "object" and "properties" in s:
+            assert s.get("additionalProperties") is False, f"{path} accepts unknown keys"
+            for k, sub in v.items():
+                walk(sub, s["properties"].get(k), f"{path}.{k}")
+
+    walk(values, schema, "values")
+
+
+def test_crds_ship_with_the_chart():
+    chart = helm.Chart.load(str(CHART))
+    crds = [yaml.safe_load(c["data"]) for c in chart.crds]
+    names = sorted(c["metadata"]["name"] for c in crds)
+    want = sorted(f"{plural}.{GROUP}" for plural in KINDS.values())
+    assert names == want, f"charts/oooi/crds/ holds {names}, want {want} (generated by `oooi-controller crds`)"
+    for crd in crds:
+        kubernetes_validate.validate(crd, KUBE_VERSION, strict=True)
+        spec = crd["spec"]
+        assert spec["group"] == GROUP and spec["scope"] == "Namespaced", crd["metadata"]["name"]
+        assert KINDS[spec["names"]["kind"]] == spec["names"]["plural"]
+        versions = [v["name"] for v in spec["versions"]]
+        assert "v1alpha1" in versions, versions
+        for v in spec["versions"]:
+            assert v.get("subresources", {}).get("status") == {}, f"{crd['metadata']['name']} {v['name']}: no status subresource"
+            assert v.get("additionalPrinterColumns"), f"{crd['metadata']['name']} {v['name']}: no printer columns"
+    ica = next(c for c in crds if c["spec"]["names"]["kind"] == "InfraClusterAttachment")
+    assert "ica" in ica["spec"]["names"].get("shortNames", []), ica["spec"]["names"]
+
+
+def test_notes_say_what_to_create_next():
+    _, notes = render()
+    assert "Infra" in notes and "InfraClusterAttachment" in notes, notes
+    assert notes.index("1. An Infra") < notes.index("2. An InfraClusterAttachment"), notes
+    assert f"-n {NAMESPACE}" in notes and "oooi-controller" in notes, notes
+    assert "CRDs stay" in notes, notes
+
+
+def test_names_fit_and_do_not_collide():
+    for values, release in (({}, "oooi"), ({}, "a" * 40), ({"fullnameOverride": "x" * 52}, "r")):
+        chart = helm.Chart.load(str(CHART))
+        out = chart.render(values, name=release, namespace=NAMESPACE, is_install=True)
+        objs = [d for n, t in out.items() if not n.endswith("NOTES.txt") for d in yaml.safe_load_all(t) if d]
+        seen = set()
+        for o in objs:
+            name = o["metadata"]["name"]
+            assert len(name) <= 63, f"{o['kind']} name {name!r} is {len(name)} characters"
+            assert (o["kind"], name) not in seen, (o["kind"], name)
+            seen.add((o["kind"], name))
+        validate_objects(objs)
+
+
+# --------------------------------------------------------------------------
+# runner
+
+
+def main(argv):
+    only = argv[argv.index("-k") + 1] if "-k" in argv else None
+    tests = [(n, f) for n, f in globals().items() if n.startswith("test_") and callable(f)]
+    if only:
+        tests = [(n, f) for n, f in tests if only in n]
+    passed = failed = 0
+    start = time.monotonic()
+    for name, fn in tests:
+        t0 = time.monotonic()
+        try:
+            fn()
+        except Exception as e:  # a failed assertion or a Helm error: report, go on
+            failed += 1
+            print(f"FAIL {name} ({time.monotonic() - t0:.1f}s)")
+            detail = str(e) if isinstance(e, AssertionError) else "".join(traceback.format_exception(e))
+            for line in detail.rstrip().splitlines():
+                print(f"    {line}")
+        else:
+            passed += 1
+            print(f"ok   {name} ({time.monotonic() - t0:.1f}s)")
+    print(f"charts/tests: {len(tests)} tests in {time.monotonic() - start:.1f}s")
+    print(f"chart: {passed} passed, {failed} failed")
+    return 1 if failed or not tests else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
