@@ -99,7 +99,7 @@ ALL_FEATURES = {
         "metricsFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
         "egress": {"enabled": True, "apiServerCIDRs": ["10.0.0.1/32", "fd00::1/128"]},
     },
-    "filter": {"configMapName": "custom-filter"},
+    "filter": {"configMapName": "custom-filter", "extraNamespaces": ["infra-a", "oooi-system", "infra-b"]},
 }
 
 
@@ -226,6 +226,8 @@ def test_all_features_render_is_valid_kubernetes():
         [
             "ClusterRole",
             "ClusterRoleBinding",
+            "ConfigMap",
+            "ConfigMap",
             "ConfigMap",
             "Deployment",
             "NetworkPolicy",
@@ -413,8 +415,13 @@ def test_filter_configmap_holds_the_built_module():
     if built:
         assert Path(built).read_bytes() == data, f"charts/oooi/files/{WASM_KEY} differs from the build {built}"
     assert len(data) <= MAX_WASM_BYTES, f"filter module is {len(data)} bytes, over the 512 KiB budget"
-    for values, name in (({}, "oooi-filter"), (ALL_FEATURES, "custom-filter")):
-        cm = find(render(values)[0], "ConfigMap", name)
+    for values, name, namespaces in (
+        ({}, "oooi-sni-router", [NAMESPACE]),
+        (ALL_FEATURES, "custom-filter", [NAMESPACE, "infra-a", "infra-b"]),
+    ):
+        cms = [o for o in render(values)[0] if o["kind"] == "ConfigMap"]
+        assert [(c["metadata"]["name"], c["metadata"]["namespace"]) for c in cms] == [(name, ns) for ns in namespaces], cms
+        cm = cms[-1]
         assert list(cm["binaryData"]) == [WASM_KEY], list(cm["binaryData"])
         assert base64.b64decode(cm["binaryData"][WASM_KEY]) == data
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
@@ -463,6 +470,8 @@ BAD_VALUES = [
     ({"networkPolicy": {"egress": {"pushPorts": []}}}, "/networkPolicy/egress/pushPorts"),
     ({"filter": {"maxBytes": 1048576}}, "/filter/maxBytes"),
     ({"filter": {"file": "/etc/passwd"}}, "/filter/file"),
+    ({"filter": {"configMapName": ""}}, "/filter/configMapName"),
+    ({"filter": {"extraNamespaces": ["Not_NS"]}}, "/filter/extraNamespaces/0"),
     ({"serviceAccount": {"create": "true"}}, "/serviceAccount/create"),
     ({"nodeSelector": {"zone": 1}}, "/nodeSelector/zone"),
     ({"fullnameOverride": "x" * 53}, "/fullnameOverride"),

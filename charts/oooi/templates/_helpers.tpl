@@ -50,7 +50,7 @@ app.kubernetes.io/component: controller
 {{- end }}
 
 {{- define "oooi.filterConfigMapName" -}}
-{{- default (printf "%s-filter" (include "oooi.fullname" .)) .Values.filter.configMapName | trunc 63 | trimSuffix "-" }}
+{{- .Values.filter.configMapName }}
 {{- end }}
 
 {{- define "oooi.image" -}}
