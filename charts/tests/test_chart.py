@@ -11,9 +11,8 @@
   is asked for its `run` flags and its RBAC rules, so that the Deployment's
   arguments and the ClusterRole follow the code.
 
-Run: `python3 charts/tests/test_chart.py [-k SUBSTRING]`. `tools/dev test`
-copies the freshly built filter into charts/oooi/files/ first. The last line is
-`chart: N passed, M failed`; the exit code is 1 when anything failed.
+Run with `python3 charts/tests/run.py [-k SUBSTRING]`; `tools/dev test`
+copies the freshly built filter into charts/oooi/files/ first.
 """
 
 from __future__ import annotations
@@ -25,8 +24,6 @@ import json
 import os
 import subprocess
 import sys
-import time
-import traceback
 from pathlib import Path
 
 import helm_python as helm
@@ -556,36 +553,3 @@ def test_names_fit_and_do_not_collide():
             assert (o["kind"], name) not in seen, (o["kind"], name)
             seen.add((o["kind"], name))
         validate_objects(objs)
-
-
-# --------------------------------------------------------------------------
-# runner
-
-
-def main(argv):
-    only = argv[argv.index("-k") + 1] if "-k" in argv else None
-    tests = [(n, f) for n, f in globals().items() if n.startswith("test_") and callable(f)]
-    if only:
-        tests = [(n, f) for n, f in tests if only in n]
-    passed = failed = 0
-    start = time.monotonic()
-    for name, fn in tests:
-        t0 = time.monotonic()
-        try:
-            fn()
-        except Exception as e:  # a failed assertion or a Helm error: report, go on
-            failed += 1
-            print(f"FAIL {name} ({time.monotonic() - t0:.1f}s)")
-            detail = str(e) if isinstance(e, AssertionError) else "".join(traceback.format_exception(e))
-            for line in detail.rstrip().splitlines():
-                print(f"    {line}")
-        else:
-            passed += 1
-            print(f"ok   {name} ({time.monotonic() - t0:.1f}s)")
-    print(f"charts/tests: {len(tests)} tests in {time.monotonic() - start:.1f}s")
-    print(f"chart: {passed} passed, {failed} failed")
-    return 1 if failed or not tests else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
