@@ -29,7 +29,12 @@ const PAYLOAD_LEN: usize = 19;
 const OP_COMMIT: u8 = 1;
 const OP_RELEASE: u8 = 2;
 
-/// One persisted lease.
+/// The MAC recorded for an address a client DECLINEd: the quarantine then
+/// survives a restart like any lease.
+pub const DECLINED_MAC: Mac = Mac([0; 6]);
+
+/// One persisted lease. A lease whose MAC is [`DECLINED_MAC`] records a
+/// declined (quarantined) address until `expires_unix`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoredLease {
     /// Leased address.
@@ -56,6 +61,7 @@ pub struct LeaseStore {
     file: File,
     leases: BTreeMap<Ipv4Addr, StoredLease>,
     records: usize,
+    unsynced: bool,
 }
 
 fn encode(op: u8, l: &StoredLease) -> Vec<u8> {
@@ -153,6 +159,7 @@ impl LeaseStore {
                 file,
                 leases,
                 records,
+                unsynced: false,
             },
             Recovery {
                 records,
@@ -170,26 +177,50 @@ impl LeaseStore {
 
     fn append(&mut self, rec: &[u8]) -> std::io::Result<()> {
         self.file.write_all(rec)?;
-        // fsync before the caller answers the client: an ACKed lease is durable.
-        self.file.sync_data()?;
         self.records += 1;
+        self.unsynced = true;
         Ok(())
     }
 
-    /// Durably records a lease (fsync before returning).
-    pub fn commit(&mut self, lease: StoredLease) -> std::io::Result<()> {
+    /// Appends a lease record without waiting for the disk. The lease is
+    /// durable only after the next [`LeaseStore::sync`]; the server calls it
+    /// once per batch of messages (group commit) before sending any ACK.
+    pub fn append_commit(&mut self, lease: StoredLease) -> std::io::Result<()> {
         self.append(&encode(OP_COMMIT, &lease))?;
         self.leases.insert(lease.ip, lease);
         Ok(())
     }
 
-    /// Durably removes the lease on `ip`.
-    pub fn release(&mut self, ip: Ipv4Addr) -> std::io::Result<()> {
+    /// Appends the removal of the lease on `ip` (durable after the next sync).
+    pub fn append_release(&mut self, ip: Ipv4Addr) -> std::io::Result<()> {
         if let Some(l) = self.leases.get(&ip).copied() {
             self.append(&encode(OP_RELEASE, &l))?;
             self.leases.remove(&ip);
         }
         Ok(())
+    }
+
+    /// Makes every appended record durable (`fdatasync`). Returns whether
+    /// there was anything to sync.
+    pub fn sync(&mut self) -> std::io::Result<bool> {
+        if !self.unsynced {
+            return Ok(false);
+        }
+        self.file.sync_data()?;
+        self.unsynced = false;
+        Ok(true)
+    }
+
+    /// Durably records a lease (fsync before returning).
+    pub fn commit(&mut self, lease: StoredLease) -> std::io::Result<()> {
+        self.append_commit(lease)?;
+        self.sync().map(|_| ())
+    }
+
+    /// Durably removes the lease on `ip`.
+    pub fn release(&mut self, ip: Ipv4Addr) -> std::io::Result<()> {
+        self.append_release(ip)?;
+        self.sync().map(|_| ())
     }
 
     /// The live leases, by address.
@@ -204,6 +235,7 @@ impl LeaseStore {
 
     /// Rewrites the log to hold only the live leases (atomic rename).
     pub fn compact(&mut self) -> std::io::Result<()> {
+        self.sync()?;
         let tmp = self.dir.join(format!("{LOG_NAME}.tmp"));
         {
             let mut f = File::create(&tmp)?;
@@ -218,6 +250,7 @@ impl LeaseStore {
             .append(true)
             .open(self.dir.join(LOG_NAME))?;
         self.records = self.leases.len();
+        self.unsynced = false;
         Ok(())
     }
 }

@@ -1,7 +1,15 @@
 //! oooi-dhcp: a DHCPv4 server for the isolated VLAN of oooi.
 //!
-//! Modules: [`config`] (typed, validated configuration), [`lease_store`]
-//! (durable append-only lease log).
+//! A received datagram flows through the pure stages of [`pipeline`]
+//! (parse → classify → decide → reply → destination) over the in-memory
+//! [`leases::LeaseTable`]; [`server`] owns the socket, the durable
+//! [`lease_store`] (group commit: one fsync per batch, before any ACK of the
+//! batch is sent), reloads and periodic work. [`config`] is the typed config
+//! file, [`metrics`] the Prometheus endpoint.
 
 pub mod config;
 pub mod lease_store;
+pub mod leases;
+pub mod metrics;
+pub mod pipeline;
+pub mod server;

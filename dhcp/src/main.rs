@@ -1,1 +1,181 @@
-fn main() {}
+//! `oooi-dhcp`: serve DHCPv4 on the VLAN, check a config file, or list the
+//! leases in a data directory.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc::Sender;
+
+use clap::{Parser, Subcommand};
+use notify::{RecursiveMode, Watcher};
+use oooi_dhcp::config::Config;
+use oooi_dhcp::lease_store::{DECLINED_MAC, LeaseStore};
+use oooi_dhcp::metrics::{ResultLabels, metrics, serve_http};
+use oooi_dhcp::server::{self, Server};
+
+/// DHCPv4 server for the oooi isolated VLAN.
+///
+/// Needs CAP_NET_BIND_SERVICE (port 67), CAP_NET_RAW (SO_BINDTODEVICE, only
+/// when `interface` is set) and CAP_NET_ADMIN (ARP entries for unicast
+/// replies; without it replies to new clients are broadcast).
+#[derive(Parser)]
+#[command(version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve DHCP, reloading CONFIG when it (or the Kubernetes `..data`
+    /// symlink beside it) changes; a bad new file is rejected and the old
+    /// config stays in force.
+    Serve {
+        /// Config file (YAML).
+        #[arg(long, env = "OOOI_DHCP_CONFIG")]
+        config: PathBuf,
+        /// Directory of the lease log (a PVC in the cluster).
+        #[arg(long, env = "OOOI_DHCP_DATA_DIR")]
+        data_dir: PathBuf,
+        /// Address of the /metrics and /healthz endpoint.
+        #[arg(long, env = "OOOI_DHCP_METRICS_ADDR", default_value = "0.0.0.0:9067")]
+        metrics_addr: SocketAddr,
+    },
+    /// Validate CONFIG and print the pool and reservations.
+    Check {
+        /// Config file (YAML).
+        config: PathBuf,
+    },
+    /// List the leases recorded in a data directory (read-only; safe beside
+    /// a running server).
+    Leases {
+        /// Directory of the lease log.
+        #[arg(long, env = "OOOI_DHCP_DATA_DIR")]
+        data_dir: PathBuf,
+    },
+}
+
+fn reload_metric(result: &str) {
+    metrics()
+        .reloads
+        .get_or_create(&ResultLabels {
+            result: result.to_string(),
+        })
+        .inc();
+}
+
+/// Watches the config's directory (a `..data` swap is a rename a file watch
+/// misses) and sends each new valid config to the server loop.
+fn watch(path: &Path, tx: Sender<Config>) -> anyhow::Result<notify::RecommendedWatcher> {
+    let file = path.to_path_buf();
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+    let mut last = std::fs::read(&file).unwrap_or_default();
+    let mut watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
+        if ev.is_err() {
+            return;
+        }
+        let Ok(now) = std::fs::read(&file) else {
+            return;
+        };
+        if now == last {
+            return;
+        }
+        last = now;
+        match Config::load(&file) {
+            Ok(c) => {
+                reload_metric("ok");
+                tracing::info!(path = %file.display(), "config reloaded");
+                let _ = tx.send(c);
+            }
+            Err(e) => {
+                reload_metric("rejected");
+                tracing::error!(path = %file.display(), error = %e, "config rejected, keeping the last good one");
+            }
+        }
+    })?;
+    watcher.watch(&dir, RecursiveMode::NonRecursive)?;
+    Ok(watcher)
+}
+
+fn check(path: &Path) -> anyhow::Result<()> {
+    let c = Config::load(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    println!(
+        "ok: subnet {} server {} pool {}-{} ({} addresses)",
+        c.subnet,
+        c.server_ip,
+        c.range_start,
+        c.range_end,
+        c.pool_size()
+    );
+    for (mac, r) in &c.reservations {
+        println!(
+            "reservation {mac} {} {}",
+            r.ip,
+            r.hostname.as_deref().unwrap_or("-")
+        );
+    }
+    Ok(())
+}
+
+fn list_leases(dir: &Path) -> anyhow::Result<()> {
+    let now = server::unix_now();
+    let leases = LeaseStore::read_only(dir)
+        .map_err(|e| anyhow::anyhow!("cannot read leases in {}: {e}", dir.display()))?;
+    println!("{:<16} {:<18} {:<12} state", "ip", "mac", "expires");
+    for l in leases {
+        let state = if l.mac == DECLINED_MAC {
+            "declined"
+        } else if l.expires_unix > now {
+            "active"
+        } else {
+            "expired"
+        };
+        println!("{:<16} {:<18} {:<12} {state}", l.ip, l.mac, l.expires_unix);
+    }
+    Ok(())
+}
+
+async fn serve(config: PathBuf, data_dir: PathBuf, metrics_addr: SocketAddr) -> anyhow::Result<()> {
+    let c = Config::load(&config).map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
+    let (store, recovery) = LeaseStore::open(&data_dir)
+        .map_err(|e| anyhow::anyhow!("cannot open lease store {}: {e}", data_dir.display()))?;
+    server::report_recovery(&data_dir, &recovery, store.leases().len());
+    let socket = server::open_socket(c.interface.as_deref(), server::SERVER_PORT)
+        .map_err(|e| anyhow::anyhow!("cannot open UDP 0.0.0.0:67: {e}"))?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let _watcher = watch(&config, tx)?;
+    let server = Server::new(socket, store, Arc::new(c), rx);
+    let dhcp = tokio::task::spawn_blocking(move || server.run());
+    tokio::select! {
+        r = dhcp => r?,
+        r = serve_http(metrics_addr) => r,
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let result = match Cli::parse().command {
+        Command::Check { config } => check(&config),
+        Command::Leases { data_dir } => list_leases(&data_dir),
+        Command::Serve {
+            config,
+            data_dir,
+            metrics_addr,
+        } => serve(config, data_dir, metrics_addr).await,
+    };
+    if let Err(e) = result {
+        tracing::error!(error = %e, "oooi-dhcp failed");
+        eprintln!("oooi-dhcp: {e}");
+        std::process::exit(1);
+    }
+}

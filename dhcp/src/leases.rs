@@ -1,0 +1,607 @@
+//! The lease table: which address belongs to which client, and the
+//! allocation policy. Pure state, no I/O: the current time is a parameter
+//! and persistence is the caller's job (every method that changes a lease
+//! returns the [`StoredLease`] to write).
+//!
+//! Policy:
+//! - a MAC with a reservation only ever gets its reserved address;
+//! - a returning client gets its previous address when it is still usable;
+//! - otherwise a client may get the address it asks for (option 50) when
+//!   free, then the lowest never-bound address, then the address whose lease
+//!   or hold ended longest ago (expired leases are reclaimed last, so that
+//!   their former owners keep the best chance of getting them back);
+//! - an OFFERed address is held for [`OFFER_HOLD_SECONDS`] so that two
+//!   concurrent DISCOVERs never get the same address;
+//! - a DECLINEd address is quarantined for the configured time.
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use crate::config::{Config, Mac};
+use crate::lease_store::{DECLINED_MAC, StoredLease};
+
+/// How long an offered address stays reserved for the client it was offered to.
+pub const OFFER_HOLD_SECONDS: u64 = 30;
+
+/// State of one address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Offered to `mac`, not committed; held until `until`.
+    Offered {
+        /// End of the hold, Unix seconds.
+        until: u64,
+    },
+    /// Committed (ACKed) to `mac` until `expires`.
+    Bound {
+        /// Lease expiry, Unix seconds.
+        expires: u64,
+    },
+    /// Declined by a client; out of the pool until `until`.
+    Declined {
+        /// End of the quarantine, Unix seconds.
+        until: u64,
+    },
+}
+
+/// An address's owner and state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Binding {
+    /// Owner ([`DECLINED_MAC`] for a quarantined address).
+    pub mac: Mac,
+    /// Offered, bound or declined.
+    pub state: State,
+}
+
+impl Binding {
+    /// The time at which the binding stops holding its address.
+    pub fn ends(&self) -> u64 {
+        match self.state {
+            State::Offered { until } | State::Declined { until } => until,
+            State::Bound { expires } => expires,
+        }
+    }
+
+    /// Whether the binding still holds the address at `now`.
+    pub fn live(&self, now: u64) -> bool {
+        self.ends() > now
+    }
+}
+
+/// Why no address could be given or confirmed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Every pool address is live (bound, offered or quarantined).
+    PoolExhausted,
+    /// The client's reserved address is held by another client.
+    ReservedAddressInUse,
+    /// The address is not one this client may have (outside the pool, an
+    /// infra address, or not the client's reservation).
+    NotAllowed,
+    /// The address is live for another client.
+    InUse,
+}
+
+impl Refusal {
+    /// Short, stable text for logs and NAK messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::PoolExhausted => "pool exhausted",
+            Refusal::ReservedAddressInUse => "reserved address held by another client",
+            Refusal::NotAllowed => "address not allowed for this client",
+            Refusal::InUse => "address in use by another client",
+        }
+    }
+}
+
+/// A committed lease and the address the client held before, if the commit
+/// moved it (that one is released).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Commit {
+    /// The lease to persist before acknowledging it.
+    pub lease: StoredLease,
+    /// The client's previous address, now free (persist its release).
+    pub superseded: Option<Ipv4Addr>,
+}
+
+/// Counts for the metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Dynamic pool size.
+    pub pool_size: usize,
+    /// Live bound leases (pool and reservations).
+    pub active: usize,
+    /// Live offers.
+    pub offered: usize,
+    /// Addresses in quarantine.
+    pub declined: usize,
+    /// Pool addresses not held by a live binding.
+    pub free: usize,
+}
+
+/// Every binding, the free part of the pool and the config it follows.
+#[derive(Debug, Clone)]
+pub struct LeaseTable {
+    config: Arc<Config>,
+    by_ip: HashMap<Ipv4Addr, Binding>,
+    /// The last address of each MAC: a hint for returning clients.
+    last_ip: HashMap<Mac, Ipv4Addr>,
+    /// Pool addresses with no binding at all.
+    never_bound: BTreeSet<Ipv4Addr>,
+}
+
+impl LeaseTable {
+    /// An empty table for `config`.
+    pub fn new(config: Arc<Config>) -> Self {
+        let mut t = LeaseTable {
+            config,
+            by_ip: HashMap::new(),
+            last_ip: HashMap::new(),
+            never_bound: BTreeSet::new(),
+        };
+        t.rebuild_free();
+        t
+    }
+
+    /// A table holding the leases recovered from the store.
+    pub fn from_store<'a>(
+        config: Arc<Config>,
+        leases: impl IntoIterator<Item = &'a StoredLease>,
+    ) -> Self {
+        let mut t = LeaseTable::new(config);
+        for l in leases {
+            let b = if l.mac == DECLINED_MAC {
+                Binding {
+                    mac: l.mac,
+                    state: State::Declined {
+                        until: l.expires_unix,
+                    },
+                }
+            } else {
+                t.last_ip.insert(l.mac, l.ip);
+                Binding {
+                    mac: l.mac,
+                    state: State::Bound {
+                        expires: l.expires_unix,
+                    },
+                }
+            };
+            t.by_ip.insert(l.ip, b);
+            t.never_bound.remove(&l.ip);
+        }
+        t
+    }
+
+    /// The config in force.
+    pub fn config(&self) -> &Arc<Config> {
+        &self.config
+    }
+
+    /// Switches to a new config (reload). Bindings are kept; a client whose
+    /// address is no longer allowed gets a NAK at its next renewal.
+    pub fn reconfigure(&mut self, config: Arc<Config>) {
+        self.config = config;
+        self.rebuild_free();
+    }
+
+    fn rebuild_free(&mut self) {
+        let by_ip = &self.by_ip;
+        self.never_bound = self
+            .config
+            .pool()
+            .filter(|a| !by_ip.contains_key(a))
+            .collect();
+    }
+
+    /// Whether `ip` belongs to the dynamic pool.
+    pub fn in_pool(&self, ip: Ipv4Addr) -> bool {
+        let c = &self.config;
+        ip >= c.range_start && ip <= c.range_end && !c.excluded.contains(&ip)
+    }
+
+    /// Whether `mac` may hold `ip` under the current config.
+    pub fn allowed(&self, mac: Mac, ip: Ipv4Addr) -> bool {
+        match self.config.reservations.get(&mac) {
+            Some(r) => r.ip == ip,
+            None => self.in_pool(ip),
+        }
+    }
+
+    /// The binding of `ip`, if any (live or not).
+    pub fn get(&self, ip: Ipv4Addr) -> Option<&Binding> {
+        self.by_ip.get(&ip)
+    }
+
+    /// Whether `mac` could take `ip` at `now` without taking it from anyone.
+    fn usable_by(&self, mac: Mac, ip: Ipv4Addr, now: u64) -> bool {
+        if !self.allowed(mac, ip) {
+            return false;
+        }
+        match self.by_ip.get(&ip) {
+            None => true,
+            Some(b) if b.mac == mac => true,
+            Some(b) => !b.live(now),
+        }
+    }
+
+    fn set(&mut self, ip: Ipv4Addr, b: Binding) {
+        self.by_ip.insert(ip, b);
+        self.never_bound.remove(&ip);
+        if b.mac != DECLINED_MAC {
+            self.last_ip.insert(b.mac, ip);
+        }
+    }
+
+    fn remove(&mut self, ip: Ipv4Addr) {
+        self.by_ip.remove(&ip);
+        if self.in_pool(ip) {
+            self.never_bound.insert(ip);
+        }
+    }
+
+    /// The address `mac` holds now (bound or offered, live), if any.
+    pub fn current(&self, mac: Mac, now: u64) -> Option<Ipv4Addr> {
+        let ip = *self.last_ip.get(&mac)?;
+        let b = self.by_ip.get(&ip)?;
+        (b.mac == mac && b.live(now)).then_some(ip)
+    }
+
+    /// Chooses an address for a DISCOVER and holds it for the client.
+    pub fn offer(
+        &mut self,
+        mac: Mac,
+        requested: Option<Ipv4Addr>,
+        now: u64,
+    ) -> Result<Ipv4Addr, Refusal> {
+        let ip = self.choose(mac, requested, now)?;
+        let bound_to_client = matches!(
+            self.by_ip.get(&ip),
+            Some(b) if b.mac == mac && matches!(b.state, State::Bound { .. }) && b.live(now)
+        );
+        if !bound_to_client {
+            self.set(
+                ip,
+                Binding {
+                    mac,
+                    state: State::Offered {
+                        until: now + OFFER_HOLD_SECONDS,
+                    },
+                },
+            );
+        }
+        Ok(ip)
+    }
+
+    fn choose(&self, mac: Mac, requested: Option<Ipv4Addr>, now: u64) -> Result<Ipv4Addr, Refusal> {
+        if let Some(r) = self.config.reservations.get(&mac) {
+            return if self.usable_by(mac, r.ip, now) {
+                Ok(r.ip)
+            } else {
+                Err(Refusal::ReservedAddressInUse)
+            };
+        }
+        if let Some(&prev) = self.last_ip.get(&mac)
+            && self.usable_by(mac, prev, now)
+            && !matches!(self.by_ip.get(&prev), Some(b) if b.mac == DECLINED_MAC)
+        {
+            return Ok(prev);
+        }
+        if let Some(req) = requested
+            && self.usable_by(mac, req, now)
+        {
+            return Ok(req);
+        }
+        if let Some(&ip) = self.never_bound.iter().next() {
+            return Ok(ip);
+        }
+        // Reclaim: the pool address whose binding ended longest ago.
+        self.by_ip
+            .iter()
+            .filter(|(ip, b)| !b.live(now) && self.in_pool(**ip))
+            .min_by_key(|(ip, b)| (b.ends(), **ip))
+            .map(|(ip, _)| *ip)
+            .ok_or(Refusal::PoolExhausted)
+    }
+
+    /// Commits `ip` to `mac` for the configured lease time (REQUEST in any
+    /// state). The caller persists the returned lease before the ACK.
+    pub fn commit(&mut self, mac: Mac, ip: Ipv4Addr, now: u64) -> Result<Commit, Refusal> {
+        if !self.allowed(mac, ip) {
+            return Err(Refusal::NotAllowed);
+        }
+        if !self.usable_by(mac, ip, now) {
+            return Err(Refusal::InUse);
+        }
+        let superseded =
+            self.last_ip.get(&mac).copied().filter(|&prev| {
+                prev != ip && matches!(self.by_ip.get(&prev), Some(b) if b.mac == mac)
+            });
+        if let Some(prev) = superseded {
+            self.remove(prev);
+        }
+        let expires = now + u64::from(self.config.lease_seconds);
+        self.set(
+            ip,
+            Binding {
+                mac,
+                state: State::Bound { expires },
+            },
+        );
+        Ok(Commit {
+            lease: StoredLease {
+                ip,
+                mac,
+                expires_unix: expires,
+            },
+            superseded,
+        })
+    }
+
+    /// RELEASE: frees `ip` when `mac` holds it. Returns whether it did.
+    pub fn release(&mut self, mac: Mac, ip: Ipv4Addr) -> bool {
+        match self.by_ip.get(&ip) {
+            Some(b) if b.mac == mac => {
+                self.remove(ip);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// DECLINE: quarantines `ip` when `mac` holds it (offered or bound).
+    /// Returns the quarantine record to persist.
+    pub fn decline(&mut self, mac: Mac, ip: Ipv4Addr, now: u64) -> Option<StoredLease> {
+        match self.by_ip.get(&ip) {
+            Some(b) if b.mac == mac => {
+                let until = now + u64::from(self.config.decline_quarantine_seconds);
+                self.set(
+                    ip,
+                    Binding {
+                        mac: DECLINED_MAC,
+                        state: State::Declined { until },
+                    },
+                );
+                Some(StoredLease {
+                    ip,
+                    mac: DECLINED_MAC,
+                    expires_unix: until,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// The client chose another server (REQUEST with a foreign server id):
+    /// drop our uncommitted offer.
+    pub fn withdraw_offer(&mut self, mac: Mac) {
+        if let Some(&ip) = self.last_ip.get(&mac)
+            && matches!(self.by_ip.get(&ip), Some(b) if b.mac == mac && matches!(b.state, State::Offered { .. }))
+        {
+            self.remove(ip);
+        }
+    }
+
+    /// Drops offers whose hold ended and quarantines that ran out, so the
+    /// addresses return to the never-bound set. Expired leases are kept as
+    /// reclaimable bindings (their owner may come back for them).
+    pub fn reclaim(&mut self, now: u64) -> usize {
+        let done: Vec<Ipv4Addr> = self
+            .by_ip
+            .iter()
+            .filter(|(_, b)| {
+                !b.live(now) && matches!(b.state, State::Offered { .. } | State::Declined { .. })
+            })
+            .map(|(ip, _)| *ip)
+            .collect();
+        for ip in &done {
+            self.remove(*ip);
+        }
+        done.len()
+    }
+
+    /// Counts for the metrics.
+    pub fn stats(&self, now: u64) -> Stats {
+        let pool_size = self.config.pool_size();
+        let mut s = Stats {
+            pool_size,
+            ..Stats::default()
+        };
+        let mut held_in_pool = 0;
+        for (ip, b) in &self.by_ip {
+            if !b.live(now) {
+                continue;
+            }
+            match b.state {
+                State::Offered { .. } => s.offered += 1,
+                State::Bound { .. } => s.active += 1,
+                State::Declined { .. } => s.declined += 1,
+            }
+            if self.in_pool(*ip) {
+                held_in_pool += 1;
+            }
+        }
+        s.free = pool_size.saturating_sub(held_in_pool);
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const YAML: &str = r#"
+server_ip: 192.0.2.2
+subnet: 192.0.2.0/24
+gateway: 192.0.2.1
+range: { start: 192.0.2.100, end: 192.0.2.103 }
+excluded: [192.0.2.101]
+lease_seconds: 600
+decline_quarantine_seconds: 100
+reservations:
+  - { mac: "02:00:00:00:00:aa", ip: 192.0.2.50, hostname: worker-0 }
+"#;
+
+    fn table() -> LeaseTable {
+        LeaseTable::new(Arc::new(Config::from_yaml(YAML).unwrap()))
+    }
+
+    fn mac(n: u8) -> Mac {
+        Mac([2, 0, 0, 0, 0, n])
+    }
+
+    fn ip(n: u8) -> Ipv4Addr {
+        Ipv4Addr::new(192, 0, 2, n)
+    }
+
+    #[test]
+    fn pool_skips_excluded_and_infra_addresses() {
+        let mut t = table();
+        let got: Vec<_> = (1..=3).map(|n| t.offer(mac(n), None, 0).unwrap()).collect();
+        assert_eq!(got, vec![ip(100), ip(102), ip(103)]);
+        assert_eq!(t.offer(mac(4), None, 0), Err(Refusal::PoolExhausted));
+    }
+
+    #[test]
+    fn offers_are_held_so_concurrent_clients_never_share() {
+        let mut t = table();
+        let a = t.offer(mac(1), None, 0).unwrap();
+        let b = t.offer(mac(2), Some(a), 1).unwrap();
+        assert_ne!(a, b);
+        // The hold ends: the address can be offered to someone else.
+        let c = t.offer(mac(3), Some(a), OFFER_HOLD_SECONDS + 1).unwrap();
+        assert_eq!(c, a);
+        assert_eq!(
+            t.commit(mac(1), a, OFFER_HOLD_SECONDS + 2),
+            Err(Refusal::InUse)
+        );
+    }
+
+    #[test]
+    fn reserved_mac_gets_its_address_and_nothing_else() {
+        let mut t = table();
+        let r = Mac::parse("02:00:00:00:00:aa").unwrap();
+        assert_eq!(t.offer(r, Some(ip(100)), 0), Ok(ip(50)));
+        assert_eq!(t.commit(r, ip(100), 0), Err(Refusal::NotAllowed));
+        assert!(t.commit(r, ip(50), 0).is_ok());
+        // Nobody else may take the reserved address.
+        assert_eq!(t.commit(mac(1), ip(50), 0), Err(Refusal::NotAllowed));
+    }
+
+    #[test]
+    fn returning_client_gets_its_previous_address_after_expiry() {
+        let mut t = table();
+        let a = t.offer(mac(1), None, 0).unwrap();
+        t.commit(mac(1), a, 0).unwrap();
+        // Others take the rest of the pool meanwhile.
+        t.offer(mac(2), None, 10).unwrap();
+        let now = 10_000; // long after expiry
+        assert_eq!(t.offer(mac(1), None, now), Ok(a));
+    }
+
+    #[test]
+    fn expired_leases_are_reclaimed_when_the_pool_is_full() {
+        let mut t = table();
+        for n in 1..=3 {
+            let a = t.offer(mac(n), None, 0).unwrap();
+            t.commit(mac(n), a, 0).unwrap();
+        }
+        assert_eq!(t.offer(mac(9), None, 599), Err(Refusal::PoolExhausted));
+        let got = t.offer(mac(9), None, 601).unwrap();
+        assert!(t.in_pool(got));
+        assert_eq!(t.stats(601).active, 0);
+    }
+
+    #[test]
+    fn commit_checks_owner_and_pool() {
+        let mut t = table();
+        assert_eq!(t.commit(mac(1), ip(101), 0), Err(Refusal::NotAllowed));
+        assert_eq!(t.commit(mac(1), ip(2), 0), Err(Refusal::NotAllowed));
+        assert_eq!(
+            t.commit(mac(1), Ipv4Addr::new(10, 0, 0, 1), 0),
+            Err(Refusal::NotAllowed)
+        );
+        let c = t.commit(mac(1), ip(102), 0).unwrap();
+        assert_eq!(c.lease.expires_unix, 600);
+        assert_eq!(t.commit(mac(2), ip(102), 5), Err(Refusal::InUse));
+        // Renewal extends.
+        assert_eq!(
+            t.commit(mac(1), ip(102), 300).unwrap().lease.expires_unix,
+            900
+        );
+    }
+
+    #[test]
+    fn moving_to_a_new_address_releases_the_old_one() {
+        let mut t = table();
+        t.commit(mac(1), ip(102), 0).unwrap();
+        let c = t.commit(mac(1), ip(103), 1).unwrap();
+        assert_eq!(c.superseded, Some(ip(102)));
+        assert!(t.get(ip(102)).is_none());
+    }
+
+    #[test]
+    fn release_frees_only_the_owners_address() {
+        let mut t = table();
+        t.commit(mac(1), ip(100), 0).unwrap();
+        assert!(!t.release(mac(2), ip(100)));
+        assert!(t.release(mac(1), ip(100)));
+        assert_eq!(t.stats(1).free, 3);
+    }
+
+    #[test]
+    fn declined_address_is_quarantined_then_returns() {
+        let mut t = table();
+        let a = t.offer(mac(1), None, 0).unwrap();
+        t.commit(mac(1), a, 0).unwrap();
+        let q = t.decline(mac(1), a, 10).unwrap();
+        assert_eq!(q.mac, DECLINED_MAC);
+        assert_eq!(q.expires_unix, 110);
+        assert_eq!(t.stats(20).declined, 1);
+        // The decliner does not get it back while quarantined.
+        assert_ne!(t.offer(mac(1), None, 20).unwrap(), a);
+        assert_eq!(t.commit(mac(2), a, 50), Err(Refusal::InUse));
+        t.reclaim(111);
+        assert_eq!(t.stats(111).declined, 0);
+        assert!(t.commit(mac(2), a, 111).is_ok());
+    }
+
+    #[test]
+    fn store_recovery_restores_bindings_and_quarantine() {
+        let cfg = Arc::new(Config::from_yaml(YAML).unwrap());
+        let stored = [
+            StoredLease {
+                ip: ip(100),
+                mac: mac(1),
+                expires_unix: 1000,
+            },
+            StoredLease {
+                ip: ip(102),
+                mac: DECLINED_MAC,
+                expires_unix: 1000,
+            },
+        ];
+        let mut t = LeaseTable::from_store(cfg, &stored);
+        assert_eq!(t.current(mac(1), 10), Some(ip(100)));
+        assert_eq!(t.offer(mac(2), None, 10), Ok(ip(103)));
+        assert_eq!(t.offer(mac(3), None, 10), Err(Refusal::PoolExhausted));
+    }
+
+    #[test]
+    fn reload_changes_reservations_and_pool() {
+        let mut t = table();
+        t.commit(mac(1), ip(100), 0).unwrap();
+        let yaml = YAML.replace("02:00:00:00:00:aa", "02:00:00:00:00:01");
+        t.reconfigure(Arc::new(Config::from_yaml(&yaml).unwrap()));
+        // The MAC is now reserved: its pool address is refused, the reservation offered.
+        assert_eq!(t.commit(mac(1), ip(100), 1), Err(Refusal::NotAllowed));
+        assert_eq!(t.offer(mac(1), None, 1), Ok(ip(50)));
+    }
+
+    #[test]
+    fn withdrawn_offer_frees_the_address() {
+        let mut t = table();
+        let a = t.offer(mac(1), None, 0).unwrap();
+        t.withdraw_offer(mac(1));
+        assert_eq!(t.offer(mac(2), None, 1), Ok(a));
+    }
+}

@@ -1,0 +1,240 @@
+//! Prometheus metrics (`oooi_dhcp_*`) and the HTTP endpoint serving
+//! `/metrics` and `/healthz`.
+
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Labels of the message counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MessageLabels {
+    /// DHCP message type, e.g. `discover`, `ack`.
+    pub r#type: String,
+}
+
+/// Labels of the dropped-packet counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// Why.
+    pub reason: String,
+}
+
+/// Labels of `oooi_dhcp_reloads_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// `ok` or `rejected`.
+    pub result: String,
+}
+
+/// Every metric of the process.
+pub struct Metrics {
+    registry: Registry,
+    /// Requests received, by message type.
+    pub received: Family<MessageLabels, Counter>,
+    /// Replies sent, by message type.
+    pub sent: Family<MessageLabels, Counter>,
+    /// Datagrams dropped without a reply, by reason.
+    pub dropped: Family<ReasonLabels, Counter>,
+    /// NAKs sent.
+    pub naks: Counter,
+    /// DECLINEs accepted (addresses quarantined).
+    pub declines: Counter,
+    /// DISCOVERs that got no offer because the pool was exhausted.
+    pub pool_exhausted: Counter,
+    /// Live bound leases.
+    pub leases_active: Gauge,
+    /// Free pool addresses.
+    pub leases_free: Gauge,
+    /// Live offers (held, uncommitted).
+    pub leases_offered: Gauge,
+    /// Quarantined addresses.
+    pub leases_declined: Gauge,
+    /// Held share of the pool, 0..1.
+    pub pool_utilisation: Gauge<f64, AtomicU64>,
+    /// Time to make a batch durable (write + fdatasync).
+    pub store_sync: Histogram,
+    /// Records per durable batch (group commit size).
+    pub store_batch: Histogram,
+    /// Bytes cut from a torn or corrupt log tail at start.
+    pub store_truncated_bytes: Counter,
+    /// Store compactions.
+    pub store_compactions: Counter,
+    /// Config reloads by result.
+    pub reloads: Family<ResultLabels, Counter>,
+    /// Send failures.
+    pub send_errors: Counter,
+}
+
+/// The process-wide metrics.
+pub fn metrics() -> &'static Metrics {
+    static M: OnceLock<Metrics> = OnceLock::new();
+    M.get_or_init(|| {
+        let mut r = Registry::default();
+        let m = Metrics {
+            registry: Registry::default(),
+            received: Family::default(),
+            sent: Family::default(),
+            dropped: Family::default(),
+            naks: Counter::default(),
+            declines: Counter::default(),
+            pool_exhausted: Counter::default(),
+            leases_active: Gauge::default(),
+            leases_free: Gauge::default(),
+            leases_offered: Gauge::default(),
+            leases_declined: Gauge::default(),
+            pool_utilisation: Gauge::default(),
+            store_sync: Histogram::new(exponential_buckets(0.00005, 2.0, 16)),
+            store_batch: Histogram::new(exponential_buckets(1.0, 2.0, 10)),
+            store_truncated_bytes: Counter::default(),
+            store_compactions: Counter::default(),
+            reloads: Family::default(),
+            send_errors: Counter::default(),
+        };
+        r.register(
+            "oooi_dhcp_messages_received",
+            "DHCP requests received, by message type",
+            m.received.clone(),
+        );
+        r.register(
+            "oooi_dhcp_messages_sent",
+            "DHCP replies sent, by message type",
+            m.sent.clone(),
+        );
+        r.register(
+            "oooi_dhcp_packets_dropped",
+            "Datagrams dropped without a reply, by reason",
+            m.dropped.clone(),
+        );
+        r.register("oooi_dhcp_naks", "NAKs sent", m.naks.clone());
+        r.register(
+            "oooi_dhcp_declines",
+            "DECLINEs accepted (address quarantined)",
+            m.declines.clone(),
+        );
+        r.register(
+            "oooi_dhcp_pool_exhausted",
+            "DISCOVERs left without an offer because the pool is exhausted",
+            m.pool_exhausted.clone(),
+        );
+        r.register(
+            "oooi_dhcp_leases_active",
+            "Live bound leases",
+            m.leases_active.clone(),
+        );
+        r.register(
+            "oooi_dhcp_leases_free",
+            "Free addresses in the dynamic pool",
+            m.leases_free.clone(),
+        );
+        r.register(
+            "oooi_dhcp_leases_offered",
+            "Offered addresses held for a client",
+            m.leases_offered.clone(),
+        );
+        r.register(
+            "oooi_dhcp_leases_declined",
+            "Declined addresses in quarantine",
+            m.leases_declined.clone(),
+        );
+        r.register(
+            "oooi_dhcp_pool_utilisation_ratio",
+            "Held share of the dynamic pool (0..1)",
+            m.pool_utilisation.clone(),
+        );
+        r.register(
+            "oooi_dhcp_store_sync_duration_seconds",
+            "Time to make one batch of lease records durable (write + fdatasync)",
+            m.store_sync.clone(),
+        );
+        r.register(
+            "oooi_dhcp_store_batch_records",
+            "Lease records made durable by one fdatasync (group commit)",
+            m.store_batch.clone(),
+        );
+        r.register(
+            "oooi_dhcp_store_truncated_bytes",
+            "Bytes cut from a torn or corrupt lease log tail at start",
+            m.store_truncated_bytes.clone(),
+        );
+        r.register(
+            "oooi_dhcp_store_compactions",
+            "Lease log compactions",
+            m.store_compactions.clone(),
+        );
+        r.register(
+            "oooi_dhcp_reloads",
+            "Config reloads by result",
+            m.reloads.clone(),
+        );
+        r.register(
+            "oooi_dhcp_send_errors",
+            "Replies that could not be sent",
+            m.send_errors.clone(),
+        );
+        Metrics { registry: r, ..m }
+    })
+}
+
+/// Counts one message of `kind` in `family`.
+pub fn count(family: &Family<MessageLabels, Counter>, kind: &str) {
+    family
+        .get_or_create(&MessageLabels {
+            r#type: kind.to_string(),
+        })
+        .inc();
+}
+
+/// Text exposition of every metric.
+pub fn render() -> String {
+    let mut out = String::new();
+    if prometheus_client::encoding::text::encode(&mut out, &metrics().registry).is_err() {
+        out.clear();
+    }
+    out
+}
+
+/// Unix seconds of the DHCP loop's last turn; `/healthz` fails when stale.
+pub static HEARTBEAT: AtomicU64 = AtomicU64::new(0);
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Records that the DHCP loop is alive.
+pub fn beat() {
+    HEARTBEAT.store(unix_now(), Ordering::Relaxed);
+}
+
+async fn healthz() -> (axum::http::StatusCode, &'static str) {
+    let last = HEARTBEAT.load(Ordering::Relaxed);
+    if last != 0 && unix_now().saturating_sub(last) <= 5 {
+        (axum::http::StatusCode::OK, "ok\n")
+    } else {
+        (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "dhcp loop not running\n",
+        )
+    }
+}
+
+/// Serves `/metrics` and `/healthz` on `addr`.
+pub async fn serve_http(addr: SocketAddr) -> anyhow::Result<()> {
+    let app = axum::Router::new()
+        .route("/metrics", axum::routing::get(|| async { render() }))
+        .route("/healthz", axum::routing::get(healthz));
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(%addr, "serving /metrics and /healthz");
+    axum::serve(listener, app).await?;
+    Ok(())
+}

@@ -1,0 +1,985 @@
+//! Message handling as a pipeline of named, pure stages (no sockets, no
+//! disk): [`parse`] → [`classify`] → [`decide`] → [`reply_options`] /
+//! [`build_reply`] → [`destination`]. [`handle`] runs them all and returns
+//! what the I/O layer must do: persist (`store`), then send (`reply`).
+
+use std::net::Ipv4Addr;
+
+use dhcproto::v4::{
+    self, DhcpOption, DhcpOptions, Flags, HType, Message, MessageType, Opcode, OptionCode,
+};
+use dhcproto::{Decodable, Decoder, Encodable, Encoder};
+use ipnet::Ipv4Net;
+
+use crate::config::{Config, Mac};
+use crate::lease_store::StoredLease;
+use crate::leases::{LeaseTable, Refusal};
+
+/// Why a packet was dropped without a reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dropped {
+    /// Not a decodable BOOTP/DHCP message.
+    Malformed,
+    /// A BOOTREPLY, or no DHCP message type: not for a server.
+    NotARequest,
+    /// Hardware type or length other than Ethernet's.
+    UnsupportedHardware,
+}
+
+impl Dropped {
+    /// Label for metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dropped::Malformed => "malformed",
+            Dropped::NotARequest => "not_a_request",
+            Dropped::UnsupportedHardware => "unsupported_hardware",
+        }
+    }
+}
+
+/// Fixed BOOTP header plus the magic cookie.
+const HEADER_LEN: usize = 240;
+
+/// Whether an option the server reads has a length it can use.
+fn option_len_ok(code: u8, len: usize) -> bool {
+    match code {
+        53 => len == 1,      // message type
+        50 | 54 => len == 4, // requested address, server identifier
+        55 | 61 | 82 => len >= 1,
+        _ => false,
+    }
+}
+
+/// Stage 1a: keeps only the options the server reads (message type,
+/// requested address, server identifier, parameter request list, client
+/// identifier, relay agent information) with valid lengths, and drops every
+/// other option before decoding. Unknown or malformed options are thus
+/// ignored rather than trusted to a decoder (dhcproto 0.15 asserts on some
+/// option lengths in debug builds), and decoding is cheaper. Returns None
+/// when the option area itself is truncated.
+pub fn sanitize(buf: &[u8]) -> Option<Vec<u8>> {
+    if buf.len() < HEADER_LEN || buf[236..240] != v4::MAGIC {
+        return None;
+    }
+    let mut out = Vec::with_capacity(buf.len().min(576));
+    out.extend_from_slice(&buf[..HEADER_LEN]);
+    let mut i = HEADER_LEN;
+    while i < buf.len() {
+        let code = buf[i];
+        match code {
+            0 => {
+                i += 1;
+                continue;
+            }
+            255 => break,
+            _ => {}
+        }
+        let len = *buf.get(i + 1)? as usize;
+        let value = buf.get(i + 2..i + 2 + len)?;
+        if option_len_ok(code, len) {
+            out.push(code);
+            out.push(len as u8);
+            out.extend_from_slice(value);
+        }
+        i += 2 + len;
+    }
+    out.push(255);
+    Some(out)
+}
+
+/// Stage 1: bytes to a message (after [`sanitize`]).
+pub fn parse(buf: &[u8]) -> Result<Message, Dropped> {
+    let clean = sanitize(buf).ok_or(Dropped::Malformed)?;
+    Message::decode(&mut Decoder::new(&clean)).map_err(|_| Dropped::Malformed)
+}
+
+/// A client request the server acts on.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The decoded message.
+    pub msg: Message,
+    /// Its DHCP message type (option 53).
+    pub kind: MessageType,
+    /// The client's hardware address (chaddr).
+    pub mac: Mac,
+}
+
+impl Request {
+    fn requested_ip(&self) -> Option<Ipv4Addr> {
+        match self.msg.opts().get(OptionCode::RequestedIpAddress) {
+            Some(DhcpOption::RequestedIpAddress(ip)) => Some(*ip),
+            _ => None,
+        }
+    }
+
+    fn server_id(&self) -> Option<Ipv4Addr> {
+        match self.msg.opts().get(OptionCode::ServerIdentifier) {
+            Some(DhcpOption::ServerIdentifier(ip)) => Some(*ip),
+            _ => None,
+        }
+    }
+}
+
+/// Stage 2: keeps requests from Ethernet clients, names the message type.
+pub fn classify(msg: Message) -> Result<Request, Dropped> {
+    if msg.opcode() != Opcode::BootRequest {
+        return Err(Dropped::NotARequest);
+    }
+    if msg.htype() != HType::Eth || msg.hlen() != 6 || msg.chaddr().len() < 6 {
+        return Err(Dropped::UnsupportedHardware);
+    }
+    let kind = msg.opts().msg_type().ok_or(Dropped::NotARequest)?;
+    let mut m = [0u8; 6];
+    m.copy_from_slice(&msg.chaddr()[..6]);
+    if m == [0; 6] {
+        return Err(Dropped::UnsupportedHardware);
+    }
+    Ok(Request {
+        msg,
+        kind,
+        mac: Mac(m),
+    })
+}
+
+/// The lease decision for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// DISCOVER answered: `ip` is held for the client.
+    Offer {
+        /// Offered address.
+        ip: Ipv4Addr,
+    },
+    /// REQUEST confirmed: persist `commit` first, then ACK.
+    Ack {
+        /// The lease (and the client's superseded address, if any).
+        commit: crate::leases::Commit,
+    },
+    /// INFORM: configuration only, no lease.
+    InformAck,
+    /// REQUEST refused.
+    Nak {
+        /// Why (sent in option 56 and logged).
+        reason: &'static str,
+    },
+    /// RELEASE of an address the client held.
+    Released {
+        /// The freed address.
+        ip: Ipv4Addr,
+    },
+    /// DECLINE: the address is quarantined.
+    Declined {
+        /// The quarantine record to persist.
+        quarantine: StoredLease,
+    },
+    /// DISCOVER with no address to give (pool exhausted or reservation busy).
+    NoAddress {
+        /// Why.
+        refusal: Refusal,
+    },
+    /// Nothing to do (client chose another server, release of an address it
+    /// does not hold, message type a server ignores).
+    Ignore {
+        /// Why, for the debug log.
+        reason: &'static str,
+    },
+}
+
+impl Decision {
+    /// Label for metrics.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Decision::Offer { .. } => "offer",
+            Decision::Ack { .. } => "ack",
+            Decision::InformAck => "inform_ack",
+            Decision::Nak { .. } => "nak",
+            Decision::Released { .. } => "released",
+            Decision::Declined { .. } => "declined",
+            Decision::NoAddress { .. } => "no_address",
+            Decision::Ignore { .. } => "ignored",
+        }
+    }
+}
+
+/// Stage 3: what the lease table says (and changes) for this request.
+///
+/// REQUEST states (RFC 2131 §4.3.2): SELECTING carries a server identifier
+/// (ours: commit the requested address; another server's: withdraw our
+/// offer silently); INIT-REBOOT carries option 50 and no ciaddr; RENEWING
+/// and REBINDING carry ciaddr. Any state commits only an address this client
+/// may hold and nobody else holds, and NAKs otherwise. The server is
+/// authoritative for its VLAN: an INIT-REBOOT or REBINDING client asking for
+/// a free, allowed address it has no record of gets it (a worker keeps its
+/// address even if the store was lost).
+pub fn decide(table: &mut LeaseTable, req: &Request, now: u64) -> Decision {
+    let server_ip = table.config().server_ip;
+    match req.kind {
+        MessageType::Discover => match table.offer(req.mac, req.requested_ip(), now) {
+            Ok(ip) => Decision::Offer { ip },
+            Err(refusal) => Decision::NoAddress { refusal },
+        },
+        MessageType::Request => {
+            let ciaddr = req.msg.ciaddr();
+            let (ip, selecting) = match req.server_id() {
+                Some(id) if id != server_ip => {
+                    table.withdraw_offer(req.mac);
+                    return Decision::Ignore {
+                        reason: "client selected another server",
+                    };
+                }
+                Some(_) => (req.requested_ip().unwrap_or(ciaddr), true),
+                None if !ciaddr.is_unspecified() => (ciaddr, false),
+                None => match req.requested_ip() {
+                    Some(ip) => (ip, false),
+                    None => {
+                        return Decision::Nak {
+                            reason: "request names no address",
+                        };
+                    }
+                },
+            };
+            if ip.is_unspecified() {
+                return Decision::Nak {
+                    reason: "request names no address",
+                };
+            }
+            if !selecting && !table.config().subnet.contains(&ip) {
+                return Decision::Nak {
+                    reason: "address is not on this network",
+                };
+            }
+            match table.commit(req.mac, ip, now) {
+                Ok(commit) => Decision::Ack { commit },
+                Err(r) => Decision::Nak { reason: r.as_str() },
+            }
+        }
+        MessageType::Release => {
+            if req.server_id().is_some_and(|id| id != server_ip) {
+                return Decision::Ignore {
+                    reason: "release for another server",
+                };
+            }
+            let ip = req.msg.ciaddr();
+            if table.release(req.mac, ip) {
+                Decision::Released { ip }
+            } else {
+                Decision::Ignore {
+                    reason: "release of an address the client does not hold",
+                }
+            }
+        }
+        MessageType::Decline => {
+            if req.server_id().is_some_and(|id| id != server_ip) {
+                return Decision::Ignore {
+                    reason: "decline for another server",
+                };
+            }
+            let Some(ip) = req.requested_ip() else {
+                return Decision::Ignore {
+                    reason: "decline without requested address",
+                };
+            };
+            match table.decline(req.mac, ip, now) {
+                Some(quarantine) => Decision::Declined { quarantine },
+                None => Decision::Ignore {
+                    reason: "decline of an address the client does not hold",
+                },
+            }
+        }
+        MessageType::Inform => Decision::InformAck,
+        _ => Decision::Ignore {
+            reason: "message type not handled by a server",
+        },
+    }
+}
+
+/// Options the server holds for `mac`, always sent when held.
+const BASIC: [OptionCode; 5] = [
+    OptionCode::SubnetMask,
+    OptionCode::Router,
+    OptionCode::DomainNameServer,
+    OptionCode::DomainName,
+    OptionCode::Hostname,
+];
+
+/// Stage 4a: configuration options for the reply. The basic set (mask,
+/// router, DNS, domain, reserved host name) is always sent when held; the
+/// interface MTU, broadcast address and classless routes are sent when the
+/// client asks for them in its parameter request list (or sends none, like
+/// BOOTP-style tools). When option 121 is sent and a gateway is configured,
+/// the default route is added to it, because RFC 3442 clients ignore
+/// option 3 when option 121 is present.
+pub fn reply_options(cfg: &Config, mac: Mac, prl: Option<&[OptionCode]>) -> Vec<DhcpOption> {
+    let wanted = |code: OptionCode| match prl {
+        None => code != OptionCode::ClasslessStaticRoute,
+        Some(list) => BASIC.contains(&code) || list.contains(&code),
+    };
+    let mut out = Vec::new();
+    if wanted(OptionCode::SubnetMask) {
+        out.push(DhcpOption::SubnetMask(cfg.subnet.netmask()));
+    }
+    if let Some(g) = cfg.gateway
+        && wanted(OptionCode::Router)
+    {
+        out.push(DhcpOption::Router(vec![g]));
+    }
+    if !cfg.dns_servers.is_empty() && wanted(OptionCode::DomainNameServer) {
+        out.push(DhcpOption::DomainNameServer(cfg.dns_servers.clone()));
+    }
+    if let Some(d) = &cfg.domain
+        && wanted(OptionCode::DomainName)
+    {
+        out.push(DhcpOption::DomainName(d.clone()));
+    }
+    if let Some(h) = cfg.reservations.get(&mac).and_then(|r| r.hostname.clone())
+        && wanted(OptionCode::Hostname)
+    {
+        out.push(DhcpOption::Hostname(h));
+    }
+    if let Some(m) = cfg.mtu
+        && wanted(OptionCode::InterfaceMtu)
+    {
+        out.push(DhcpOption::InterfaceMtu(m));
+    }
+    if wanted(OptionCode::BroadcastAddr) {
+        out.push(DhcpOption::BroadcastAddr(cfg.subnet.broadcast()));
+    }
+    if !cfg.classless_routes.is_empty() && wanted(OptionCode::ClasslessStaticRoute) {
+        let mut routes = cfg.classless_routes.clone();
+        if let Some(g) = cfg.gateway
+            && !routes.iter().any(|(d, _)| d.prefix_len() == 0)
+        {
+            routes.push((Ipv4Net::default(), g));
+        }
+        out.push(DhcpOption::ClasslessStaticRoute(routes));
+    }
+    out
+}
+
+/// Stage 4b: the reply message for a decision, or None when nothing is sent.
+pub fn build_reply(cfg: &Config, req: &Request, decision: &Decision) -> Option<Message> {
+    let (kind, yiaddr, lease) = match decision {
+        Decision::Offer { ip } => (MessageType::Offer, *ip, true),
+        Decision::Ack { commit } => (MessageType::Ack, commit.lease.ip, true),
+        Decision::InformAck => (MessageType::Ack, Ipv4Addr::UNSPECIFIED, false),
+        Decision::Nak { .. } => (MessageType::Nak, Ipv4Addr::UNSPECIFIED, false),
+        _ => return None,
+    };
+    let q = &req.msg;
+    let mut r = Message::default();
+    r.set_opcode(Opcode::BootReply)
+        .set_htype(q.htype())
+        .set_xid(q.xid())
+        .set_flags(q.flags())
+        .set_giaddr(q.giaddr())
+        .set_chaddr(q.chaddr())
+        .set_yiaddr(yiaddr);
+    // RFC 2131 table 3: ciaddr is echoed in ACKs (renewal, INFORM), zero otherwise.
+    if kind == MessageType::Ack {
+        r.set_ciaddr(q.ciaddr());
+    }
+    let mut opts = DhcpOptions::new();
+    opts.insert(DhcpOption::MessageType(kind));
+    opts.insert(DhcpOption::ServerIdentifier(cfg.server_ip));
+    if let Decision::Nak { reason } = decision {
+        opts.insert(DhcpOption::Message((*reason).to_string()));
+    } else {
+        if lease {
+            opts.insert(DhcpOption::AddressLeaseTime(cfg.lease_seconds));
+            opts.insert(DhcpOption::Renewal(cfg.t1_seconds));
+            opts.insert(DhcpOption::Rebinding(cfg.t2_seconds));
+        }
+        let prl = match q.opts().get(OptionCode::ParameterRequestList) {
+            Some(DhcpOption::ParameterRequestList(list)) => Some(list.as_slice()),
+            _ => None,
+        };
+        for o in reply_options(cfg, req.mac, prl) {
+            opts.insert(o);
+        }
+    }
+    // RFC 6842: echo the client identifier; RFC 3046: echo relay agent info.
+    for code in [
+        OptionCode::ClientIdentifier,
+        OptionCode::RelayAgentInformation,
+    ] {
+        if let Some(o) = q.opts().get(code) {
+            opts.insert(o.clone());
+        }
+    }
+    r.set_opts(opts);
+    Some(r)
+}
+
+/// Where a reply goes (RFC 2131 §4.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Destination {
+    /// To the relay agent, `giaddr:67`.
+    Relay(Ipv4Addr),
+    /// To a client that already has its address configured, `ciaddr:68`.
+    Client(Ipv4Addr),
+    /// To `yiaddr:68`; the client cannot answer ARP yet, so the server adds
+    /// an ARP entry for `mac` first (or falls back to broadcast).
+    ClientViaArp {
+        /// The client's new address.
+        ip: Ipv4Addr,
+        /// Its hardware address.
+        mac: Mac,
+    },
+    /// `255.255.255.255:68`.
+    Broadcast,
+}
+
+/// Stage 5: the reply's destination.
+pub fn destination(req: &Request, reply: &Message) -> Destination {
+    let q = &req.msg;
+    let is_nak = reply.opts().has_msg_type(MessageType::Nak);
+    if !q.giaddr().is_unspecified() {
+        return Destination::Relay(q.giaddr());
+    }
+    if is_nak {
+        return Destination::Broadcast;
+    }
+    if !q.ciaddr().is_unspecified() {
+        return Destination::Client(q.ciaddr());
+    }
+    if q.flags().broadcast() || reply.yiaddr().is_unspecified() {
+        return Destination::Broadcast;
+    }
+    Destination::ClientViaArp {
+        ip: reply.yiaddr(),
+        mac: req.mac,
+    }
+}
+
+/// A store operation the I/O layer must make durable before sending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreOp {
+    /// Append a lease (or quarantine) record.
+    Commit(StoredLease),
+    /// Append the release of an address.
+    Release(Ipv4Addr),
+}
+
+/// Everything the I/O layer needs after one request.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The request's message type (for metrics).
+    pub kind: MessageType,
+    /// The client.
+    pub mac: Mac,
+    /// The decision (for metrics and logs).
+    pub decision: Decision,
+    /// Records to make durable before the reply is sent.
+    pub store: Vec<StoreOp>,
+    /// The encoded reply and where it goes.
+    pub reply: Option<(Vec<u8>, Destination)>,
+}
+
+/// BOOTP's minimum message size; some clients drop shorter replies.
+const MIN_REPLY_LEN: usize = 300;
+
+/// Encodes a reply, padded to the BOOTP minimum.
+pub fn encode(msg: &Message) -> Option<Vec<u8>> {
+    let mut buf = Vec::with_capacity(576);
+    msg.encode(&mut Encoder::new(&mut buf)).ok()?;
+    if buf.len() < MIN_REPLY_LEN {
+        buf.resize(MIN_REPLY_LEN, 0);
+    }
+    Some(buf)
+}
+
+/// Runs every stage on one received datagram.
+pub fn handle(table: &mut LeaseTable, buf: &[u8], now: u64) -> Result<Outcome, Dropped> {
+    let req = classify(parse(buf)?)?;
+    let decision = decide(table, &req, now);
+    let store = match &decision {
+        Decision::Ack { commit } => {
+            let mut ops = vec![StoreOp::Commit(commit.lease)];
+            if let Some(prev) = commit.superseded {
+                ops.push(StoreOp::Release(prev));
+            }
+            ops
+        }
+        Decision::Released { ip } => vec![StoreOp::Release(*ip)],
+        Decision::Declined { quarantine } => vec![StoreOp::Commit(*quarantine)],
+        _ => Vec::new(),
+    };
+    let cfg = table.config().clone();
+    let reply = build_reply(&cfg, &req, &decision).and_then(|mut m| {
+        let dest = destination(&req, &m);
+        // A relayed NAK asks the relay to broadcast it (RFC 2131 §4.3.2).
+        if m.opts().has_msg_type(MessageType::Nak) && matches!(dest, Destination::Relay(_)) {
+            m.set_flags(Flags::default().set_broadcast());
+        }
+        encode(&m).map(|b| (b, dest))
+    });
+    Ok(Outcome {
+        kind: req.kind,
+        mac: req.mac,
+        decision,
+        store,
+        reply,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    const YAML: &str = r#"
+server_ip: 192.0.2.2
+subnet: 192.0.2.0/24
+gateway: 192.0.2.1
+range: { start: 192.0.2.100, end: 192.0.2.110 }
+dns_servers: [192.0.2.3]
+domain: cluster.example
+lease_seconds: 3600
+mtu: 1450
+classless_routes:
+  - { destination: 10.0.0.0/8, gateway: 192.0.2.1 }
+reservations:
+  - { mac: "02:00:00:00:00:aa", ip: 192.0.2.50, hostname: worker-0 }
+"#;
+
+    fn table() -> LeaseTable {
+        LeaseTable::new(Arc::new(Config::from_yaml(YAML).unwrap()))
+    }
+
+    const MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+    const RESERVED: [u8; 6] = [2, 0, 0, 0, 0, 0xaa];
+
+    fn msg(kind: MessageType, mac: [u8; 6], opts: Vec<DhcpOption>) -> Message {
+        let mut m = Message::default();
+        m.set_xid(0x1234).set_chaddr(&mac);
+        m.opts_mut().insert(DhcpOption::MessageType(kind));
+        for o in opts {
+            m.opts_mut().insert(o);
+        }
+        m
+    }
+
+    fn bytes(m: &Message) -> Vec<u8> {
+        m.to_vec().unwrap()
+    }
+
+    fn run(t: &mut LeaseTable, m: &Message) -> (Outcome, Option<Message>) {
+        let o = handle(t, &bytes(m), 1000).unwrap();
+        let reply = o
+            .reply
+            .as_ref()
+            .map(|(b, _)| Message::decode(&mut Decoder::new(b)).unwrap());
+        (o, reply)
+    }
+
+    fn ip(n: u8) -> Ipv4Addr {
+        Ipv4Addr::new(192, 0, 2, n)
+    }
+
+    #[test]
+    fn parse_rejects_short_and_bad_magic() {
+        assert_eq!(parse(&[0u8; 100]).unwrap_err(), Dropped::Malformed);
+        let mut b = bytes(&msg(MessageType::Discover, MAC, vec![]));
+        b[236] = 0;
+        assert_eq!(parse(&b).unwrap_err(), Dropped::Malformed);
+        // An option whose length runs past the end.
+        let mut b = bytes(&msg(MessageType::Discover, MAC, vec![]));
+        b.truncate(240);
+        b.extend_from_slice(&[53, 1, 1, 12, 200, b'x']);
+        assert_eq!(parse(&b).unwrap_err(), Dropped::Malformed);
+    }
+
+    #[test]
+    fn sanitize_drops_unread_and_bad_length_options() {
+        let mut b = bytes(&msg(MessageType::Discover, MAC, vec![]));
+        b.truncate(240);
+        // type, a bad-length server id, an unknown option, a pad, a good requested address.
+        b.extend_from_slice(&[
+            53, 1, 1, 54, 3, 1, 2, 3, 224, 2, 9, 9, 0, 50, 4, 192, 0, 2, 104, 255,
+        ]);
+        let m = parse(&b).unwrap();
+        assert_eq!(m.opts().msg_type(), Some(MessageType::Discover));
+        assert!(m.opts().get(OptionCode::ServerIdentifier).is_none());
+        assert!(m.opts().get(OptionCode::Unknown(224)).is_none());
+        assert_eq!(
+            m.opts().get(OptionCode::RequestedIpAddress),
+            Some(&DhcpOption::RequestedIpAddress(ip(104)))
+        );
+    }
+
+    #[test]
+    fn classify_drops_replies_and_non_ethernet() {
+        let mut m = msg(MessageType::Discover, MAC, vec![]);
+        m.set_opcode(Opcode::BootReply);
+        assert_eq!(classify(m).unwrap_err(), Dropped::NotARequest);
+        let mut m = msg(MessageType::Discover, MAC, vec![]);
+        m.set_htype(HType::IEEE802);
+        assert_eq!(classify(m).unwrap_err(), Dropped::UnsupportedHardware);
+        let mut m = msg(MessageType::Discover, MAC, vec![]);
+        m.opts_mut().remove(OptionCode::MessageType);
+        assert_eq!(classify(m).unwrap_err(), Dropped::NotARequest);
+        let c = classify(msg(MessageType::Inform, MAC, vec![])).unwrap();
+        assert_eq!(c.mac, Mac(MAC));
+    }
+
+    #[test]
+    fn discover_gets_offer_with_lease_times_and_basic_options() {
+        let mut t = table();
+        let (o, r) = run(&mut t, &msg(MessageType::Discover, MAC, vec![]));
+        let r = r.unwrap();
+        assert_eq!(o.decision, Decision::Offer { ip: ip(100) });
+        assert!(o.store.is_empty(), "an offer is not persisted");
+        assert_eq!(r.opts().msg_type(), Some(MessageType::Offer));
+        assert_eq!(r.yiaddr(), ip(100));
+        assert_eq!(r.ciaddr(), Ipv4Addr::UNSPECIFIED);
+        let o = r.opts();
+        assert_eq!(
+            o.get(OptionCode::ServerIdentifier),
+            Some(&DhcpOption::ServerIdentifier(ip(2)))
+        );
+        assert_eq!(
+            o.get(OptionCode::AddressLeaseTime),
+            Some(&DhcpOption::AddressLeaseTime(3600))
+        );
+        assert_eq!(o.get(OptionCode::Renewal), Some(&DhcpOption::Renewal(1800)));
+        assert_eq!(
+            o.get(OptionCode::Rebinding),
+            Some(&DhcpOption::Rebinding(3150))
+        );
+        assert_eq!(
+            o.get(OptionCode::SubnetMask),
+            Some(&DhcpOption::SubnetMask(Ipv4Addr::new(255, 255, 255, 0)))
+        );
+        assert_eq!(
+            o.get(OptionCode::Router),
+            Some(&DhcpOption::Router(vec![ip(1)]))
+        );
+        assert_eq!(
+            o.get(OptionCode::DomainNameServer),
+            Some(&DhcpOption::DomainNameServer(vec![ip(3)]))
+        );
+        assert_eq!(
+            o.get(OptionCode::DomainName),
+            Some(&DhcpOption::DomainName("cluster.example".into()))
+        );
+        // No PRL: MTU sent, option 121 only on request.
+        assert_eq!(
+            o.get(OptionCode::InterfaceMtu),
+            Some(&DhcpOption::InterfaceMtu(1450))
+        );
+        assert!(o.get(OptionCode::ClasslessStaticRoute).is_none());
+    }
+
+    #[test]
+    fn parameter_request_list_selects_extra_options_and_121_gets_default_route() {
+        let cfg = Config::from_yaml(YAML).unwrap();
+        let prl = [OptionCode::ClasslessStaticRoute, OptionCode::Unknown(224)];
+        let opts = reply_options(&cfg, Mac(MAC), Some(&prl));
+        assert!(
+            !opts
+                .iter()
+                .any(|o| matches!(o, DhcpOption::InterfaceMtu(_)))
+        );
+        let routes = opts
+            .iter()
+            .find_map(|o| match o {
+                DhcpOption::ClasslessStaticRoute(r) => Some(r.clone()),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(
+            routes,
+            vec![
+                ("10.0.0.0/8".parse().unwrap(), ip(1)),
+                ("0.0.0.0/0".parse().unwrap(), ip(1))
+            ]
+        );
+        let opts = reply_options(&cfg, Mac(MAC), Some(&[OptionCode::InterfaceMtu]));
+        assert!(opts.contains(&DhcpOption::InterfaceMtu(1450)));
+    }
+
+    #[test]
+    fn reserved_mac_gets_address_and_hostname() {
+        let mut t = table();
+        let (_, r) = run(&mut t, &msg(MessageType::Discover, RESERVED, vec![]));
+        let r = r.unwrap();
+        assert_eq!(r.yiaddr(), ip(50));
+        assert_eq!(
+            r.opts().get(OptionCode::Hostname),
+            Some(&DhcpOption::Hostname("worker-0".into()))
+        );
+    }
+
+    fn selecting(mac: [u8; 6], want: Ipv4Addr, server: Ipv4Addr) -> Message {
+        msg(
+            MessageType::Request,
+            mac,
+            vec![
+                DhcpOption::RequestedIpAddress(want),
+                DhcpOption::ServerIdentifier(server),
+            ],
+        )
+    }
+
+    #[test]
+    fn selecting_request_is_committed_then_acked() {
+        let mut t = table();
+        run(&mut t, &msg(MessageType::Discover, MAC, vec![]));
+        let (o, r) = run(&mut t, &selecting(MAC, ip(100), ip(2)));
+        let r = r.unwrap();
+        assert_eq!(r.opts().msg_type(), Some(MessageType::Ack));
+        assert_eq!(r.yiaddr(), ip(100));
+        assert_eq!(
+            o.store,
+            vec![StoreOp::Commit(StoredLease {
+                ip: ip(100),
+                mac: Mac(MAC),
+                expires_unix: 4600
+            })]
+        );
+    }
+
+    #[test]
+    fn request_for_another_server_withdraws_the_offer_silently() {
+        let mut t = table();
+        run(&mut t, &msg(MessageType::Discover, MAC, vec![]));
+        let (o, r) = run(&mut t, &selecting(MAC, ip(100), ip(9)));
+        assert!(r.is_none());
+        assert!(matches!(o.decision, Decision::Ignore { .. }));
+        let (_, r) = run(
+            &mut t,
+            &msg(MessageType::Discover, [2, 0, 0, 0, 0, 2], vec![]),
+        );
+        assert_eq!(r.unwrap().yiaddr(), ip(100));
+    }
+
+    #[test]
+    fn init_reboot_acks_own_address_and_naks_foreign_network_and_taken() {
+        let mut t = table();
+        let reboot = |mac, want| {
+            msg(
+                MessageType::Request,
+                mac,
+                vec![DhcpOption::RequestedIpAddress(want)],
+            )
+        };
+        let (_, r) = run(&mut t, &reboot(MAC, ip(104)));
+        assert_eq!(r.unwrap().opts().msg_type(), Some(MessageType::Ack));
+        // Another client asking for the same address is refused.
+        let (_, r) = run(&mut t, &reboot([2, 0, 0, 0, 0, 2], ip(104)));
+        let r = r.unwrap();
+        assert_eq!(r.opts().msg_type(), Some(MessageType::Nak));
+        assert_eq!(r.yiaddr(), Ipv4Addr::UNSPECIFIED);
+        // Wrong network.
+        let (o, r) = run(&mut t, &reboot(MAC, Ipv4Addr::new(10, 9, 9, 9)));
+        assert_eq!(r.unwrap().opts().msg_type(), Some(MessageType::Nak));
+        assert_eq!(
+            o.reply.unwrap().1,
+            Destination::Broadcast,
+            "NAKs are broadcast"
+        );
+    }
+
+    #[test]
+    fn renewing_extends_and_echoes_ciaddr_rebinding_foreign_address_naks() {
+        let mut t = table();
+        run(&mut t, &selecting(MAC, ip(100), ip(2)));
+        let mut renew = msg(MessageType::Request, MAC, vec![]);
+        renew.set_ciaddr(ip(100));
+        let (o, r) = run(&mut t, &renew);
+        let r = r.unwrap();
+        assert_eq!(r.opts().msg_type(), Some(MessageType::Ack));
+        assert_eq!(r.ciaddr(), ip(100));
+        assert_eq!(o.reply.unwrap().1, Destination::Client(ip(100)));
+        // Not in the pool (an infra address): NAK.
+        let mut rebind = msg(MessageType::Request, MAC, vec![]);
+        rebind
+            .set_ciaddr(ip(3))
+            .set_flags(Flags::default().set_broadcast());
+        let (_, r) = run(&mut t, &rebind);
+        assert_eq!(r.unwrap().opts().msg_type(), Some(MessageType::Nak));
+    }
+
+    #[test]
+    fn release_frees_and_decline_quarantines() {
+        let mut t = table();
+        run(&mut t, &selecting(MAC, ip(100), ip(2)));
+        let mut rel = msg(
+            MessageType::Release,
+            MAC,
+            vec![DhcpOption::ServerIdentifier(ip(2))],
+        );
+        rel.set_ciaddr(ip(100));
+        let (o, r) = run(&mut t, &rel);
+        assert!(r.is_none());
+        assert_eq!(o.store, vec![StoreOp::Release(ip(100))]);
+        assert!(t.get(ip(100)).is_none());
+
+        run(&mut t, &selecting(MAC, ip(101), ip(2)));
+        let dec = msg(
+            MessageType::Decline,
+            MAC,
+            vec![
+                DhcpOption::RequestedIpAddress(ip(101)),
+                DhcpOption::ServerIdentifier(ip(2)),
+            ],
+        );
+        let (o, r) = run(&mut t, &dec);
+        assert!(r.is_none());
+        assert!(matches!(o.decision, Decision::Declined { .. }));
+        let (_, r) = run(
+            &mut t,
+            &msg(
+                MessageType::Discover,
+                [2, 0, 0, 0, 0, 3],
+                vec![DhcpOption::RequestedIpAddress(ip(101))],
+            ),
+        );
+        assert_ne!(r.unwrap().yiaddr(), ip(101));
+    }
+
+    #[test]
+    fn inform_gets_options_without_lease() {
+        let mut t = table();
+        let mut m = msg(MessageType::Inform, MAC, vec![]);
+        m.set_ciaddr(ip(7));
+        let (o, r) = run(&mut t, &m);
+        let r = r.unwrap();
+        assert_eq!(r.opts().msg_type(), Some(MessageType::Ack));
+        assert_eq!(r.yiaddr(), Ipv4Addr::UNSPECIFIED);
+        assert!(r.opts().get(OptionCode::AddressLeaseTime).is_none());
+        assert!(r.opts().get(OptionCode::DomainNameServer).is_some());
+        assert!(o.store.is_empty());
+        assert_eq!(o.reply.unwrap().1, Destination::Client(ip(7)));
+    }
+
+    #[test]
+    fn pool_exhaustion_means_no_offer() {
+        let mut t = table();
+        for n in 0..11u8 {
+            let (o, _) = run(
+                &mut t,
+                &msg(MessageType::Discover, [2, 0, 0, 0, 1, n], vec![]),
+            );
+            assert!(matches!(o.decision, Decision::Offer { .. }));
+        }
+        let (o, r) = run(
+            &mut t,
+            &msg(MessageType::Discover, [2, 0, 0, 0, 2, 0], vec![]),
+        );
+        assert!(r.is_none());
+        assert_eq!(
+            o.decision,
+            Decision::NoAddress {
+                refusal: Refusal::PoolExhausted
+            }
+        );
+    }
+
+    #[test]
+    fn unknown_options_are_ignored_not_echoed() {
+        let mut t = table();
+        let m = msg(
+            MessageType::Discover,
+            MAC,
+            vec![DhcpOption::Unknown(v4::UnknownOption::new(
+                OptionCode::Unknown(224),
+                vec![1, 2, 3],
+            ))],
+        );
+        let (_, r) = run(&mut t, &m);
+        let r = r.unwrap();
+        assert!(r.opts().get(OptionCode::Unknown(224)).is_none());
+    }
+
+    #[test]
+    fn reply_addressing_follows_rfc2131_4_1() {
+        let mut t = table();
+        let dest =
+            |t: &mut LeaseTable, m: &Message| handle(t, &bytes(m), 1000).unwrap().reply.unwrap();
+        // Relay: to giaddr:67, whatever else is set.
+        let mut m = msg(MessageType::Discover, MAC, vec![]);
+        m.set_giaddr(ip(9))
+            .set_flags(Flags::default().set_broadcast());
+        assert_eq!(dest(&mut t, &m).1, Destination::Relay(ip(9)));
+        // Broadcast flag.
+        let mut m = msg(MessageType::Discover, MAC, vec![]);
+        m.set_flags(Flags::default().set_broadcast());
+        assert_eq!(dest(&mut t, &m).1, Destination::Broadcast);
+        // Neither: unicast to yiaddr via an ARP entry.
+        let m = msg(MessageType::Discover, MAC, vec![]);
+        assert_eq!(
+            dest(&mut t, &m).1,
+            Destination::ClientViaArp {
+                ip: ip(100),
+                mac: Mac(MAC)
+            }
+        );
+        // A relayed NAK goes to the relay with the broadcast bit set.
+        let mut m = msg(
+            MessageType::Request,
+            MAC,
+            vec![DhcpOption::RequestedIpAddress(ip(3))],
+        );
+        m.set_giaddr(ip(9));
+        let (b, d) = dest(&mut t, &m);
+        assert_eq!(d, Destination::Relay(ip(9)));
+        let r = Message::decode(&mut Decoder::new(&b)).unwrap();
+        assert!(r.flags().broadcast());
+        assert_eq!(r.giaddr(), ip(9));
+        assert!(b.len() >= 300);
+    }
+
+    mod malformed {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn valid() -> Vec<u8> {
+            let mut m = msg(
+                MessageType::Request,
+                MAC,
+                vec![
+                    DhcpOption::RequestedIpAddress(ip(100)),
+                    DhcpOption::ServerIdentifier(ip(2)),
+                    DhcpOption::ParameterRequestList(vec![
+                        OptionCode::SubnetMask,
+                        OptionCode::ClasslessStaticRoute,
+                    ]),
+                    DhcpOption::Hostname("h".into()),
+                ],
+            );
+            m.set_giaddr(ip(9));
+            bytes(&m)
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+            #[test]
+            fn arbitrary_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..600)) {
+                let mut t = table();
+                let _ = handle(&mut t, &b, 1000);
+            }
+
+            #[test]
+            fn mutated_requests_never_panic(
+                flips in proptest::collection::vec((0usize..400, any::<u8>()), 1..8),
+                cut in 0usize..400,
+            ) {
+                let mut t = table();
+                let mut b = valid();
+                for (i, v) in flips {
+                    if i < b.len() {
+                        b[i] = v;
+                    }
+                }
+                // Truncated, bad option lengths, wrong op or htype all land here.
+                b.truncate(b.len().min(240 + cut));
+                if let Ok(o) = handle(&mut t, &b, 1000)
+                    && let Some((reply, _)) = o.reply
+                {
+                    prop_assert!(parse(&reply).is_ok(), "our reply must decode");
+                }
+            }
+        }
+    }
+}

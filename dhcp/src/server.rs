@@ -1,0 +1,352 @@
+//! The I/O side: the UDP socket on port 67, the durable store, reloads and
+//! periodic work. Everything the protocol decides happens in
+//! [`crate::pipeline`]; this module only moves bytes and records.
+//!
+//! Loop: wait for a datagram (or 500 ms), drain up to [`BATCH`] datagrams,
+//! run each through the pipeline, append every resulting lease record, make
+//! them durable with ONE `fdatasync` (group commit), and only then send the
+//! replies. So no ACK leaves before its lease is on disk, and a burst costs
+//! one disk flush instead of one per client. A failed write or sync is
+//! fatal: after a failed fsync the page cache can no longer be trusted
+//! (PostgreSQL's "fsyncgate"), so the process exits and recovery on restart
+//! rebuilds the state from what is really on disk.
+//!
+//! Socket (see TOOLING "DHCP sockets on Linux"): UDP `0.0.0.0:67` with
+//! SO_REUSEADDR and SO_BROADCAST, SO_BINDTODEVICE on the configured
+//! interface (CAP_NET_RAW), and an ARP entry (SIOCSARP, CAP_NET_ADMIN) before
+//! unicasting to a client that has no address yet, with a broadcast fallback
+//! when that is not permitted.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::config::{Config, Mac};
+use crate::lease_store::{LeaseStore, Recovery};
+use crate::leases::LeaseTable;
+use crate::metrics::{self, count, metrics};
+use crate::pipeline::{self, Decision, Destination, Outcome, StoreOp};
+
+/// Most datagrams handled per group commit.
+pub const BATCH: usize = 128;
+/// DHCP server port.
+pub const SERVER_PORT: u16 = 67;
+/// DHCP client port.
+pub const CLIENT_PORT: u16 = 68;
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Opens the server socket: `0.0.0.0:port`, broadcast allowed, bound to
+/// `interface` when given.
+pub fn open_socket(interface: Option<&str>, port: u16) -> std::io::Result<UdpSocket> {
+    let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+    s.set_reuse_address(true)?;
+    s.set_broadcast(true)?;
+    if let Some(ifname) = interface {
+        s.bind_device(Some(ifname.as_bytes())).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("SO_BINDTODEVICE {ifname} (needs CAP_NET_RAW): {e}"),
+            )
+        })?;
+    }
+    // Binding the interface address would miss broadcasts: bind the wildcard.
+    s.bind(&SocketAddr::from((Ipv4Addr::UNSPECIFIED, port)).into())?;
+    s.set_nonblocking(true)?;
+    Ok(s.into())
+}
+
+/// Adds a complete ARP entry `ip → mac` (on `interface` when given), so a
+/// unicast reply reaches a client that cannot answer ARP yet. Needs
+/// CAP_NET_ADMIN.
+pub fn set_arp(
+    socket: &UdpSocket,
+    ip: Ipv4Addr,
+    mac: Mac,
+    interface: Option<&str>,
+) -> std::io::Result<()> {
+    // SAFETY: arpreq is plain data; every field we rely on is set below and
+    // the rest is zero, which the kernel accepts.
+    let mut req: libc::arpreq = unsafe { std::mem::zeroed() };
+    let pa = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 0,
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: sockaddr_in fits in sockaddr (both 16 bytes).
+    req.arp_pa = unsafe { std::mem::transmute::<libc::sockaddr_in, libc::sockaddr>(pa) };
+    req.arp_ha.sa_family = libc::ARPHRD_ETHER;
+    for (i, b) in mac.0.iter().enumerate() {
+        req.arp_ha.sa_data[i] = *b as libc::c_char;
+    }
+    req.arp_flags = libc::ATF_COM;
+    if let Some(name) = interface {
+        for (i, b) in name.bytes().take(libc::IFNAMSIZ - 1).enumerate() {
+            req.arp_dev[i] = b as libc::c_char;
+        }
+    }
+    // SAFETY: a valid fd and a pointer to an initialised arpreq.
+    let rc = unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCSARP, &req) };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn wait_readable(socket: &UdpSocket, timeout: Duration) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: socket.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: one valid pollfd.
+    let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+    rc > 0 && pfd.revents & libc::POLLIN != 0
+}
+
+/// Logs what recovery found and counts truncated bytes.
+pub fn report_recovery(dir: &Path, r: &Recovery, live: usize) {
+    if r.truncated_bytes > 0 {
+        metrics().store_truncated_bytes.inc_by(r.truncated_bytes);
+        tracing::warn!(
+            dir = %dir.display(),
+            records = r.records,
+            truncated_bytes = r.truncated_bytes,
+            "lease log had a torn or corrupt tail; truncated it (those records were never acknowledged)"
+        );
+    }
+    tracing::info!(dir = %dir.display(), records = r.records, leases = live, "lease store recovered");
+}
+
+/// The running server.
+pub struct Server {
+    socket: UdpSocket,
+    store: LeaseStore,
+    table: LeaseTable,
+    reloads: Receiver<Config>,
+    arp_denied_logged: bool,
+}
+
+impl Server {
+    /// A server over an open socket and store; `reloads` delivers validated
+    /// new configs.
+    pub fn new(
+        socket: UdpSocket,
+        store: LeaseStore,
+        config: Arc<Config>,
+        reloads: Receiver<Config>,
+    ) -> Self {
+        let table = LeaseTable::from_store(config, store.leases().values());
+        Server {
+            socket,
+            store,
+            table,
+            reloads,
+            arp_denied_logged: false,
+        }
+    }
+
+    /// Runs until a store error (fatal, see the module docs).
+    pub fn run(mut self) -> anyhow::Result<()> {
+        let mut buf = vec![0u8; 4096];
+        let mut next_tick = Instant::now();
+        tracing::info!(
+            interface = self.table.config().interface.as_deref().unwrap_or("*"),
+            server_ip = %self.table.config().server_ip,
+            pool = self.table.config().pool_size(),
+            "dhcp server listening on 0.0.0.0:67"
+        );
+        loop {
+            metrics::beat();
+            while let Ok(c) = self.reloads.try_recv() {
+                self.apply_reload(c);
+            }
+            if Instant::now() >= next_tick {
+                self.tick()?;
+                next_tick = Instant::now() + Duration::from_secs(1);
+            }
+            if !wait_readable(&self.socket, Duration::from_millis(500)) {
+                continue;
+            }
+            let now = unix_now();
+            let mut outcomes: Vec<Outcome> = Vec::new();
+            for _ in 0..BATCH {
+                let (n, from) = match self.socket.recv_from(&mut buf) {
+                    Ok(x) => x,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "recv failed");
+                        break;
+                    }
+                };
+                match pipeline::handle(&mut self.table, &buf[..n], now) {
+                    Ok(o) => {
+                        self.observe(&o, from);
+                        outcomes.push(o);
+                    }
+                    Err(d) => {
+                        metrics()
+                            .dropped
+                            .get_or_create(&metrics::ReasonLabels {
+                                reason: d.as_str().to_string(),
+                            })
+                            .inc();
+                        tracing::debug!(%from, reason = d.as_str(), "datagram dropped");
+                    }
+                }
+            }
+            self.persist(&outcomes)?;
+            for o in outcomes {
+                if let Some((bytes, dest)) = o.reply {
+                    self.send(&bytes, dest, &o.decision);
+                }
+            }
+        }
+    }
+
+    fn observe(&self, o: &Outcome, from: SocketAddr) {
+        let m = metrics();
+        count(&m.received, &format!("{:?}", o.kind).to_lowercase());
+        match &o.decision {
+            Decision::Offer { ip } => tracing::debug!(mac = %o.mac, %ip, "offer"),
+            Decision::Ack { commit } => {
+                tracing::info!(mac = %o.mac, ip = %commit.lease.ip, expires = commit.lease.expires_unix, "lease committed")
+            }
+            Decision::InformAck => tracing::debug!(mac = %o.mac, %from, "inform"),
+            Decision::Nak { reason } => {
+                m.naks.inc();
+                tracing::info!(mac = %o.mac, %from, reason, "nak");
+            }
+            Decision::Released { ip } => tracing::info!(mac = %o.mac, %ip, "lease released"),
+            Decision::Declined { quarantine } => {
+                m.declines.inc();
+                tracing::warn!(mac = %o.mac, ip = %quarantine.ip, until = quarantine.expires_unix, "address declined, quarantined");
+            }
+            Decision::NoAddress { refusal } => {
+                if *refusal == crate::leases::Refusal::PoolExhausted {
+                    m.pool_exhausted.inc();
+                }
+                tracing::warn!(mac = %o.mac, reason = refusal.as_str(), "no address to offer");
+            }
+            Decision::Ignore { reason } => tracing::debug!(mac = %o.mac, reason, "ignored"),
+        }
+    }
+
+    /// Appends every record of the batch and syncs once.
+    fn persist(&mut self, outcomes: &[Outcome]) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let mut records = 0u64;
+        for op in outcomes.iter().flat_map(|o| o.store.iter()) {
+            match op {
+                StoreOp::Commit(l) => self.store.append_commit(*l),
+                StoreOp::Release(ip) => self.store.append_release(*ip),
+            }
+            .map_err(|e| anyhow::anyhow!("lease store write failed: {e}"))?;
+            records += 1;
+        }
+        if self
+            .store
+            .sync()
+            .map_err(|e| anyhow::anyhow!("lease store fsync failed: {e}"))?
+        {
+            let m = metrics();
+            m.store_sync.observe(started.elapsed().as_secs_f64());
+            m.store_batch.observe(records as f64);
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, bytes: &[u8], dest: Destination, decision: &Decision) {
+        let iface = self.table.config().interface.clone();
+        let to = match dest {
+            Destination::Relay(ip) => SocketAddrV4::new(ip, SERVER_PORT),
+            Destination::Client(ip) => SocketAddrV4::new(ip, CLIENT_PORT),
+            Destination::Broadcast => SocketAddrV4::new(Ipv4Addr::BROADCAST, CLIENT_PORT),
+            Destination::ClientViaArp { ip, mac } => {
+                match set_arp(&self.socket, ip, mac, iface.as_deref()) {
+                    Ok(()) => SocketAddrV4::new(ip, CLIENT_PORT),
+                    Err(e) => {
+                        if !self.arp_denied_logged {
+                            self.arp_denied_logged = true;
+                            tracing::warn!(error = %e, "cannot add ARP entries (CAP_NET_ADMIN?); broadcasting replies instead");
+                        }
+                        SocketAddrV4::new(Ipv4Addr::BROADCAST, CLIENT_PORT)
+                    }
+                }
+            }
+        };
+        let kind = match decision {
+            Decision::Offer { .. } => "offer",
+            Decision::Nak { .. } => "nak",
+            _ => "ack",
+        };
+        match self.socket.send_to(bytes, to) {
+            Ok(_) => count(&metrics().sent, kind),
+            Err(e) => {
+                metrics().send_errors.inc();
+                tracing::warn!(%to, error = %e, "send failed");
+            }
+        }
+    }
+
+    fn apply_reload(&mut self, c: Config) {
+        if c.interface != self.table.config().interface {
+            tracing::warn!(
+                old = ?self.table.config().interface,
+                new = ?c.interface,
+                "interface change takes effect at the next restart"
+            );
+        }
+        let pool = c.pool_size();
+        let reservations = c.reservations.len();
+        self.table.reconfigure(Arc::new(c));
+        tracing::info!(pool, reservations, "config applied");
+    }
+
+    /// Once a second: reclaim ended offers and quarantines, refresh gauges,
+    /// compact the log when it is mostly superseded records.
+    fn tick(&mut self) -> anyhow::Result<()> {
+        let now = unix_now();
+        self.table.reclaim(now);
+        let s = self.table.stats(now);
+        let m = metrics();
+        m.leases_active.set(s.active as i64);
+        m.leases_free.set(s.free as i64);
+        m.leases_offered.set(s.offered as i64);
+        m.leases_declined.set(s.declined as i64);
+        let util = if s.pool_size == 0 {
+            0.0
+        } else {
+            (s.pool_size - s.free) as f64 / s.pool_size as f64
+        };
+        m.pool_utilisation.set(util);
+        if self.store.record_count() > 2 * self.store.leases().len() + 1024 {
+            let t = Instant::now();
+            self.store
+                .compact()
+                .map_err(|e| anyhow::anyhow!("lease store compaction failed: {e}"))?;
+            m.store_compactions.inc();
+            tracing::info!(
+                leases = self.store.leases().len(),
+                ms = t.elapsed().as_millis() as u64,
+                "lease log compacted"
+            );
+        }
+        Ok(())
+    }
+}
