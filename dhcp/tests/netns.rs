@@ -1,0 +1,410 @@
+//! End-to-end tests: the real `oooi-dhcp` binary in a network namespace,
+//! real DHCP clients (busybox `udhcpc`, ISC `dhclient`) and a relay-style
+//! client in namespaces joined by veth pairs to a bridge. Needs root, `ip`,
+//! busybox and isc-dhcp-client (installed by `tools/dev setup`).
+
+mod lab;
+
+use std::collections::{HashMap, HashSet};
+use std::net::{Ipv4Addr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dhcproto::v4::{DhcpOption, Message, MessageType, OptionCode};
+use dhcproto::{Decodable, Decoder, Encodable};
+use lab::{Event, Lab, config, read_events, spawn_in_netns};
+
+fn last_event(path: &std::path::Path, reason: &str) -> Option<Event> {
+    read_events(path)
+        .into_iter()
+        .rev()
+        .find(|e| e.reason == reason)
+}
+
+fn count_events(path: &std::path::Path, reason: &str) -> usize {
+    read_events(path)
+        .iter()
+        .filter(|e| e.reason == reason)
+        .count()
+}
+
+#[test]
+fn udhcpc_gets_lease_with_options_renews_same_address_and_release_frees_it() {
+    let mut lab = Lab::new(&config(150, 50));
+    let ns = lab.add_client("02:00:00:00:00:01");
+    lab.start_server();
+    let (events, idx) = lab.udhcpc(&ns, &[]);
+    lab.wait_for(10, "udhcpc bound", || {
+        last_event(&events, "bound").is_some()
+    });
+    let b = last_event(&events, "bound").expect("bound");
+    let ip: Ipv4Addr = b.get("ip").parse().expect("ip");
+    assert!(
+        (Ipv4Addr::new(192, 0, 2, 100)..=Ipv4Addr::new(192, 0, 2, 150)).contains(&ip),
+        "{ip} outside the pool"
+    );
+    assert_eq!(b.get("subnet"), "255.255.255.0");
+    assert_eq!(b.get("router"), "192.0.2.1");
+    assert_eq!(b.get("dns"), "192.0.2.3");
+    assert_eq!(b.get("domain"), "cluster.example");
+    assert_eq!(b.get("serverid"), "192.0.2.2");
+    assert_eq!(b.get("lease"), "3600");
+    assert_eq!(b.get("mtu"), "1450");
+    assert_eq!(
+        b.get("staticroutes"),
+        "10.0.0.0/8 192.0.2.1 0.0.0.0/0 192.0.2.1"
+    );
+    assert!(
+        lab.leases()
+            .contains(&(ip, "02:00:00:00:00:01".into(), "active".into()))
+    );
+
+    // Renewal (SIGUSR1: a unicast REQUEST from ciaddr) keeps the address.
+    lab.signal(idx, libc::SIGUSR1);
+    lab.wait_for(10, "udhcpc renew", || count_events(&events, "renew") >= 1);
+    assert_eq!(
+        last_event(&events, "renew").expect("renew").get("ip"),
+        ip.to_string()
+    );
+
+    // Release (SIGUSR2) frees it: the store no longer holds it.
+    lab.signal(idx, libc::SIGUSR2);
+    lab.wait_for(10, "release recorded", || {
+        !lab.leases().iter().any(|(a, _, _)| *a == ip)
+    });
+    lab.wait_for(5, "active gauge back to 0", || {
+        lab.metric("oooi_dhcp_leases_active") == 0.0
+    });
+    assert!(lab.metric("oooi_dhcp_messages_received_total{type=\"release\"}") >= 1.0);
+}
+
+#[test]
+fn dhclient_gets_lease_with_options() {
+    let mut lab = Lab::new(&config(150, 50));
+    let ns = lab.add_client("02:00:00:00:00:02");
+    lab.start_server();
+    let events = lab.dhclient(&ns);
+    let b = events
+        .iter()
+        .rev()
+        .find(|e| e.reason == "BOUND")
+        .unwrap_or_else(|| panic!("no BOUND in {events:?}"));
+    let ip: Ipv4Addr = b.get("ip").parse().expect("ip");
+    assert_eq!(ip, Ipv4Addr::new(192, 0, 2, 100));
+    assert_eq!(b.get("subnet"), "255.255.255.0");
+    assert_eq!(b.get("router"), "192.0.2.1");
+    assert_eq!(b.get("dns"), "192.0.2.3");
+    assert_eq!(b.get("domain"), "cluster.example");
+    assert_eq!(b.get("mtu"), "1450");
+    assert_eq!(b.get("serverid"), "192.0.2.2");
+    assert_eq!(b.get("lease"), "3600");
+    // RFC 3442 encoding: width, significant octets, gateway; default route added.
+    assert_eq!(b.get("staticroutes"), "8 10 192 0 2 1 0 192 0 2 1");
+    assert!(
+        lab.leases()
+            .contains(&(ip, "02:00:00:00:00:02".into(), "active".into()))
+    );
+}
+
+#[test]
+fn reserved_mac_gets_its_address_and_reservations_reload_without_restart() {
+    let mut lab = Lab::new(&config(150, 50));
+    let ns = lab.add_client("02:00:00:00:00:aa");
+    lab.start_server();
+    let (events, idx) = lab.udhcpc(&ns, &["-q"]);
+    assert!(lab.wait_child(idx, 10), "udhcpc failed");
+    let b = last_event(&events, "bound").expect("bound");
+    assert_eq!(b.get("ip"), "192.0.2.50");
+    assert_eq!(b.get("hostname"), "worker-0");
+
+    // Kubernetes-style ..data swap moves the reservation.
+    lab.swap_config(&config(150, 60));
+    lab.wait_for(5, "reload applied", || {
+        lab.metric("oooi_dhcp_reloads_total{result=\"ok\"}") >= 1.0
+    });
+    let (events, idx) = lab.udhcpc(&ns, &["-q"]);
+    assert!(lab.wait_child(idx, 10), "udhcpc failed after reload");
+    assert_eq!(
+        last_event(&events, "bound").expect("bound").get("ip"),
+        "192.0.2.60"
+    );
+
+    // A bad file is rejected; the last good config stays in force.
+    lab.swap_config("server_ip: 192.0.2.2\nsubnet: nonsense\n");
+    lab.wait_for(5, "rejection counted", || {
+        lab.metric("oooi_dhcp_reloads_total{result=\"rejected\"}") >= 1.0
+    });
+    assert!(lab.log().contains("config rejected"));
+    let (events, idx) = lab.udhcpc(&ns, &["-q"]);
+    assert!(
+        lab.wait_child(idx, 10),
+        "udhcpc failed after a rejected reload"
+    );
+    assert_eq!(
+        last_event(&events, "bound").expect("bound").get("ip"),
+        "192.0.2.60"
+    );
+}
+
+#[test]
+fn two_clients_never_share_and_exhaustion_gives_no_offer() {
+    // A pool of two addresses and three clients.
+    let mut lab = Lab::new(&config(101, 50));
+    let nss: Vec<String> = (1..=3)
+        .map(|i| lab.add_client(&format!("02:00:00:00:01:0{i}")))
+        .collect();
+    lab.start_server();
+    let runs: Vec<_> = nss.iter().map(|ns| lab.udhcpc(ns, &["-q", "-n"])).collect();
+    let ok: Vec<bool> = runs.iter().map(|(_, i)| lab.wait_child(*i, 15)).collect();
+    assert_eq!(ok.iter().filter(|b| **b).count(), 2, "{ok:?}");
+    let ips: HashSet<String> = runs
+        .iter()
+        .filter_map(|(e, _)| last_event(e, "bound"))
+        .map(|e| e.get("ip").to_string())
+        .collect();
+    assert_eq!(
+        ips,
+        HashSet::from(["192.0.2.100".to_string(), "192.0.2.101".to_string()])
+    );
+    assert!(lab.metric("oooi_dhcp_pool_exhausted_total") >= 1.0);
+    assert!(lab.log().contains("no address to offer"));
+    lab.wait_for(5, "utilisation gauge", || {
+        lab.metric("oooi_dhcp_pool_utilisation_ratio") == 1.0
+    });
+}
+
+#[test]
+fn server_restart_keeps_every_lease_and_renewal_still_acks() {
+    let mut lab = Lab::new(&config(150, 50));
+    let ns1 = lab.add_client("02:00:00:00:02:01");
+    let ns2 = lab.add_client("02:00:00:00:02:02");
+    lab.start_server();
+    let (events, idx) = lab.udhcpc(&ns1, &[]);
+    lab.wait_for(10, "bound", || last_event(&events, "bound").is_some());
+    let ip = last_event(&events, "bound")
+        .expect("bound")
+        .get("ip")
+        .to_string();
+
+    lab.kill9_server();
+    lab.start_server();
+    assert!(
+        lab.leases()
+            .iter()
+            .any(|(a, m, s)| a.to_string() == ip && m == "02:00:00:00:02:01" && s == "active")
+    );
+    lab.signal(idx, libc::SIGUSR1);
+    lab.wait_for(10, "renew after restart", || {
+        count_events(&events, "renew") >= 1
+    });
+    assert_eq!(last_event(&events, "renew").expect("renew").get("ip"), ip);
+
+    // Another client never gets the restored address.
+    let (ev2, idx2) = lab.udhcpc(&ns2, &["-q"]);
+    assert!(lab.wait_child(idx2, 10));
+    assert_ne!(last_event(&ev2, "bound").expect("bound").get("ip"), ip);
+}
+
+// ---- relay-style client (the path perfdhcp uses) ----
+
+const RELAY: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 9);
+const SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
+
+fn mac_of(n: u16) -> [u8; 6] {
+    let b = n.to_be_bytes();
+    [2, 0, 0, 3, b[0], b[1]]
+}
+
+fn mac_text(m: [u8; 6]) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+fn relayed(kind: MessageType, n: u16, xid: u32, opts: Vec<DhcpOption>) -> Vec<u8> {
+    let mut m = Message::default();
+    m.set_xid(xid)
+        .set_chaddr(&mac_of(n))
+        .set_giaddr(RELAY)
+        .set_hops(1);
+    m.opts_mut().insert(DhcpOption::MessageType(kind));
+    for o in opts {
+        m.opts_mut().insert(o);
+    }
+    m.to_vec().expect("encode")
+}
+
+fn recv(sock: &UdpSocket) -> Option<Message> {
+    let mut buf = [0u8; 1500];
+    let (n, _) = sock.recv_from(&mut buf).ok()?;
+    Message::decode(&mut Decoder::new(&buf[..n])).ok()
+}
+
+/// DORA for clients `ids` in rounds of 16, recording each ACK the moment
+/// it arrives; stops early when `stop` is set.
+fn burst(ids: Vec<u16>, acked: Arc<Mutex<Vec<(u16, Ipv4Addr)>>>, stop: Arc<AtomicBool>) {
+    let sock = UdpSocket::bind((RELAY, 67)).expect("bind relay port");
+    sock.set_read_timeout(Some(Duration::from_millis(100)))
+        .expect("timeout");
+    for round in ids.chunks(16) {
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        for &n in round {
+            let _ = sock.send_to(
+                &relayed(MessageType::Discover, n, u32::from(n), vec![]),
+                (SERVER, 67),
+            );
+        }
+        let mut offers = HashMap::new();
+        let deadline = Instant::now() + Duration::from_millis(400);
+        while offers.len() < round.len() && Instant::now() < deadline {
+            if let Some(m) = recv(&sock)
+                && m.opts().msg_type() == Some(MessageType::Offer)
+            {
+                offers.insert(m.xid() as u16, m.yiaddr());
+            }
+        }
+        for (&n, &ip) in &offers {
+            let _ = sock.send_to(
+                &relayed(
+                    MessageType::Request,
+                    n,
+                    u32::from(n),
+                    vec![
+                        DhcpOption::RequestedIpAddress(ip),
+                        DhcpOption::ServerIdentifier(SERVER),
+                    ],
+                ),
+                (SERVER, 67),
+            );
+        }
+        let mut answered = 0;
+        let deadline = Instant::now() + Duration::from_millis(400);
+        while answered < offers.len() && Instant::now() < deadline {
+            if let Some(m) = recv(&sock) {
+                if m.opts().msg_type() == Some(MessageType::Ack) {
+                    acked
+                        .lock()
+                        .expect("acked")
+                        .push((m.xid() as u16, m.yiaddr()));
+                }
+                answered += 1;
+            }
+        }
+    }
+}
+
+fn junk() -> Vec<Vec<u8>> {
+    let base = relayed(
+        MessageType::Discover,
+        9999,
+        7,
+        vec![DhcpOption::ParameterRequestList(vec![
+            OptionCode::SubnetMask,
+            OptionCode::ClasslessStaticRoute,
+        ])],
+    );
+    let mut out = Vec::new();
+    let mut seed = 0x2545_f491_u32;
+    let mut rnd = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        seed
+    };
+    for i in 0..300usize {
+        let mut b = base.clone();
+        match i % 5 {
+            0 => b.truncate(rnd() as usize % b.len()),
+            1 => b[0] = 2, // wrong op
+            2 => b[1] = 6, // wrong htype
+            3 => {
+                // bad option lengths
+                let at = 240 + rnd() as usize % (b.len() - 240);
+                b[at] = rnd() as u8;
+            }
+            _ => b = (0..rnd() % 600).map(|_| rnd() as u8).collect(),
+        }
+        out.push(b);
+    }
+    out
+}
+
+#[test]
+fn malformed_packets_never_crash_and_kill_9_during_a_burst_loses_no_committed_lease() {
+    let mut lab = Lab::new(&config(250, 50));
+    let relay_ns = lab.add_client("02:00:00:00:03:ff");
+    lab::sh(&[
+        "ip",
+        "-n",
+        &relay_ns,
+        "addr",
+        "add",
+        "192.0.2.9/24",
+        "dev",
+        "c0",
+    ]);
+    lab.start_server();
+
+    // Malformed datagrams first: the server keeps serving.
+    lab::in_netns(&relay_ns, || {
+        let s = UdpSocket::bind((RELAY, 0)).expect("bind");
+        for b in junk() {
+            let _ = s.send_to(&b, (SERVER, 67));
+        }
+    });
+    lab.wait_for(5, "drops counted", || {
+        lab.metric("oooi_dhcp_packets_dropped_total{reason=\"malformed\"}") >= 1.0
+    });
+    assert!(lab.server_alive(), "server died on malformed input");
+
+    // A burst of relayed DORAs; kill -9 the server in the middle of it.
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (a, s) = (acked.clone(), stop.clone());
+    let t = spawn_in_netns(&relay_ns, move || burst((1..=110).collect(), a, s));
+    lab.wait_for(20, "40 ACKs", || acked.lock().expect("acked").len() >= 40);
+    lab.kill9_server();
+    stop.store(true, Ordering::SeqCst);
+    t.join().expect("burst thread");
+    let before = acked.lock().expect("acked").clone();
+    let ips: HashSet<Ipv4Addr> = before.iter().map(|(_, ip)| *ip).collect();
+    assert_eq!(
+        ips.len(),
+        before.len(),
+        "an address was ACKed twice: {before:?}"
+    );
+
+    // Every ACKed lease is in the store after the crash.
+    lab.start_server();
+    let stored: HashSet<(Ipv4Addr, String)> = lab
+        .leases()
+        .into_iter()
+        .map(|(ip, mac, _)| (ip, mac))
+        .collect();
+    for (n, ip) in &before {
+        assert!(
+            stored.contains(&(*ip, mac_text(mac_of(*n)))),
+            "ACKed lease {ip} of client {n} lost; store: {stored:?}"
+        );
+    }
+
+    // New clients after the restart never get an address ACKed before it.
+    let after = Arc::new(Mutex::new(Vec::new()));
+    let a = after.clone();
+    spawn_in_netns(&relay_ns, move || {
+        burst((500..530).collect(), a, Arc::new(AtomicBool::new(false)))
+    })
+    .join()
+    .expect("second burst");
+    let after = after.lock().expect("after").clone();
+    assert_eq!(after.len(), 30, "every new client gets a lease");
+    for (_, ip) in &after {
+        assert!(!ips.contains(ip), "{ip} handed out twice across the crash");
+    }
+    let all: HashSet<Ipv4Addr> = after.iter().map(|(_, ip)| *ip).collect();
+    assert_eq!(all.len(), after.len());
+}
