@@ -160,6 +160,8 @@ pub enum Decision {
     Nak {
         /// Why (sent in option 56 and logged).
         reason: &'static str,
+        /// The client's own binding that the refusal revoked (persist its release).
+        revoked: Option<Ipv4Addr>,
     },
     /// RELEASE of an address the client held.
     Released {
@@ -233,6 +235,7 @@ pub fn decide(table: &mut LeaseTable, req: &Request, now: u64) -> Decision {
                     None => {
                         return Decision::Nak {
                             reason: "request names no address",
+                            revoked: None,
                         };
                     }
                 },
@@ -240,16 +243,28 @@ pub fn decide(table: &mut LeaseTable, req: &Request, now: u64) -> Decision {
             if ip.is_unspecified() {
                 return Decision::Nak {
                     reason: "request names no address",
+                    revoked: None,
                 };
             }
             if !selecting && !table.config().subnet.contains(&ip) {
                 return Decision::Nak {
                     reason: "address is not on this network",
+                    revoked: None,
                 };
             }
             match table.commit(req.mac, ip, now) {
                 Ok(commit) => Decision::Ack { commit },
-                Err(r) => Decision::Nak { reason: r.as_str() },
+                // The client holds an address it may no longer have (its
+                // reservation moved, the pool shrank): revoke it now, so that
+                // it is free for its new owner rather than at lease expiry.
+                Err(Refusal::NotAllowed) if table.release(req.mac, ip) => Decision::Nak {
+                    reason: Refusal::NotAllowed.as_str(),
+                    revoked: Some(ip),
+                },
+                Err(r) => Decision::Nak {
+                    reason: r.as_str(),
+                    revoked: None,
+                },
             }
         }
         MessageType::Release => {
@@ -380,7 +395,7 @@ pub fn build_reply(cfg: &Config, req: &Request, decision: &Decision) -> Option<M
     let mut opts = DhcpOptions::new();
     opts.insert(DhcpOption::MessageType(kind));
     opts.insert(DhcpOption::ServerIdentifier(cfg.server_ip));
-    if let Decision::Nak { reason } = decision {
+    if let Decision::Nak { reason, .. } = decision {
         opts.insert(DhcpOption::Message((*reason).to_string()));
     } else {
         if lease {
@@ -499,7 +514,10 @@ pub fn handle(table: &mut LeaseTable, buf: &[u8], now: u64) -> Result<Outcome, D
             }
             ops
         }
-        Decision::Released { ip } => vec![StoreOp::Release(*ip)],
+        Decision::Released { ip }
+        | Decision::Nak {
+            revoked: Some(ip), ..
+        } => vec![StoreOp::Release(*ip)],
         Decision::Declined { quarantine } => vec![StoreOp::Commit(*quarantine)],
         _ => Vec::new(),
     };
@@ -797,6 +815,22 @@ reservations:
             .set_flags(Flags::default().set_broadcast());
         let (_, r) = run(&mut t, &rebind);
         assert_eq!(r.unwrap().opts().msg_type(), Some(MessageType::Nak));
+    }
+
+    #[test]
+    fn moved_reservation_naks_renewal_and_revokes_the_old_binding() {
+        let mut t = table();
+        run(&mut t, &selecting(MAC, ip(100), ip(2)));
+        let yaml = YAML.replace("02:00:00:00:00:aa", "02:00:00:00:00:01");
+        t.reconfigure(Arc::new(Config::from_yaml(&yaml).unwrap()));
+        let mut renew = msg(MessageType::Request, MAC, vec![]);
+        renew.set_ciaddr(ip(100));
+        let (o, r) = run(&mut t, &renew);
+        assert_eq!(r.unwrap().opts().msg_type(), Some(MessageType::Nak));
+        assert_eq!(o.store, vec![StoreOp::Release(ip(100))]);
+        assert!(t.get(ip(100)).is_none());
+        let (_, r) = run(&mut t, &msg(MessageType::Discover, MAC, vec![]));
+        assert_eq!(r.unwrap().yiaddr(), ip(50));
     }
 
     #[test]

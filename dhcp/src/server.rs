@@ -228,7 +228,7 @@ impl Server {
                 tracing::info!(mac = %o.mac, ip = %commit.lease.ip, expires = commit.lease.expires_unix, "lease committed")
             }
             Decision::InformAck => tracing::debug!(mac = %o.mac, %from, "inform"),
-            Decision::Nak { reason } => {
+            Decision::Nak { reason, .. } => {
                 m.naks.inc();
                 tracing::info!(mac = %o.mac, %from, reason, "nak");
             }
