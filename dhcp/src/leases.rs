@@ -128,6 +128,8 @@ pub struct LeaseTable {
     last_ip: HashMap<Mac, Ipv4Addr>,
     /// Pool addresses with no binding at all.
     never_bound: BTreeSet<Ipv4Addr>,
+    /// Size of the dynamic pool of `config` (cached: counting walks the range).
+    pool_size: usize,
 }
 
 impl LeaseTable {
@@ -138,6 +140,7 @@ impl LeaseTable {
             by_ip: HashMap::new(),
             last_ip: HashMap::new(),
             never_bound: BTreeSet::new(),
+            pool_size: 0,
         };
         t.rebuild_free();
         t
@@ -185,6 +188,7 @@ impl LeaseTable {
     }
 
     fn rebuild_free(&mut self) {
+        self.pool_size = self.config.pool_size();
         let by_ip = &self.by_ip;
         self.never_bound = self
             .config
@@ -401,7 +405,7 @@ impl LeaseTable {
 
     /// Counts for the metrics.
     pub fn stats(&self, now: u64) -> Stats {
-        let pool_size = self.config.pool_size();
+        let pool_size = self.pool_size;
         let mut s = Stats {
             pool_size,
             ..Stats::default()

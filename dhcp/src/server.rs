@@ -2,14 +2,23 @@
 //! periodic work. Everything the protocol decides happens in
 //! [`crate::pipeline`]; this module only moves bytes and records.
 //!
-//! Loop: wait for a datagram (or 500 ms), drain up to [`BATCH`] datagrams,
-//! run each through the pipeline, append every resulting lease record, make
-//! them durable with ONE `fdatasync` (group commit), and only then send the
-//! replies. So no ACK leaves before its lease is on disk, and a burst costs
-//! one disk flush instead of one per client. A failed write or sync is
-//! fatal: after a failed fsync the page cache can no longer be trusted
-//! (PostgreSQL's "fsyncgate"), so the process exits and recovery on restart
-//! rebuilds the state from what is really on disk.
+//! Two threads, so that deciding never waits for the disk:
+//! - the **decision loop** waits for datagrams (or 500 ms), drains up to
+//!   [`BATCH`] of them, runs each through the pipeline (the lease table is
+//!   updated as each is decided, so no two requests can get the same
+//!   address), sends the replies that promise nothing durable (OFFER, NAK,
+//!   INFORM's ACK) at once, and hands the batch's lease records with their
+//!   ACKs to the persister;
+//! - the **persister** takes every batch waiting for it, appends all their
+//!   records, makes them durable with ONE `fdatasync` (group commit), and
+//!   only then sends those ACKs. While it syncs, the next batches are being
+//!   decided, so a burst costs one disk flush per persister turn instead of
+//!   one per client, and no ACK ever leaves before its lease is on disk.
+//!   Records reach the disk in decision order (one FIFO channel).
+//!
+//! A failed write or sync is fatal: after a failed fsync the page cache can
+//! no longer be trusted (PostgreSQL's "fsyncgate"), so the process exits and
+//! recovery on restart rebuilds the state from what is really on disk.
 //!
 //! Socket (see TOOLING "DHCP sockets on Linux"): UDP `0.0.0.0:67` with
 //! SO_REUSEADDR and SO_BROADCAST, SO_BINDTODEVICE on the configured
@@ -21,7 +30,7 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, Sender};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use socket2::{Domain, Protocol, Socket, Type};
@@ -53,6 +62,9 @@ pub fn open_socket(interface: Option<&str>, port: u16) -> std::io::Result<UdpSoc
     let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
     s.set_reuse_address(true)?;
     s.set_broadcast(true)?;
+    // Room for a burst while the decision loop is busy (the kernel caps it
+    // at net.core.rmem_max; a smaller buffer is not an error).
+    let _ = s.set_recv_buffer_size(4 << 20);
     if let Some(ifname) = interface {
         s.bind_device(Some(ifname.as_bytes())).map_err(|e| {
             std::io::Error::new(
@@ -133,13 +145,104 @@ pub fn report_recovery(dir: &Path, r: &Recovery, live: usize) {
     tracing::info!(dir = %dir.display(), records = r.records, leases = live, "lease store recovered");
 }
 
+/// A decided batch waiting to be made durable: its records, then its replies.
+struct Durable {
+    records: Vec<StoreOp>,
+    replies: Vec<(Vec<u8>, Destination, &'static str)>,
+}
+
+/// Sends replies; owns the ARP fallback state.
+struct Sender4 {
+    socket: UdpSocket,
+    interface: Option<String>,
+    arp_denied_logged: bool,
+}
+
+impl Sender4 {
+    fn send(&mut self, bytes: &[u8], dest: Destination, kind: &str) {
+        let to = match dest {
+            Destination::Relay(ip) => SocketAddrV4::new(ip, SERVER_PORT),
+            Destination::Client(ip) => SocketAddrV4::new(ip, CLIENT_PORT),
+            Destination::Broadcast => SocketAddrV4::new(Ipv4Addr::BROADCAST, CLIENT_PORT),
+            Destination::ClientViaArp { ip, mac } => {
+                match set_arp(&self.socket, ip, mac, self.interface.as_deref()) {
+                    Ok(()) => SocketAddrV4::new(ip, CLIENT_PORT),
+                    Err(e) => {
+                        if !self.arp_denied_logged {
+                            self.arp_denied_logged = true;
+                            tracing::warn!(error = %e, "cannot add ARP entries (CAP_NET_ADMIN?); broadcasting replies instead");
+                        }
+                        SocketAddrV4::new(Ipv4Addr::BROADCAST, CLIENT_PORT)
+                    }
+                }
+            }
+        };
+        match self.socket.send_to(bytes, to) {
+            Ok(_) => count(&metrics().sent, kind),
+            Err(e) => {
+                metrics().send_errors.inc();
+                tracing::warn!(%to, error = %e, "send failed");
+            }
+        }
+    }
+}
+
+/// The persister: group commit, then the ACKs (see the module docs).
+fn persist_loop(
+    mut store: LeaseStore,
+    rx: Receiver<Durable>,
+    mut out: Sender4,
+) -> anyhow::Result<()> {
+    while let Ok(first) = rx.recv() {
+        let mut batches = vec![first];
+        while let Ok(more) = rx.try_recv() {
+            batches.push(more);
+        }
+        let started = Instant::now();
+        let mut records = 0u64;
+        for op in batches.iter().flat_map(|b| b.records.iter()) {
+            match op {
+                StoreOp::Commit(l) => store.append_commit(*l),
+                StoreOp::Release(ip) => store.append_release(*ip),
+            }
+            .map_err(|e| anyhow::anyhow!("lease store write failed: {e}"))?;
+            records += 1;
+        }
+        if store
+            .sync()
+            .map_err(|e| anyhow::anyhow!("lease store fsync failed: {e}"))?
+        {
+            let m = metrics();
+            m.store_sync.observe(started.elapsed().as_secs_f64());
+            m.store_batch.observe(records as f64);
+        }
+        for b in batches {
+            for (bytes, dest, kind) in b.replies {
+                out.send(&bytes, dest, kind);
+            }
+        }
+        if store.record_count() > 2 * store.leases().len() + 1024 {
+            let t = Instant::now();
+            store
+                .compact()
+                .map_err(|e| anyhow::anyhow!("lease store compaction failed: {e}"))?;
+            metrics().store_compactions.inc();
+            tracing::info!(
+                leases = store.leases().len(),
+                ms = t.elapsed().as_millis() as u64,
+                "lease log compacted"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// The running server.
 pub struct Server {
     socket: UdpSocket,
-    store: LeaseStore,
+    store: Option<LeaseStore>,
     table: LeaseTable,
     reloads: Receiver<Config>,
-    arp_denied_logged: bool,
 }
 
 impl Server {
@@ -154,15 +257,43 @@ impl Server {
         let table = LeaseTable::from_store(config, store.leases().values());
         Server {
             socket,
-            store,
+            store: Some(store),
             table,
             reloads,
-            arp_denied_logged: false,
         }
     }
 
     /// Runs until a store error (fatal, see the module docs).
     pub fn run(mut self) -> anyhow::Result<()> {
+        let interface = self.table.config().interface.clone();
+        let sender = |socket: UdpSocket| Sender4 {
+            socket,
+            interface: interface.clone(),
+            arp_denied_logged: false,
+        };
+        let mut out = sender(self.socket.try_clone()?);
+        let store = self
+            .store
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("server already ran"))?;
+        let (tx, rx) = std::sync::mpsc::channel::<Durable>();
+        let persister = {
+            let out = sender(self.socket.try_clone()?);
+            std::thread::Builder::new()
+                .name("dhcp-persist".into())
+                .spawn(move || persist_loop(store, rx, out))?
+        };
+        let result = self.decide_loop(&mut out, &tx);
+        drop(tx);
+        // A closed channel means the persister failed: its error is the cause.
+        match persister.join() {
+            Ok(Err(e)) => Err(e),
+            Ok(Ok(())) => result,
+            Err(_) => Err(anyhow::anyhow!("lease persister panicked")),
+        }
+    }
+
+    fn decide_loop(&mut self, out: &mut Sender4, tx: &Sender<Durable>) -> anyhow::Result<()> {
         let mut buf = vec![0u8; 4096];
         let mut next_tick = Instant::now();
         tracing::info!(
@@ -177,14 +308,17 @@ impl Server {
                 self.apply_reload(c);
             }
             if Instant::now() >= next_tick {
-                self.tick()?;
+                self.tick();
                 next_tick = Instant::now() + Duration::from_secs(1);
             }
             if !wait_readable(&self.socket, Duration::from_millis(500)) {
                 continue;
             }
             let now = unix_now();
-            let mut outcomes: Vec<Outcome> = Vec::new();
+            let mut durable = Durable {
+                records: Vec::new(),
+                replies: Vec::new(),
+            };
             for _ in 0..BATCH {
                 let (n, from) = match self.socket.recv_from(&mut buf) {
                     Ok(x) => x,
@@ -194,11 +328,8 @@ impl Server {
                         break;
                     }
                 };
-                match pipeline::handle(&mut self.table, &buf[..n], now) {
-                    Ok(o) => {
-                        self.observe(&o, from);
-                        outcomes.push(o);
-                    }
+                let o = match pipeline::handle(&mut self.table, &buf[..n], now) {
+                    Ok(o) => o,
                     Err(d) => {
                         metrics()
                             .dropped
@@ -207,99 +338,29 @@ impl Server {
                             })
                             .inc();
                         tracing::debug!(%from, reason = d.as_str(), "datagram dropped");
+                        continue;
+                    }
+                };
+                observe(&o, from);
+                let kind = match o.decision {
+                    Decision::Offer { .. } => "offer",
+                    Decision::Nak { .. } => "nak",
+                    _ => "ack",
+                };
+                if o.store.is_empty() {
+                    // Nothing durable is promised: send now.
+                    if let Some((bytes, dest)) = o.reply {
+                        out.send(&bytes, dest, kind);
+                    }
+                } else {
+                    durable.records.extend(o.store);
+                    if let Some((bytes, dest)) = o.reply {
+                        durable.replies.push((bytes, dest, kind));
                     }
                 }
             }
-            self.persist(&outcomes)?;
-            for o in outcomes {
-                if let Some((bytes, dest)) = o.reply {
-                    self.send(&bytes, dest, &o.decision);
-                }
-            }
-        }
-    }
-
-    fn observe(&self, o: &Outcome, from: SocketAddr) {
-        let m = metrics();
-        count(&m.received, &format!("{:?}", o.kind).to_lowercase());
-        match &o.decision {
-            Decision::Offer { ip } => tracing::debug!(mac = %o.mac, %ip, "offer"),
-            Decision::Ack { commit } => {
-                tracing::info!(mac = %o.mac, ip = %commit.lease.ip, expires = commit.lease.expires_unix, "lease committed")
-            }
-            Decision::InformAck => tracing::debug!(mac = %o.mac, %from, "inform"),
-            Decision::Nak { reason, .. } => {
-                m.naks.inc();
-                tracing::info!(mac = %o.mac, %from, reason, "nak");
-            }
-            Decision::Released { ip } => tracing::info!(mac = %o.mac, %ip, "lease released"),
-            Decision::Declined { quarantine } => {
-                m.declines.inc();
-                tracing::warn!(mac = %o.mac, ip = %quarantine.ip, until = quarantine.expires_unix, "address declined, quarantined");
-            }
-            Decision::NoAddress { refusal } => {
-                if *refusal == crate::leases::Refusal::PoolExhausted {
-                    m.pool_exhausted.inc();
-                }
-                tracing::warn!(mac = %o.mac, reason = refusal.as_str(), "no address to offer");
-            }
-            Decision::Ignore { reason } => tracing::debug!(mac = %o.mac, reason, "ignored"),
-        }
-    }
-
-    /// Appends every record of the batch and syncs once.
-    fn persist(&mut self, outcomes: &[Outcome]) -> anyhow::Result<()> {
-        let started = Instant::now();
-        let mut records = 0u64;
-        for op in outcomes.iter().flat_map(|o| o.store.iter()) {
-            match op {
-                StoreOp::Commit(l) => self.store.append_commit(*l),
-                StoreOp::Release(ip) => self.store.append_release(*ip),
-            }
-            .map_err(|e| anyhow::anyhow!("lease store write failed: {e}"))?;
-            records += 1;
-        }
-        if self
-            .store
-            .sync()
-            .map_err(|e| anyhow::anyhow!("lease store fsync failed: {e}"))?
-        {
-            let m = metrics();
-            m.store_sync.observe(started.elapsed().as_secs_f64());
-            m.store_batch.observe(records as f64);
-        }
-        Ok(())
-    }
-
-    fn send(&mut self, bytes: &[u8], dest: Destination, decision: &Decision) {
-        let iface = self.table.config().interface.clone();
-        let to = match dest {
-            Destination::Relay(ip) => SocketAddrV4::new(ip, SERVER_PORT),
-            Destination::Client(ip) => SocketAddrV4::new(ip, CLIENT_PORT),
-            Destination::Broadcast => SocketAddrV4::new(Ipv4Addr::BROADCAST, CLIENT_PORT),
-            Destination::ClientViaArp { ip, mac } => {
-                match set_arp(&self.socket, ip, mac, iface.as_deref()) {
-                    Ok(()) => SocketAddrV4::new(ip, CLIENT_PORT),
-                    Err(e) => {
-                        if !self.arp_denied_logged {
-                            self.arp_denied_logged = true;
-                            tracing::warn!(error = %e, "cannot add ARP entries (CAP_NET_ADMIN?); broadcasting replies instead");
-                        }
-                        SocketAddrV4::new(Ipv4Addr::BROADCAST, CLIENT_PORT)
-                    }
-                }
-            }
-        };
-        let kind = match decision {
-            Decision::Offer { .. } => "offer",
-            Decision::Nak { .. } => "nak",
-            _ => "ack",
-        };
-        match self.socket.send_to(bytes, to) {
-            Ok(_) => count(&metrics().sent, kind),
-            Err(e) => {
-                metrics().send_errors.inc();
-                tracing::warn!(%to, error = %e, "send failed");
+            if !durable.records.is_empty() && tx.send(durable).is_err() {
+                return Err(anyhow::anyhow!("lease persister stopped"));
             }
         }
     }
@@ -318,9 +379,8 @@ impl Server {
         tracing::info!(pool, reservations, "config applied");
     }
 
-    /// Once a second: reclaim ended offers and quarantines, refresh gauges,
-    /// compact the log when it is mostly superseded records.
-    fn tick(&mut self) -> anyhow::Result<()> {
+    /// Once a second: reclaim ended offers and quarantines, refresh gauges.
+    fn tick(&mut self) {
         let now = unix_now();
         self.table.reclaim(now);
         let s = self.table.stats(now);
@@ -335,18 +395,33 @@ impl Server {
             (s.pool_size - s.free) as f64 / s.pool_size as f64
         };
         m.pool_utilisation.set(util);
-        if self.store.record_count() > 2 * self.store.leases().len() + 1024 {
-            let t = Instant::now();
-            self.store
-                .compact()
-                .map_err(|e| anyhow::anyhow!("lease store compaction failed: {e}"))?;
-            m.store_compactions.inc();
-            tracing::info!(
-                leases = self.store.leases().len(),
-                ms = t.elapsed().as_millis() as u64,
-                "lease log compacted"
-            );
+    }
+}
+
+fn observe(o: &Outcome, from: SocketAddr) {
+    let m = metrics();
+    count(&m.received, &format!("{:?}", o.kind).to_lowercase());
+    match &o.decision {
+        Decision::Offer { ip } => tracing::debug!(mac = %o.mac, %ip, "offer"),
+        Decision::Ack { commit } => {
+            tracing::info!(mac = %o.mac, ip = %commit.lease.ip, expires = commit.lease.expires_unix, "lease committed")
         }
-        Ok(())
+        Decision::InformAck => tracing::debug!(mac = %o.mac, %from, "inform"),
+        Decision::Nak { reason, .. } => {
+            m.naks.inc();
+            tracing::info!(mac = %o.mac, %from, reason, "nak");
+        }
+        Decision::Released { ip } => tracing::info!(mac = %o.mac, %ip, "lease released"),
+        Decision::Declined { quarantine } => {
+            m.declines.inc();
+            tracing::warn!(mac = %o.mac, ip = %quarantine.ip, until = quarantine.expires_unix, "address declined, quarantined");
+        }
+        Decision::NoAddress { refusal } => {
+            if *refusal == crate::leases::Refusal::PoolExhausted {
+                m.pool_exhausted.inc();
+            }
+            tracing::warn!(mac = %o.mac, reason = refusal.as_str(), "no address to offer");
+        }
+        Decision::Ignore { reason } => tracing::debug!(mac = %o.mac, reason, "ignored"),
     }
 }
