@@ -61,12 +61,20 @@ cat > "$W/kea.json" <<K
 } }
 K
 
+udp_rcvbuf_errors() {
+  # RcvbufErrors of the client namespace: replies lost because perfdhcp's
+  # socket buffer was full (perfdhcp itself falling behind).
+  ip netns exec "$C" awk '/^Udp:/ { if (h) { for (i = 1; i <= NF; i++) if (n[i] == "RcvbufErrors") print $i } else { for (i = 1; i <= NF; i++) n[i] = $i; h = 1 } }' /proc/net/snmp
+}
+
 run_perfdhcp() {
+  local before; before=$(udp_rcvbuf_errors)
   # -R: simulated clients (random MACs), -d 1: a reply later than 1 s is a drop.
-  taskset -c 1 ip netns exec "$C" perfdhcp -4 -l vc -r "$RATE" -R 60000 -p "$SECS" -d 1 10.20.0.1 \
+  taskset -c 1 ip netns exec "$C" perfdhcp -4 ${PERFDHCP_OPTS:-} -l vc -r "$RATE" -R 60000 -p "$SECS" -d 1 10.20.0.1 \
     > "$W/$1.perfdhcp" 2>&1 || true
   grep -E "^Rate:|drops:|sent packets|received packets|min delay|avg delay|max delay" "$W/$1.perfdhcp" \
     || cat "$W/$1.perfdhcp"
+  echo "replies lost in perfdhcp's socket buffer: $(( $(udp_rcvbuf_errors) - before ))"
 }
 
 echo "== load: $(uptime)"
@@ -81,7 +89,7 @@ m = urllib.request.urlopen("http://127.0.0.1:9067/metrics", timeout=2).read().de
 for l in m.splitlines():
     if l.startswith(("oooi_dhcp_store_sync_duration_seconds_sum", "oooi_dhcp_store_sync_duration_seconds_count",
                      "oooi_dhcp_store_batch_records_sum", "oooi_dhcp_store_batch_records_count",
-                     "oooi_dhcp_leases_active ")):
+                     "oooi_dhcp_leases_active ", "oooi_dhcp_send_errors_total", "oooi_dhcp_packets_dropped", "oooi_dhcp_messages_sent_total")):
         print("   ", l)
 P
 kill "${PIDS[0]}"; wait "${PIDS[0]}" 2>/dev/null || true; PIDS=()

@@ -65,6 +65,7 @@ pub fn open_socket(interface: Option<&str>, port: u16) -> std::io::Result<UdpSoc
     // Room for a burst while the decision loop is busy (the kernel caps it
     // at net.core.rmem_max; a smaller buffer is not an error).
     let _ = s.set_recv_buffer_size(4 << 20);
+    let _ = s.set_send_buffer_size(1 << 20);
     if let Some(ifname) = interface {
         s.bind_device(Some(ifname.as_bytes())).map_err(|e| {
             std::io::Error::new(
@@ -131,6 +132,26 @@ fn wait_readable(socket: &UdpSocket, timeout: Duration) -> bool {
     rc > 0 && pfd.revents & libc::POLLIN != 0
 }
 
+/// `send_to` on the non-blocking socket, waiting (up to 200 ms) for room in
+/// the send buffer instead of dropping a reply during a burst of ACKs.
+fn send_waiting(socket: &UdpSocket, bytes: &[u8], to: SocketAddrV4) -> std::io::Result<usize> {
+    let deadline = Instant::now() + Duration::from_millis(200);
+    loop {
+        match socket.send_to(bytes, to) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                let mut pfd = libc::pollfd {
+                    fd: socket.as_raw_fd(),
+                    events: libc::POLLOUT,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd.
+                unsafe { libc::poll(&mut pfd, 1, 10) };
+            }
+            r => return r,
+        }
+    }
+}
+
 /// Logs what recovery found and counts truncated bytes.
 pub fn report_recovery(dir: &Path, r: &Recovery, live: usize) {
     if r.truncated_bytes > 0 {
@@ -177,7 +198,7 @@ impl Sender4 {
                 }
             }
         };
-        match self.socket.send_to(bytes, to) {
+        match send_waiting(&self.socket, bytes, to) {
             Ok(_) => count(&metrics().sent, kind),
             Err(e) => {
                 metrics().send_errors.inc();
