@@ -163,6 +163,8 @@ async fn main() {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
+        // Colour only on a terminal: container logs stay plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
     let result = match Cli::parse().command {
         Command::Check { config } => check(&config),
@@ -174,7 +176,6 @@ async fn main() {
         } => serve(config, data_dir, metrics_addr).await,
     };
     if let Err(e) = result {
-        tracing::error!(error = %e, "oooi-dhcp failed");
         eprintln!("oooi-dhcp: {e}");
         std::process::exit(1);
     }
