@@ -9,6 +9,7 @@
 //! - [`RouteTable::digest`], a stable SHA-256 over the canonical form;
 //! - [`compact`], a small binary encoding the filter keeps in shared data so a
 //!   worker thread can rebuild its index without parsing JSON;
+//! - [`build_id`], the build id slot filter modules carry and how to stamp it;
 //! - [`Router`], the compiled index whose [`Router::decide`] costs the same for
 //!   ten routes and for ten thousand (hash maps and suffix walks only).
 
@@ -16,6 +17,7 @@
 /// go through; the filter selects it and `oooi-envoy` renders it.
 pub const DYNAMIC_CLUSTER: &str = "oooi_dynamic_forward_proxy";
 
+pub mod build_id;
 pub mod compact;
 mod matcher;
 mod table;

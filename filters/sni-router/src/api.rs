@@ -137,6 +137,7 @@ impl ApiRequest {
             "generation": table.generation,
             "digest": digest,
             "routes": table.routes.len(),
+            "build": crate::build_id(),
         });
         respond(200, &body.to_string())
     }
@@ -160,19 +161,20 @@ impl HttpContext for ApiRequest {
             ("GET", "/ready") => match loaded() {
                 Some((generation, digest, _)) => respond(
                     200,
-                    &serde_json::json!({"ready": true, "generation": generation, "digest": digest}).to_string(),
+                    &serde_json::json!({"ready": true, "generation": generation, "digest": digest, "build": crate::build_id()}).to_string(),
                 ),
                 None => respond(503, r#"{"ready":false,"error":"no routing table loaded"}"#),
             },
             ("GET", "/v1/routes") => match loaded() {
                 Some((generation, digest, routes)) => respond(
                     200,
-                    &serde_json::json!({"generation": generation, "digest": digest, "routes": routes})
+                    &serde_json::json!({"generation": generation, "digest": digest, "routes": routes, "build": crate::build_id()})
                         .to_string(),
                 ),
                 None => respond(
                     200,
-                    r#"{"generation":0,"digest":null,"routes":0}"#,
+                    &serde_json::json!({"generation": 0, "digest": null, "routes": 0, "build": crate::build_id()})
+                        .to_string(),
                 ),
             },
             ("PUT", "/v1/routes") => {

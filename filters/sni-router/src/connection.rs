@@ -54,6 +54,7 @@ fn debug_enabled() -> bool {
 
 impl StreamContext for Connection {
     fn on_new_connection(&mut self) -> Action {
+        metrics::inc_build_connections();
         let sni_bytes = property(vec!["connection", "requested_server_name"]);
         let sni = sni_bytes
             .as_deref()

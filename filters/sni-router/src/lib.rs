@@ -37,6 +37,22 @@ pub const TABLE_KEY: &str = "oooi.routes.table.v1";
 /// Shared-data key holding the loaded generation (8 bytes, little endian).
 pub const GENERATION_KEY: &str = "oooi.routes.generation.v1";
 
+/// The build id slot (see [`oooi_routes::build_id`]): the marker, then the
+/// id padded with NUL. Tooling stamps a release id into these bytes.
+#[used]
+static BUILD_ID_SLOT: [u8; 46] =
+    *b"OOOI_BUILD_ID=dev\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0";
+
+/// The build id stamped into this module.
+pub fn build_id() -> String {
+    // A volatile read of the static, so the optimiser cannot fold the default
+    // bytes into the code: the id is whatever the module file holds.
+    // SAFETY: the pointer comes from a reference to a live, aligned static.
+    let slot: [u8; 46] = unsafe { std::ptr::read_volatile(&raw const BUILD_ID_SLOT) };
+    let prefix = oooi_routes::build_id::PREFIX.len();
+    oooi_routes::build_id::parse_slot(&slot[prefix..])
+}
+
 /// How often each worker checks for a new table off the connection path.
 const REFRESH_TICK_MS: u64 = 200;
 
@@ -68,7 +84,9 @@ impl RootContext for Root {
         match PluginConfig::parse(&raw) {
             Ok(cfg) => {
                 metrics::init();
+                let build = build_id();
                 if matches!(cfg.role, Role::Network { .. }) {
+                    metrics::define_build_counter(&build);
                     let _ = hostcalls::set_tick_period(std::time::Duration::from_millis(
                         REFRESH_TICK_MS,
                     ));
@@ -76,7 +94,10 @@ impl RootContext for Root {
                 }
                 log(
                     LogLevel::Info,
-                    &format!("oooi-sni-router configured: {}", cfg.describe()),
+                    &format!(
+                        "oooi-sni-router configured: {} build={build}",
+                        cfg.describe()
+                    ),
                 );
                 self.config = Some(cfg);
                 true

@@ -1,7 +1,7 @@
 //! Envoy-side counters. Envoy exposes them as `wasmcustom.oooi_sni_router_*`
 //! (Prometheus: `envoy_wasmcustom_oooi_sni_router_*`).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
 use proxy_wasm::hostcalls;
@@ -9,7 +9,11 @@ use proxy_wasm::types::MetricType;
 
 thread_local! {
     static IDS: RefCell<HashMap<&'static str, u32>> = RefCell::new(HashMap::new());
+    static BUILD_CONNECTIONS: Cell<Option<u32>> = const { Cell::new(None) };
 }
+
+/// Prefix of the per-build connection counter; the build id follows.
+pub const BUILD_CONNECTIONS_PREFIX: &str = "oooi_sni_router_connections_build_";
 
 pub const FORWARD: [&str; 4] = [
     "oooi_sni_router_forward_exact_sni",
@@ -64,4 +68,28 @@ pub fn set(name: &'static str, value: u64) {
             let _ = hostcalls::record_metric(*id, value);
         }
     });
+}
+
+/// Defines `oooi_sni_router_connections_build_<id>`: every new connection
+/// this module sees counts there, so after a module swap the counters show
+/// which build took which connections.
+pub fn define_build_counter(build: &str) {
+    let name: String = BUILD_CONNECTIONS_PREFIX
+        .chars()
+        .chain(
+            build
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }),
+        )
+        .collect();
+    if let Ok(id) = hostcalls::define_metric(MetricType::Counter, &name) {
+        BUILD_CONNECTIONS.with(|c| c.set(Some(id)));
+    }
+}
+
+/// Counts one connection for this build.
+pub fn inc_build_connections() {
+    if let Some(id) = BUILD_CONNECTIONS.with(Cell::get) {
+        let _ = hostcalls::increment_metric(id, 1);
+    }
 }

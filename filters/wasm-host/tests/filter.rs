@@ -1,12 +1,189 @@
 //! The real oooi filter module, driven without Envoy. Set `OOOI_FILTER_WASM`
 //! to the built module (`cargo build -p oooi-sni-router --target wasm32-wasip1 --profile wasm`).
+//!
+//! One [`FilterHost`] is one VM, like one Envoy worker thread: it carries the
+//! table API plugin and a network plugin per TLS port. Two hosts built on the
+//! same [`SharedData`] stand in for two workers sharing one table.
 
-use oooi_wasm_host::{FilterHost, SharedData};
+use std::net::SocketAddr;
+
+use oooi_routes::{Cidr, DYNAMIC_CLUSTER, Route, RouteMatch, RouteTable, Upstream, build_id};
+use oooi_wasm_host::{Action, ConnectionOutcome, FilterHost, LocalResponse, SharedData};
+
+const TOKEN: &str = "TOKEN-0123456789abcdef";
+const KUBE: u16 = 6443;
+const HTTPS: u16 = 443;
+const WORKER_C1: &str = "192.0.2.10";
+const WORKER_C2: &str = "192.0.2.20";
+const STRANGER: &str = "192.0.2.99";
 
 fn filter_wasm() -> Vec<u8> {
     let path = std::env::var("OOOI_FILTER_WASM")
         .expect("set OOOI_FILTER_WASM to the built oooi_sni_router.wasm");
     std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read OOOI_FILTER_WASM={path}: {e}"))
+}
+
+fn api_config() -> String {
+    format!(r#"{{"role":"api","push_token":"{TOKEN}"}}"#)
+}
+
+fn network_config(port: u16) -> String {
+    format!(r#"{{"role":"network","port":{port}}}"#)
+}
+
+/// One VM with the table API and a network plugin on each port.
+struct Worker {
+    host: FilterHost,
+    api: u32,
+    kube: u32,
+    https: u32,
+}
+
+impl Worker {
+    fn new(shared: SharedData) -> Worker {
+        Worker::with_module(&filter_wasm(), shared)
+    }
+
+    fn with_module(module: &[u8], shared: SharedData) -> Worker {
+        let mut host = FilterHost::load(module, shared).expect("module loads");
+        let api = host.start_plugin(&api_config()).expect("api plugin");
+        let kube = host.start_plugin(&network_config(KUBE)).expect("6443");
+        let https = host.start_plugin(&network_config(HTTPS)).expect("443");
+        Worker {
+            host,
+            api,
+            kube,
+            https,
+        }
+    }
+
+    fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> LocalResponse {
+        self.host
+            .http_request(self.api, method, path, headers, body)
+            .expect("no trap")
+            .expect("the API answers every request itself")
+    }
+
+    fn push(&mut self, body: &[u8]) -> LocalResponse {
+        let auth = format!("Bearer {TOKEN}");
+        self.request("PUT", "/v1/routes", &[("authorization", &auth)], body)
+    }
+
+    fn routes(&mut self) -> serde_json::Value {
+        let r = self.request("GET", "/v1/routes", &[], b"");
+        assert_eq!(r.status, 200);
+        serde_json::from_slice(&r.body).expect("JSON")
+    }
+
+    fn connect(&mut self, port: u16, sni: Option<&str>, source: &str) -> ConnectionOutcome {
+        let root = if port == KUBE { self.kube } else { self.https };
+        let source = SocketAddr::new(source.parse().unwrap(), 40000);
+        let local: SocketAddr = format!("192.0.2.4:{port}").parse().unwrap();
+        self.host
+            .new_connection(root, sni, source, local)
+            .expect("no trap")
+    }
+
+    fn counter(&self, name: &str) -> i64 {
+        self.host.metrics().get(name).copied().unwrap_or(0)
+    }
+}
+
+fn address(host: &str, port: u16) -> Upstream {
+    Upstream::Address {
+        host: host.into(),
+        port,
+    }
+}
+
+fn route(port: u16, matches: RouteMatch, upstream: Upstream) -> Route {
+    Route {
+        port,
+        matches,
+        upstream,
+        owner: None,
+    }
+}
+
+fn source(cidr: &str) -> RouteMatch {
+    RouteMatch::Source(cidr.parse::<Cidr>().unwrap())
+}
+
+fn table(generation: u64) -> RouteTable {
+    let c1_api = address("kube-apiserver.clusters-c1.svc", 6443);
+    let c2_api = address("kube-apiserver.clusters-c2.svc", 6443);
+    let t = RouteTable {
+        generation,
+        routes: vec![
+            route(
+                KUBE,
+                RouteMatch::Sni("api.c1.example.com".into()),
+                c1_api.clone(),
+            ),
+            route(
+                KUBE,
+                RouteMatch::Sni("api.c2.example.com".into()),
+                c2_api.clone(),
+            ),
+            route(KUBE, source(WORKER_C1), c1_api),
+            route(KUBE, source("192.0.2.16/28"), c2_api),
+            route(
+                HTTPS,
+                RouteMatch::Sni("oauth.c1.example.com".into()),
+                address("oauth.clusters-c1.svc", 6443),
+            ),
+            route(
+                HTTPS,
+                RouteMatch::Sni("*.apps.c1.example.com".into()),
+                Upstream::Cluster("c1_apps".into()),
+            ),
+            route(
+                HTTPS,
+                RouteMatch::Sni("*.c1.example.com".into()),
+                Upstream::Cluster("c1_other".into()),
+            ),
+        ],
+    };
+    t.validate().expect("valid table");
+    t
+}
+
+/// The upstream a forwarded connection was sent to, as Envoy would see it.
+fn routed_to(o: &ConnectionOutcome) -> String {
+    assert_eq!(o.action, Action::Continue, "{o:?}");
+    assert!(!o.closed, "{o:?}");
+    let cluster = o
+        .filter_state
+        .get("envoy.tcp_proxy.cluster")
+        .expect("cluster set");
+    let host = o
+        .filter_state
+        .get("envoy.upstream.dynamic_host")
+        .cloned()
+        .unwrap_or_default();
+    if cluster == DYNAMIC_CLUSTER {
+        let port = o
+            .filter_state
+            .get("envoy.upstream.dynamic_port")
+            .expect("port set");
+        format!("{host}:{port}")
+    } else {
+        // An empty dynamic host keeps sni_dynamic_forward_proxy from resolving the SNI.
+        assert_eq!(host, "", "{o:?}");
+        format!("cluster {cluster}")
+    }
+}
+
+fn assert_refused(o: &ConnectionOutcome) {
+    assert!(o.closed, "{o:?}");
+    assert_eq!(o.action, Action::Pause, "{o:?}");
+    assert!(o.filter_state.is_empty(), "nothing routed: {o:?}");
 }
 
 #[test]
@@ -17,9 +194,7 @@ fn filter_loads_and_is_not_ready_without_a_table() {
             .abi_versions
             .contains(&"proxy_abi_version_0_2_1".to_owned())
     );
-    let api = host
-        .start_plugin(r#"{"role":"api","push_token":"TOKEN-0123456789abcdef"}"#)
-        .expect("api plugin");
+    let api = host.start_plugin(&api_config()).expect("api plugin");
     let ready = host
         .http_request(api, "GET", "/ready", &[], b"")
         .expect("request")
@@ -30,9 +205,7 @@ fn filter_loads_and_is_not_ready_without_a_table() {
 #[test]
 fn push_without_token_is_refused() {
     let mut host = FilterHost::load(&filter_wasm(), SharedData::default()).expect("load");
-    let api = host
-        .start_plugin(r#"{"role":"api","push_token":"TOKEN-0123456789abcdef"}"#)
-        .expect("api plugin");
+    let api = host.start_plugin(&api_config()).expect("api plugin");
     let response = host
         .http_request(
             api,
@@ -44,4 +217,286 @@ fn push_without_token_is_refused() {
         .expect("request")
         .expect("answered");
     assert!(matches!(response.status, 401 | 403), "{}", response.status);
+}
+
+#[test]
+fn successful_push_is_read_back_and_makes_the_filter_ready() {
+    let mut w = Worker::new(SharedData::default());
+    let t = table(3);
+    let r = w.push(&t.to_json());
+    assert_eq!(r.status, 200, "{}", r.body_text());
+    let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(body["generation"], 3);
+    assert_eq!(body["digest"], t.digest());
+    assert_eq!(body["routes"], t.routes.len());
+    let v = w.routes();
+    assert_eq!(
+        (v["generation"].clone(), v["digest"].clone()),
+        (body["generation"].clone(), body["digest"].clone())
+    );
+    assert_eq!(w.request("GET", "/ready", &[], b"").status, 200);
+    assert_eq!(w.counter("oooi_sni_router_push_accepted"), 1);
+}
+
+#[test]
+fn decisions_follow_the_pushed_table() {
+    let mut w = Worker::new(SharedData::default());
+    assert_eq!(w.push(&table(1).to_json()).status, 200);
+    let c1_api = "kube-apiserver.clusters-c1.svc:6443";
+    let c2_api = "kube-apiserver.clusters-c2.svc:6443";
+    // Exact SNI (case and a trailing dot do not matter).
+    assert_eq!(
+        routed_to(&w.connect(KUBE, Some("api.c1.example.com"), STRANGER)),
+        c1_api
+    );
+    assert_eq!(
+        routed_to(&w.connect(KUBE, Some("API.C2.example.com."), STRANGER)),
+        c2_api
+    );
+    assert_eq!(
+        routed_to(&w.connect(HTTPS, Some("oauth.c1.example.com"), STRANGER)),
+        "oauth.clusters-c1.svc:6443"
+    );
+    // Wildcards: any depth, the longest suffix wins, exact beats wildcard.
+    assert_eq!(
+        routed_to(&w.connect(HTTPS, Some("console.apps.c1.example.com"), STRANGER)),
+        "cluster c1_apps"
+    );
+    assert_eq!(
+        routed_to(&w.connect(HTTPS, Some("a.b.apps.c1.example.com"), STRANGER)),
+        "cluster c1_apps"
+    );
+    assert_eq!(
+        routed_to(&w.connect(HTTPS, Some("grafana.c1.example.com"), STRANGER)),
+        "cluster c1_other"
+    );
+    // Kubernetes-service aliases and no SNI: by source (a /32 and a /28).
+    for alias in oooi_routes::KUBERNETES_ALIASES {
+        assert_eq!(
+            routed_to(&w.connect(KUBE, Some(alias), WORKER_C1)),
+            c1_api,
+            "{alias}"
+        );
+        assert_eq!(
+            routed_to(&w.connect(KUBE, Some(alias), WORKER_C2)),
+            c2_api,
+            "{alias}"
+        );
+    }
+    assert_eq!(routed_to(&w.connect(KUBE, None, WORKER_C1)), c1_api);
+    assert_eq!(routed_to(&w.connect(KUBE, None, "192.0.2.30")), c2_api);
+    // Counted per outcome.
+    assert_eq!(w.counter("oooi_sni_router_forward_exact_sni"), 3);
+    assert_eq!(w.counter("oooi_sni_router_forward_wildcard_sni"), 3);
+    assert_eq!(w.counter("oooi_sni_router_forward_source_alias"), 8);
+    assert_eq!(w.counter("oooi_sni_router_forward_source_no_sni"), 2);
+}
+
+#[test]
+fn unknown_sni_unknown_source_and_foreign_alias_are_refused() {
+    let mut w = Worker::new(SharedData::default());
+    // Before any push, everything is refused.
+    assert_refused(&w.connect(HTTPS, Some("oauth.c1.example.com"), STRANGER));
+    assert_eq!(w.counter("oooi_sni_router_refuse_no_table"), 1);
+    assert_eq!(w.push(&table(1).to_json()).status, 200);
+
+    assert_refused(&w.connect(HTTPS, Some("evil.example.org"), WORKER_C1));
+    assert_refused(&w.connect(HTTPS, Some("c1.example.com"), WORKER_C1)); // a wildcard's own suffix
+    assert_refused(&w.connect(KUBE, Some("oauth.c1.example.com"), WORKER_C1)); // wrong port
+    assert_eq!(w.counter("oooi_sni_router_refuse_unknown_sni"), 3);
+    assert_refused(&w.connect(KUBE, None, STRANGER));
+    assert_eq!(w.counter("oooi_sni_router_refuse_unknown_source"), 1);
+    assert_refused(&w.connect(KUBE, Some("kubernetes.default.svc"), STRANGER));
+    assert_eq!(
+        w.counter("oooi_sni_router_refuse_alias_from_unknown_source"),
+        1
+    );
+    // Aliases are not routed by source on a port without source routes.
+    assert_refused(&w.connect(HTTPS, Some("kubernetes"), WORKER_C1));
+    let logs = w.host.logs();
+    assert!(
+        logs.iter()
+            .any(|(_, m)| m.contains("refuse reason=alias_from_unknown_source")),
+        "refusals are logged with their reason: {logs:?}"
+    );
+}
+
+#[test]
+fn stale_malformed_or_oversized_pushes_leave_the_table_unchanged() {
+    let mut w = Worker::new(SharedData::default());
+    let good = table(5);
+    assert_eq!(w.push(&good.to_json()).status, 200);
+    // oauth.c1 pointed elsewhere must never take effect.
+    let mut other = good.clone();
+    other.routes[4].upstream = address("elsewhere.example.com", 443);
+    for generation in [5, 4, 1] {
+        other.generation = generation;
+        let r = w.push(&other.to_json());
+        assert_eq!(r.status, 409, "{}", r.body_text());
+        assert!(r.body_text().contains("not newer"), "{}", r.body_text());
+    }
+    let r = w.push(b"{not json");
+    assert_eq!(r.status, 400);
+    assert!(r.body_text().contains("error"), "{}", r.body_text());
+    let r = w.push(br#"{"generation":9,"routes":[{"port":443,"sni":"x.example.com","upstream":{"cluster":""}}]}"#);
+    assert_eq!(r.status, 400);
+    assert!(
+        r.body_text().contains("routes[0].upstream.cluster"),
+        "{}",
+        r.body_text()
+    );
+    let r = w.push(br#"{"generation":9,"routes":[{"port":443,"sni":"a.example.com","upstream":{"cluster":"x"}},{"port":443,"sni":"A.example.com","upstream":{"cluster":"y"}}]}"#);
+    assert_eq!(r.status, 400);
+    assert!(r.body_text().contains("routes[1]"), "{}", r.body_text());
+    let auth = format!("Bearer {TOKEN}");
+    let r = w.request(
+        "PUT",
+        "/v1/routes",
+        &[("authorization", &auth), ("content-length", "9000000")],
+        b"{}",
+    );
+    assert_eq!(r.status, 413, "{}", r.body_text());
+    let r = w.request("PUT", "/v1/routes", &[("authorization", &auth)], b"");
+    assert_eq!(r.status, 400, "{}", r.body_text());
+
+    let v = w.routes();
+    assert_eq!(v["generation"], 5);
+    assert_eq!(v["digest"], good.digest());
+    assert_eq!(
+        routed_to(&w.connect(HTTPS, Some("oauth.c1.example.com"), STRANGER)),
+        "oauth.clusters-c1.svc:6443"
+    );
+    assert_eq!(w.counter("oooi_sni_router_push_rejected"), 8);
+    // A newer push does take effect.
+    other.generation = 6;
+    assert_eq!(w.push(&other.to_json()).status, 200);
+    assert_eq!(
+        routed_to(&w.connect(HTTPS, Some("oauth.c1.example.com"), STRANGER)),
+        "elsewhere.example.com:443"
+    );
+}
+
+#[test]
+fn two_workers_share_one_table() {
+    let shared = SharedData::default();
+    let mut pusher = Worker::new(shared.clone());
+    let mut other = Worker::new(shared.clone());
+    assert_refused(&other.connect(HTTPS, Some("oauth.c1.example.com"), STRANGER));
+    assert_eq!(pusher.push(&table(1).to_json()).status, 200);
+    // The other VM never saw the push; it reads the table from shared data.
+    assert_eq!(
+        routed_to(&other.connect(HTTPS, Some("oauth.c1.example.com"), STRANGER)),
+        "oauth.clusters-c1.svc:6443"
+    );
+    assert_eq!(other.routes()["generation"], 1);
+    // A newer table reaches it on its tick, off the connection path.
+    let mut next = table(2);
+    next.routes[4].upstream = address("oauth-v2.clusters-c1.svc", 6443);
+    assert_eq!(pusher.push(&next.to_json()).status, 200);
+    let root = other.https;
+    assert!(
+        other.host.tick_period_ms(root).is_some(),
+        "network plugins ask for a tick"
+    );
+    other.host.tick(root).expect("tick");
+    assert!(
+        other
+            .host
+            .logs()
+            .iter()
+            .any(|(_, m)| m.contains("routing table generation 2 loaded")),
+        "{:?}",
+        other.host.logs()
+    );
+    assert_eq!(
+        routed_to(&other.connect(HTTPS, Some("oauth.c1.example.com"), STRANGER)),
+        "oauth-v2.clusters-c1.svc:6443"
+    );
+    // Either VM refuses a push the other already superseded.
+    assert_eq!(other.push(&table(2).to_json()).status, 409);
+    // A VM built later (a reload after a fault) finds the table at once.
+    let mut reloaded = Worker::new(shared);
+    assert_eq!(
+        routed_to(&reloaded.connect(HTTPS, Some("oauth.c1.example.com"), STRANGER)),
+        "oauth-v2.clusters-c1.svc:6443"
+    );
+}
+
+#[test]
+fn hostile_input_never_traps_the_filter() {
+    let mut w = Worker::new(SharedData::default());
+    assert_eq!(w.push(&table(1).to_json()).status, 200);
+    let long = "a".repeat(70_000);
+    let snis = [
+        "",
+        ".",
+        "..",
+        "*",
+        "*.apps.c1.example.com",
+        "*.",
+        "a..b",
+        "\u{0}",
+        "é.example.com",
+        "kubernetes.",
+        long.as_str(),
+        "api.c1.example.com\u{0}evil",
+    ];
+    for sni in snis {
+        for port in [KUBE, HTTPS] {
+            for src in [WORKER_C1, STRANGER, "::1"] {
+                let o = w.connect(port, Some(sni), src);
+                assert!(o.closed || o.action == Action::Continue, "{sni:?} {o:?}");
+            }
+        }
+    }
+    let bodies: Vec<Vec<u8>> = vec![
+        b"".to_vec(),
+        b"null".to_vec(),
+        b"[]".to_vec(),
+        b"{\"generation\":-1,\"routes\":[]}".to_vec(),
+        b"{\"generation\":18446744073709551616,\"routes\":[]}".to_vec(),
+        vec![0xff; 4096],
+        table(2).to_json()[..40].to_vec(),
+        b"{\"generation\":2,\"routes\":[{\"port\":0,\"sni\":\"x\",\"upstream\":{\"cluster\":\"c\"}}]}".to_vec(),
+        b"{\"generation\":2,\"routes\":[{\"port\":443,\"source\":\"10.0.0.1/33\",\"upstream\":{\"cluster\":\"c\"}}]}".to_vec(),
+    ];
+    for body in &bodies {
+        let r = w.push(body);
+        assert!(
+            (400..500).contains(&r.status),
+            "{} for {:?}",
+            r.status,
+            String::from_utf8_lossy(body)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&r.body).expect("error bodies are JSON");
+        assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()), "{v}");
+    }
+    for (method, path) in [
+        ("DELETE", "/v1/routes"),
+        ("GET", "/nope"),
+        ("POST", "/ready"),
+    ] {
+        let r = w.request(method, path, &[], b"");
+        assert!(
+            matches!(r.status, 404 | 405),
+            "{method} {path}: {}",
+            r.status
+        );
+    }
+    assert_eq!(w.routes()["generation"], 1);
+}
+
+#[test]
+fn a_stamped_build_reports_its_id() {
+    let module = build_id::stamp(&filter_wasm(), "release-7").expect("stamp");
+    assert_eq!(build_id::read(&module).as_deref(), Some("release-7"));
+    let mut w = Worker::with_module(&module, SharedData::default());
+    assert_eq!(w.routes()["build"], "release-7");
+    assert_eq!(w.push(&table(1).to_json()).status, 200);
+    w.connect(HTTPS, Some("oauth.c1.example.com"), STRANGER);
+    w.connect(HTTPS, Some("nobody.example.org"), STRANGER);
+    assert_eq!(w.counter("oooi_sni_router_connections_build_release_7"), 2);
+    // The unstamped module calls itself `dev`.
+    let mut dev = Worker::new(SharedData::default());
+    assert_eq!(dev.routes()["build"], build_id::DEFAULT);
 }
