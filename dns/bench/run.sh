@@ -1,42 +1,127 @@
 #!/usr/bin/env bash
-# Benchmark oooi-dns against unbound serving the same static records, with
-# dnsperf. Server pinned to CPU 0, load to CPU 1. Loopback only.
-# Usage: dns/bench/run.sh [path/to/release/oooi-dns] [seconds]
+# Benchmark oooi-dns against unbound with dnsperf, on loopback only.
+#
+# Both servers hold the same static records (oooi-dns from its config,
+# unbound as local-data) and forward every other name to the same upstream (a
+# third unbound serving example.org as local-data). The server under test is
+# pinned to CPU 0, dnsperf and the upstream to CPU 1. Per round and server:
+#   static     saturation QPS, then p50/p99 latency at half that rate
+#   forwarded  the same with a warm cache (names the upstream answers)
+# Rounds alternate the servers, so both see the same machine load.
+#
+# Usage: dns/bench/run.sh [path/to/release/oooi-dns] [seconds] [rounds]
+# With BASE=path/to/another/oooi-dns, that binary is measured too (as
+# "base", for before/after comparisons in the same run).
 set -euo pipefail
 BIN=${1:-${CARGO_TARGET_DIR:-target}/release/oooi-dns}
 SECS=${2:-10}
+ROUNDS=${3:-2}
 for t in dnsperf unbound taskset; do
   command -v "$t" >/dev/null || { echo "missing $t (tools/dev installs it)" >&2; exit 1; }
 done
-W=$(mktemp -d); trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$W"' EXIT
-cat > "$W/oooi.yaml" <<Y
+[ -x "$BIN" ] || { echo "no oooi-dns binary at $BIN (cargo build --release -p oooi-dns)" >&2; exit 1; }
+
+W=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$W"
+}
+trap cleanup EXIT
+
+OOOI=127.0.0.20 UNBOUND=127.0.0.21 OOOI_BASE=127.0.0.22 UPSTREAM=127.0.0.23 PORT=25400 UPORT=25401
+BASE=${BASE:-}
+
+oooi_conf() { # listen address
+  cat <<Y
+upstreams:
+  servers: ["$UPSTREAM:$UPORT"]
+  max_cache_ttl: 3600
 clusters:
   - {name: c1, base_domain: example.com, proxy: 192.0.2.4, apps_vip: 192.0.2.200}
 views:
-  - {name: vlan, kind: vlan, listen: ["127.0.0.20:25400"]}
+  - {name: vlan, kind: vlan, listen: ["$1:$PORT"]}
 Y
-cat > "$W/unbound.conf" <<U
+}
+oooi_conf $OOOI > "$W/oooi.yaml"
+oooi_conf $OOOI_BASE > "$W/base.yaml"
+unbound_conf() { # $1 = interface@port, then extra lines
+  cat <<U
 server:
-  interface: 127.0.0.21@25400
+  interface: $1
   do-daemonize: no
   use-syslog: no
+  logfile: ""
+  verbosity: 0
   chroot: ""
   username: ""
   pidfile: ""
   num-threads: 1
+  module-config: "iterator"
+  do-not-query-localhost: no
   access-control: 127.0.0.0/8 allow
-  local-zone: "c1.example.com." static
-  local-data: "api.c1.example.com. 30 IN A 192.0.2.4"
-  local-data: "oauth.c1.example.com. 30 IN A 192.0.2.4"
-  local-zone: "apps.c1.example.com." redirect
-  local-data: "apps.c1.example.com. 30 IN A 192.0.2.200"
+  msg-cache-size: 16m
+  rrset-cache-size: 16m
 U
-printf 'api.c1.example.com A\noauth.c1.example.com A\nx.apps.c1.example.com A\napi.c1.example.com AAAA\n' > "$W/q.txt"
-taskset -c 0 "$BIN" serve --config "$W/oooi.yaml" & sleep 1
-taskset -c 0 unbound -c "$W/unbound.conf" & sleep 1
-for target in "oooi-dns 127.0.0.20" "unbound 127.0.0.21"; do
-  set -- $target
-  echo "== $1 saturation"
-  taskset -c 1 dnsperf -s "$2" -p 25400 -d "$W/q.txt" -l "$SECS" -c 4 -q 200 \
-    | grep -E "Queries per second|Average Latency|Latency StdDev|Queries lost"
+  shift
+  printf '%s\n' "$@"
+}
+unbound_conf "$UNBOUND@$PORT" \
+  '  local-zone: "c1.example.com." static' \
+  '  local-data: "api.c1.example.com. 30 IN A 192.0.2.4"' \
+  '  local-data: "oauth.c1.example.com. 30 IN A 192.0.2.4"' \
+  '  local-zone: "apps.c1.example.com." redirect' \
+  '  local-data: "apps.c1.example.com. 30 IN A 192.0.2.200"' \
+  'forward-zone:' \
+  '  name: "."' \
+  "  forward-addr: $UPSTREAM@$UPORT" > "$W/unbound.conf"
+unbound_conf "$UPSTREAM@$UPORT" \
+  '  local-zone: "example.org." static' \
+  '  local-data: "www1.example.org. 3600 IN A 203.0.113.1"' \
+  '  local-data: "www2.example.org. 3600 IN A 203.0.113.2"' \
+  '  local-data: "www3.example.org. 3600 IN A 203.0.113.3"' \
+  '  local-data: "www4.example.org. 3600 IN A 203.0.113.4"' > "$W/upstream.conf"
+
+printf 'api.c1.example.com A\noauth.c1.example.com A\nx.apps.c1.example.com A\napi.c1.example.com AAAA\n' > "$W/static.txt"
+printf 'www1.example.org A\nwww2.example.org A\nwww3.example.org A\nwww4.example.org A\n' > "$W/forwarded.txt"
+
+taskset -c 1 unbound -c "$W/upstream.conf" 2>/dev/null & PIDS+=($!)
+RUST_LOG=warn taskset -c 0 "$BIN" serve --config "$W/oooi.yaml" & PIDS+=($!)
+taskset -c 0 unbound -c "$W/unbound.conf" 2>/dev/null & PIDS+=($!)
+TARGETS=("oooi-dns $OOOI" "unbound $UNBOUND")
+if [ -n "$BASE" ]; then
+  RUST_LOG=warn taskset -c 0 "$BASE" serve --config "$W/base.yaml" & PIDS+=($!)
+  TARGETS+=("base $OOOI_BASE")
+fi
+sleep 1
+
+# dnsperf at saturation: prints the QPS.
+saturate() { # server queryfile
+  taskset -c 1 dnsperf -s "$1" -p $PORT -d "$2" -l "$SECS" -c 4 -q 200 2>/dev/null \
+    | awk '/Queries per second/ {printf "%d", $4}'
+}
+# dnsperf at a fixed rate, every answer's latency: prints "qps p50 p99" (ms).
+paced() { # server queryfile qps
+  taskset -c 1 dnsperf -s "$1" -p $PORT -d "$2" -l "$SECS" -c 4 -q 200 -Q "$3" -v 2>/dev/null \
+    | awk '/^> / {print $NF * 1000}' | sort -n \
+    | awk '{v[NR]=$1} END {if (NR==0) {print "0 - -"; exit}
+        p50=v[int(NR*0.50)>0?int(NR*0.50):1]; p99=v[int(NR*0.99)>0?int(NR*0.99):1];
+        printf "%d %.3f %.3f", NR/'"$SECS"', p50, p99}'
+}
+
+echo "load before: $(uptime)"
+printf '%-6s %-9s %-8s %10s %10s %8s %8s\n' round path server sat_qps half_qps p50_ms p99_ms
+for round in $(seq 1 "$ROUNDS"); do
+  for path in static forwarded; do
+    for target in "${TARGETS[@]}"; do
+      set -- $target
+      # Warm the forwarding caches (and the first-query paths).
+      taskset -c 1 dnsperf -s "$2" -p $PORT -d "$W/$path.txt" -n 2 >/dev/null 2>&1 || true
+      qps=$(saturate "$2" "$W/$path.txt")
+      read -r half p50 p99 <<<"$(paced "$2" "$W/$path.txt" $(( ${qps:-2} / 2 )))"
+      printf '%-6s %-9s %-8s %10s %10s %8s %8s\n' "$round" "$path" "$1" "$qps" "$half" "$p50" "$p99"
+    done
+  done
 done
+echo "load after: $(uptime)"

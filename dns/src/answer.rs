@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use hickory_proto::rr::{LowerName, RecordType};
 
-use crate::config::{RecordSet, View};
+use crate::config::{RecordSet, View, Zone};
 
 /// What the server should do with one question.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,7 +35,21 @@ pub enum Answer {
     Forward,
 }
 
-fn from_set(set: &RecordSet, qtype: RecordType, owner: &LowerName) -> Answer {
+/// MNAME of the synthesized SOA of owned zones.
+pub const SOA_MNAME: &str = "ns.oooi.invalid.";
+/// RNAME of the synthesized SOA of owned zones.
+pub const SOA_RNAME: &str = "hostmaster.oooi.invalid.";
+/// SOA serial, refresh, retry and expire of owned zones (the minimum is the
+/// negative TTL of the answer).
+pub const SOA_TIMERS: [u32; 4] = [1, 3600, 600, 86_400];
+
+/// Negative TTL of a zone: its smallest record TTL (30 s when empty).
+pub fn negative_ttl(zone: &Zone) -> u32 {
+    zone.records.values().map(|r| r.ttl).min().unwrap_or(30)
+}
+
+/// The answer of an existing name with `set` as its records.
+pub fn from_set(set: &RecordSet, qtype: RecordType, owner: &LowerName) -> Answer {
     let addrs: Vec<IpAddr> = match qtype {
         RecordType::A => set.a.iter().map(|a| IpAddr::V4(*a)).collect(),
         RecordType::AAAA => set.aaaa.iter().map(|a| IpAddr::V6(*a)).collect(),
@@ -70,7 +84,7 @@ pub fn answer(view: &View, name: &LowerName, qtype: RecordType) -> Answer {
     let Some(zone) = view.zones.iter().find(|z| z.origin.zone_of(name)) else {
         return Answer::Forward;
     };
-    let neg_ttl = zone.records.values().map(|r| r.ttl).min().unwrap_or(30);
+    let neg_ttl = negative_ttl(zone);
     if let Some(set) = zone.records.get(name) {
         return from_set(set, qtype, &zone.origin);
     }

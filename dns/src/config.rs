@@ -311,6 +311,11 @@ impl Config {
         self.views.iter().find(|v| v.matches(local, client))
     }
 
+    /// The position in `views` of [`Config::select_view`]'s choice.
+    pub fn select_view_index(&self, local: SocketAddr, client: IpAddr) -> Option<usize> {
+        self.views.iter().position(|v| v.matches(local, client))
+    }
+
     /// Every distinct listener address, in order of first appearance.
     pub fn listen_addresses(&self) -> Vec<SocketAddr> {
         let mut out = Vec::new();

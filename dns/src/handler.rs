@@ -1,191 +1,81 @@
-//! The hickory `RequestHandler`: one per listener address, so that the view
-//! can be chosen by the address a query arrived on (hickory does not say).
+//! The hickory `RequestHandler`, the reference for every answer: TCP goes
+//! through it, and so does every UDP query the fast path ([`crate::fast`])
+//! does not take. One handler per listener address, so that the view can be
+//! chosen by the address a query arrived on (hickory does not say).
 
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
-use hickory_proto::op::{Message, MessageType, Metadata, OpCode, Query, ResponseCode};
+use arc_swap::ArcSwap;
+use hickory_proto::op::{MessageType, Metadata, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA, SOA};
-use hickory_proto::rr::{LowerName, Name, RData, Record, RecordType};
+use hickory_proto::rr::{Name, RData, Record, RecordType};
 use hickory_server::net::runtime::Time;
 use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
 use hickory_server::zone_handler::MessageResponseBuilder;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::answer::{Answer, answer};
-use crate::config::{Config, Upstreams};
+use crate::answer::{Answer, SOA_MNAME, SOA_RNAME, SOA_TIMERS, answer};
+use crate::config::Config;
+use crate::fast::FastTables;
+use crate::forward::Forwarder;
 
-/// The live config, swapped whole on reload.
-pub type SharedConfig = Arc<RwLock<Arc<Config>>>;
+/// One config with everything derived from it, swapped whole on reload.
+#[derive(Debug)]
+pub struct State {
+    /// The validated config.
+    pub config: Config,
+    /// Fast-path answer tables built from it.
+    pub fast: FastTables,
+}
+
+impl State {
+    /// Derives the fast-path tables of `config`.
+    pub fn new(config: Config) -> Self {
+        let fast = FastTables::build(&config);
+        State { config, fast }
+    }
+}
+
+/// The live state: read per query without a lock, replaced on reload.
+pub type SharedState = Arc<ArcSwap<State>>;
 
 /// Answers queries that arrive on `local`.
+#[derive(Clone)]
 pub struct Handler {
     local: SocketAddr,
-    config: SharedConfig,
+    state: SharedState,
     forwarder: Arc<Forwarder>,
 }
 
 impl Handler {
     /// A handler for the listener bound to `local`.
-    pub fn new(local: SocketAddr, config: SharedConfig, forwarder: Arc<Forwarder>) -> Self {
+    pub fn new(local: SocketAddr, state: SharedState, forwarder: Arc<Forwarder>) -> Self {
         Self {
             local,
-            config,
+            state,
             forwarder,
-        }
-    }
-
-    fn current(&self) -> Arc<Config> {
-        match self.config.read() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
         }
     }
 }
 
 fn soa_record(owner: &Name, ttl: u32) -> Record {
-    let mname = Name::from_str("ns.oooi.invalid.").unwrap_or_else(|_| Name::root());
-    let rname = Name::from_str("hostmaster.oooi.invalid.").unwrap_or_else(|_| Name::root());
+    let mname = Name::from_str(SOA_MNAME).unwrap_or_else(|_| Name::root());
+    let rname = Name::from_str(SOA_RNAME).unwrap_or_else(|_| Name::root());
+    let [serial, refresh, retry, expire] = SOA_TIMERS;
     Record::from_rdata(
         owner.clone(),
         ttl,
-        RData::SOA(SOA::new(mname, rname, 1, 3600, 600, 86_400, ttl)),
+        RData::SOA(SOA::new(
+            mname,
+            rname,
+            serial,
+            refresh as i32,
+            retry as i32,
+            expire as i32,
+            ttl,
+        )),
     )
-}
-
-/// Forwarding state shared by every listener: the answer cache and the time
-/// until which all upstreams are considered down.
-#[derive(Default)]
-pub struct Forwarder {
-    cache: Mutex<HashMap<(LowerName, RecordType), (Instant, Message)>>,
-    down_until: Mutex<Option<Instant>>,
-}
-
-impl Forwarder {
-    /// Answers from the cache, or asks the upstreams. None means SERVFAIL.
-    pub async fn resolve(&self, up: &Upstreams, query: &Query) -> Option<Message> {
-        let key = (LowerName::new(query.name()), query.query_type());
-        let now = Instant::now();
-        if let Ok(cache) = self.cache.lock()
-            && let Some((expires, msg)) = cache.get(&key)
-            && *expires > now
-        {
-            let left = u32::try_from((*expires - now).as_secs()).unwrap_or(u32::MAX);
-            let mut m = msg.clone();
-            for r in m.answers.iter_mut().chain(m.authorities.iter_mut()) {
-                r.ttl = r.ttl.min(left);
-            }
-            return Some(m);
-        }
-        if let Ok(d) = self.down_until.lock()
-            && d.is_some_and(|t| t > now)
-        {
-            return None;
-        }
-        let Some(m) = forward(up, query).await else {
-            if let Ok(mut d) = self.down_until.lock() {
-                *d = Some(Instant::now() + up.down_backoff);
-            }
-            return None;
-        };
-        if up.cache_entries > 0 && m.metadata.response_code != ResponseCode::ServFail {
-            let ttl = m
-                .answers
-                .iter()
-                .chain(m.authorities.iter())
-                .map(|r| r.ttl)
-                .min()
-                .unwrap_or(0)
-                .min(up.max_cache_ttl);
-            if ttl > 0
-                && let Ok(mut cache) = self.cache.lock()
-            {
-                if cache.len() >= up.cache_entries {
-                    cache.retain(|_, (e, _)| *e > now);
-                    if cache.len() >= up.cache_entries {
-                        cache.clear();
-                    }
-                }
-                cache.insert(key, (now + Duration::from_secs(u64::from(ttl)), m.clone()));
-            }
-        }
-        Some(m)
-    }
-}
-
-/// Sends `query` to each upstream in order; first good answer wins.
-async fn forward(up: &Upstreams, query: &Query) -> Option<Message> {
-    let mut msg = Message::query();
-    msg.metadata.id = rand::random();
-    msg.metadata.recursion_desired = true;
-    msg.add_query(query.clone());
-    let bytes = msg.to_vec().ok()?;
-    for server in &up.servers {
-        let started = std::time::Instant::now();
-        let res =
-            tokio::time::timeout(up.timeout, exchange(*server, &bytes, msg.metadata.id)).await;
-        match res {
-            Ok(Ok(m)) => {
-                crate::metrics::metrics()
-                    .upstream_duration
-                    .get_or_create(&crate::metrics::UpstreamLabels {
-                        upstream: server.to_string(),
-                    })
-                    .observe(started.elapsed().as_secs_f64());
-                tracing::debug!(%server, ms = started.elapsed().as_millis() as u64, "upstream answered");
-                return Some(m);
-            }
-            Ok(Err(e)) => tracing::warn!(%server, error = %e, "upstream failed"),
-            Err(_) => tracing::warn!(%server, "upstream timed out"),
-        }
-        crate::metrics::metrics()
-            .upstream_failures
-            .get_or_create(&crate::metrics::UpstreamLabels {
-                upstream: server.to_string(),
-            })
-            .inc();
-    }
-    None
-}
-
-async fn exchange(server: SocketAddr, bytes: &[u8], id: u16) -> std::io::Result<Message> {
-    let bind: SocketAddr = if server.is_ipv4() {
-        "0.0.0.0:0".parse().map_err(std::io::Error::other)?
-    } else {
-        "[::]:0".parse().map_err(std::io::Error::other)?
-    };
-    let sock = tokio::net::UdpSocket::bind(bind).await?;
-    sock.connect(server).await?;
-    sock.send(bytes).await?;
-    let mut buf = vec![0u8; 4096];
-    loop {
-        let n = sock.recv(&mut buf).await?;
-        let Ok(m) = Message::from_vec(&buf[..n]) else {
-            continue;
-        };
-        if m.metadata.id != id {
-            continue;
-        }
-        if m.metadata.truncation {
-            return exchange_tcp(server, bytes).await;
-        }
-        return Ok(m);
-    }
-}
-
-async fn exchange_tcp(server: SocketAddr, bytes: &[u8]) -> std::io::Result<Message> {
-    let mut s = tokio::net::TcpStream::connect(server).await?;
-    let len = u16::try_from(bytes.len()).map_err(std::io::Error::other)?;
-    s.write_all(&len.to_be_bytes()).await?;
-    s.write_all(bytes).await?;
-    let mut lb = [0u8; 2];
-    s.read_exact(&mut lb).await?;
-    let mut buf = vec![0u8; u16::from_be_bytes(lb) as usize];
-    s.read_exact(&mut buf).await?;
-    Message::from_vec(&buf).map_err(std::io::Error::other)
 }
 
 #[async_trait::async_trait]
@@ -235,9 +125,18 @@ impl RequestHandler for Handler {
                 .await
                 .unwrap_or_else(|_| fail(ResponseCode::FormErr));
         };
-        let config = self.current();
+        let state = self.state.load_full();
+        let config = &state.config;
         let client: IpAddr = request.src().ip();
         let Some(view) = config.select_view(self.local, client) else {
+            crate::metrics::metrics()
+                .queries
+                .get_or_create(&crate::metrics::QueryLabels {
+                    view: "none".to_string(),
+                    qtype: info.query.query_type().to_string(),
+                    rcode: ResponseCode::Refused.to_string(),
+                })
+                .inc();
             let r = builder.build_no_records(reply_err(ResponseCode::Refused));
             return response_handle
                 .send_response(r)
@@ -313,41 +212,4 @@ impl RequestHandler for Handler {
             }
         }
     }
-}
-
-/// Binds UDP and TCP on every listener of `config` and serves until the
-/// process ends. One hickory `Server` per address.
-pub async fn serve(config: SharedConfig) -> anyhow::Result<()> {
-    let (addrs, http) = match config.read() {
-        Ok(g) => (g.listen_addresses(), g.http),
-        Err(p) => {
-            let g = p.into_inner();
-            (g.listen_addresses(), g.http)
-        }
-    };
-    if let Some(http) = http {
-        tokio::spawn(async move {
-            if let Err(e) = crate::metrics::serve_http(http).await {
-                tracing::error!(error = %e, "metrics endpoint failed");
-            }
-        });
-    }
-    let mut servers = Vec::new();
-    let forwarder = Arc::new(Forwarder::default());
-    for addr in addrs {
-        let mut server =
-            hickory_server::Server::new(Handler::new(addr, config.clone(), forwarder.clone()));
-        server.register_socket(tokio::net::UdpSocket::bind(addr).await?);
-        server.register_listener(
-            tokio::net::TcpListener::bind(addr).await?,
-            Duration::from_secs(10),
-            64,
-        );
-        tracing::info!(%addr, "listening on UDP and TCP");
-        servers.push(server);
-    }
-    for mut s in servers {
-        s.block_until_done().await?;
-    }
-    Ok(())
 }

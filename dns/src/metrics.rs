@@ -1,7 +1,6 @@
 //! Prometheus metrics (`oooi_dns_*`) and the HTTP endpoint for `/metrics`
 //! and `/healthz`.
 
-use std::net::SocketAddr;
 use std::sync::OnceLock;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -102,13 +101,14 @@ pub fn render() -> String {
     out
 }
 
-/// Serves `/metrics` and `/healthz` on `addr`.
-pub async fn serve_http(addr: SocketAddr) -> anyhow::Result<()> {
+/// Serves `/metrics` and `/healthz` on `listener`.
+pub async fn serve_http(listener: tokio::net::TcpListener) -> anyhow::Result<()> {
     let app = axum::Router::new()
         .route("/metrics", axum::routing::get(|| async { render() }))
         .route("/healthz", axum::routing::get(|| async { "ok" }));
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, "serving /metrics and /healthz");
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "serving /metrics and /healthz");
+    }
     axum::serve(listener, app).await?;
     Ok(())
 }

@@ -407,11 +407,23 @@ fn check_prints_answers_and_names_the_bad_field() {
         .expect("run check");
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("api.c1.example.com. A [192.0.2.4]"), "{text}");
+    let has = |name: &str, qtype: &str, what: &str| {
+        text.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 2 && f[0] == name && f[1] == qtype && l.contains(what)
+        })
+    };
     assert!(
-        text.contains("*.apps.c1.example.com. A [192.0.2.200]"),
+        has("api.c1.example.com.", "A", "192.0.2.4 ttl 30"),
         "{text}"
     );
+    assert!(has("api.c1.example.com.", "AAAA", "NODATA"), "{text}");
+    assert!(has("*.apps.c1.example.com.", "A", "192.0.2.200"), "{text}");
+    assert!(has("kubernetes.default.svc.", "A", "192.0.2.4"), "{text}");
+    assert!(has("<other>.c1.example.com.", "A", "NXDOMAIN"), "{text}");
+    assert!(text.contains("view default on 127.0.0.3:25359"), "{text}");
+    assert!(text.contains("no static names"), "{text}");
+    assert!(text.contains("forwarded to 127.0.0.1:25395"), "{text}");
 
     let bad = dir.path().join("bad.yaml");
     std::fs::write(&bad, config(25359, 25395).replace("192.0.2.200", "x")).expect("write");
@@ -423,4 +435,37 @@ fn check_prints_answers_and_names_the_bad_field() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("clusters[0].apps_vip"), "{err}");
+}
+
+#[test]
+fn reload_opens_new_listeners_and_closes_removed_ones() {
+    let port = 25360;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _s = start(dir.path(), &config(port, 25394));
+    assert_eq!(
+        dig("127.0.0.2", port, &["+short", "api.c1.example.com"]).trim(),
+        "192.0.2.4"
+    );
+    // The VLAN view moves from 127.0.0.2 to 127.0.0.6.
+    let moved =
+        config(port, 25394).replace(&format!("127.0.0.2:{port}"), &format!("127.0.0.6:{port}"));
+    std::fs::write(dir.path().join("config.yaml"), moved).expect("write");
+    assert!(
+        wait_for(
+            || dig("127.0.0.6", port, &["+short", "api.c1.example.com"]).trim() == "192.0.2.4"
+        ),
+        "the new listener did not open"
+    );
+    assert_eq!(
+        dig("127.0.0.6", port, &["+tcp", "+short", "api.c1.example.com"]).trim(),
+        "192.0.2.4",
+        "the new listener serves TCP too"
+    );
+    for tcp in ["+notcp", "+tcp"] {
+        let gone = dig("127.0.0.2", port, &[tcp, "api.c1.example.com"]);
+        assert!(!gone.contains("status:"), "{tcp}: still answering: {gone}");
+    }
+    // The listener that stayed keeps working.
+    let pod = dig("127.0.0.3", port, &["api.c1.example.com"]);
+    assert!(pod.contains("status: SERVFAIL"), "{pod}");
 }
