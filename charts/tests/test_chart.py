@@ -524,6 +524,8 @@ def test_crds_ship_with_the_chart():
         spec = crd["spec"]
         assert spec["group"] == GROUP and spec["scope"] == "Namespaced", crd["metadata"]["name"]
         assert KINDS[spec["names"]["kind"]] == spec["names"]["plural"]
+        # The docs use `kubectl get oooi -A`.
+        assert "oooi" in spec["names"].get("categories", []), f"{crd['metadata']['name']}: not in category oooi"
         versions = [v["name"] for v in spec["versions"]]
         assert "v1alpha1" in versions, versions
         for v in spec["versions"]:
