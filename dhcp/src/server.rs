@@ -419,9 +419,25 @@ impl Server {
     }
 }
 
+/// Metric label of a request's message type.
+fn kind_label(k: dhcproto::v4::MessageType) -> &'static str {
+    use dhcproto::v4::MessageType as T;
+    match k {
+        T::Discover => "discover",
+        T::Request => "request",
+        T::Decline => "decline",
+        T::Release => "release",
+        T::Inform => "inform",
+        T::Offer => "offer",
+        T::Ack => "ack",
+        T::Nak => "nak",
+        _ => "other",
+    }
+}
+
 fn observe(o: &Outcome, from: SocketAddr) {
     let m = metrics();
-    count(&m.received, &format!("{:?}", o.kind).to_lowercase());
+    count(&m.received, kind_label(o.kind));
     match &o.decision {
         Decision::Offer { ip } => tracing::debug!(mac = %o.mac, %ip, "offer"),
         Decision::Ack { commit } => {
