@@ -1,1 +1,108 @@
-fn main() {}
+//! `oooi-controller`: the command line.
+//!
+//! - `crds`: print every CRD (generated from the Rust types).
+//! - `render`: plan offline from CR files and print (or write) every object.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "oooi-controller",
+    version,
+    about = "oooi controller: Infra and InfraClusterAttachment → the VLAN stack"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print every CRD as multi-document YAML (generated from the Rust types).
+    Crds {
+        /// Write one file per CRD into this directory instead of printing.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Plan offline from CR files and print (or write) every object and config.
+    Render {
+        /// Multi-document YAML with Infra, InfraClusterAttachment, standalone
+        /// DHCPServer/DNSServer/ProxyServer and ObservedCluster/ObservedInfra
+        /// fixtures. Repeatable.
+        #[arg(short = 'f', long = "file", required = true)]
+        files: Vec<PathBuf>,
+        /// Write objects and config files under this directory instead of printing.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Push token to render into the Envoy config (default: a fixed,
+        /// clearly fake one; the controller generates the real one).
+        #[arg(long, env = "OOOI_PUSH_TOKEN", hide_env_values = true)]
+        push_token: Option<String>,
+        /// The filter module, to render its SHA-256 into Envoy's config
+        /// (default: $OOOI_FILTER_WASM when set, else a zero digest).
+        #[arg(long, env = "OOOI_FILTER_WASM")]
+        filter_wasm: Option<PathBuf>,
+    },
+}
+
+fn crds(out: Option<PathBuf>) -> anyhow::Result<()> {
+    match out {
+        None => print!("{}", oooi_controller::crd::crds_yaml()?),
+        Some(dir) => {
+            std::fs::create_dir_all(&dir)?;
+            for (name, yaml) in oooi_controller::crd::crd_files()? {
+                std::fs::write(dir.join(name), yaml)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn render(
+    files: Vec<PathBuf>,
+    out: Option<PathBuf>,
+    token: Option<String>,
+    filter_wasm: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use oooi_controller::render;
+    let mut input = render::RenderInput::default();
+    if let Some(path) = filter_wasm {
+        let module =
+            std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        input.filter_sha256 = Some(oooi_envoy::module_sha256(&module));
+    }
+    for f in &files {
+        input.add_file(f)?;
+    }
+    let token = token.unwrap_or_else(|| render::OFFLINE_PUSH_TOKEN.to_string());
+    let rendered = render::render(&input, &token)?;
+    match out {
+        None => print!("{}", render::to_yaml(&rendered)?),
+        Some(dir) => render::write_out(&rendered, &dir)?,
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Crds { out } => crds(out),
+        Command::Render {
+            files,
+            out,
+            push_token,
+            filter_wasm,
+        } => render(files, out, push_token, filter_wasm),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,1 +1,367 @@
-//! Scaffolding: filled in by the controller work (issue 5).
+//! `oooi-controller render`: plans offline from manifest files and prints (or
+//! writes) every object and config file the controller would apply.
+//!
+//! Input: multi-document YAML holding any of
+//! - `Infra`, `InfraClusterAttachment` (planned like the controller does);
+//! - standalone `DHCPServer`, `DNSServer`, `ProxyServer` (their children);
+//! - render-only fixtures standing in for observed cluster state (never
+//!   applied to a cluster, same `apiVersion`):
+//!
+//! ```yaml
+//! apiVersion: hostedcluster.densityops.com/v1alpha1
+//! kind: ObservedCluster           # what the controller reads from Machines/VMIs
+//! hostedCluster: {namespace: clusters, name: c1}
+//! machines:
+//!   - {name: c1-workers-abcde, addresses: [192.0.2.50]}
+//! vmis:
+//!   - name: c1-workers-abcde
+//!     interfaces: [{mac: "02:00:00:00:00:50", ipAddresses: [192.0.2.50]}]
+//! appsVip: 192.0.2.200            # optional
+//! ---
+//! apiVersion: hostedcluster.densityops.com/v1alpha1
+//! kind: ObservedInfra             # optional: the proxy's internal ClusterIP
+//! metadata: {name: vlan1, namespace: oooi}
+//! internalProxyIP: 172.30.0.10
+//! ```
+//!
+//! Output: the derived objects and their children, then one `PlanSummary`
+//! document per Infra (verdict per attachment, the routing table digest).
+//! With `--out DIR` every object is a file, and the component configs are
+//! written as plain files too (`<ns>/<infra>/dhcp.yaml`, `dns.yaml`,
+//! `routes.json`, `envoy/*.json`), for the lab.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::crd::{DHCPServer, DNSServer, Infra, InfraClusterAttachment, ProxyServer};
+use crate::plan::{self, HostedClusterKey, Observed, ObservedCluster};
+
+/// Push token used when none is given: rendering is deterministic, and the
+/// controller makes the real one (a random Secret) in the cluster.
+pub const OFFLINE_PUSH_TOKEN: &str = "rendered-offline-not-a-secret";
+
+/// The documents of the input files, by kind.
+#[derive(Debug, Clone, Default)]
+pub struct RenderInput {
+    /// Infras.
+    pub infras: Vec<Infra>,
+    /// Attachments.
+    pub attachments: Vec<InfraClusterAttachment>,
+    /// Standalone DHCP servers.
+    pub dhcp_servers: Vec<DHCPServer>,
+    /// Standalone DNS servers.
+    pub dns_servers: Vec<DNSServer>,
+    /// Standalone proxies.
+    pub proxy_servers: Vec<ProxyServer>,
+    /// Observed hosted clusters.
+    pub clusters: BTreeMap<HostedClusterKey, ObservedCluster>,
+    /// Internal proxy ClusterIP per Infra (namespace, name).
+    pub internal_proxy_ips: BTreeMap<(String, String), Ipv4Addr>,
+    /// SHA-256 (hex) of the filter module, when known (`--filter-wasm`).
+    pub filter_sha256: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ObservedClusterDoc {
+    #[allow(dead_code)]
+    api_version: String,
+    #[allow(dead_code)]
+    kind: String,
+    hosted_cluster: HostedClusterKey,
+    #[serde(flatten)]
+    cluster: ObservedCluster,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ObservedInfraDoc {
+    #[allow(dead_code)]
+    api_version: String,
+    #[allow(dead_code)]
+    kind: String,
+    metadata: DocMeta,
+    #[serde(rename = "internalProxyIP")]
+    internal_proxy_ip: Ipv4Addr,
+}
+
+#[derive(Deserialize)]
+struct DocMeta {
+    name: String,
+    namespace: Option<String>,
+}
+
+fn defaulted_namespace<K: kube::Resource>(mut obj: K) -> K {
+    if obj.meta().namespace.is_none() {
+        obj.meta_mut().namespace = Some("default".to_string());
+    }
+    obj
+}
+
+impl RenderInput {
+    /// Adds the documents of one YAML text. `source` names it in errors.
+    pub fn add_yaml(&mut self, source: &str, text: &str) -> anyhow::Result<()> {
+        let docs: Vec<Value> = serde_saphyr::from_multiple(text)
+            .with_context(|| format!("{source}: not valid YAML"))?;
+        for (i, doc) in docs.into_iter().enumerate() {
+            if doc.is_null() {
+                continue;
+            }
+            let kind = doc
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            let at = || format!("{source}: document {} (kind `{kind}`)", i + 1);
+            let api = doc.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+            if api != crate::crd::API_VERSION {
+                bail!(
+                    "{}: apiVersion `{api}` is not {}",
+                    at(),
+                    crate::crd::API_VERSION
+                );
+            }
+            match kind.as_str() {
+                "Infra" => self.infras.push(defaulted_namespace(
+                    serde_json::from_value(doc).with_context(at)?,
+                )),
+                "InfraClusterAttachment" => self.attachments.push(defaulted_namespace(
+                    serde_json::from_value(doc).with_context(at)?,
+                )),
+                "DHCPServer" => self.dhcp_servers.push(defaulted_namespace(
+                    serde_json::from_value(doc).with_context(at)?,
+                )),
+                "DNSServer" => self.dns_servers.push(defaulted_namespace(
+                    serde_json::from_value(doc).with_context(at)?,
+                )),
+                "ProxyServer" => self.proxy_servers.push(defaulted_namespace(
+                    serde_json::from_value(doc).with_context(at)?,
+                )),
+                "ObservedCluster" => {
+                    let d: ObservedClusterDoc = serde_json::from_value(doc).with_context(at)?;
+                    if self
+                        .clusters
+                        .insert(d.hosted_cluster.clone(), d.cluster)
+                        .is_some()
+                    {
+                        bail!("{}: {} is observed twice", at(), d.hosted_cluster);
+                    }
+                }
+                "ObservedInfra" => {
+                    let d: ObservedInfraDoc = serde_json::from_value(doc).with_context(at)?;
+                    let ns = d
+                        .metadata
+                        .namespace
+                        .unwrap_or_else(|| "default".to_string());
+                    self.internal_proxy_ips
+                        .insert((ns, d.metadata.name), d.internal_proxy_ip);
+                }
+                other => bail!(
+                    "{}: unknown kind `{other}` (expected Infra, InfraClusterAttachment, DHCPServer, DNSServer, ProxyServer, ObservedCluster or ObservedInfra)",
+                    at()
+                ),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads and adds one file.
+    pub fn add_file(&mut self, path: &Path) -> anyhow::Result<()> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        self.add_yaml(&path.display().to_string(), &text)
+    }
+}
+
+/// What `render` produces.
+#[derive(Debug, Clone, Default)]
+pub struct Rendered {
+    /// Every object, in apply order per Infra, then the summaries.
+    pub objects: Vec<Value>,
+    /// Plain config files (relative path, content).
+    pub files: Vec<(PathBuf, String)>,
+}
+
+fn object_of<T: serde::Serialize>(o: &T) -> anyhow::Result<Value> {
+    Ok(serde_json::to_value(o)?)
+}
+
+fn render_children(
+    out: &mut Rendered,
+    dir: &Path,
+    dhcp: Option<&DHCPServer>,
+    dns: Option<&DNSServer>,
+    proxy: Option<&ProxyServer>,
+    push_token: &str,
+) -> anyhow::Result<()> {
+    if let Some(d) = dhcp {
+        let name = d.metadata.name.clone().unwrap_or_default();
+        out.objects.push(object_of(d)?);
+        out.objects.extend(
+            plan::dhcp::children(d)
+                .with_context(|| format!("DHCPServer {name}"))?
+                .to_values(),
+        );
+        out.files.push((
+            dir.join(format!("{name}.yaml")),
+            serde_saphyr::to_string(&d.spec.config.0)?,
+        ));
+    }
+    if let Some(d) = dns {
+        let name = d.metadata.name.clone().unwrap_or_default();
+        out.objects.push(object_of(d)?);
+        out.objects.extend(
+            plan::dns::children(d)
+                .with_context(|| format!("DNSServer {name}"))?
+                .to_values(),
+        );
+        out.files.push((
+            dir.join(format!("{name}.yaml")),
+            serde_saphyr::to_string(&d.spec.config.0)?,
+        ));
+    }
+    if let Some(p) = proxy {
+        let name = p.metadata.name.clone().unwrap_or_default();
+        out.objects.push(object_of(p)?);
+        out.objects.extend(
+            plan::proxy::children(p, push_token)
+                .with_context(|| format!("ProxyServer {name}"))?
+                .to_values(),
+        );
+        let table = plan::proxy::table(&p.spec, 1);
+        out.files.push((
+            dir.join(format!("{name}-routes.json")),
+            String::from_utf8(table.to_json())?,
+        ));
+        let envoy_dir = Path::new(plan::proxy::CONFIG_DIR);
+        let cfg = plan::proxy::envoy_config(&p.spec, push_token);
+        for (file, bytes) in oooi_envoy::files(&cfg, envoy_dir)? {
+            out.files.push((
+                dir.join(format!("{name}-envoy")).join(file),
+                String::from_utf8(bytes)?,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Plans every Infra of the input and renders every standalone server.
+pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered> {
+    let mut out = Rendered::default();
+    let mut infras: Vec<&Infra> = input.infras.iter().collect();
+    infras.sort_by_key(|i| (i.metadata.namespace.clone(), i.metadata.name.clone()));
+    for infra in infras {
+        let ns = infra.metadata.namespace.clone().unwrap_or_default();
+        let name = infra.metadata.name.clone().unwrap_or_default();
+        let observed = Observed {
+            clusters: input.clusters.clone(),
+            internal_proxy_ip: input
+                .internal_proxy_ips
+                .get(&(ns.clone(), name.clone()))
+                .copied(),
+            filter_sha256: input.filter_sha256.clone(),
+        };
+        let p = plan::plan_infra(infra, &input.attachments, &observed);
+        let dir = PathBuf::from(&ns);
+        if let Some(d) = &p.desired {
+            render_children(
+                &mut out,
+                &dir,
+                d.dhcp.as_ref(),
+                d.dns.as_ref(),
+                d.proxy.as_ref(),
+                push_token,
+            )?;
+        }
+        let routes_digest = p
+            .desired
+            .as_ref()
+            .and_then(|d| d.proxy.as_ref())
+            .map(|px| plan::proxy::table(&px.spec, 1).digest());
+        let attachments: Vec<Value> = p
+            .attachments
+            .iter()
+            .map(|a| {
+                let conds: Vec<Value> = a
+                    .conditions(p.desired.is_some())
+                    .into_iter()
+                    .map(|c| {
+                        json!({"type": c.type_, "status": c.status, "reason": c.reason, "message": c.message})
+                    })
+                    .collect();
+                json!({
+                    "name": a.name,
+                    "hostedCluster": a.hosted_cluster.to_string(),
+                    "accepted": a.accepted(),
+                    "domain": a.domain,
+                    "controlPlaneNamespace": a.control_plane_namespace,
+                    "workerAddresses": a.worker_addresses.iter().map(|x| x.to_string()).collect::<Vec<_>>(),
+                    "conflictingAddresses": a.conflicting_addresses.iter().map(|x| x.to_string()).collect::<Vec<_>>(),
+                    "conditions": conds,
+                })
+            })
+            .collect();
+        let degraded = p.degraded();
+        out.objects.push(json!({
+            "apiVersion": crate::crd::API_VERSION,
+            "kind": "PlanSummary",
+            "metadata": {"name": name, "namespace": ns},
+            "valid": p.desired.is_some(),
+            "degraded": {"status": degraded.status, "reason": degraded.reason, "message": degraded.message},
+            "attachments": {"total": p.totals.total, "accepted": p.totals.accepted, "excluded": p.totals.excluded},
+            "routesDigestAtGeneration1": routes_digest,
+            "verdicts": attachments,
+        }));
+    }
+    let dir = PathBuf::from("standalone");
+    for d in &input.dhcp_servers {
+        render_children(&mut out, &dir, Some(d), None, None, push_token)?;
+    }
+    for d in &input.dns_servers {
+        render_children(&mut out, &dir, None, Some(d), None, push_token)?;
+    }
+    for p in &input.proxy_servers {
+        render_children(&mut out, &dir, None, None, Some(p), push_token)?;
+    }
+    Ok(out)
+}
+
+/// Every object as multi-document YAML.
+pub fn to_yaml(rendered: &Rendered) -> anyhow::Result<String> {
+    let mut s = String::new();
+    for o in &rendered.objects {
+        s.push_str("---\n");
+        s.push_str(&serde_saphyr::to_string(o)?);
+    }
+    Ok(s)
+}
+
+/// Writes every object (`objects/NNN-<kind>-<namespace>-<name>.yaml`) and
+/// every config file under `dir`.
+pub fn write_out(rendered: &Rendered, dir: &Path) -> anyhow::Result<()> {
+    let objects = dir.join("objects");
+    std::fs::create_dir_all(&objects)
+        .with_context(|| format!("cannot create {}", objects.display()))?;
+    for (i, o) in rendered.objects.iter().enumerate() {
+        let kind = o["kind"].as_str().unwrap_or("object").to_ascii_lowercase();
+        let ns = o["metadata"]["namespace"].as_str().unwrap_or("cluster");
+        let name = o["metadata"]["name"].as_str().unwrap_or("unnamed");
+        let path = objects.join(format!("{i:03}-{kind}-{ns}-{name}.yaml"));
+        std::fs::write(&path, serde_saphyr::to_string(o)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    for (rel, text) in &rendered.files {
+        let path = dir.join("files").join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}

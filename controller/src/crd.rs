@@ -1,1 +1,0 @@
-//! Scaffolding: filled in by the controller work (issue 5).

@@ -1,0 +1,332 @@
+//! The derived kinds: `DHCPServer`, `DNSServer`, `ProxyServer`.
+//!
+//! The controller writes one of each per Infra (owned by it, named
+//! `<infra>-dhcp`, `<infra>-dns`, `<infra>-proxy`), but each is complete on its
+//! own: its spec carries the VLAN attachment, the image and the component's
+//! whole config, and the controller derives the Deployment, ConfigMap,
+//! Services and the rest from it alone.
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::LocalObjectReference;
+use super::schema::{DhcpConfigDocument, DnsConfigDocument, RoutesDocument};
+
+/// The pod's leg on the VLAN (a Multus secondary interface with a static address).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VlanInterface {
+    /// NetworkAttachmentDefinition name.
+    #[schemars(length(min = 1, max = 253), pattern(concat!("^", dns_subdomain_re!(), "$")))]
+    pub network_attachment_definition: String,
+    /// NetworkAttachmentDefinition namespace.
+    #[schemars(length(min = 1, max = 63), pattern(concat!("^", dns_label_re!(), "$")))]
+    pub network_attachment_namespace: String,
+    /// Static address with the VLAN's prefix length, e.g. `192.0.2.2/24`.
+    #[schemars(pattern(concat!("^", ipv4_re!(), "/([0-9]|[12][0-9]|3[0-2])$")))]
+    pub address: String,
+    /// Interface name inside the pod. Default `net1`.
+    #[serde(default = "default_interface")]
+    #[schemars(length(min = 1, max = 15))]
+    pub interface: String,
+}
+
+fn default_interface() -> String {
+    "net1".to_string()
+}
+
+/// Status shared by the DHCP and DNS servers.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`, `Progressing`, `Degraded`.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// Desired replicas.
+    #[serde(default)]
+    pub replicas: i32,
+    /// Ready replicas.
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// SHA-256 of the rendered config file the pods run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_digest: Option<String>,
+}
+
+/// A DHCP server on the VLAN.
+#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "hostedcluster.densityops.com",
+    version = "v1alpha1",
+    kind = "DHCPServer",
+    plural = "dhcpservers",
+    namespaced,
+    status = "ServerStatus",
+    derive = "PartialEq",
+    category = "oooi",
+    printcolumn(name = "Address", type_ = "string", json_path = ".spec.vlan.address"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DHCPServerSpec {
+    /// The VLAN leg; its address is the server address.
+    pub vlan: VlanInterface,
+    /// Container image of oooi-dhcp.
+    #[schemars(length(min = 1))]
+    pub image: String,
+    /// The whole oooi-dhcp config file.
+    pub config: DhcpConfigDocument,
+    /// Compute resources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// Lease volume.
+    #[serde(default)]
+    pub storage: LeaseStorage,
+}
+
+/// The PVC holding DHCP leases.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseStorage {
+    /// Requested size. Default `1Gi`.
+    #[serde(default = "default_storage_size")]
+    #[schemars(pattern(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$"))]
+    pub size: String,
+    /// StorageClass. Default: the cluster default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+}
+
+fn default_storage_size() -> String {
+    "1Gi".to_string()
+}
+
+impl Default for LeaseStorage {
+    fn default() -> Self {
+        LeaseStorage {
+            size: default_storage_size(),
+            storage_class_name: None,
+        }
+    }
+}
+
+/// A split-horizon DNS server on the VLAN (and, through a ClusterIP Service,
+/// on the pod network).
+#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "hostedcluster.densityops.com",
+    version = "v1alpha1",
+    kind = "DNSServer",
+    plural = "dnsservers",
+    namespaced,
+    status = "ServerStatus",
+    derive = "PartialEq",
+    category = "oooi",
+    printcolumn(name = "Address", type_ = "string", json_path = ".spec.vlan.address"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DNSServerSpec {
+    /// The VLAN leg; the VLAN view listens on its address.
+    pub vlan: VlanInterface,
+    /// Container image of oooi-dns.
+    #[schemars(length(min = 1))]
+    pub image: String,
+    /// The whole oooi-dns config file.
+    pub config: DnsConfigDocument,
+    /// Compute resources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+}
+
+fn default_push_port() -> u16 {
+    9445
+}
+
+fn default_admin_port() -> u16 {
+    9901
+}
+
+fn default_connect_timeout_ms() -> u32 {
+    5000
+}
+
+/// Envoy with the oooi SNI router on the VLAN.
+#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "hostedcluster.densityops.com",
+    version = "v1alpha1",
+    kind = "ProxyServer",
+    plural = "proxyservers",
+    namespaced,
+    status = "ProxyServerStatus",
+    derive = "PartialEq",
+    category = "oooi",
+    printcolumn(name = "Address", type_ = "string", json_path = ".spec.vlan.address"),
+    printcolumn(
+        name = "Synced",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"RoutesSynced\")].status"
+    ),
+    printcolumn(
+        name = "Generation",
+        type_ = "integer",
+        json_path = ".status.routesGeneration"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyServerSpec {
+    /// The VLAN leg; the TLS listeners accept on it.
+    pub vlan: VlanInterface,
+    /// Container image of Envoy.
+    #[schemars(length(min = 1))]
+    pub image: String,
+    /// TLS passthrough listener ports. Default: every port a route names.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(range(min = 1, max = 65535)))]
+    pub tls_ports: Vec<u16>,
+    /// The routing table (without generation: the pusher numbers each push).
+    #[serde(default)]
+    pub routes: RoutesDocument,
+    /// Port of the table push API (pod network only, token protected).
+    #[serde(default = "default_push_port")]
+    #[schemars(range(min = 1024, max = 65535))]
+    pub push_port: u16,
+    /// Envoy admin port, on loopback.
+    #[serde(default = "default_admin_port")]
+    #[schemars(range(min = 1024, max = 65535))]
+    pub admin_port: u16,
+    /// Secret (key `token`) with the bearer token a push must carry.
+    pub push_token_secret: LocalObjectReference,
+    /// The filter module.
+    #[serde(default)]
+    pub filter: FilterSource,
+    /// Upstream connect timeout in milliseconds.
+    #[serde(default = "default_connect_timeout_ms")]
+    #[schemars(range(min = 100, max = 60_000))]
+    pub connect_timeout_ms: u32,
+    /// Create the internal ClusterIP Service (pod network → proxy). Default true.
+    #[serde(default = "default_true")]
+    pub internal_service: bool,
+    /// Compute resources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_filter_config_map() -> String {
+    "oooi-sni-router".to_string()
+}
+
+fn default_filter_key() -> String {
+    "oooi_sni_router.wasm".to_string()
+}
+
+/// Where the filter `.wasm` comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FilterSource {
+    /// ConfigMap (same namespace) with the module as binary data.
+    #[serde(default = "default_filter_config_map")]
+    #[schemars(length(min = 1, max = 253))]
+    pub config_map: String,
+    /// Key of the module in the ConfigMap.
+    #[serde(default = "default_filter_key")]
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
+    /// SHA-256 (hex) of the module. Envoy's VM key includes it, so a new
+    /// module always changes the filter config. The controller fills it from
+    /// the ConfigMap it reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(r"^[0-9a-f]{64}$"))]
+    pub sha256: Option<String>,
+}
+
+impl Default for FilterSource {
+    fn default() -> Self {
+        FilterSource {
+            config_map: default_filter_config_map(),
+            key: default_filter_key(),
+            sha256: None,
+        }
+    }
+}
+
+/// Observed state of a ProxyServer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyServerStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`, `RoutesSynced` (every ready replica holds the current table), `Degraded`.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// Desired replicas.
+    #[serde(default)]
+    pub replicas: i32,
+    /// Ready replicas.
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// Generation of the table last pushed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routes_generation: Option<i64>,
+    /// Digest (`sha256:…`) of the table last pushed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routes_digest: Option<String>,
+    /// Digest of the filter module the replicas run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter_digest: Option<String>,
+    /// Per-replica table sync.
+    #[serde(default)]
+    pub replica_status: Vec<ProxyReplicaStatus>,
+}
+
+/// One Envoy pod's table.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyReplicaStatus {
+    /// Pod name.
+    pub pod: String,
+    /// Pod IP on the pod network (where the push API is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_ip: Option<String>,
+    /// The pod holds the current table (generation and digest read back).
+    pub routes_synced: bool,
+    /// Generation read back from the pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// Digest read back from the pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// Last successful push.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_push_time: Option<Time>,
+    /// Last push error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}

@@ -1,0 +1,79 @@
+//! Schema helpers: component config documents embedded in the derived kinds.
+//!
+//! The config formats belong to their crates (`oooi-dhcp`, `oooi-dns`,
+//! `oooi-routes`), which validate them; the CRD only says "an object" and keeps
+//! its fields (`x-kubernetes-preserve-unknown-fields`), so a format change in
+//! those crates never needs a CRD change here. In Rust the fields are the
+//! crates' own typed structs.
+
+use std::borrow::Cow;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Serialize};
+
+fn preserved_object(description: &str) -> Schema {
+    json_schema!({
+        "type": "object",
+        "description": description,
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
+/// The DHCP server's config file (`oooi_dhcp::config::RawConfig`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct DhcpConfigDocument(pub oooi_dhcp::config::RawConfig);
+
+impl JsonSchema for DhcpConfigDocument {
+    fn schema_name() -> Cow<'static, str> {
+        "DhcpConfigDocument".into()
+    }
+    fn inline_schema() -> bool {
+        true
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        preserved_object("The oooi-dhcp config file, validated by oooi-dhcp (see docs/dhcp.md).")
+    }
+}
+
+/// The DNS server's config file (`oooi_dns::config::RawConfig`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct DnsConfigDocument(pub oooi_dns::config::RawConfig);
+
+impl JsonSchema for DnsConfigDocument {
+    fn schema_name() -> Cow<'static, str> {
+        "DnsConfigDocument".into()
+    }
+    fn inline_schema() -> bool {
+        true
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        preserved_object("The oooi-dns config file, validated by oooi-dns (see docs/dns.md).")
+    }
+}
+
+/// The routes of the proxy's routing table (`oooi_routes::Route`). The
+/// generation is chosen by the pusher, so the spec holds only the routes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RoutesDocument(pub Vec<oooi_routes::Route>);
+
+impl JsonSchema for RoutesDocument {
+    fn schema_name() -> Cow<'static, str> {
+        "RoutesDocument".into()
+    }
+    fn inline_schema() -> bool {
+        true
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "array",
+            "description": "Routes of the oooi routing table (see docs/data-path.md): each has `port`, exactly one of `sni` or `source`, `upstream` and an optional `owner`.",
+            "items": {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": true,
+            },
+        })
+    }
+}

@@ -1,0 +1,210 @@
+//! The DHCP server: its config from the Infra and attachments, and its children.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapVolumeSource, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimVolumeSource, Volume, VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use oooi_dhcp::config::{RawConfig, RawRange, RawReservation};
+
+use super::aggregate::AttachmentOutcome;
+use super::labels::{Component, child_meta, instance_of};
+use super::network::Network;
+use super::workload::{
+    Children, PodPlan, deployment, http_probe, mount, port, resources, service_account,
+};
+use crate::crd::{
+    DHCPServer, DHCPServerSpec, DhcpConfigDocument, Infra, LeaseStorage, VlanInterface,
+};
+
+/// Where the config file is mounted.
+pub const CONFIG_DIR: &str = "/etc/oooi-dhcp";
+/// Config file name (ConfigMap key).
+pub const CONFIG_FILE: &str = "config.yaml";
+/// Lease store directory (the PVC).
+pub const DATA_DIR: &str = "/var/lib/oooi-dhcp";
+/// Health and metrics port of oooi-dhcp.
+pub const HTTP_PORT: i32 = 9167;
+/// Capabilities: port 67 and SO_BINDTODEVICE on the VLAN interface.
+pub const CAPABILITIES: [&str; 2] = ["NET_BIND_SERVICE", "NET_RAW"];
+
+/// The DHCP config for an Infra and its accepted attachments. Reservations
+/// come from the VMIs' MACs; the DNS server (or, without one, the upstream
+/// resolvers) is handed out as option 6.
+pub fn config(
+    infra: &Infra,
+    network: &Network,
+    attachments: &[AttachmentOutcome],
+) -> Option<RawConfig> {
+    let (server_ip, pool) = network.dhcp?;
+    let mut excluded: Vec<String> = Vec::new();
+    excluded.extend(network.dns.map(|a| a.to_string()));
+    excluded.extend(network.proxy.map(|a| a.to_string()));
+    let dns_servers = match network.dns {
+        Some(dns) => vec![dns.to_string()],
+        None => network
+            .upstreams
+            .iter()
+            .filter(|a| a.port() == 53 && a.is_ipv4())
+            .map(|a| a.ip().to_string())
+            .collect(),
+    };
+    let mut reservations: Vec<RawReservation> = attachments
+        .iter()
+        .filter(|a| a.accepted())
+        .flat_map(|a| a.reservations.iter())
+        .map(|r| RawReservation {
+            mac: r.mac.clone(),
+            ip: r.ip.to_string(),
+            hostname: r.hostname.clone(),
+        })
+        .collect();
+    reservations.sort_by(|a, b| a.mac.cmp(&b.mac));
+    let nc = &infra.spec.network_config;
+    Some(RawConfig {
+        interface: Some(default_interface()),
+        server_ip: server_ip.to_string(),
+        subnet: network.cidr.to_string(),
+        gateway: Some(network.gateway.to_string()),
+        range: RawRange {
+            start: pool.start.to_string(),
+            end: pool.end.to_string(),
+        },
+        excluded,
+        dns_servers,
+        domain: nc.domain.clone(),
+        lease_seconds: Some(infra.spec.infra_components.dhcp.lease_time),
+        mtu: nc.mtu,
+        reservations,
+        ..RawConfig::default()
+    })
+}
+
+fn default_interface() -> String {
+    "net1".to_string()
+}
+
+/// The DHCPServer spec derived from an Infra (None when DHCP is disabled).
+pub fn spec(
+    infra: &Infra,
+    network: &Network,
+    attachments: &[AttachmentOutcome],
+) -> Option<DHCPServerSpec> {
+    let comp = &infra.spec.infra_components.dhcp;
+    if !comp.enabled {
+        return None;
+    }
+    let cfg = config(infra, network, attachments)?;
+    let (server_ip, _) = network.dhcp?;
+    Some(DHCPServerSpec {
+        vlan: VlanInterface {
+            network_attachment_definition: network.nad.clone(),
+            network_attachment_namespace: network.nad_namespace.clone(),
+            address: network.with_prefix(server_ip),
+            interface: default_interface(),
+        },
+        image: comp.image.clone(),
+        config: DhcpConfigDocument(cfg),
+        resources: comp.resources.clone(),
+        storage: LeaseStorage {
+            size: comp
+                .storage_size
+                .clone()
+                .unwrap_or_else(|| LeaseStorage::default().size),
+            storage_class_name: comp.storage_class_name.clone(),
+        },
+    })
+}
+
+/// The children of a DHCPServer: ServiceAccount, ConfigMap, PVC, Deployment.
+/// The DHCP server is reached only on the VLAN, so it has no Service.
+pub fn children(server: &DHCPServer) -> anyhow::Result<Children> {
+    let name = server.metadata.name.clone().unwrap_or_default();
+    let instance = instance_of(&server.metadata);
+    let c = Component::Dhcp;
+    let mut cfg = server.spec.config.0.clone();
+    // The server binds the interface the pod's VLAN leg has.
+    cfg.interface = Some(server.spec.vlan.interface.clone());
+    let text = serde_saphyr::to_string(&cfg)?;
+    let config_map = ConfigMap {
+        metadata: child_meta(server, format!("{name}-config"), &instance, c),
+        data: Some(BTreeMap::from([(CONFIG_FILE.to_string(), text)])),
+        ..ConfigMap::default()
+    };
+    let pvc_name = format!("{name}-leases");
+    let pvc = PersistentVolumeClaim {
+        metadata: child_meta(server, pvc_name.clone(), &instance, c),
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".to_string()]),
+            storage_class_name: server.spec.storage.storage_class_name.clone(),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_string(),
+                    Quantity(server.spec.storage.size.clone()),
+                )])),
+                ..VolumeResourceRequirements::default()
+            }),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        ..PersistentVolumeClaim::default()
+    };
+    let volumes = vec![
+        Volume {
+            name: "config".to_string(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: format!("{name}-config"),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        Volume {
+            name: "leases".to_string(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: pvc_name,
+                read_only: Some(false),
+            }),
+            ..Volume::default()
+        },
+    ];
+    let deployment = deployment(
+        server,
+        PodPlan {
+            name: name.clone(),
+            instance: instance.clone(),
+            component: c,
+            vlan: server.spec.vlan.clone(),
+            image: server.spec.image.clone(),
+            command: None,
+            args: vec![
+                "serve".to_string(),
+                "--config".to_string(),
+                format!("{CONFIG_DIR}/{CONFIG_FILE}"),
+                "--data-dir".to_string(),
+                DATA_DIR.to_string(),
+                "--http".to_string(),
+                format!("0.0.0.0:{HTTP_PORT}"),
+            ],
+            ports: vec![port("dhcp", 67, "UDP"), port("http", HTTP_PORT, "TCP")],
+            volumes,
+            mounts: vec![
+                mount("config", CONFIG_DIR, true),
+                mount("leases", DATA_DIR, false),
+            ],
+            caps: CAPABILITIES.to_vec(),
+            readiness: http_probe("/healthz", HTTP_PORT, 5, 3),
+            liveness: http_probe("/healthz", HTTP_PORT, 10, 6),
+            resources: resources(server.spec.resources.as_ref(), "10m", "32Mi", "128Mi"),
+            fs_group: Some(super::workload::NON_ROOT_UID),
+        },
+    );
+    Ok(Children {
+        service_account: service_account(server, &name, &instance, c),
+        config_map: Some(config_map),
+        secret: None,
+        services: Vec::new(),
+        pvc: Some(pvc),
+        deployment,
+    })
+}

@@ -1,0 +1,196 @@
+//! The DNS server: its config from the Infra and attachments, and its children.
+//!
+//! Two views: `vlan` on the VLAN address, port 53 (control-plane names,
+//! `*.apps`, the `kubernetes` aliases → the proxy), and `pod` on every
+//! address at port 5353, reached through the ClusterIP Service (port 53) from
+//! the pod network (the aliases → the internal proxy address, when known).
+//! The pod view cannot bind port 53 on all addresses beside the VLAN view's
+//! port 53, so it uses 5353 behind the Service.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapVolumeSource, Service, ServicePort, ServiceSpec, Volume,
+};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use oooi_dns::config::{RawCluster, RawConfig, RawUpstreams, RawView, ViewKind};
+
+use super::aggregate::AttachmentOutcome;
+use super::labels::{Component, child_meta, instance_of, selector};
+use super::network::Network;
+use super::workload::{
+    Children, PodPlan, deployment, http_probe, mount, port, resources, service_account,
+};
+use crate::crd::{DNSServer, DNSServerSpec, DnsConfigDocument, Infra, VlanInterface};
+
+/// Where the config file is mounted.
+pub const CONFIG_DIR: &str = "/etc/oooi-dns";
+/// Config file name (ConfigMap key).
+pub const CONFIG_FILE: &str = "config.yaml";
+/// Health and metrics port.
+pub const HTTP_PORT: i32 = 9153;
+/// Port of the pod view inside the pod (the Service maps 53 to it).
+pub const POD_VIEW_PORT: i32 = 5353;
+/// Capabilities: port 53 on the VLAN address.
+pub const CAPABILITIES: [&str; 1] = ["NET_BIND_SERVICE"];
+
+/// The DNS config for an Infra and its accepted attachments.
+/// `internal_proxy` is the proxy's address on the pod network, when known.
+pub fn config(
+    network: &Network,
+    attachments: &[AttachmentOutcome],
+    internal_proxy: Option<Ipv4Addr>,
+) -> Option<RawConfig> {
+    let dns_ip = network.dns?;
+    let clusters = match network.proxy {
+        Some(proxy) => attachments
+            .iter()
+            .filter(|a| a.accepted())
+            .filter_map(|a| {
+                let (name, base) = a.domain.split_once('.')?;
+                Some(RawCluster {
+                    name: name.to_string(),
+                    base_domain: base.to_string(),
+                    proxy: proxy.to_string(),
+                    internal_proxy: internal_proxy.map(|a| a.to_string()),
+                    apps_vip: a.apps_vip.map(|v| v.to_string()),
+                    names: Some(
+                        a.services
+                            .iter()
+                            .filter(|s| s.in_domain)
+                            .map(|s| s.name.clone())
+                            .collect(),
+                    ),
+                })
+            })
+            .collect(),
+        // Without a proxy nothing answers on the control-plane names.
+        None => Vec::new(),
+    };
+    Some(RawConfig {
+        http: Some(format!("0.0.0.0:{HTTP_PORT}")),
+        ttl: None,
+        upstreams: RawUpstreams {
+            servers: network.upstreams.iter().map(|a| a.to_string()).collect(),
+            ..RawUpstreams::default()
+        },
+        clusters,
+        views: vec![
+            RawView {
+                name: "vlan".to_string(),
+                kind: ViewKind::Vlan,
+                listen: vec![format!("{dns_ip}:53")],
+                ..RawView::default()
+            },
+            RawView {
+                name: "pod".to_string(),
+                kind: ViewKind::Pod,
+                listen: vec![format!("0.0.0.0:{POD_VIEW_PORT}")],
+                ..RawView::default()
+            },
+        ],
+    })
+}
+
+/// The DNSServer spec derived from an Infra (None when DNS is disabled).
+pub fn spec(
+    infra: &Infra,
+    network: &Network,
+    attachments: &[AttachmentOutcome],
+    internal_proxy: Option<Ipv4Addr>,
+) -> Option<DNSServerSpec> {
+    let comp = &infra.spec.infra_components.dns;
+    if !comp.enabled {
+        return None;
+    }
+    let dns_ip = network.dns?;
+    Some(DNSServerSpec {
+        vlan: VlanInterface {
+            network_attachment_definition: network.nad.clone(),
+            network_attachment_namespace: network.nad_namespace.clone(),
+            address: network.with_prefix(dns_ip),
+            interface: "net1".to_string(),
+        },
+        image: comp.image.clone(),
+        config: DnsConfigDocument(config(network, attachments, internal_proxy)?),
+        resources: comp.resources.clone(),
+    })
+}
+
+/// The children of a DNSServer: ServiceAccount, ConfigMap, the ClusterIP
+/// Service for the pod view, Deployment.
+pub fn children(server: &DNSServer) -> anyhow::Result<Children> {
+    let name = server.metadata.name.clone().unwrap_or_default();
+    let instance = instance_of(&server.metadata);
+    let c = Component::Dns;
+    let text = serde_saphyr::to_string(&server.spec.config.0)?;
+    let config_map = ConfigMap {
+        metadata: child_meta(server, format!("{name}-config"), &instance, c),
+        data: Some(BTreeMap::from([(CONFIG_FILE.to_string(), text)])),
+        ..ConfigMap::default()
+    };
+    let svc_port = |n: &str, proto: &str| ServicePort {
+        name: Some(n.to_string()),
+        port: 53,
+        protocol: Some(proto.to_string()),
+        target_port: Some(IntOrString::Int(POD_VIEW_PORT)),
+        ..ServicePort::default()
+    };
+    let service = Service {
+        metadata: child_meta(server, name.clone(), &instance, c),
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".to_string()),
+            selector: Some(selector(&instance, c)),
+            ports: Some(vec![svc_port("dns-udp", "UDP"), svc_port("dns-tcp", "TCP")]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    };
+    let volumes = vec![Volume {
+        name: "config".to_string(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: format!("{name}-config"),
+            ..ConfigMapVolumeSource::default()
+        }),
+        ..Volume::default()
+    }];
+    let deployment = deployment(
+        server,
+        PodPlan {
+            name: name.clone(),
+            instance: instance.clone(),
+            component: c,
+            vlan: server.spec.vlan.clone(),
+            image: server.spec.image.clone(),
+            command: None,
+            args: vec![
+                "serve".to_string(),
+                "--config".to_string(),
+                format!("{CONFIG_DIR}/{CONFIG_FILE}"),
+            ],
+            ports: vec![
+                port("dns-udp", 53, "UDP"),
+                port("dns-tcp", 53, "TCP"),
+                port("pod-dns-udp", POD_VIEW_PORT, "UDP"),
+                port("pod-dns-tcp", POD_VIEW_PORT, "TCP"),
+                port("http", HTTP_PORT, "TCP"),
+            ],
+            volumes,
+            mounts: vec![mount("config", CONFIG_DIR, true)],
+            caps: CAPABILITIES.to_vec(),
+            readiness: http_probe("/healthz", HTTP_PORT, 5, 3),
+            liveness: http_probe("/healthz", HTTP_PORT, 10, 6),
+            resources: resources(server.spec.resources.as_ref(), "10m", "32Mi", "256Mi"),
+            fs_group: None,
+        },
+    );
+    Ok(Children {
+        service_account: service_account(server, &name, &instance, c),
+        config_map: Some(config_map),
+        secret: None,
+        services: vec![service],
+        pvc: None,
+        deployment,
+    })
+}

@@ -1,0 +1,333 @@
+//! The top-level planner: Infra + attachments + observed state → the three
+//! derived objects and every status condition.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+use super::aggregate::{AttachmentOutcome, aggregate};
+use super::conditions::{PlannedCondition, merge_conditions};
+use super::labels::{Component, INFRA_LABEL, owner_refs};
+use super::network::{FieldError, field_error, parse_network};
+use super::observed::Observed;
+use super::{dhcp, dns, proxy};
+use crate::crd::{
+    AttachmentTotals, ComponentStatus, ComponentsStatus, DHCPServer, DNSServer, Infra,
+    InfraClusterAttachment, InfraClusterAttachmentStatus, InfraStatus, ProxyServer, condition,
+};
+
+/// The derived objects of a valid Infra. A `None` component is disabled: its
+/// derived object (and so its children) must be deleted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DesiredComponents {
+    /// `<infra>-dhcp`.
+    pub dhcp: Option<DHCPServer>,
+    /// `<infra>-dns`.
+    pub dns: Option<DNSServer>,
+    /// `<infra>-proxy`.
+    pub proxy: Option<ProxyServer>,
+}
+
+/// Everything the planner decided for one Infra.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InfraPlan {
+    /// The derived objects; `None` when the Infra's spec is invalid, in which
+    /// case the reconciler leaves what runs untouched (last good config).
+    pub desired: Option<DesiredComponents>,
+    /// Every problem with the Infra's spec (field named).
+    pub errors: Vec<FieldError>,
+    /// The attachments of this Infra, ordered by name, with their verdicts.
+    pub attachments: Vec<AttachmentOutcome>,
+    /// Attachment totals for the Infra's status.
+    pub totals: AttachmentTotals,
+}
+
+impl InfraPlan {
+    /// The Infra's `Degraded` condition: the spec's field errors first, then
+    /// excluded attachments.
+    pub fn degraded(&self) -> PlannedCondition {
+        if !self.errors.is_empty() {
+            let msg: Vec<String> = self.errors.iter().map(|e| e.to_string()).collect();
+            return PlannedCondition::yes(condition::DEGRADED, "InvalidSpec", msg.join("; "));
+        }
+        let excluded: Vec<String> = self
+            .attachments
+            .iter()
+            .filter_map(|a| {
+                a.exclusion
+                    .as_ref()
+                    .map(|e| format!("{} ({})", a.name, e.reason()))
+            })
+            .collect();
+        if !excluded.is_empty() {
+            return PlannedCondition::yes(
+                condition::DEGRADED,
+                "AttachmentsExcluded",
+                format!("excluded attachments: {}", excluded.join(", ")),
+            );
+        }
+        PlannedCondition::no(condition::DEGRADED, "AsExpected", "")
+    }
+
+    /// The planned conditions of one attachment of this Infra, by name.
+    pub fn attachment_conditions(&self, name: &str) -> Option<Vec<PlannedCondition>> {
+        self.attachments
+            .iter()
+            .find(|a| a.name == name)
+            .map(|a| a.conditions(self.desired.is_some()))
+    }
+}
+
+fn derived_meta(infra: &Infra, component: Component) -> ObjectMeta {
+    let infra_name = infra.metadata.name.clone().unwrap_or_default();
+    ObjectMeta {
+        name: Some(component.derived_name(&infra_name)),
+        namespace: infra.metadata.namespace.clone(),
+        labels: Some(super::labels::labels(&infra_name, component)),
+        owner_references: owner_refs(infra),
+        ..ObjectMeta::default()
+    }
+}
+
+/// Plans one Infra. `attachments` may hold every attachment of the namespace
+/// (or of the cluster): the planner picks those whose `infraRef` names this
+/// Infra in its namespace.
+pub fn plan_infra(
+    infra: &Infra,
+    attachments: &[InfraClusterAttachment],
+    observed: &Observed,
+) -> InfraPlan {
+    let namespace = infra.metadata.namespace.clone().unwrap_or_default();
+    let name = infra.metadata.name.clone().unwrap_or_default();
+    let network = parse_network(infra);
+    let (network, mut errors) = match network {
+        Ok(n) => (Some(n), Vec::new()),
+        Err(e) => (None, e),
+    };
+    let outcomes = aggregate(&namespace, &name, network.as_ref(), attachments, observed);
+    let accepted = outcomes.iter().filter(|o| o.accepted()).count() as u32;
+    let totals = AttachmentTotals {
+        total: outcomes.len() as u32,
+        accepted,
+        excluded: outcomes.len() as u32 - accepted,
+    };
+
+    let desired = network.as_ref().and_then(|net| {
+        let internal = proxy::internal_proxy_ip(infra, observed.internal_proxy_ip);
+        let dhcp_spec = dhcp::spec(infra, net, &outcomes);
+        let dns_spec = dns::spec(infra, net, &outcomes, internal);
+        let proxy_spec = proxy::spec(infra, net, &outcomes, observed.filter_sha256.as_deref());
+        // Never hand a component a config it would reject: check each with
+        // the component's own validator.
+        if let Some(s) = &dhcp_spec
+            && let Err(e) = oooi_dhcp::config::Config::from_raw(&s.config.0)
+        {
+            errors.push(field_error(
+                format!("derived DHCP config {}", e.field),
+                e.message,
+            ));
+        }
+        if let Some(s) = &dns_spec
+            && let Err(e) = s.config.0.validate()
+        {
+            errors.push(field_error("derived DNS config", e.to_string()));
+        }
+        if let Some(s) = &proxy_spec
+            && let Err(e) = proxy::validate(s)
+        {
+            errors.push(field_error("derived routing table", e));
+        }
+        if !errors.is_empty() {
+            return None;
+        }
+        Some(DesiredComponents {
+            dhcp: dhcp_spec.map(|spec| DHCPServer {
+                metadata: derived_meta(infra, Component::Dhcp),
+                spec,
+                status: None,
+            }),
+            dns: dns_spec.map(|spec| DNSServer {
+                metadata: derived_meta(infra, Component::Dns),
+                spec,
+                status: None,
+            }),
+            proxy: proxy_spec.map(|spec| ProxyServer {
+                metadata: derived_meta(infra, Component::Proxy),
+                spec,
+                status: None,
+            }),
+        })
+    });
+    InfraPlan {
+        desired,
+        errors,
+        attachments: outcomes,
+        totals,
+    }
+}
+
+/// Readiness of one component from its Deployment (`None`: not created yet).
+pub fn component_status(enabled: bool, deployment: Option<&Deployment>) -> ComponentStatus {
+    if !enabled {
+        return ComponentStatus {
+            enabled: false,
+            ready: true,
+            ..ComponentStatus::default()
+        };
+    }
+    let Some(d) = deployment else {
+        return ComponentStatus {
+            enabled: true,
+            ready: false,
+            message: Some("Deployment not created yet".to_string()),
+            ..ComponentStatus::default()
+        };
+    };
+    let desired = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let st = d.status.clone().unwrap_or_default();
+    let ready_replicas = st.ready_replicas.unwrap_or(0);
+    let updated = st.updated_replicas.unwrap_or(0);
+    let current_gen = st.observed_generation >= d.metadata.generation;
+    let ready = current_gen && ready_replicas >= desired && updated >= desired;
+    ComponentStatus {
+        enabled: true,
+        ready,
+        replicas: desired,
+        ready_replicas,
+        message: (!ready)
+            .then(|| format!("{ready_replicas}/{desired} ready, {updated} up to date")),
+    }
+}
+
+/// The Infra's whole status: conditions merged with the existing ones (so an
+/// unchanged status re-applies as a no-op), readiness per component, totals.
+pub fn infra_status(
+    infra: &Infra,
+    plan: &InfraPlan,
+    components: ComponentsStatus,
+    now: &Time,
+) -> InfraStatus {
+    let existing = infra
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let not_ready: Vec<&str> = [
+        ("dhcp", &components.dhcp),
+        ("dns", &components.dns),
+        ("proxy", &components.proxy),
+    ]
+    .into_iter()
+    .filter(|(_, c)| c.as_ref().is_some_and(|c| c.enabled && !c.ready))
+    .map(|(n, _)| n)
+    .collect();
+    let ready = if plan.desired.is_none() {
+        PlannedCondition::no(
+            condition::READY,
+            "InvalidSpec",
+            "the spec is invalid; see Degraded",
+        )
+    } else if not_ready.is_empty() {
+        PlannedCondition::yes(condition::READY, "AllComponentsReady", "")
+    } else {
+        PlannedCondition::no(
+            condition::READY,
+            "ComponentsNotReady",
+            format!("not ready: {}", not_ready.join(", ")),
+        )
+    };
+    let progressing = if not_ready.is_empty() || plan.desired.is_none() {
+        PlannedCondition::no(condition::PROGRESSING, "AsExpected", "")
+    } else {
+        PlannedCondition::yes(
+            condition::PROGRESSING,
+            "RollingOut",
+            format!("waiting for {}", not_ready.join(", ")),
+        )
+    };
+    let generation = infra.metadata.generation;
+    InfraStatus {
+        observed_generation: generation,
+        conditions: merge_conditions(
+            &existing,
+            &[ready, progressing, plan.degraded()],
+            generation,
+            now,
+        ),
+        components,
+        attachments: plan.totals.clone(),
+    }
+}
+
+/// An attachment's whole status. `routes_synced` is the Infra's ProxyServer
+/// `RoutesSynced` condition (`None`: unknown); `Ready` needs it and acceptance.
+pub fn attachment_status(
+    attachment: &InfraClusterAttachment,
+    plan: &InfraPlan,
+    routes_synced: Option<bool>,
+    now: &Time,
+) -> InfraClusterAttachmentStatus {
+    let name = attachment.metadata.name.clone().unwrap_or_default();
+    let existing = attachment
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let outcome = plan.attachments.iter().find(|a| a.name == name);
+    let mut planned = match outcome {
+        Some(o) => o.conditions(plan.desired.is_some()),
+        None => vec![PlannedCondition::no(
+            condition::ACCEPTED,
+            "InfraNotFound",
+            format!(
+                "spec.infraRef: no Infra `{}` in this namespace",
+                attachment.spec.infra_ref.name
+            ),
+        )],
+    };
+    let accepted = outcome.is_some_and(|o| o.accepted()) && plan.desired.is_some();
+    let ready = match (accepted, routes_synced) {
+        (false, _) => PlannedCondition::no(condition::READY, "NotAccepted", "see Accepted"),
+        (true, Some(true)) => PlannedCondition::yes(condition::READY, "RoutesSynced", ""),
+        (true, Some(false)) => PlannedCondition::no(
+            condition::READY,
+            "RoutesNotSynced",
+            "the proxy replicas do not all hold the current routing table yet",
+        ),
+        (true, None) => PlannedCondition::new(
+            condition::READY,
+            crate::crd::status::UNKNOWN,
+            "RoutesUnknown",
+            "the proxy has not reported its routing table yet",
+        ),
+    };
+    planned.insert(0, ready);
+    let generation = attachment.metadata.generation;
+    InfraClusterAttachmentStatus {
+        observed_generation: generation,
+        conditions: merge_conditions(&existing, &planned, generation, now),
+        domain: outcome.map(|o| o.domain.clone()),
+        control_plane_namespace: outcome.map(|o| o.control_plane_namespace.clone()),
+        worker_addresses: outcome
+            .map(|o| o.worker_addresses.iter().map(|a| a.to_string()).collect())
+            .unwrap_or_default(),
+        conflicting_addresses: outcome
+            .map(|o| {
+                o.conflicting_addresses
+                    .iter()
+                    .map(|a| a.to_string())
+                    .collect()
+            })
+            .unwrap_or_default(),
+        apps_ingress: attachment
+            .status
+            .as_ref()
+            .and_then(|s| s.apps_ingress.clone()),
+    }
+}
+
+/// The labels a derived object carries, to find an Infra's derived objects.
+pub fn derived_selector(infra_name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([(INFRA_LABEL.to_string(), infra_name.to_string())])
+}

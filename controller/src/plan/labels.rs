@@ -1,0 +1,116 @@
+//! Names, labels and owner references shared by every planned object.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Resource;
+
+/// Label with the Infra an object belongs to.
+pub const INFRA_LABEL: &str = "hostedcluster.densityops.com/infra";
+/// Value of `app.kubernetes.io/name` on every child.
+pub const APP_NAME: &str = "oooi";
+/// Value of `app.kubernetes.io/managed-by` on every child.
+pub const MANAGED_BY: &str = "oooi-controller";
+
+/// The three components.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Component {
+    /// oooi-dhcp.
+    Dhcp,
+    /// oooi-dns.
+    Dns,
+    /// Envoy with the SNI router.
+    Proxy,
+}
+
+impl Component {
+    /// The `app.kubernetes.io/component` value and the name suffix.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Component::Dhcp => "dhcp",
+            Component::Dns => "dns",
+            Component::Proxy => "proxy",
+        }
+    }
+
+    /// Name of the derived object an Infra owns: `<infra>-<component>`.
+    pub fn derived_name(self, infra: &str) -> String {
+        format!("{infra}-{}", self.as_str())
+    }
+}
+
+/// Name of the push-token Secret of an Infra's proxy (key `token`).
+pub fn push_token_secret_name(infra: &str) -> String {
+    format!("{infra}-proxy-push-token")
+}
+
+/// The instance a component object belongs to: the Infra named by its
+/// [`INFRA_LABEL`] label, or the object's own name when it stands alone.
+/// Selectors use instance + component, so two Infras (or two standalone
+/// servers) in one namespace never share pods or Services.
+pub fn instance_of(meta: &ObjectMeta) -> String {
+    meta.labels
+        .as_ref()
+        .and_then(|l| l.get(INFRA_LABEL))
+        .cloned()
+        .or_else(|| meta.name.clone())
+        .unwrap_or_default()
+}
+
+/// The labels every child carries.
+pub fn labels(instance: &str, component: Component) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), APP_NAME.to_string()),
+        (
+            "app.kubernetes.io/component".to_string(),
+            component.as_str().to_string(),
+        ),
+        (
+            "app.kubernetes.io/instance".to_string(),
+            instance.to_string(),
+        ),
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            MANAGED_BY.to_string(),
+        ),
+        (INFRA_LABEL.to_string(), instance.to_string()),
+    ])
+}
+
+/// The pod selector of a component instance.
+pub fn selector(instance: &str, component: Component) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), APP_NAME.to_string()),
+        (
+            "app.kubernetes.io/component".to_string(),
+            component.as_str().to_string(),
+        ),
+        (
+            "app.kubernetes.io/instance".to_string(),
+            instance.to_string(),
+        ),
+    ])
+}
+
+/// A controller owner reference to `owner`, or none when the owner has no
+/// uid yet (offline `render`): garbage collection needs the uid.
+pub fn owner_refs<K>(owner: &K) -> Option<Vec<OwnerReference>>
+where
+    K: Resource<DynamicType = ()>,
+{
+    owner.controller_owner_ref(&()).map(|r| vec![r])
+}
+
+/// Metadata of a child: name, namespace, labels, owner.
+pub fn child_meta<K>(owner: &K, name: String, instance: &str, component: Component) -> ObjectMeta
+where
+    K: Resource<DynamicType = ()>,
+{
+    ObjectMeta {
+        name: Some(name),
+        namespace: owner.meta().namespace.clone(),
+        labels: Some(labels(instance, component)),
+        owner_references: owner_refs(owner),
+        ..ObjectMeta::default()
+    }
+}

@@ -1,0 +1,28 @@
+//! Pure planners: (Infra, its attachments, observed cluster state) → derived
+//! DHCPServer/DNSServer/ProxyServer objects, their child objects, and the
+//! status the reconciler writes. No I/O, no clock, no randomness: every
+//! input (observed state, push token, current time) is an argument.
+//!
+//! Two stages, so the derived kinds stay usable on their own:
+//! 1. [`plan_infra`]: Infra + attachments + [`Observed`] → [`InfraPlan`]
+//!    (the three derived objects, each holding its whole config, plus the
+//!    Infra's and every attachment's conditions).
+//! 2. [`dhcp::children`], [`dns::children`], [`proxy::children`]: one derived
+//!    object → its Deployment, ConfigMap/Secret, ServiceAccount, Services, PVC.
+
+pub mod aggregate;
+pub mod conditions;
+pub mod dhcp;
+pub mod dns;
+pub mod infra;
+pub mod labels;
+pub mod network;
+pub mod observed;
+pub mod proxy;
+pub mod workload;
+
+pub use aggregate::{AttachmentOutcome, Exclusion};
+pub use conditions::{PlannedCondition, merge_conditions};
+pub use infra::{DesiredComponents, InfraPlan, plan_infra};
+pub use observed::{HostedClusterKey, Observed, ObservedCluster, ObservedMachine, ObservedVmi};
+pub use workload::Children;

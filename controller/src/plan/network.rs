@@ -1,0 +1,295 @@
+//! The Infra's network, parsed once, with the cross-field checks the schema
+//! cannot express. Every problem names the field (`spec.…`) and the value.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use ipnet::Ipv4Net;
+
+use crate::crd::Infra;
+
+/// A bad field: its path in the object and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// Path, e.g. `spec.infraComponents.dhcp.rangeStart`.
+    pub field: String,
+    /// What is wrong, with the bad value.
+    pub message: String,
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+pub(crate) fn field_error(field: impl Into<String>, message: impl Into<String>) -> FieldError {
+    FieldError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// An inclusive IPv4 range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ipv4Range {
+    /// First address.
+    pub start: Ipv4Addr,
+    /// Last address (inclusive).
+    pub end: Ipv4Addr,
+}
+
+impl Ipv4Range {
+    /// True when `a` lies in the range.
+    pub fn contains(&self, a: Ipv4Addr) -> bool {
+        self.start <= a && a <= self.end
+    }
+
+    /// True when the two ranges share an address.
+    pub fn overlaps(&self, other: &Ipv4Range) -> bool {
+        self.start <= other.end && other.start <= self.end
+    }
+
+    /// Parses `a.b.c.d-e.f.g.h`, a CIDR (its host addresses when the prefix
+    /// is below /31) or a single address.
+    pub fn parse(s: &str) -> Option<Ipv4Range> {
+        let s = s.trim();
+        if let Some((a, b)) = s.split_once('-') {
+            let start: Ipv4Addr = a.trim().parse().ok()?;
+            let end: Ipv4Addr = b.trim().parse().ok()?;
+            return (start <= end).then_some(Ipv4Range { start, end });
+        }
+        if s.contains('/') {
+            let net: Ipv4Net = s.parse().ok()?;
+            let net = net.trunc();
+            return Some(Ipv4Range {
+                start: net.network(),
+                end: net.broadcast(),
+            });
+        }
+        let a: Ipv4Addr = s.parse().ok()?;
+        Some(Ipv4Range { start: a, end: a })
+    }
+}
+
+impl fmt::Display for Ipv4Range {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.start, self.end)
+    }
+}
+
+/// The Infra's network after every check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Network {
+    /// The VLAN.
+    pub cidr: Ipv4Net,
+    /// Its gateway.
+    pub gateway: Ipv4Addr,
+    /// NetworkAttachmentDefinition name.
+    pub nad: String,
+    /// NetworkAttachmentDefinition namespace (defaulted to the Infra's).
+    pub nad_namespace: String,
+    /// Upstream resolvers as `ip:port`.
+    pub upstreams: Vec<SocketAddr>,
+    /// DHCP server address and pool, when DHCP is enabled.
+    pub dhcp: Option<(Ipv4Addr, Ipv4Range)>,
+    /// DNS server address, when DNS is enabled.
+    pub dns: Option<Ipv4Addr>,
+    /// Proxy address, when the proxy is enabled.
+    pub proxy: Option<Ipv4Addr>,
+}
+
+impl Network {
+    /// `ip/prefix` with the VLAN's own prefix length, for the Multus annotation.
+    pub fn with_prefix(&self, ip: Ipv4Addr) -> String {
+        format!("{ip}/{}", self.cidr.prefix_len())
+    }
+
+    /// Every infra address: gateway and the enabled components.
+    pub fn infra_addresses(&self) -> Vec<Ipv4Addr> {
+        let mut out = vec![self.gateway];
+        out.extend(self.dhcp.map(|d| d.0));
+        out.extend(self.dns);
+        out.extend(self.proxy);
+        out
+    }
+
+    /// True when `a` is a host address of the VLAN (not network, not broadcast).
+    pub fn is_host(&self, a: Ipv4Addr) -> bool {
+        is_host(&self.cidr, a)
+    }
+}
+
+fn is_host(cidr: &Ipv4Net, a: Ipv4Addr) -> bool {
+    cidr.contains(&a) && a != cidr.network() && a != cidr.broadcast()
+}
+
+/// Parses and checks the Infra's network. Returns every problem found, not
+/// only the first, so one status update lists them all.
+pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
+    let mut errors = Vec::new();
+    let nc = &infra.spec.network_config;
+    let comps = &infra.spec.infra_components;
+
+    let cidr = match nc.cidr.trim().parse::<Ipv4Net>() {
+        Ok(net) if net != net.trunc() => {
+            errors.push(field_error(
+                "spec.networkConfig.cidr",
+                format!("{} has host bits set (network is {})", nc.cidr, net.trunc()),
+            ));
+            None
+        }
+        Ok(net) if net.prefix_len() > 29 => {
+            errors.push(field_error(
+                "spec.networkConfig.cidr",
+                format!("{net} is too small for the infra addresses and a pool (prefix > /29)"),
+            ));
+            None
+        }
+        Ok(net) => Some(net),
+        Err(_) => {
+            errors.push(field_error(
+                "spec.networkConfig.cidr",
+                format!("`{}` is not an IPv4 CIDR", nc.cidr),
+            ));
+            None
+        }
+    };
+
+    let mut addr = |field: &str, s: &str| -> Option<Ipv4Addr> {
+        match s.trim().parse::<Ipv4Addr>() {
+            Ok(a) => {
+                if let Some(c) = &cidr
+                    && !is_host(c, a)
+                {
+                    errors.push(field_error(
+                        field,
+                        format!("{a} is not a host address inside {c}"),
+                    ));
+                    return None;
+                }
+                Some(a)
+            }
+            Err(_) => {
+                errors.push(field_error(field, format!("`{s}` is not an IPv4 address")));
+                None
+            }
+        }
+    };
+
+    let gateway = addr("spec.networkConfig.gateway", &nc.gateway);
+    let dhcp_ip = comps
+        .dhcp
+        .enabled
+        .then(|| addr("spec.infraComponents.dhcp.serverIP", &comps.dhcp.server_ip))
+        .flatten();
+    let range_start = comps
+        .dhcp
+        .enabled
+        .then(|| {
+            addr(
+                "spec.infraComponents.dhcp.rangeStart",
+                &comps.dhcp.range_start,
+            )
+        })
+        .flatten();
+    let range_end = comps
+        .dhcp
+        .enabled
+        .then(|| addr("spec.infraComponents.dhcp.rangeEnd", &comps.dhcp.range_end))
+        .flatten();
+    let dns_ip = comps
+        .dns
+        .enabled
+        .then(|| addr("spec.infraComponents.dns.serverIP", &comps.dns.server_ip))
+        .flatten();
+    let proxy_ip = comps
+        .proxy
+        .enabled
+        .then(|| {
+            addr(
+                "spec.infraComponents.proxy.serverIP",
+                &comps.proxy.server_ip,
+            )
+        })
+        .flatten();
+
+    // Infra addresses must be distinct: two components on one address would
+    // fight over ARP on the VLAN.
+    let named = [
+        ("spec.networkConfig.gateway", gateway),
+        ("spec.infraComponents.dhcp.serverIP", dhcp_ip),
+        ("spec.infraComponents.dns.serverIP", dns_ip),
+        ("spec.infraComponents.proxy.serverIP", proxy_ip),
+    ];
+    for (i, (field, a)) in named.iter().enumerate() {
+        let Some(a) = a else { continue };
+        if let Some((other, _)) = named[..i].iter().find(|(_, b)| *b == Some(*a)) {
+            errors.push(field_error(
+                *field,
+                format!("{a} is already used by {other}"),
+            ));
+        }
+    }
+
+    let mut pool = None;
+    if let (Some(start), Some(end)) = (range_start, range_end) {
+        if end < start {
+            errors.push(field_error(
+                "spec.infraComponents.dhcp.rangeEnd",
+                format!("{end} is before rangeStart {start}"),
+            ));
+        } else {
+            let range = Ipv4Range { start, end };
+            for (field, a) in named {
+                if let Some(a) = a
+                    && range.contains(a)
+                {
+                    errors.push(field_error(
+                        "spec.infraComponents.dhcp.rangeStart",
+                        format!("the pool {range} contains {a} ({field}); the pool must exclude infra addresses"),
+                    ));
+                }
+            }
+            pool = Some(range);
+        }
+    }
+
+    let mut upstreams = Vec::new();
+    for (i, s) in nc.dns_servers.iter().enumerate() {
+        let s = s.trim();
+        let parsed = s
+            .parse::<SocketAddr>()
+            .ok()
+            .or_else(|| s.parse::<IpAddr>().ok().map(|ip| SocketAddr::new(ip, 53)));
+        match parsed {
+            Some(a) if a.port() != 0 => upstreams.push(a),
+            _ => errors.push(field_error(
+                format!("spec.networkConfig.dnsServers[{i}]"),
+                format!("`{s}` is not an `ip` or `ip:port`"),
+            )),
+        }
+    }
+
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    // Every value below was checked above; an absent one means a disabled component.
+    let (Some(cidr), Some(gateway)) = (cidr, gateway) else {
+        return Err(vec![field_error("spec.networkConfig", "incomplete")]);
+    };
+    Ok(Network {
+        cidr,
+        gateway,
+        nad: nc.network_attachment_definition.clone(),
+        nad_namespace: nc
+            .network_attachment_namespace
+            .clone()
+            .or_else(|| infra.metadata.namespace.clone())
+            .unwrap_or_default(),
+        upstreams,
+        dhcp: dhcp_ip.zip(pool),
+        dns: dns_ip,
+        proxy: proxy_ip,
+    })
+}

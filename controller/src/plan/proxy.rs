@@ -1,0 +1,368 @@
+//! The proxy: the routing table from the attachments, the ProxyServer spec,
+//! and its children (Envoy config rendered by `oooi-envoy`).
+//!
+//! Routes per accepted attachment, in attachment order:
+//! - one exact SNI route per exposed service, to
+//!   `<service>.<control-plane namespace>.svc.cluster.local:<port>` through
+//!   Envoy's dynamic forward proxy (an `address` upstream);
+//! - `*.apps.<domain>` on 443 to the apps VIP, once one is observed;
+//! - per worker address (a /32 not claimed by another attachment): a source
+//!   route on 6443 to the kube-apiserver, which carries both the
+//!   `kubernetes[.default…]` aliases and connections without SNI.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{
+    ConfigMapVolumeSource, EmptyDirVolumeSource, Secret, SecretVolumeSource, Service, ServicePort,
+    ServiceSpec, Volume,
+};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use oooi_routes::{Cidr, Route, RouteMatch, RouteTable, Upstream};
+
+use super::aggregate::AttachmentOutcome;
+use super::labels::{Component, child_meta, instance_of, push_token_secret_name, selector};
+use super::network::Network;
+use super::workload::{
+    Children, PodPlan, deployment, http_probe, mount, port, resources, service_account, tcp_probe,
+};
+use crate::crd::{
+    FilterSource, Infra, LocalObjectReference, ProxyServer, ProxyServerSpec, RoutesDocument,
+    VlanInterface,
+};
+
+/// Listener port of the source-scoped routes (aliases and no SNI).
+pub const ALIAS_PORT: u16 = 6443;
+/// Listener ports every proxy has, routes or not.
+pub const BASE_TLS_PORTS: [u16; 2] = [443, 6443];
+/// Where Envoy's bootstrap, LDS and CDS files are mounted.
+pub const CONFIG_DIR: &str = "/etc/oooi-envoy";
+/// Where the filter ConfigMap is mounted.
+pub const FILTER_DIR: &str = "/etc/oooi-filter";
+/// Shortest accepted push token (the filter's own minimum).
+pub const MIN_TOKEN_LEN: usize = 16;
+/// Module digest rendered while the module is not known yet (offline render
+/// without `--filter-wasm`): Envoy then loads whatever the file holds.
+pub const UNKNOWN_MODULE_SHA256: &str =
+    "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// The upstream of a Service in a control-plane namespace.
+pub fn service_upstream(service: &str, namespace: &str, port: u16) -> Upstream {
+    Upstream::Address {
+        host: format!("{service}.{namespace}.svc.cluster.local"),
+        port,
+    }
+}
+
+/// Where alias and no-SNI connections of a cluster go: the target of its
+/// `api` service when it has one, else `kube-apiserver:6443`.
+fn apiserver_upstream(a: &AttachmentOutcome) -> Upstream {
+    match a.services.iter().find(|s| s.name == "api") {
+        Some(s) => Upstream::Address {
+            host: s.upstream_host.clone(),
+            port: s.upstream_port,
+        },
+        None => service_upstream("kube-apiserver", &a.control_plane_namespace, 6443),
+    }
+}
+
+/// The routes of every accepted attachment, in a deterministic order.
+pub fn routes(attachments: &[AttachmentOutcome]) -> Vec<Route> {
+    let mut out = Vec::new();
+    for a in attachments.iter().filter(|a| a.accepted()) {
+        let owner = Some(a.owner());
+        for s in &a.services {
+            out.push(Route {
+                port: s.port,
+                matches: RouteMatch::Sni(s.sni.clone()),
+                upstream: Upstream::Address {
+                    host: s.upstream_host.clone(),
+                    port: s.upstream_port,
+                },
+                owner: owner.clone(),
+            });
+        }
+        if let Some(vip) = a.apps_vip {
+            out.push(Route {
+                port: 443,
+                matches: RouteMatch::Sni(format!("*.apps.{}", a.domain)),
+                upstream: Upstream::Address {
+                    host: vip.to_string(),
+                    port: 443,
+                },
+                owner: owner.clone(),
+            });
+        }
+        let api = apiserver_upstream(a);
+        for w in &a.worker_addresses {
+            // A /32 of a valid IPv4 address is always a valid CIDR.
+            if let Ok(cidr) = Cidr::new(IpAddr::V4(*w), 32) {
+                out.push(Route {
+                    port: ALIAS_PORT,
+                    matches: RouteMatch::Source(cidr),
+                    upstream: api.clone(),
+                    owner: owner.clone(),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The listener ports: [`BASE_TLS_PORTS`] plus every port a route names, sorted.
+pub fn tls_ports(routes: &[Route]) -> Vec<u16> {
+    let set: BTreeSet<u16> = BASE_TLS_PORTS
+        .iter()
+        .copied()
+        .chain(routes.iter().map(|r| r.port))
+        .collect();
+    set.into_iter().collect()
+}
+
+/// A routing table of the spec's routes with the pusher's generation.
+pub fn table(spec: &ProxyServerSpec, generation: u64) -> RouteTable {
+    RouteTable {
+        generation,
+        routes: spec.routes.0.clone(),
+    }
+}
+
+/// The ProxyServer spec derived from an Infra (None when the proxy is disabled).
+pub fn spec(
+    infra: &Infra,
+    network: &Network,
+    attachments: &[AttachmentOutcome],
+    filter_sha256: Option<&str>,
+) -> Option<ProxyServerSpec> {
+    let comp = &infra.spec.infra_components.proxy;
+    if !comp.enabled {
+        return None;
+    }
+    let proxy_ip = network.proxy?;
+    let infra_name = infra.metadata.name.clone().unwrap_or_default();
+    let routes = routes(attachments);
+    Some(ProxyServerSpec {
+        vlan: VlanInterface {
+            network_attachment_definition: network.nad.clone(),
+            network_attachment_namespace: network.nad_namespace.clone(),
+            address: network.with_prefix(proxy_ip),
+            interface: "net1".to_string(),
+        },
+        image: comp.image.clone(),
+        tls_ports: tls_ports(&routes),
+        routes: RoutesDocument(routes),
+        push_port: 9445,
+        admin_port: 9901,
+        push_token_secret: LocalObjectReference {
+            name: push_token_secret_name(&infra_name),
+        },
+        filter: FilterSource {
+            config_map: comp
+                .filter_config_map
+                .clone()
+                .unwrap_or_else(|| FilterSource::default().config_map),
+            sha256: filter_sha256.map(str::to_string),
+            ..FilterSource::default()
+        },
+        connect_timeout_ms: 5000,
+        // A named internal Service is the operator's; otherwise oooi makes one.
+        internal_service: comp.internal_proxy_service.is_none(),
+        resources: comp.resources.clone(),
+    })
+}
+
+/// The address the DNS pod view gives for the internal proxy: an IP literal
+/// in `internalProxyService`, else the observed ClusterIP.
+pub fn internal_proxy_ip(infra: &Infra, observed: Option<Ipv4Addr>) -> Option<Ipv4Addr> {
+    let comp = &infra.spec.infra_components.proxy;
+    if !comp.enabled {
+        return None;
+    }
+    comp.internal_proxy_service
+        .as_deref()
+        .and_then(|s| s.trim().parse::<Ipv4Addr>().ok())
+        .or(observed)
+}
+
+/// Envoy's configuration for a ProxyServer (what `oooi-envoy` renders).
+pub fn envoy_config(spec: &ProxyServerSpec, push_token: &str) -> oooi_envoy::ProxyConfig {
+    let any = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+    let ports = if spec.tls_ports.is_empty() {
+        tls_ports(&spec.routes.0)
+    } else {
+        spec.tls_ports.clone()
+    };
+    oooi_envoy::ProxyConfig {
+        admin: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), spec.admin_port),
+        // All addresses: the VLAN leg for workers and the pod IP for the
+        // internal Service and the push API.
+        listen_address: any,
+        tls_ports: ports,
+        api: SocketAddr::new(any, spec.push_port),
+        push_token: push_token.to_string(),
+        wasm_path: PathBuf::from(FILTER_DIR).join(&spec.filter.key),
+        wasm_sha256: spec
+            .filter
+            .sha256
+            .clone()
+            .unwrap_or_else(|| UNKNOWN_MODULE_SHA256.to_string()),
+        clusters: Vec::new(),
+        connect_timeout_ms: u64::from(spec.connect_timeout_ms),
+        native_sni: Vec::new(),
+    }
+}
+
+/// Checks what a ProxyServer spec carries: the routing table (with the
+/// routes crate's own validator) and the listener ports.
+pub fn validate(spec: &ProxyServerSpec) -> Result<(), String> {
+    if !spec.routes.0.is_empty() {
+        table(spec, 1).validate().map_err(|e| format!("spec.{e}"))?;
+    }
+    if spec.tls_ports.contains(&spec.push_port) || spec.tls_ports.contains(&spec.admin_port) {
+        return Err(format!(
+            "spec.tlsPorts: {:?} collides with pushPort {} or adminPort {}",
+            spec.tls_ports, spec.push_port, spec.admin_port
+        ));
+    }
+    Ok(())
+}
+
+/// The children of a ProxyServer: ServiceAccount, the Envoy config Secret
+/// (it holds the push token), the internal ClusterIP Service, the headless
+/// push API Service (publishing not-ready pods, so the controller can push to
+/// a pod before its first table makes it ready), Deployment.
+pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Children> {
+    if push_token.len() < MIN_TOKEN_LEN {
+        anyhow::bail!("push token: shorter than {MIN_TOKEN_LEN} characters");
+    }
+    validate(&server.spec).map_err(anyhow::Error::msg)?;
+    let name = server.metadata.name.clone().unwrap_or_default();
+    let instance = instance_of(&server.metadata);
+    let c = Component::Proxy;
+    let cfg = envoy_config(&server.spec, push_token);
+    let files: BTreeMap<String, ByteString> = oooi_envoy::files(&cfg, Path::new(CONFIG_DIR))?
+        .into_iter()
+        .map(|(name, bytes)| (name, ByteString(bytes)))
+        .collect();
+    let secret_name = format!("{name}-envoy");
+    let secret = Secret {
+        metadata: child_meta(server, secret_name.clone(), &instance, c),
+        type_: Some("Opaque".to_string()),
+        data: Some(files),
+        ..Secret::default()
+    };
+
+    let mut services = Vec::new();
+    if server.spec.internal_service {
+        services.push(Service {
+            metadata: child_meta(server, name.clone(), &instance, c),
+            spec: Some(ServiceSpec {
+                type_: Some("ClusterIP".to_string()),
+                selector: Some(selector(&instance, c)),
+                ports: Some(
+                    cfg.tls_ports
+                        .iter()
+                        .map(|p| ServicePort {
+                            name: Some(format!("tls-{p}")),
+                            port: i32::from(*p),
+                            protocol: Some("TCP".to_string()),
+                            target_port: Some(IntOrString::Int(i32::from(*p))),
+                            ..ServicePort::default()
+                        })
+                        .collect(),
+                ),
+                ..ServiceSpec::default()
+            }),
+            ..Service::default()
+        });
+    }
+    services.push(Service {
+        metadata: child_meta(server, format!("{name}-push"), &instance, c),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".to_string()),
+            publish_not_ready_addresses: Some(true),
+            selector: Some(selector(&instance, c)),
+            ports: Some(vec![ServicePort {
+                name: Some("push".to_string()),
+                port: i32::from(server.spec.push_port),
+                protocol: Some("TCP".to_string()),
+                target_port: Some(IntOrString::Int(i32::from(server.spec.push_port))),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    });
+
+    let volumes = vec![
+        Volume {
+            name: "envoy-config".to_string(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret_name),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        Volume {
+            name: "filter".to_string(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: server.spec.filter.config_map.clone(),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        Volume {
+            name: "tmp".to_string(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        },
+    ];
+    let low_port = cfg.tls_ports.iter().any(|p| *p < 1024);
+    let push = i32::from(server.spec.push_port);
+    let deployment = deployment(
+        server,
+        PodPlan {
+            name: name.clone(),
+            instance: instance.clone(),
+            component: c,
+            vlan: server.spec.vlan.clone(),
+            image: server.spec.image.clone(),
+            command: Some(vec!["envoy".to_string()]),
+            args: vec![
+                "-c".to_string(),
+                format!("{CONFIG_DIR}/{}", oooi_envoy::BOOTSTRAP_FILE),
+                "--drain-time-s".to_string(),
+                "10".to_string(),
+                "--log-level".to_string(),
+                "info".to_string(),
+            ],
+            ports: vec![port("push", push, "TCP")],
+            volumes,
+            mounts: vec![
+                mount("envoy-config", CONFIG_DIR, true),
+                mount("filter", FILTER_DIR, true),
+                mount("tmp", "/tmp", false),
+            ],
+            caps: if low_port {
+                vec!["NET_BIND_SERVICE"]
+            } else {
+                Vec::new()
+            },
+            // Not ready until the controller pushed a table (GET /ready is 503 before).
+            readiness: http_probe("/ready", push, 2, 1),
+            liveness: tcp_probe(push, 10, 6),
+            resources: resources(server.spec.resources.as_ref(), "50m", "128Mi", "512Mi"),
+            fs_group: None,
+        },
+    );
+    Ok(Children {
+        service_account: service_account(server, &name, &instance, c),
+        config_map: None,
+        secret: Some(secret),
+        services,
+        pvc: None,
+        deployment,
+    })
+}

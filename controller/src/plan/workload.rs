@@ -1,0 +1,280 @@
+//! The child objects of one component and the pod template they share.
+//!
+//! Security (documented in docs, enforced here):
+//! - Every container drops ALL capabilities, has a read-only root file
+//!   system, no privilege escalation and the RuntimeDefault seccomp profile.
+//! - A component that needs a capability (DHCP: NET_BIND_SERVICE for port 67
+//!   and NET_RAW for SO_BINDTODEVICE; DNS: NET_BIND_SERVICE for port 53;
+//!   Envoy: NET_BIND_SERVICE only when a listener port is below 1024) adds just
+//!   that one and runs as UID 0 inside its container: Kubernetes hands added
+//!   capabilities to a non-root process only through file capabilities, which
+//!   `allowPrivilegeEscalation: false` (no_new_privs) disables. Its bounding
+//!   set is the added capabilities alone.
+//! - A component that needs none runs as UID 65532 with `runAsNonRoot`.
+//! - One replica with the `Recreate` strategy: the static VLAN address can be
+//!   held by one pod at a time (two would fight over ARP).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMap, Container, ContainerPort, PersistentVolumeClaim, PodSecurityContext,
+    PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, Secret, SecurityContext,
+    Service, ServiceAccount, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use kube::Resource;
+use serde_json::{Value, json};
+
+use super::labels::{Component, child_meta, labels, selector};
+use crate::crd::VlanInterface;
+
+/// Multus annotation naming the pod's extra networks.
+pub const MULTUS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/networks";
+/// UID of components that need no capability.
+pub const NON_ROOT_UID: i64 = 65532;
+
+/// Every object one component needs, ready for server-side apply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Children {
+    /// The pod's identity (no API access: its token is not mounted).
+    pub service_account: ServiceAccount,
+    /// The component config file (DHCP, DNS).
+    pub config_map: Option<ConfigMap>,
+    /// Envoy's config files; a Secret because the listener config holds the push token.
+    pub secret: Option<Secret>,
+    /// Services (DNS ClusterIP; proxy internal ClusterIP and push API).
+    pub services: Vec<Service>,
+    /// DHCP lease volume.
+    pub pvc: Option<PersistentVolumeClaim>,
+    /// The Deployment.
+    pub deployment: Deployment,
+}
+
+impl Children {
+    /// Every object as JSON (with `apiVersion` and `kind`), in apply order:
+    /// ServiceAccount, ConfigMap, Secret, PVC, Services, Deployment.
+    pub fn to_values(&self) -> Vec<Value> {
+        let mut out = vec![to_value(&self.service_account)];
+        out.extend(self.config_map.iter().map(to_value));
+        out.extend(self.secret.iter().map(to_value));
+        out.extend(self.pvc.iter().map(to_value));
+        out.extend(self.services.iter().map(to_value));
+        out.push(to_value(&self.deployment));
+        out
+    }
+}
+
+fn to_value<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+/// The Multus network annotation value: the VLAN leg with its static
+/// address and the VLAN's own prefix length.
+pub fn multus_annotation(vlan: &VlanInterface) -> String {
+    json!([{
+        "name": vlan.network_attachment_definition,
+        "namespace": vlan.network_attachment_namespace,
+        "interface": vlan.interface,
+        "ips": [vlan.address],
+    }])
+    .to_string()
+}
+
+/// Requests and limits: the spec's, or the component's defaults.
+pub fn resources(
+    given: Option<&ResourceRequirements>,
+    cpu: &str,
+    memory: &str,
+    memory_limit: &str,
+) -> ResourceRequirements {
+    given.cloned().unwrap_or_else(|| ResourceRequirements {
+        requests: Some(BTreeMap::from([
+            ("cpu".to_string(), Quantity(cpu.to_string())),
+            ("memory".to_string(), Quantity(memory.to_string())),
+        ])),
+        limits: Some(BTreeMap::from([(
+            "memory".to_string(),
+            Quantity(memory_limit.to_string()),
+        )])),
+        ..ResourceRequirements::default()
+    })
+}
+
+/// The container security context for a set of added capabilities.
+pub fn container_security(caps: &[&str]) -> SecurityContext {
+    let needs_root = !caps.is_empty();
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        privileged: Some(false),
+        run_as_non_root: Some(!needs_root),
+        run_as_user: Some(if needs_root { 0 } else { NON_ROOT_UID }),
+        run_as_group: Some(if needs_root { 0 } else { NON_ROOT_UID }),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".to_string()]),
+            add: (!caps.is_empty()).then(|| caps.iter().map(|c| c.to_string()).collect()),
+        }),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_string(),
+            ..SeccompProfile::default()
+        }),
+        ..SecurityContext::default()
+    }
+}
+
+/// What varies between the components' pods.
+pub(crate) struct PodPlan {
+    pub name: String,
+    pub instance: String,
+    pub component: Component,
+    pub vlan: VlanInterface,
+    pub image: String,
+    pub command: Option<Vec<String>>,
+    pub args: Vec<String>,
+    pub ports: Vec<ContainerPort>,
+    pub volumes: Vec<Volume>,
+    pub mounts: Vec<VolumeMount>,
+    pub caps: Vec<&'static str>,
+    pub readiness: Probe,
+    pub liveness: Probe,
+    pub resources: ResourceRequirements,
+    pub fs_group: Option<i64>,
+}
+
+/// The Deployment of one component.
+pub(crate) fn deployment<K>(owner: &K, plan: PodPlan) -> Deployment
+where
+    K: Resource<DynamicType = ()>,
+{
+    let pod_labels = labels(&plan.instance, plan.component);
+    let container = Container {
+        name: plan.component.as_str().to_string(),
+        image: Some(plan.image),
+        image_pull_policy: Some("IfNotPresent".to_string()),
+        command: plan.command,
+        args: Some(plan.args),
+        ports: Some(plan.ports),
+        volume_mounts: Some(plan.mounts),
+        readiness_probe: Some(plan.readiness),
+        liveness_probe: Some(plan.liveness),
+        resources: Some(plan.resources),
+        security_context: Some(container_security(&plan.caps)),
+        env: Some(vec![k8s_openapi::api::core::v1::EnvVar {
+            name: "RUST_LOG".to_string(),
+            value: Some("info".to_string()),
+            ..Default::default()
+        }]),
+        ..Container::default()
+    };
+    Deployment {
+        metadata: child_meta(owner, plan.name.clone(), &plan.instance, plan.component),
+        spec: Some(DeploymentSpec {
+            replicas: Some(1),
+            selector: LabelSelector {
+                match_labels: Some(selector(&plan.instance, plan.component)),
+                ..LabelSelector::default()
+            },
+            strategy: Some(DeploymentStrategy {
+                type_: Some("Recreate".to_string()),
+                ..DeploymentStrategy::default()
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    annotations: Some(BTreeMap::from([(
+                        MULTUS_ANNOTATION.to_string(),
+                        multus_annotation(&plan.vlan),
+                    )])),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    service_account_name: Some(plan.name.clone()),
+                    automount_service_account_token: Some(false),
+                    enable_service_links: Some(false),
+                    containers: vec![container],
+                    volumes: Some(plan.volumes),
+                    security_context: Some(PodSecurityContext {
+                        fs_group: plan.fs_group,
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".to_string(),
+                            ..SeccompProfile::default()
+                        }),
+                        ..PodSecurityContext::default()
+                    }),
+                    termination_grace_period_seconds: Some(30),
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        }),
+        ..Deployment::default()
+    }
+}
+
+/// The component's ServiceAccount.
+pub(crate) fn service_account<K>(
+    owner: &K,
+    name: &str,
+    instance: &str,
+    component: Component,
+) -> ServiceAccount
+where
+    K: Resource<DynamicType = ()>,
+{
+    ServiceAccount {
+        metadata: child_meta(owner, name.to_string(), instance, component),
+        automount_service_account_token: Some(false),
+        ..ServiceAccount::default()
+    }
+}
+
+/// A container port.
+pub(crate) fn port(name: &str, port: i32, protocol: &str) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.to_string()),
+        container_port: port,
+        protocol: Some(protocol.to_string()),
+        ..ContainerPort::default()
+    }
+}
+
+/// An HTTP GET probe.
+pub(crate) fn http_probe(path: &str, port: i32, period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(k8s_openapi::api::core::v1::HTTPGetAction {
+            path: Some(path.to_string()),
+            port: k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(port),
+            ..Default::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        timeout_seconds: Some(2),
+        ..Probe::default()
+    }
+}
+
+/// A TCP probe.
+pub(crate) fn tcp_probe(port: i32, period: i32, failures: i32) -> Probe {
+    Probe {
+        tcp_socket: Some(k8s_openapi::api::core::v1::TCPSocketAction {
+            port: k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(port),
+            ..Default::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        timeout_seconds: Some(2),
+        ..Probe::default()
+    }
+}
+
+/// A volume mount.
+pub(crate) fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.to_string(),
+        mount_path: path.to_string(),
+        read_only: Some(read_only),
+        ..VolumeMount::default()
+    }
+}

@@ -1,0 +1,144 @@
+//! The committed CRDs in `charts/oooi/crds/` are exactly what the Rust types
+//! generate, and the schemas carry the validation and defaults they promise.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use oooi_controller::crd;
+use serde_json::Value;
+
+const REGENERATE: &str =
+    "regenerate with: cargo run -p oooi-controller -- crds --out charts/oooi/crds";
+
+fn chart_crds() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../charts/oooi/crds")
+}
+
+#[test]
+fn committed_crds_match_the_types() {
+    let dir = chart_crds();
+    let generated = crd::crd_files().expect("CRDs serialise");
+    let mut expected = BTreeSet::new();
+    for (name, yaml) in &generated {
+        expected.insert(name.clone());
+        let path = dir.join(name);
+        let committed = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{} is missing ({e}); {REGENERATE}", path.display()));
+        assert!(
+            committed == *yaml,
+            "{} drifted from the Rust types; {REGENERATE}",
+            path.display()
+        );
+    }
+    let present: BTreeSet<String> = std::fs::read_dir(&dir)
+        .expect("charts/oooi/crds exists")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".yaml"))
+        .collect();
+    let stale: Vec<&String> = present.difference(&expected).collect();
+    assert!(stale.is_empty(), "stale CRD files {stale:?}; {REGENERATE}");
+}
+
+fn schema_of(kind: &str) -> Value {
+    let crd = crd::crds()
+        .into_iter()
+        .find(|c| c.spec.names.kind == kind)
+        .expect("kind exists");
+    let v = serde_json::to_value(&crd.spec.versions[0]).expect("serialises");
+    v["schema"]["openAPIV3Schema"].clone()
+}
+
+#[test]
+fn every_kind_is_namespaced_with_status_and_printer_columns() {
+    let crds = crd::crds();
+    let names: Vec<String> = crds.iter().map(|c| c.spec.names.plural.clone()).collect();
+    assert_eq!(
+        names,
+        [
+            "infras",
+            "infraclusterattachments",
+            "dhcpservers",
+            "dnsservers",
+            "proxyservers"
+        ]
+    );
+    for c in &crds {
+        assert_eq!(c.spec.group, crd::GROUP);
+        assert_eq!(c.spec.scope, "Namespaced");
+        let v = &c.spec.versions[0];
+        assert_eq!(v.name, crd::VERSION);
+        assert!(
+            v.subresources
+                .as_ref()
+                .and_then(|s| s.status.as_ref())
+                .is_some()
+        );
+        assert!(
+            v.additional_printer_columns
+                .as_ref()
+                .is_some_and(|p| p.len() >= 3),
+            "{} has printer columns",
+            c.spec.names.kind
+        );
+    }
+    let ica = &crds[1];
+    assert_eq!(ica.spec.names.short_names, Some(vec!["ica".to_string()]));
+}
+
+#[test]
+fn schemas_carry_patterns_ranges_required_fields_and_defaults() {
+    let infra = schema_of("Infra");
+    let nc = &infra["properties"]["spec"]["properties"]["networkConfig"];
+    assert!(nc["properties"]["cidr"]["pattern"].is_string());
+    assert!(nc["properties"]["gateway"]["pattern"].is_string());
+    let req: Vec<&str> = nc["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(req.contains(&"cidr") && req.contains(&"gateway"));
+    let dhcp = &infra["properties"]["spec"]["properties"]["infraComponents"]["properties"]["dhcp"];
+    assert_eq!(dhcp["properties"]["leaseTime"]["default"], 3600);
+    assert_eq!(
+        dhcp["properties"]["leaseTime"]["minimum"].as_f64(),
+        Some(60.0)
+    );
+    assert_eq!(dhcp["properties"]["enabled"]["default"], true);
+
+    let ica = schema_of("InfraClusterAttachment");
+    let spec = &ica["properties"]["spec"]["properties"];
+    assert_eq!(
+        spec["hostedClusterRef"]["properties"]["namespace"]["default"],
+        "clusters"
+    );
+    let svc = &spec["services"]["items"]["properties"];
+    assert_eq!(svc["port"]["maximum"].as_f64(), Some(65535.0));
+    assert_eq!(svc["port"]["minimum"].as_f64(), Some(1.0));
+    assert_eq!(spec["isolation"]["default"], "Standard");
+    let modes: Vec<&str> = spec["isolation"]["enum"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(modes, ["Standard", "Strict"]);
+    assert!(spec["appsIngress"]["properties"]["metallb"].is_object());
+
+    let proxy = schema_of("ProxyServer");
+    let routes = &proxy["properties"]["spec"]["properties"]["routes"];
+    assert_eq!(routes["type"], "array");
+    assert_eq!(
+        routes["items"]["x-kubernetes-preserve-unknown-fields"],
+        true
+    );
+    let status = &proxy["properties"]["status"]["properties"];
+    assert!(status["replicaStatus"]["items"]["properties"]["routesSynced"].is_object());
+    assert!(status["filterDigest"].is_object());
+    let dhcp = schema_of("DHCPServer");
+    assert_eq!(
+        dhcp["properties"]["spec"]["properties"]["config"]["x-kubernetes-preserve-unknown-fields"],
+        true
+    );
+}
