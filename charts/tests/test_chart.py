@@ -376,7 +376,7 @@ def test_rbac_is_least_privilege():
     # The Lease is reachable only in the release namespace.
     role = find(objects, "Role")
     assert role["metadata"]["namespace"] == NAMESPACE
-    assert role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}]
+    assert role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "patch"]}]
     assert ("coordination.k8s.io", "leases") not in {(g, r) for g, r, _ in rules_of([find(objects, "ClusterRole")])}
     sa = find(objects, "ServiceAccount")["metadata"]["name"]
     for kind in ("ClusterRoleBinding", "RoleBinding"):
