@@ -16,9 +16,10 @@ import tempfile
 from pathlib import Path
 
 import jsonschema
+import kubernetes_validate
 import yaml
 
-from test_chart import CHART, GROUP, ROOT, controller_bin
+from test_chart import CHART, GROUP, KUBE_VERSION, ROOT, controller_bin
 
 DOCS = ROOT / "docs"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
@@ -166,6 +167,24 @@ def test_quickstart_manifests_render():
         assert kind in rendered_kinds, f"render printed no {kind}: {sorted(k for k in rendered_kinds if k)}"
     # The attachment's names reach the plan.
     assert "api.c1.example.com" in proc.stdout, "render's output does not mention api.c1.example.com"
+    # What the Quickstart makes the controller apply is valid: Kubernetes kinds
+    # against the 1.35 schemas, derived oooi kinds against the shipped CRDs.
+    # (render also prints report documents of its own, in no CRD.)
+    schemas = crd_schemas()
+    for obj in rendered:
+        api = str(obj.get("apiVersion", ""))
+        if api.startswith(GROUP + "/"):
+            if (api, obj["kind"]) in schemas:
+                schema = strict(schemas[(api, obj["kind"])])
+                body = {k: v for k, v in obj.items() if k in ("spec",)}
+                schema = {**schema, "properties": {"spec": schema["properties"]["spec"]}}
+                errors = list(jsonschema.Draft7Validator(schema).iter_errors(body))
+                assert not errors, f"render's {obj['kind']} {obj['metadata']['name']}: {[e.message for e in errors]}"
+            continue
+        try:
+            kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            raise AssertionError(f"render's {obj['kind']} {obj['metadata']['name']}: {'/'.join(map(str, e.path))}: {e.message}") from None
 
 
 def test_documented_controller_commands_exist():
