@@ -472,6 +472,11 @@ BAD_VALUES = [
     ({"serviceAccount": {"create": "true"}}, "/serviceAccount/create"),
     ({"nodeSelector": {"zone": 1}}, "/nodeSelector/zone"),
     ({"fullnameOverride": "x" * 53}, "/fullnameOverride"),
+    ({"tolerations": [{"operator": "Sometimes"}]}, "/tolerations/0/operator"),
+    ({"affinity": {"nodeAfinity": {}}}, "nodeAfinity"),
+    ({"topologySpreadConstraints": [{"maxSkew": 1}]}, "/topologySpreadConstraints/0"),
+    ({"controller": {"extraEnv": [{"name": "A", "valu": "x"}]}}, "valu"),
+    ({"priorityClassName": "Not Valid"}, "/priorityClassName"),
 ]
 
 
