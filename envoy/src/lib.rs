@@ -9,6 +9,17 @@
 //! filter, followed by Envoy's `buffer` filter so the whole push body arrives
 //! in one callback.
 //!
+//! Both wasm filters reach Envoy through ECDS (`config_discovery`), each from
+//! its own file in the same watched directory ([`Rendered::extensions`]). A
+//! new module therefore changes only those files: Envoy swaps the filter for
+//! new connections without touching the listeners, so established connections
+//! keep their filter and are never drained. Each extension file names the
+//! module's SHA-256 (in `vm_config`, which is part of Envoy's VM key), so a new
+//! module always changes the config, even under an unchanged file name. Until
+//! an extension config has loaded, its listener stays warming: nothing is
+//! routed without the filter. A module that fails to load is rejected by
+//! Envoy and the previous one keeps serving.
+//!
 //! All output is JSON (which Envoy reads as YAML as well).
 
 use std::io;
@@ -47,26 +58,74 @@ pub struct ProxyConfig {
     pub api: SocketAddr,
     /// Bearer token a push must carry (at least 16 characters).
     pub push_token: String,
-    /// Path of the filter module as Envoy will see it.
+    /// Path of the filter module as Envoy will see it. Prefer a versioned
+    /// name (e.g. [`module_file_name`]) so old and new builds can sit side by
+    /// side during a swap.
     pub wasm_path: PathBuf,
+    /// SHA-256 (hex) of the module at `wasm_path` ([`module_sha256`]).
+    pub wasm_sha256: String,
     /// Clusters for `cluster` upstreams.
     pub clusters: Vec<StaticCluster>,
     /// Upstream connect timeout in milliseconds.
     pub connect_timeout_ms: u64,
+    /// Listeners routing by Envoy's own `filter_chain_match` (no wasm): a
+    /// baseline for the benchmark. Production configs leave this empty.
+    pub native_sni: Vec<NativeSniListener>,
+}
+
+/// A TLS passthrough listener that routes with Envoy's native SNI matching
+/// (`filter_chain_match.server_names` + `tcp_proxy` to a static cluster),
+/// rendered for comparison with the wasm filter.
+#[derive(Debug, Clone)]
+pub struct NativeSniListener {
+    /// Port on `listen_address`.
+    pub port: u16,
+    /// (server name, cluster) pairs; the cluster must be in `clusters`.
+    pub routes: Vec<(String, String)>,
 }
 
 /// The rendered documents.
 #[derive(Debug, Clone)]
 pub struct Rendered {
+    /// Envoy's `-c` file.
     pub bootstrap: Value,
+    /// LDS discovery response ([`LDS_FILE`]).
     pub listeners: Value,
+    /// CDS discovery response ([`CDS_FILE`]).
     pub clusters: Value,
+    /// ECDS discovery responses, one per wasm filter: (file name, document).
+    pub extensions: Vec<(String, Value)>,
 }
 
-/// File names inside the config directory.
+/// Bootstrap file name inside the config directory.
 pub const BOOTSTRAP_FILE: &str = "envoy.json";
+/// Listeners file name inside the config directory.
 pub const LDS_FILE: &str = "lds.json";
+/// Clusters file name inside the config directory.
 pub const CDS_FILE: &str = "cds.json";
+/// ECDS resource (and filter) name of the network filter on `port`.
+pub fn network_filter_name(port: u16) -> String {
+    format!("oooi_sni_router_{port}")
+}
+/// ECDS resource (and filter) name of the table API's HTTP filter.
+pub const API_FILTER_NAME: &str = "oooi_table_api";
+/// ECDS file name of the filter named `name`.
+pub fn extension_file(name: &str) -> String {
+    format!("ecds_{name}.json")
+}
+const NETWORK_WASM_TYPE: &str = "type.googleapis.com/envoy.extensions.filters.network.wasm.v3.Wasm";
+const HTTP_WASM_TYPE: &str = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
+
+/// SHA-256 (hex) of a module, for [`ProxyConfig::wasm_sha256`].
+pub fn module_sha256(module: &[u8]) -> String {
+    hex::encode(Sha256::digest(module))
+}
+
+/// A versioned file name for a module (`oooi-sni-router-<12 hex>.wasm`), so a
+/// ConfigMap can carry the new build under a new key.
+pub fn module_file_name(module: &[u8]) -> String {
+    format!("oooi-sni-router-{}.wasm", &module_sha256(module)[..12])
+}
 
 fn duration_ms(ms: u64) -> String {
     format!("{}.{:03}s", ms / 1000, ms % 1000)
@@ -84,6 +143,12 @@ fn wasm_config(cfg: &ProxyConfig, plugin_name: &str, configuration: Value) -> Va
             "vm_id": VM_ID,
             "runtime": "envoy.wasm.runtime.v8",
             "code": {"local": {"filename": cfg.wasm_path.display().to_string()}},
+            // Part of Envoy's VM key: a new module is a new VM even if the
+            // file name did not change.
+            "configuration": {
+                "@type": "type.googleapis.com/google.protobuf.StringValue",
+                "value": json!({"module_sha256": cfg.wasm_sha256}).to_string(),
+            },
         },
         "configuration": {
             "@type": "type.googleapis.com/google.protobuf.StringValue",
@@ -120,9 +185,26 @@ pub fn render(cfg: &ProxyConfig, config_dir: &Path) -> Rendered {
         }}]},
     });
 
+    // A filter delivered by ECDS from its own file in the watched directory.
+    let discovered = |name: &str, type_url: &str| {
+        json!({
+            "name": name,
+            "config_discovery": {
+                "config_source": watched(&extension_file(name)),
+                "type_urls": [type_url],
+            },
+        })
+    };
     let mut listeners = Vec::new();
+    let mut extensions = Vec::new();
     for &port in &cfg.tls_ports {
+        let name = network_filter_name(port);
         let filter_cfg = json!({"role": "network", "port": port});
+        extensions.push(extension(
+            &name,
+            NETWORK_WASM_TYPE,
+            wasm_config(cfg, &name, filter_cfg),
+        ));
         listeners.push(json!({
             "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
             "name": format!("tls_{port}"),
@@ -135,13 +217,7 @@ pub fn render(cfg: &ProxyConfig, config_dir: &Path) -> Rendered {
             "listener_filters_timeout": "2s",
             "continue_on_listener_filters_timeout": true,
             "filter_chains": [{"filters": [
-                {
-                    "name": "envoy.filters.network.wasm",
-                    "typed_config": {
-                        "@type": "type.googleapis.com/envoy.extensions.filters.network.wasm.v3.Wasm",
-                        "config": wasm_config(cfg, &format!("oooi_sni_router_{port}"), filter_cfg),
-                    },
-                },
+                discovered(&network_filter_name(port), NETWORK_WASM_TYPE),
                 {
                     "name": "envoy.filters.network.sni_dynamic_forward_proxy",
                     "typed_config": {
@@ -162,6 +238,11 @@ pub fn render(cfg: &ProxyConfig, config_dir: &Path) -> Rendered {
         }));
     }
     let api_cfg = json!({"role": "api", "push_token": cfg.push_token});
+    extensions.push(extension(
+        API_FILTER_NAME,
+        HTTP_WASM_TYPE,
+        wasm_config(cfg, API_FILTER_NAME, api_cfg),
+    ));
     let body_limit = MAX_DOCUMENT_BYTES as u64 + 64 * 1024;
     listeners.push(json!({
         "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
@@ -178,13 +259,7 @@ pub fn render(cfg: &ProxyConfig, config_dir: &Path) -> Rendered {
                     "routes": [{"match": {"prefix": "/"}, "direct_response": {"status": 404}}],
                 }]},
                 "http_filters": [
-                    {
-                        "name": "envoy.filters.http.wasm",
-                        "typed_config": {
-                            "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
-                            "config": wasm_config(cfg, "oooi_table_api", api_cfg),
-                        },
-                    },
+                    discovered(API_FILTER_NAME, HTTP_WASM_TYPE),
                     {
                         "name": "envoy.filters.http.buffer",
                         "typed_config": {
@@ -200,6 +275,10 @@ pub fn render(cfg: &ProxyConfig, config_dir: &Path) -> Rendered {
             },
         }]}],
     }));
+
+    for native in &cfg.native_sni {
+        listeners.push(native_listener(cfg.listen_address, native));
+    }
 
     let connect_timeout = duration_ms(cfg.connect_timeout_ms);
     let mut clusters = vec![json!({
@@ -233,7 +312,54 @@ pub fn render(cfg: &ProxyConfig, config_dir: &Path) -> Rendered {
         bootstrap,
         listeners: json!({"version_info": digest(&listeners), "resources": listeners}),
         clusters: json!({"version_info": digest(&clusters), "resources": clusters}),
+        extensions,
     }
+}
+
+/// An ECDS discovery response holding one filter config.
+fn extension(name: &str, type_url: &str, config: Value) -> (String, Value) {
+    let resource = json!({
+        "@type": "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
+        "name": name,
+        "typed_config": {"@type": type_url, "config": config},
+    });
+    let doc = json!({
+        "version_info": digest(std::slice::from_ref(&resource)),
+        "resources": [resource],
+    });
+    (extension_file(name), doc)
+}
+
+fn native_listener(addr: IpAddr, l: &NativeSniListener) -> Value {
+    let chains: Vec<Value> = l
+        .routes
+        .iter()
+        .map(|(server_name, cluster)| {
+            json!({
+                "filter_chain_match": {"server_names": [server_name]},
+                "filters": [{
+                    "name": "envoy.filters.network.tcp_proxy",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+                        "stat_prefix": format!("native_sni_{}", l.port),
+                        "cluster": cluster,
+                    },
+                }],
+            })
+        })
+        .collect();
+    json!({
+        "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
+        "name": format!("native_sni_{}", l.port),
+        "address": socket(addr, l.port),
+        "listener_filters": [{
+            "name": "envoy.filters.listener.tls_inspector",
+            "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector"},
+        }],
+        "listener_filters_timeout": "2s",
+        // No default chain: a server name without a chain is closed.
+        "filter_chains": chains,
+    })
 }
 
 fn digest(v: &[Value]) -> String {
@@ -241,19 +367,37 @@ fn digest(v: &[Value]) -> String {
     hex::encode(&Sha256::digest(&bytes)[..8])
 }
 
-/// Writes the three files into `dir` (created if missing) and returns the
-/// bootstrap path. LDS and CDS are written to a temporary name and renamed,
-/// so Envoy never reads a half-written file.
+/// Every file of the config directory as (name, contents): bootstrap, CDS,
+/// the ECDS files and LDS. This is what a ConfigMap for Envoy holds (plus the
+/// module itself, under its versioned name, wherever `wasm_path` points).
+pub fn files(cfg: &ProxyConfig, config_dir: &Path) -> io::Result<Vec<(String, Vec<u8>)>> {
+    let r = render(cfg, config_dir);
+    let mut out = vec![
+        (
+            BOOTSTRAP_FILE.to_owned(),
+            serde_json::to_vec_pretty(&r.bootstrap)?,
+        ),
+        (CDS_FILE.to_owned(), serde_json::to_vec_pretty(&r.clusters)?),
+    ];
+    for (name, doc) in &r.extensions {
+        out.push((name.clone(), serde_json::to_vec_pretty(doc)?));
+    }
+    out.push((
+        LDS_FILE.to_owned(),
+        serde_json::to_vec_pretty(&r.listeners)?,
+    ));
+    Ok(out)
+}
+
+/// Writes [`files`] into `dir` (created if missing) and returns the
+/// bootstrap path. Each file is written to a temporary name and renamed, so
+/// Envoy never reads a half-written file. (A ConfigMap mount swaps them all
+/// at once through `..data` instead.)
 pub fn write(cfg: &ProxyConfig, dir: &Path) -> io::Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
-    let r = render(cfg, dir);
-    for (name, value) in [
-        (CDS_FILE, &r.clusters),
-        (LDS_FILE, &r.listeners),
-        (BOOTSTRAP_FILE, &r.bootstrap),
-    ] {
+    for (name, bytes) in files(cfg, dir)? {
         let tmp = dir.join(format!(".{name}.tmp"));
-        std::fs::write(&tmp, serde_json::to_vec_pretty(value)?)?;
+        std::fs::write(&tmp, bytes)?;
         std::fs::rename(&tmp, dir.join(name))?;
     }
     Ok(dir.join(BOOTSTRAP_FILE))
@@ -271,12 +415,23 @@ mod tests {
             api: "127.0.0.1:9445".parse().unwrap(),
             push_token: "0123456789abcdef".into(),
             wasm_path: "/filters/oooi.wasm".into(),
+            wasm_sha256: "ab".repeat(32),
             clusters: vec![StaticCluster {
                 name: "c1_api".into(),
                 endpoints: vec!["127.0.0.9:6443".parse().unwrap()],
             }],
             connect_timeout_ms: 2500,
+            native_sni: Vec::new(),
         }
+    }
+
+    fn extension<'a>(r: &'a Rendered, name: &str) -> &'a Value {
+        let file = extension_file(name);
+        let doc = &r.extensions.iter().find(|(f, _)| *f == file).unwrap().1;
+        assert_eq!(doc["resources"].as_array().unwrap().len(), 1);
+        let res = &doc["resources"][0];
+        assert_eq!(res["name"], name);
+        &res["typed_config"]["config"]
     }
 
     #[test]
@@ -284,17 +439,13 @@ mod tests {
         let r = render(&cfg(), Path::new("/etc/envoy"));
         let listeners = r.listeners["resources"].as_array().unwrap();
         assert_eq!(listeners.len(), 3);
-        for l in &listeners[..2] {
+        for (l, port) in listeners[..2].iter().zip([6443, 443]) {
             let filters = l["filter_chains"][0]["filters"].as_array().unwrap();
-            assert_eq!(filters[0]["name"], "envoy.filters.network.wasm");
-            assert_eq!(
-                filters[0]["typed_config"]["config"]["failure_policy"],
-                "FAIL_RELOAD"
-            );
-            assert_eq!(
-                filters[0]["typed_config"]["config"]["vm_config"]["vm_id"],
-                VM_ID
-            );
+            let name = network_filter_name(port);
+            assert_eq!(filters[0]["name"], name);
+            let wasm = extension(&r, &name);
+            assert_eq!(wasm["failure_policy"], "FAIL_RELOAD");
+            assert_eq!(wasm["vm_config"]["vm_id"], VM_ID);
             assert_eq!(filters[2]["typed_config"]["cluster"], UNROUTED_CLUSTER);
         }
         let clusters = r.clusters["resources"].as_array().unwrap();
@@ -310,6 +461,7 @@ mod tests {
         let limit = api["per_connection_buffer_limit_bytes"].as_u64().unwrap();
         assert!(limit > MAX_DOCUMENT_BYTES as u64);
         let filters = &api["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"];
+        assert_eq!(filters[0]["name"], API_FILTER_NAME);
         assert_eq!(filters[1]["name"], "envoy.filters.http.buffer");
         assert_eq!(
             filters[1]["typed_config"]["max_request_bytes"]
@@ -318,12 +470,71 @@ mod tests {
             limit
         );
         let plugin: Value = serde_json::from_str(
-            filters[0]["typed_config"]["config"]["configuration"]["value"]
+            extension(&r, API_FILTER_NAME)["configuration"]["value"]
                 .as_str()
                 .unwrap(),
         )
         .unwrap();
         assert_eq!(plugin["role"], "api");
+    }
+
+    #[test]
+    fn wasm_filters_come_from_watched_ecds_files() {
+        let r = render(&cfg(), Path::new("/etc/envoy"));
+        let filter = &r.listeners["resources"][1]["filter_chains"][0]["filters"][0];
+        let source = &filter["config_discovery"]["config_source"]["path_config_source"];
+        assert_eq!(source["path"], "/etc/envoy/ecds_oooi_sni_router_443.json");
+        assert_eq!(source["watched_directory"]["path"], "/etc/envoy");
+        assert_eq!(
+            filter["config_discovery"]["type_urls"][0],
+            NETWORK_WASM_TYPE
+        );
+        assert_eq!(r.extensions.len(), 3);
+    }
+
+    #[test]
+    fn a_new_module_changes_only_the_extension_files() {
+        let a = cfg();
+        let mut b = cfg();
+        b.wasm_path = "/filters/other.wasm".into();
+        b.wasm_sha256 = "cd".repeat(32);
+        let (ra, rb) = (
+            render(&a, Path::new("/etc/envoy")),
+            render(&b, Path::new("/etc/envoy")),
+        );
+        assert_eq!(ra.listeners, rb.listeners, "listeners must not drain");
+        assert_eq!(ra.clusters, rb.clusters);
+        for ((fa, da), (fb, db)) in ra.extensions.iter().zip(&rb.extensions) {
+            assert_eq!(fa, fb);
+            assert_ne!(da["version_info"], db["version_info"]);
+        }
+        // Same path, new bytes: the VM key (vm_config) still changes.
+        let mut c = cfg();
+        c.wasm_sha256 = "ef".repeat(32);
+        let rc = render(&c, Path::new("/etc/envoy"));
+        assert_ne!(
+            extension(&ra, API_FILTER_NAME)["vm_config"],
+            extension(&rc, API_FILTER_NAME)["vm_config"]
+        );
+    }
+
+    #[test]
+    fn native_sni_listener_has_one_chain_per_name_and_no_default() {
+        let mut c = cfg();
+        c.native_sni = vec![NativeSniListener {
+            port: 8443,
+            routes: vec![("api.c1.example.com".into(), "c1_api".into())],
+        }];
+        let r = render(&c, Path::new("/etc/envoy"));
+        let l = &r.listeners["resources"][3];
+        assert_eq!(l["name"], "native_sni_8443");
+        let chains = l["filter_chains"].as_array().unwrap();
+        assert_eq!(chains.len(), 1);
+        assert_eq!(
+            chains[0]["filter_chain_match"]["server_names"][0],
+            "api.c1.example.com"
+        );
+        assert!(l.get("default_filter_chain").is_none());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use anyhow::Result;
 use oooi_routes::{Cidr, Route, RouteMatch, RouteTable, Upstream};
 
-use crate::{Backend, Envoy, free_port};
+use crate::{Backend, Envoy, EnvoyOptions, free_port};
 
 /// Worker source address of hosted cluster c1 (loopback stands in for the VLAN).
 pub const WORKER_C1: &str = "127.0.0.11";
@@ -28,9 +28,14 @@ pub const BACKENDS: [&str; 8] = [
     "c2-apps",
 ];
 
+/// Two hosted clusters (c1, c2) behind one Envoy: a backend per service, the
+/// table routing to them (generation 1, not pushed yet), and the listeners.
 pub struct TwoClusters {
+    /// The proxy.
     pub envoy: Envoy,
+    /// One backend per name in [`BACKENDS`].
     pub backends: Vec<Backend>,
+    /// The routing table for these backends (not pushed by `start`).
     pub table: RouteTable,
     /// The listener standing in for 6443.
     pub kube: SocketAddr,
@@ -41,6 +46,11 @@ pub struct TwoClusters {
 impl TwoClusters {
     /// Starts the backends and an Envoy with `concurrency` workers; no table yet.
     pub async fn start(concurrency: u32) -> Result<TwoClusters> {
+        TwoClusters::start_with(concurrency, None).await
+    }
+
+    /// Like [`TwoClusters::start`], with a given filter module (`None`: the built one).
+    pub async fn start_with(concurrency: u32, module: Option<Vec<u8>>) -> Result<TwoClusters> {
         let lo: IpAddr = "127.0.0.1".parse()?;
         let mut addrs = HashMap::new();
         let mut backends = Vec::new();
@@ -87,7 +97,12 @@ impl TwoClusters {
         };
         table.validate()?;
         let envoy = tokio::task::spawn_blocking(move || {
-            Envoy::start(lo, &[kube_port, https_port], concurrency)
+            EnvoyOptions {
+                concurrency,
+                module,
+                ..EnvoyOptions::new(lo, &[kube_port, https_port])
+            }
+            .start()
         })
         .await??;
         Ok(TwoClusters {

