@@ -9,3 +9,12 @@
 pub mod crd;
 pub mod plan;
 pub mod render;
+// ctrl-reconcile: the I/O half (reconcilers, route pusher, observation of
+// HyperShift/CAPI/KubeVirt, metrics, leader election, `run` and `rbac`).
+pub mod leader;
+pub mod metrics;
+pub mod observe;
+pub mod push;
+pub mod rbac;
+pub mod reconcile;
+pub mod run;

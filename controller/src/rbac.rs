@@ -1,0 +1,242 @@
+//! The Kubernetes permissions the controller needs, kept true to the API
+//! calls the code makes: `oooi-controller rbac` prints them as ClusterRole
+//! rules (the chart's ClusterRole is compared with them), and the mocked-API
+//! tests check every request they see against [`allows`] through
+//! [`request_attributes`].
+
+use serde::Serialize;
+
+/// One ClusterRole rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rule {
+    /// API groups (`""` is the core group).
+    pub api_groups: Vec<&'static str>,
+    /// Resources, with `/subresource` where one is meant.
+    pub resources: Vec<&'static str>,
+    /// Verbs.
+    pub verbs: Vec<&'static str>,
+}
+
+const OOOI: &str = "hostedcluster.densityops.com";
+
+fn rule(group: &'static str, resources: &[&'static str], verbs: &[&'static str]) -> Rule {
+    Rule {
+        api_groups: vec![group],
+        resources: resources.to_vec(),
+        verbs: verbs.to_vec(),
+    }
+}
+
+/// Every rule the controller needs, in a fixed order. Why each is there:
+///
+/// - oooi kinds: watched (get/list/watch); derived kinds written by
+///   server-side apply (patch; create because apply creates them);
+///   finalizers added and removed by JSON patch on Infras and attachments;
+///   every status written through the status subresource; `infras/finalizers`
+///   update because children carry owner references with
+///   `blockOwnerDeletion`, which OpenShift's admission checks.
+/// - children (Deployments, ConfigMaps, Services, ServiceAccounts, PVCs,
+///   Secrets, NetworkPolicies): applied, watched for readiness and drift,
+///   deleted when a component is disabled or on cleanup. Secrets also hold the
+///   push token and, in HostedCluster namespaces, the admin kubeconfig.
+/// - pods: the Envoy replicas to push routes to.
+/// - events: transitions are recorded through `events.k8s.io/v1`.
+/// - leases: leader election (get, create when absent, patch to take and
+///   renew).
+/// - HyperShift, CAPI, KubeVirt: optional read-only watches for worker
+///   addresses and MACs; CRDs read to find out whether they exist.
+pub fn rules() -> Vec<Rule> {
+    const READ: &[&str] = &["get", "list", "watch"];
+    const WRITE: &[&str] = &["get", "list", "watch", "create", "patch", "delete"];
+    vec![
+        rule(OOOI, &["infras", "infraclusterattachments"], READ_PATCH),
+        rule(
+            OOOI,
+            &["dhcpservers", "dnsservers", "proxyservers"],
+            &["get", "list", "watch", "create", "patch", "delete"],
+        ),
+        rule(
+            OOOI,
+            &[
+                "infras/status",
+                "infraclusterattachments/status",
+                "dhcpservers/status",
+                "dnsservers/status",
+                "proxyservers/status",
+            ],
+            &["get", "patch"],
+        ),
+        rule(
+            OOOI,
+            &["infras/finalizers", "infraclusterattachments/finalizers"],
+            &["update"],
+        ),
+        rule("apps", &["deployments"], WRITE),
+        rule(
+            "",
+            &[
+                "configmaps",
+                "services",
+                "serviceaccounts",
+                "persistentvolumeclaims",
+                "secrets",
+            ],
+            WRITE,
+        ),
+        rule("", &["pods"], READ),
+        rule("networking.k8s.io", &["networkpolicies"], WRITE),
+        rule("events.k8s.io", &["events"], &["create", "patch"]),
+        rule("", &["events"], &["create", "patch"]),
+        rule(
+            "coordination.k8s.io",
+            &["leases"],
+            &["get", "create", "patch"],
+        ),
+        rule(
+            "hypershift.openshift.io",
+            &["hostedclusters", "nodepools"],
+            READ,
+        ),
+        rule("cluster.x-k8s.io", &["machines"], READ),
+        rule("kubevirt.io", &["virtualmachineinstances"], READ),
+        rule(
+            "apiextensions.k8s.io",
+            &["customresourcedefinitions"],
+            &["get", "list", "watch"],
+        ),
+    ]
+}
+
+const READ_PATCH: &[&str] = &["get", "list", "watch", "patch"];
+
+/// True when some rule grants `verb` on `resource` (with `/subresource`) in
+/// `group`.
+pub fn allows(group: &str, resource: &str, verb: &str) -> bool {
+    rules().iter().any(|r| {
+        r.api_groups.contains(&group) && r.resources.contains(&resource) && r.verbs.contains(&verb)
+    })
+}
+
+/// The authorization attributes Kubernetes derives from a request: API
+/// group, resource (with `/subresource`) and verb. `None` for non-resource
+/// paths (`/version`, `/apis` discovery), which every authenticated client
+/// may read.
+pub fn request_attributes(method: &str, path_and_query: &str) -> Option<(String, String, String)> {
+    let (path, query) = match path_and_query.split_once('?') {
+        Some((p, q)) => (p, q),
+        None => (path_and_query, ""),
+    };
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, rest) = match parts.as_slice() {
+        ["api", _version, rest @ ..] => ("", rest),
+        ["apis", group, _version, rest @ ..] => (*group, rest),
+        _ => return None,
+    };
+    // namespaces/<ns>/<resource>[/<name>[/<sub>]] or <resource>[/<name>[/<sub>]]
+    let rest = match rest {
+        ["namespaces", _ns, tail @ ..] if !tail.is_empty() => tail,
+        other => other,
+    };
+    let (resource, name, sub) = match rest {
+        [resource] => (*resource, None, None),
+        [resource, name] => (*resource, Some(*name), None),
+        [resource, name, sub] => (*resource, Some(*name), Some(*sub)),
+        _ => return None,
+    };
+    let watch = query
+        .split('&')
+        .any(|kv| kv == "watch=true" || kv == "watch=1");
+    let verb = match (method, name.is_some()) {
+        ("GET", _) if watch => "watch",
+        ("GET", true) => "get",
+        ("GET", false) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
+        _ => return None,
+    };
+    let resource = match sub {
+        Some(s) => format!("{resource}/{s}"),
+        None => resource.to_string(),
+    };
+    Some((group.to_string(), resource, verb.to_string()))
+}
+
+/// The rules as a YAML list, the `rules:` of a ClusterRole.
+pub fn rules_yaml() -> anyhow::Result<String> {
+    Ok(serde_saphyr::to_string(&rules())?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_attributes_follow_kubernetes_request_info() {
+        let cases = [
+            (
+                "GET",
+                "/apis/hostedcluster.densityops.com/v1alpha1/namespaces/ns/infras?&watch=true&timeoutSeconds=290",
+                ("hostedcluster.densityops.com", "infras", "watch"),
+            ),
+            (
+                "GET",
+                "/apis/hostedcluster.densityops.com/v1alpha1/infras?",
+                ("hostedcluster.densityops.com", "infras", "list"),
+            ),
+            (
+                "PATCH",
+                "/apis/hostedcluster.densityops.com/v1alpha1/namespaces/ns/proxyservers/p/status?&fieldManager=oooi-controller",
+                (
+                    "hostedcluster.densityops.com",
+                    "proxyservers/status",
+                    "patch",
+                ),
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/ns/secrets/infra-proxy-push-token",
+                ("", "secrets", "get"),
+            ),
+            (
+                "POST",
+                "/api/v1/namespaces/ns/secrets?",
+                ("", "secrets", "create"),
+            ),
+            (
+                "DELETE",
+                "/apis/networking.k8s.io/v1/namespaces/cp/networkpolicies/x",
+                ("networking.k8s.io", "networkpolicies", "delete"),
+            ),
+        ];
+        for (method, path, (g, r, v)) in cases {
+            assert_eq!(
+                request_attributes(method, path),
+                Some((g.to_string(), r.to_string(), v.to_string())),
+                "{method} {path}"
+            );
+        }
+        assert_eq!(request_attributes("GET", "/apis"), None);
+        assert_eq!(request_attributes("GET", "/version"), None);
+    }
+
+    #[test]
+    fn contract_permissions_are_granted_and_nothing_cluster_wide_is_written() {
+        assert!(allows(OOOI, "infras", "patch"));
+        assert!(allows(OOOI, "proxyservers/status", "patch"));
+        assert!(allows("coordination.k8s.io", "leases", "patch"));
+        assert!(allows("cluster.x-k8s.io", "machines", "watch"));
+        assert!(!allows("cluster.x-k8s.io", "machines", "patch"));
+        assert!(!allows("", "pods", "delete"));
+        assert!(!allows(
+            "rbac.authorization.k8s.io",
+            "clusterroles",
+            "create"
+        ));
+        let yaml = rules_yaml().unwrap();
+        assert!(yaml.contains("apiGroups"), "{yaml}");
+    }
+}

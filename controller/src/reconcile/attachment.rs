@@ -1,0 +1,246 @@
+//! The InfraClusterAttachment reconciler.
+//!
+//! Apply: plan the attachment's Infra (the same pure plan the Infra
+//! reconciler makes), write this attachment's status from its verdict, and
+//! keep one NetworkPolicy in the hosted cluster's control-plane namespace
+//! that lets the Infra's Envoy pods in (HyperShift's own policies there
+//! admit only known peers). The policy exists only while the attachment is
+//! accepted.
+//!
+//! Cleanup (finalizer): that policy lives in another namespace, so no owner
+//! reference can garbage-collect it; the finalizer deletes it before the
+//! attachment goes. The Infra re-plans on the attachment's deletion (its
+//! routes, DNS names and DHCP reservations leave the derived objects).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicySpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+
+use super::apply::apply;
+use super::infra::{OWNER_NAMESPACE_LABEL, condition_status, plan};
+use super::stores::cached;
+use super::{Context, Error, Result};
+use crate::crd::{
+    AttachmentTotals, FINALIZER, Infra, InfraClusterAttachment, ProxyServer, condition, status,
+};
+use crate::plan::infra::{InfraPlan, attachment_status};
+use crate::plan::labels::{APP_NAME, Component, INFRA_LABEL, MANAGED_BY, selector};
+
+/// Label naming the attachment a cross-namespace object belongs to.
+pub const ATTACHMENT_LABEL: &str = "hostedcluster.densityops.com/attachment";
+
+const RESYNC: Duration = Duration::from_secs(300);
+
+/// Entry point of the attachment controller.
+pub async fn reconcile(att: Arc<InfraClusterAttachment>, ctx: Arc<Context>) -> Result<Action> {
+    let ns = att
+        .namespace()
+        .ok_or(Error::MissingField("metadata.namespace"))?;
+    let api: Api<InfraClusterAttachment> = Api::namespaced(ctx.client.clone(), &ns);
+    finalizer(&api, FINALIZER, att, |event| async {
+        match event {
+            Finalizer::Apply(a) => apply_attachment(&a, &ctx).await,
+            Finalizer::Cleanup(a) => cleanup(&a, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+/// Name of the NetworkPolicy an attachment keeps in its control-plane
+/// namespace (one per Infra, so two Infras never share it).
+pub fn policy_name(infra_namespace: &str, infra: &str) -> String {
+    let name = format!("oooi-proxy-{infra_namespace}-{infra}");
+    // A DNS subdomain allows 253; keep to a label's 63 for readability.
+    if name.len() <= 63 {
+        name
+    } else {
+        use sha2::Digest;
+        let h = hex::encode(sha2::Sha256::digest(name.as_bytes()));
+        format!("oooi-proxy-{}", &h[..20])
+    }
+}
+
+/// The NetworkPolicy letting the Envoy pods of Infra `infra_ns/infra` reach
+/// every pod of the control-plane namespace `cp_ns`. Ports are not listed:
+/// a Service port (what the attachment names) is not always the pod port.
+pub fn proxy_ingress_policy(
+    attachment: &InfraClusterAttachment,
+    infra_ns: &str,
+    infra: &str,
+    cp_ns: &str,
+) -> NetworkPolicy {
+    let mut labels = BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), APP_NAME.to_string()),
+        (
+            "app.kubernetes.io/component".to_string(),
+            "proxy".to_string(),
+        ),
+        ("app.kubernetes.io/instance".to_string(), infra.to_string()),
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            MANAGED_BY.to_string(),
+        ),
+        (INFRA_LABEL.to_string(), infra.to_string()),
+        (OWNER_NAMESPACE_LABEL.to_string(), infra_ns.to_string()),
+    ]);
+    labels.insert(ATTACHMENT_LABEL.to_string(), attachment.name_any());
+    NetworkPolicy {
+        metadata: ObjectMeta {
+            name: Some(policy_name(infra_ns, infra)),
+            namespace: Some(cp_ns.to_string()),
+            labels: Some(labels),
+            ..ObjectMeta::default()
+        },
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(LabelSelector::default()),
+            policy_types: Some(vec!["Ingress".to_string()]),
+            ingress: Some(vec![NetworkPolicyIngressRule {
+                from: Some(vec![NetworkPolicyPeer {
+                    namespace_selector: Some(LabelSelector {
+                        match_labels: Some(BTreeMap::from([(
+                            "kubernetes.io/metadata.name".to_string(),
+                            infra_ns.to_string(),
+                        )])),
+                        ..LabelSelector::default()
+                    }),
+                    pod_selector: Some(LabelSelector {
+                        match_labels: Some(selector(infra, Component::Proxy)),
+                        ..LabelSelector::default()
+                    }),
+                    ..NetworkPolicyPeer::default()
+                }]),
+                ..NetworkPolicyIngressRule::default()
+            }]),
+            ..NetworkPolicySpec::default()
+        }),
+    }
+}
+
+/// NetworkPolicies this attachment made (any namespace).
+pub fn policies_of(ctx: &Context, att: &InfraClusterAttachment) -> Vec<Arc<NetworkPolicy>> {
+    let name = att.name_any();
+    let ns = att.namespace();
+    ctx.stores.network_policies.state_filter(|p| {
+        p.labels().get(ATTACHMENT_LABEL) == Some(&name)
+            && p.labels().get(OWNER_NAMESPACE_LABEL) == ns.as_ref()
+    })
+}
+
+async fn delete_policy(ctx: &Context, p: &NetworkPolicy) -> Result<()> {
+    let api: Api<NetworkPolicy> =
+        Api::namespaced(ctx.client.clone(), &p.namespace().unwrap_or_default());
+    match api.delete(&p.name_any(), &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn empty_plan() -> InfraPlan {
+    InfraPlan {
+        desired: None,
+        errors: Vec::new(),
+        attachments: Vec::new(),
+        totals: AttachmentTotals::default(),
+    }
+}
+
+async fn apply_attachment(att: &InfraClusterAttachment, ctx: &Context) -> Result<Action> {
+    let started = Instant::now();
+    let ns = att.namespace().unwrap_or_default();
+    let infra_name = &att.spec.infra_ref.name;
+    let infra = cached::<Infra>(&ctx.stores.infras, &ns, infra_name);
+    let plan = match &infra {
+        Some(i) => plan(ctx, i).await?.0,
+        None => empty_plan(),
+    };
+    let proxy = cached::<ProxyServer>(
+        &ctx.stores.proxy_servers,
+        &ns,
+        &Component::Proxy.derived_name(infra_name),
+    );
+    let routes_synced = proxy.as_ref().and_then(|p| {
+        condition_status(
+            p.status.as_ref().map(|s| &s.conditions[..]),
+            condition::ROUTES_SYNCED,
+        )
+        .map(|s| s == status::TRUE)
+    });
+    let st = attachment_status(att, &plan, routes_synced, &(ctx.now)());
+
+    // The control-plane NetworkPolicy, while accepted.
+    let outcome = plan.attachments.iter().find(|o| o.name == att.name_any());
+    let desired = match outcome {
+        Some(o) if o.accepted() && plan.desired.is_some() => Some(proxy_ingress_policy(
+            att,
+            &ns,
+            infra_name,
+            &o.control_plane_namespace,
+        )),
+        _ => None,
+    };
+    for p in policies_of(ctx, att) {
+        let keep = desired.as_ref().is_some_and(|d| {
+            d.metadata.name == p.metadata.name && d.metadata.namespace == p.metadata.namespace
+        });
+        if !keep {
+            delete_policy(ctx, &p).await?;
+        }
+    }
+    if let Some(d) = desired {
+        let cp_ns = d.metadata.namespace.clone().unwrap_or_default();
+        let api: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), &cp_ns);
+        let live = cached::<NetworkPolicy>(&ctx.stores.network_policies, &cp_ns, &d.name_any());
+        apply(&api, live.as_deref(), d).await?;
+    }
+
+    let accepted_before = condition_status(
+        att.status.as_ref().map(|s| &s.conditions[..]),
+        condition::ACCEPTED,
+    );
+    let accepted_after = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition::ACCEPTED)
+        .cloned();
+    if att.status.as_ref() != Some(&st) {
+        let api: Api<InfraClusterAttachment> = Api::namespaced(ctx.client.clone(), &ns);
+        api.patch_status(
+            &att.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "status": st })),
+        )
+        .await?;
+    }
+    if let Some(c) = accepted_after
+        && accepted_before.as_deref() != Some(c.status.as_str())
+    {
+        let warning = c.status != status::TRUE;
+        let note = if c.message.is_empty() {
+            c.reason.clone()
+        } else {
+            c.message.clone()
+        };
+        ctx.event(att, warning, &c.reason, "Reconcile", note).await;
+    }
+    ctx.metrics
+        .reconciled("InfraClusterAttachment", started.elapsed());
+    Ok(Action::requeue(RESYNC))
+}
+
+async fn cleanup(att: &InfraClusterAttachment, ctx: &Context) -> Result<Action> {
+    for p in policies_of(ctx, att) {
+        delete_policy(ctx, &p).await?;
+    }
+    Ok(Action::await_change())
+}

@@ -1,0 +1,509 @@
+//! Reconcilers of the derived kinds: DHCPServer, DNSServer, ProxyServer.
+//!
+//! Each writes its children (planned from its spec alone by
+//! `plan::{dhcp,dns,proxy}::children`), then its status from the real
+//! Deployment. The ProxyServer reconciler also brings every Envoy replica to
+//! the routing table of its spec ([`crate::push`]) and reports per-replica
+//! sync (`RoutesSynced`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+use oooi_routes::RouteTable;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use tracing::info;
+
+use super::apply::{Applied, apply};
+use super::stores::cached;
+use super::{Context, Error, Result};
+use crate::crd::{
+    DHCPServer, DNSServer, ProxyReplicaStatus, ProxyServer, ProxyServerStatus, ServerStatus,
+    condition, status,
+};
+use crate::plan::labels::instance_of;
+use crate::plan::{Children, PlannedCondition, merge_conditions};
+use crate::push::{Outcome, Replica};
+
+/// Resync period when nothing is pending.
+const RESYNC: Duration = Duration::from_secs(300);
+/// Retry period while routes are out of sync on some replica.
+const RETRY_PUSH: Duration = Duration::from_secs(5);
+/// Periodic check of in-sync replicas (catches an Envoy restart the pod
+/// watch did not show, e.g. a crash loop between two watch events).
+const CHECK_PUSH: Duration = Duration::from_secs(60);
+
+fn namespace<K: Resource>(obj: &K) -> Result<String> {
+    obj.meta()
+        .namespace
+        .clone()
+        .ok_or(Error::MissingField("metadata.namespace"))
+}
+
+async fn apply_one<K>(ctx: &Context, store: &Store<K>, ns: &str, desired: &K) -> Result<Applied>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Serialize
+        + DeserializeOwned
+        + Clone
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
+    let live = cached(store, ns, &desired.name_any());
+    Ok(apply(&api, live.as_deref(), desired.clone()).await?)
+}
+
+/// Applies every child (ServiceAccount, ConfigMap, Secret, PVC, Services,
+/// Deployment, in that order, so the pods find what they mount); returns
+/// how many were written.
+pub async fn apply_children(ctx: &Context, ns: &str, c: &Children) -> Result<usize> {
+    let s = &ctx.stores;
+    let mut written = Vec::new();
+    written.push(apply_one(ctx, &s.service_accounts, ns, &c.service_account).await?);
+    if let Some(cm) = &c.config_map {
+        written.push(apply_one(ctx, &s.config_maps, ns, cm).await?);
+    }
+    if let Some(sec) = &c.secret {
+        written.push(apply_one(ctx, &s.secrets, ns, sec).await?);
+    }
+    if let Some(pvc) = &c.pvc {
+        written.push(apply_one(ctx, &s.pvcs, ns, pvc).await?);
+    }
+    for svc in &c.services {
+        written.push(apply_one(ctx, &s.services, ns, svc).await?);
+    }
+    written.push(apply_one(ctx, &s.deployments, ns, &c.deployment).await?);
+    Ok(written.iter().filter(|w| **w == Applied::Written).count())
+}
+
+/// Replicas and readiness of a Deployment, from the cache.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rollout {
+    /// Desired replicas.
+    pub replicas: i32,
+    /// Ready replicas.
+    pub ready: i32,
+    /// All desired replicas are ready and run the current template.
+    pub complete: bool,
+    /// Why not, when not.
+    pub message: String,
+}
+
+/// Reads the rollout state of Deployment `name`.
+pub fn rollout(ctx: &Context, ns: &str, name: &str) -> Rollout {
+    let Some(d) = cached::<Deployment>(&ctx.stores.deployments, ns, name) else {
+        return Rollout {
+            message: format!("Deployment {name} not created yet"),
+            ..Rollout::default()
+        };
+    };
+    let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let st = d.status.clone().unwrap_or_default();
+    let ready = st.ready_replicas.unwrap_or(0);
+    let updated = st.updated_replicas.unwrap_or(0);
+    let observed = st.observed_generation.unwrap_or(0) >= d.metadata.generation.unwrap_or(0);
+    let complete = observed && ready >= want && updated >= want && want > 0;
+    let message = if complete {
+        format!("{ready}/{want} replicas ready")
+    } else if !observed {
+        format!("Deployment {name}: new spec not observed yet")
+    } else {
+        format!("Deployment {name}: {ready}/{want} ready, {updated}/{want} updated")
+    };
+    Rollout {
+        replicas: want,
+        ready,
+        complete,
+        message,
+    }
+}
+
+fn rollout_conditions(r: &Rollout) -> Vec<PlannedCondition> {
+    if r.complete {
+        vec![
+            PlannedCondition::yes(condition::READY, "DeploymentReady", r.message.clone()),
+            PlannedCondition::no(condition::PROGRESSING, "RolloutComplete", r.message.clone()),
+        ]
+    } else {
+        vec![
+            PlannedCondition::no(condition::READY, "DeploymentNotReady", r.message.clone()),
+            PlannedCondition::yes(condition::PROGRESSING, "RollingOut", r.message.clone()),
+        ]
+    }
+}
+
+fn invalid_conditions(e: &anyhow::Error) -> Vec<PlannedCondition> {
+    vec![
+        PlannedCondition::no(condition::READY, "InvalidSpec", format!("{e:#}")),
+        PlannedCondition::yes(condition::DEGRADED, "InvalidSpec", format!("{e:#}")),
+    ]
+}
+
+fn config_digest(c: &Children) -> Option<String> {
+    let data = match (&c.config_map, &c.secret) {
+        (Some(cm), _) => serde_json::to_vec(&cm.data).ok()?,
+        (None, Some(s)) => serde_json::to_vec(&s.data).ok()?,
+        (None, None) => return None,
+    };
+    Some(format!("sha256:{}", hex::encode(Sha256::digest(&data))))
+}
+
+/// Patches `status` when it differs from the current one.
+async fn patch_status<K, S>(ctx: &Context, obj: &K, current: Option<&S>, new: &S) -> Result<bool>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + DeserializeOwned
+        + Clone
+        + std::fmt::Debug,
+    S: Serialize + PartialEq,
+{
+    if current == Some(new) {
+        return Ok(false);
+    }
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace(obj)?);
+    api.patch_status(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": new })),
+    )
+    .await?;
+    Ok(true)
+}
+
+/// Status of a DHCP or DNS server.
+fn server_status(
+    existing: Option<&ServerStatus>,
+    generation: Option<i64>,
+    planned: &[PlannedCondition],
+    r: &Rollout,
+    digest: Option<String>,
+    ctx: &Context,
+) -> ServerStatus {
+    let old: &[Condition] = existing.map(|s| s.conditions.as_slice()).unwrap_or(&[]);
+    ServerStatus {
+        observed_generation: generation,
+        conditions: merge_conditions(old, planned, generation, &(ctx.now)()),
+        replicas: r.replicas,
+        ready_replicas: r.ready,
+        config_digest: digest,
+    }
+}
+
+/// Reconciles a DHCPServer.
+pub async fn reconcile_dhcp(obj: Arc<DHCPServer>, ctx: Arc<Context>) -> Result<Action> {
+    let started = Instant::now();
+    let ns = namespace(&*obj)?;
+    let generation = obj.metadata.generation;
+    let (planned, digest, rollout) = match crate::plan::dhcp::children(&obj) {
+        Ok(children) => {
+            apply_children(&ctx, &ns, &children).await?;
+            let r = rollout(&ctx, &ns, &children.deployment.name_any());
+            (rollout_conditions(&r), config_digest(&children), r)
+        }
+        Err(e) => (invalid_conditions(&e), None, Rollout::default()),
+    };
+    let st = server_status(
+        obj.status.as_ref(),
+        generation,
+        &planned,
+        &rollout,
+        digest,
+        &ctx,
+    );
+    patch_status(&ctx, &*obj, obj.status.as_ref(), &st).await?;
+    ctx.metrics.reconciled("DHCPServer", started.elapsed());
+    Ok(Action::requeue(RESYNC))
+}
+
+/// Reconciles a DNSServer.
+pub async fn reconcile_dns(obj: Arc<DNSServer>, ctx: Arc<Context>) -> Result<Action> {
+    let started = Instant::now();
+    let ns = namespace(&*obj)?;
+    let generation = obj.metadata.generation;
+    let (planned, digest, rollout) = match crate::plan::dns::children(&obj) {
+        Ok(children) => {
+            apply_children(&ctx, &ns, &children).await?;
+            let r = rollout(&ctx, &ns, &children.deployment.name_any());
+            (rollout_conditions(&r), config_digest(&children), r)
+        }
+        Err(e) => (invalid_conditions(&e), None, Rollout::default()),
+    };
+    let st = server_status(
+        obj.status.as_ref(),
+        generation,
+        &planned,
+        &rollout,
+        digest,
+        &ctx,
+    );
+    patch_status(&ctx, &*obj, obj.status.as_ref(), &st).await?;
+    ctx.metrics.reconciled("DNSServer", started.elapsed());
+    Ok(Action::requeue(RESYNC))
+}
+
+/// The ProxyServers whose Envoy `pod` is (same namespace and instance).
+pub fn proxy_of_pod(store: &Store<ProxyServer>, pod: &Pod) -> Vec<ObjectRef<ProxyServer>> {
+    let ns = pod.namespace().unwrap_or_default();
+    let Some(instance) = pod.labels().get("app.kubernetes.io/instance").cloned() else {
+        return Vec::new();
+    };
+    store
+        .state_filter(|p| {
+            p.namespace().as_deref() == Some(ns.as_str()) && instance_of(&p.metadata) == instance
+        })
+        .iter()
+        .map(|p| ObjectRef::from_obj(&**p))
+        .collect()
+}
+
+/// The Envoy pods of a ProxyServer that can take a push: running, with an
+/// IP, not being deleted. Not only Ready ones: an Envoy is not Ready until
+/// it holds a table.
+pub fn replicas(ctx: &Context, proxy: &ProxyServer) -> Vec<Replica> {
+    let ns = proxy.namespace().unwrap_or_default();
+    let instance = instance_of(&proxy.metadata);
+    let mut pods: Vec<Replica> = ctx
+        .stores
+        .pods
+        .state_filter(|p| {
+            p.namespace().as_deref() == Some(ns.as_str())
+                && p.labels().get("app.kubernetes.io/instance") == Some(&instance)
+                && p.labels()
+                    .get("app.kubernetes.io/component")
+                    .map(String::as_str)
+                    == Some("proxy")
+                && p.metadata.deletion_timestamp.is_none()
+        })
+        .iter()
+        .filter_map(|p| {
+            let st = p.status.as_ref()?;
+            if st.phase.as_deref() != Some("Running") {
+                return None;
+            }
+            let ip: std::net::IpAddr = st.pod_ip.as_deref()?.parse().ok()?;
+            Some(Replica {
+                name: p.name_any(),
+                addr: std::net::SocketAddr::new(ip, proxy.spec.push_port),
+            })
+        })
+        .collect();
+    pods.sort_by(|a, b| a.name.cmp(&b.name));
+    pods
+}
+
+/// The push token from the Secret the spec names (cache first: the
+/// reconciler-created Secret carries the managed-by label).
+async fn push_token(ctx: &Context, proxy: &ProxyServer) -> Result<String> {
+    let ns = namespace(proxy)?;
+    let name = &proxy.spec.push_token_secret.name;
+    let secret = match cached::<Secret>(&ctx.stores.secrets, &ns, name) {
+        Some(s) => Some((*s).clone()),
+        None => {
+            Api::<Secret>::namespaced(ctx.client.clone(), &ns)
+                .get_opt(name)
+                .await?
+        }
+    };
+    let secret = secret.ok_or_else(|| Error::PushToken(format!("Secret {ns}/{name} not found")))?;
+    let token = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get("token"))
+        .map(|b| String::from_utf8_lossy(&b.0).trim().to_string())
+        .or_else(|| {
+            secret
+                .string_data
+                .as_ref()
+                .and_then(|d| d.get("token").cloned())
+        })
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| Error::PushToken(format!("Secret {ns}/{name} has no key `token`")))?;
+    Ok(token)
+}
+
+/// The table to push: the spec's routes under the generation last pushed
+/// when they are the same routes, else under the next generation.
+pub fn next_table(proxy: &ProxyServer) -> RouteTable {
+    let routes = proxy.spec.routes.0.clone();
+    let st = proxy.status.clone().unwrap_or_default();
+    let last = st.routes_generation.unwrap_or(0).max(0) as u64;
+    if last > 0 {
+        let same = RouteTable {
+            generation: last,
+            routes: routes.clone(),
+        };
+        if st.routes_digest.as_deref() == Some(same.digest().as_str()) {
+            return same;
+        }
+    }
+    RouteTable {
+        generation: last + 1,
+        routes,
+    }
+}
+
+/// Reconciles a ProxyServer: children, then the route push, then status.
+pub async fn reconcile_proxy(obj: Arc<ProxyServer>, ctx: Arc<Context>) -> Result<Action> {
+    let started = Instant::now();
+    let ns = namespace(&*obj)?;
+    let generation = obj.metadata.generation;
+    let existing = obj.status.clone().unwrap_or_default();
+    let now = (ctx.now)();
+    let mut st = ProxyServerStatus {
+        observed_generation: generation,
+        routes_generation: existing.routes_generation,
+        routes_digest: existing.routes_digest.clone(),
+        filter_digest: existing.filter_digest.clone(),
+        replica_status: existing.replica_status.clone(),
+        ..ProxyServerStatus::default()
+    };
+    let mut planned;
+    let requeue;
+    let children = match push_token(&ctx, &obj).await {
+        Ok(token) => crate::plan::proxy::children(&obj, &token).map(|c| (c, token)),
+        Err(e) => Err(anyhow::anyhow!(e)),
+    };
+    match children {
+        Err(e) => {
+            planned = invalid_conditions(&e);
+            // A missing token Secret or a bad spec: look again later.
+            requeue = RETRY_PUSH * 6;
+        }
+        Ok((children, token)) => {
+            apply_children(&ctx, &ns, &children).await?;
+            let r = rollout(&ctx, &ns, &children.deployment.name_any());
+            st.replicas = r.replicas;
+            st.ready_replicas = r.ready;
+            planned = rollout_conditions(&r);
+            let (synced, again) = sync_routes(&ctx, &obj, &token, &mut st, &now).await;
+            requeue = again;
+            planned.push(synced);
+        }
+    }
+    st.conditions = merge_conditions(&existing.conditions, &planned, generation, &now);
+    let before = existing
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition::ROUTES_SYNCED)
+        .map(|c| c.status.clone());
+    let after = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition::ROUTES_SYNCED)
+        .cloned();
+    patch_status(&ctx, &*obj, obj.status.as_ref(), &st).await?;
+    if let Some(c) = after
+        && before.as_deref() != Some(c.status.as_str())
+    {
+        let warning = c.status != status::TRUE;
+        ctx.event(&*obj, warning, &c.reason, "PushRoutes", c.message)
+            .await;
+    }
+    ctx.metrics.reconciled("ProxyServer", started.elapsed());
+    Ok(Action::requeue(requeue))
+}
+
+/// Pushes the table to every replica; fills the route fields of `st` and
+/// returns the `RoutesSynced` condition and when to look again.
+async fn sync_routes(
+    ctx: &Context,
+    proxy: &ProxyServer,
+    token: &str,
+    st: &mut ProxyServerStatus,
+    now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+) -> (PlannedCondition, Duration) {
+    let table = next_table(proxy);
+    if let Err(e) = table.validate() {
+        return (
+            PlannedCondition::no(
+                condition::ROUTES_SYNCED,
+                "InvalidRoutes",
+                format!("spec.{e}"),
+            ),
+            RESYNC,
+        );
+    }
+    let replicas = replicas(ctx, proxy);
+    if replicas.is_empty() {
+        st.replica_status.clear();
+        return (
+            PlannedCondition::no(
+                condition::ROUTES_SYNCED,
+                "NoReplicas",
+                "no running Envoy pod to push to",
+            ),
+            RESYNC,
+        );
+    }
+    let report = ctx.pusher.sync(&table, &replicas, token).await;
+    if report.pushed() > 0 {
+        info!(
+            proxy = %proxy.name_any(),
+            generation = report.generation,
+            pushed = report.pushed(),
+            replicas = report.replicas.len(),
+            took_ms = report.took.as_secs_f64() * 1e3,
+            "routes pushed"
+        );
+    }
+    let previous = std::mem::take(&mut st.replica_status);
+    st.replica_status = report
+        .replicas
+        .iter()
+        .map(|r| {
+            let before = previous.iter().find(|p| p.pod == r.name);
+            let synced = r.synced();
+            ProxyReplicaStatus {
+                pod: r.name.clone(),
+                pod_ip: Some(r.addr.ip().to_string()),
+                routes_synced: synced,
+                generation: synced.then_some(report.generation as i64),
+                digest: synced.then(|| report.digest.clone()),
+                last_push_time: if r.outcome == Outcome::Pushed {
+                    Some(now.clone())
+                } else {
+                    before.and_then(|b| b.last_push_time.clone())
+                },
+                message: match &r.outcome {
+                    Outcome::Failed(f) => Some(f.to_string()),
+                    _ => None,
+                },
+            }
+        })
+        .collect();
+    if report.synced() > 0 {
+        st.routes_generation = Some(report.generation as i64);
+        st.routes_digest = Some(report.digest.clone());
+    }
+    if report.all_synced() {
+        (
+            PlannedCondition::yes(
+                condition::ROUTES_SYNCED,
+                "AllReplicasSynced",
+                report.message(),
+            ),
+            CHECK_PUSH,
+        )
+    } else {
+        (
+            PlannedCondition::no(
+                condition::ROUTES_SYNCED,
+                "ReplicasOutOfSync",
+                report.message(),
+            ),
+            RETRY_PUSH,
+        )
+    }
+}

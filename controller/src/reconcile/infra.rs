@@ -1,0 +1,356 @@
+//! The Infra reconciler.
+//!
+//! Apply: make sure the push-token Secret exists (created once with a random
+//! token, never overwritten), plan the Infra with its attachments and the
+//! observed workers, apply the derived DHCPServer/DNSServer/ProxyServer (or
+//! delete one whose component was disabled), and write the status (per
+//! component readiness from the Deployments, attachment totals, conditions).
+//!
+//! Cleanup (finalizer `hostedcluster.densityops.com/cleanup`): objects the
+//! garbage collector cannot reach because an owner reference cannot cross
+//! namespaces: NetworkPolicies labelled for this Infra outside its namespace.
+//! Everything in the Infra's namespace is owned by it (or by its derived
+//! objects) and goes with it.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::{Resource, ResourceExt};
+
+use super::apply::apply;
+use super::stores::cached;
+use super::{Context, Error, Result};
+use crate::crd::{
+    ComponentsStatus, DHCPServer, DNSServer, FINALIZER, Infra, InfraClusterAttachment, ProxyServer,
+    condition, status,
+};
+use crate::plan::infra::{InfraPlan, component_status, infra_status};
+use crate::plan::labels::{Component, INFRA_LABEL, labels, owner_refs, push_token_secret_name};
+use crate::plan::{PlannedCondition, merge_conditions, plan_infra};
+
+/// Resync period.
+const RESYNC: Duration = Duration::from_secs(300);
+/// Condition type saying whether worker addresses can be observed.
+pub const WORKERS_OBSERVED: &str = "WorkersObserved";
+
+/// Entry point of the Infra controller.
+pub async fn reconcile(infra: Arc<Infra>, ctx: Arc<Context>) -> Result<Action> {
+    let ns = infra
+        .namespace()
+        .ok_or(Error::MissingField("metadata.namespace"))?;
+    let api: Api<Infra> = Api::namespaced(ctx.client.clone(), &ns);
+    finalizer(&api, FINALIZER, infra, |event| async {
+        match event {
+            Finalizer::Apply(i) => apply_infra(&i, &ctx).await,
+            Finalizer::Cleanup(i) => cleanup(&i, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+/// The attachments that name `infra`, not being deleted, by name.
+pub fn attachments_of(ctx: &Context, ns: &str, infra: &str) -> Vec<InfraClusterAttachment> {
+    let mut out: Vec<InfraClusterAttachment> = ctx
+        .stores
+        .attachments
+        .state_filter(|a| {
+            a.namespace().as_deref() == Some(ns)
+                && a.spec.infra_ref.name == infra
+                && a.metadata.deletion_timestamp.is_none()
+        })
+        .iter()
+        .map(|a| (**a).clone())
+        .collect();
+    out.sort_by(|a, b| a.name_any().cmp(&b.name_any()));
+    out
+}
+
+/// ClusterIP of the internal proxy Service: the one oooi makes (named like
+/// the ProxyServer), or the `name.namespace.svc` the spec names.
+async fn internal_proxy_ip(ctx: &Context, infra: &Infra, ns: &str) -> Result<Option<Ipv4Addr>> {
+    let proxy = &infra.spec.infra_components.proxy;
+    if !proxy.enabled {
+        return Ok(None);
+    }
+    let svc: Option<Service> = match proxy.internal_proxy_service.as_deref() {
+        None => cached::<Service>(
+            &ctx.stores.services,
+            ns,
+            &Component::Proxy.derived_name(&infra.name_any()),
+        )
+        .map(|s| (*s).clone()),
+        Some(named) if named.parse::<Ipv4Addr>().is_ok() => return Ok(None),
+        Some(named) => {
+            let mut parts = named.split('.');
+            let name = parts.next().unwrap_or_default();
+            let svc_ns = parts.next().unwrap_or(ns);
+            Api::<Service>::namespaced(ctx.client.clone(), svc_ns)
+                .get_opt(name)
+                .await?
+        }
+    };
+    Ok(svc
+        .and_then(|s| s.spec)
+        .and_then(|s| s.cluster_ip)
+        .and_then(|ip| ip.parse().ok()))
+}
+
+/// SHA-256 (hex) of the filter module in the Infra's filter ConfigMap
+/// (installed by the chart, so not in the managed-object cache: one GET).
+/// `None` while the proxy is disabled or the ConfigMap or key is missing.
+async fn filter_sha256(ctx: &Context, infra: &Infra, ns: &str) -> Result<Option<String>> {
+    let proxy = &infra.spec.infra_components.proxy;
+    if !proxy.enabled {
+        return Ok(None);
+    }
+    let source = crate::crd::FilterSource::default();
+    let name = proxy.filter_config_map.clone().unwrap_or(source.config_map);
+    let cm = Api::<ConfigMap>::namespaced(ctx.client.clone(), ns)
+        .get_opt(&name)
+        .await?;
+    let module = cm
+        .and_then(|c| c.binary_data)
+        .and_then(|d| d.get(&source.key).cloned());
+    Ok(module.map(|m| {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(&m.0))
+    }))
+}
+
+/// The plan of `infra` from the caches, the filter ConfigMap and (when the
+/// spec names one outside) the internal proxy Service.
+pub async fn plan(
+    ctx: &Context,
+    infra: &Infra,
+) -> Result<(InfraPlan, Vec<InfraClusterAttachment>)> {
+    let ns = infra.namespace().unwrap_or_default();
+    let attachments = attachments_of(ctx, &ns, &infra.name_any());
+    let mut observed = ctx.observations.observed(&attachments);
+    observed.internal_proxy_ip = internal_proxy_ip(ctx, infra, &ns).await?;
+    observed.filter_sha256 = filter_sha256(ctx, infra, &ns).await?;
+    Ok((plan_infra(infra, &attachments, &observed), attachments))
+}
+
+/// Creates the push-token Secret when it does not exist. Created, not
+/// applied: an existing token is never replaced (Envoy pods hold it).
+async fn ensure_push_token(ctx: &Context, infra: &Infra, ns: &str) -> Result<bool> {
+    let name = push_token_secret_name(&infra.name_any());
+    if cached::<Secret>(&ctx.stores.secrets, ns, &name).is_some() {
+        return Ok(false);
+    }
+    let token = hex::encode(rand::random::<[u8; 32]>());
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(ns.to_string()),
+            labels: Some(labels(&infra.name_any(), Component::Proxy)),
+            owner_references: owner_refs(infra),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([(
+            "token".to_string(),
+            ByteString(token.into_bytes()),
+        )])),
+        type_: Some("Opaque".into()),
+        ..Secret::default()
+    };
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    match api.create(&PostParams::default(), &secret).await {
+        Ok(_) => Ok(true),
+        // Made by an earlier run whose watch event has not arrived yet.
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn apply_derived<K>(
+    ctx: &Context,
+    store: &kube::runtime::reflector::Store<K>,
+    ns: &str,
+    name: &str,
+    desired: Option<K>,
+) -> Result<bool>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + Clone
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
+    let live = cached(store, ns, name);
+    match desired {
+        Some(d) => Ok(apply(&api, live.as_deref(), d).await? == super::apply::Applied::Written),
+        None if live.is_some() => {
+            // Disabled component (or invalid spec keeps nothing new): its
+            // derived object goes, and its children with it (owned).
+            match api.delete(name, &DeleteParams::default()).await {
+                Ok(_) => Ok(true),
+                Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
+                Err(e) => Err(e.into()),
+            }
+        }
+        None => Ok(false),
+    }
+}
+
+fn deployment(ctx: &Context, ns: &str, name: &str) -> Option<Deployment> {
+    cached::<Deployment>(&ctx.stores.deployments, ns, name).map(|d| (*d).clone())
+}
+
+async fn apply_infra(infra: &Infra, ctx: &Context) -> Result<Action> {
+    let started = Instant::now();
+    let ns = infra.namespace().unwrap_or_default();
+    let name = infra.name_any();
+    let comps = &infra.spec.infra_components;
+    if comps.proxy.enabled {
+        ensure_push_token(ctx, infra, &ns).await?;
+    }
+    let (plan, _) = plan(ctx, infra).await?;
+    let mut written = 0;
+    // An invalid spec keeps the last good derived objects running: they are
+    // neither updated nor deleted until the spec is fixed.
+    if let Some(d) = plan.desired.clone() {
+        let s = &ctx.stores;
+        let dhcp = Component::Dhcp.derived_name(&name);
+        let dns = Component::Dns.derived_name(&name);
+        let proxy = Component::Proxy.derived_name(&name);
+        written += usize::from(
+            apply_derived::<DHCPServer>(ctx, &s.dhcp_servers, &ns, &dhcp, d.dhcp).await?,
+        );
+        written +=
+            usize::from(apply_derived::<DNSServer>(ctx, &s.dns_servers, &ns, &dns, d.dns).await?);
+        written += usize::from(
+            apply_derived::<ProxyServer>(ctx, &s.proxy_servers, &ns, &proxy, d.proxy).await?,
+        );
+    }
+    let components = ComponentsStatus {
+        dhcp: Some(component_status(
+            comps.dhcp.enabled,
+            deployment(ctx, &ns, &Component::Dhcp.derived_name(&name)).as_ref(),
+        )),
+        dns: Some(component_status(
+            comps.dns.enabled,
+            deployment(ctx, &ns, &Component::Dns.derived_name(&name)).as_ref(),
+        )),
+        proxy: Some(component_status(
+            comps.proxy.enabled,
+            deployment(ctx, &ns, &Component::Proxy.derived_name(&name)).as_ref(),
+        )),
+    };
+    let now = (ctx.now)();
+    let mut st = infra_status(infra, &plan, components, &now);
+    // Say whether worker addresses can be observed at all.
+    let existing = infra
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let workers = match ctx.discovered.summary() {
+        None => PlannedCondition::yes(WORKERS_OBSERVED, "AllAPIsServed", ""),
+        Some(msg) => PlannedCondition::no(WORKERS_OBSERVED, "OptionalAPIsMissing", msg),
+    };
+    st.conditions.extend(merge_conditions(
+        &existing,
+        &[workers],
+        infra.metadata.generation,
+        &now,
+    ));
+    let ready_before = condition_status(
+        infra.status.as_ref().map(|s| &s.conditions[..]),
+        condition::READY,
+    );
+    let ready_after = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition::READY)
+        .cloned();
+    if infra.status.as_ref() != Some(&st) {
+        let api: Api<Infra> = Api::namespaced(ctx.client.clone(), &ns);
+        api.patch_status(
+            &name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({ "status": st })),
+        )
+        .await?;
+        written += 1;
+    }
+    if let Some(c) = ready_after
+        && ready_before.as_deref() != Some(c.status.as_str())
+    {
+        let warning = c.status != status::TRUE;
+        let note = if c.message.is_empty() {
+            c.reason.clone()
+        } else {
+            c.message.clone()
+        };
+        ctx.event(infra, warning, &c.reason, "Reconcile", note)
+            .await;
+    }
+    tracing::debug!(infra = %name, written, "infra reconciled");
+    ctx.metrics.reconciled("Infra", started.elapsed());
+    Ok(Action::requeue(RESYNC))
+}
+
+/// Status of condition `type_`, if present.
+pub fn condition_status(
+    conds: Option<&[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition]>,
+    type_: &str,
+) -> Option<String> {
+    conds?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.clone())
+}
+
+/// NetworkPolicies labelled for this Infra outside its namespace (owner
+/// references cannot cross namespaces, so GC will not remove them).
+pub fn foreign_policies(ctx: &Context, infra: &Infra) -> Vec<Arc<NetworkPolicy>> {
+    let ns = infra.namespace().unwrap_or_default();
+    let name = infra.name_any();
+    let owner_ns = infra.namespace();
+    ctx.stores.network_policies.state_filter(|p| {
+        p.labels().get(INFRA_LABEL) == Some(&name)
+            && p.labels().get(OWNER_NAMESPACE_LABEL) == owner_ns.as_ref()
+            && p.namespace().as_deref() != Some(ns.as_str())
+    })
+}
+
+/// Label naming the namespace of the Infra a cross-namespace object belongs
+/// to (the Infra label alone is ambiguous across namespaces).
+pub const OWNER_NAMESPACE_LABEL: &str = "hostedcluster.densityops.com/infra-namespace";
+
+async fn cleanup(infra: &Infra, ctx: &Context) -> Result<Action> {
+    for p in foreign_policies(ctx, infra) {
+        let api: Api<NetworkPolicy> =
+            Api::namespaced(ctx.client.clone(), &p.namespace().unwrap_or_default());
+        match api.delete(&p.name_any(), &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    ctx.event(
+        infra,
+        false,
+        "CleanedUp",
+        "Delete",
+        "removed cross-namespace objects; the rest is garbage-collected".into(),
+    )
+    .await;
+    Ok(Action::await_change())
+}

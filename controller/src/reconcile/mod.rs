@@ -1,0 +1,207 @@
+//! The reconcilers: the I/O half of the controller.
+//!
+//! - [`infra`]: Infra → the derived DHCPServer, DNSServer and ProxyServer
+//!   (planned by [`crate::plan::plan_infra`], owned by the Infra), the push
+//!   token Secret, and the Infra's status; cleanup of what garbage
+//!   collection cannot reach.
+//! - [`attachment`]: InfraClusterAttachment → its status (from the same
+//!   plan) and its finalizer.
+//! - [`component`]: each derived kind → its children (Deployment, ConfigMap,
+//!   Services, …) and status; for ProxyServer also the route push to every
+//!   Envoy replica ([`crate::push`]).
+//!
+//! Every write is a server-side apply under `oooi-controller` that is skipped
+//! when the live object (from the watch caches in [`Stores`]) already
+//! matches ([`apply`]), and every status is patched only when it changed, so
+//! a reconcile with nothing to do sends no write at all.
+
+pub mod apply;
+pub mod attachment;
+pub mod component;
+pub mod infra;
+pub mod stores;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Client;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Resource, ResourceExt};
+use tracing::{info, warn};
+
+use crate::metrics::Metrics;
+use crate::observe::{Discovered, Observations};
+use crate::push::{PushConfig, Pusher};
+pub use stores::{StoreWriters, Stores};
+
+/// Settings from the command line.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// Watch only this namespace.
+    pub watch_namespace: Option<String>,
+    /// Bind OpenShift SCCs to the component service accounts.
+    pub openshift_scc: bool,
+}
+
+/// Errors of one reconciliation. The variant name is the `reason` label of
+/// `oooi_controller_reconcile_errors_total`.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An API request failed.
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// Adding or removing the finalizer, or the cleanup, failed.
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    /// The object lacks a field the API server always sets.
+    #[error("{0} is missing")]
+    MissingField(&'static str),
+    /// The push token Secret is unusable.
+    #[error("push token: {0}")]
+    PushToken(String),
+}
+
+impl Error {
+    /// The metric label.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "Kube",
+            Error::Finalizer(_) => "Finalizer",
+            Error::MissingField(_) => "MissingField",
+            Error::PushToken(_) => "PushToken",
+        }
+    }
+}
+
+/// Result of a reconciliation.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything a reconciler needs.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// The route pusher.
+    pub pusher: Pusher,
+    /// Command-line settings.
+    pub settings: Settings,
+    /// Watch caches.
+    pub stores: Stores,
+    /// Optional APIs found at start.
+    pub discovered: Discovered,
+    /// Caches of the optional objects.
+    pub observations: Observations,
+    /// Event recorder.
+    pub recorder: Recorder,
+    /// The clock (tests fix it so statuses compare equal).
+    pub now: fn() -> Time,
+}
+
+fn wall_clock() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+impl Context {
+    /// A context over the given caches; [`Context::now`] is the wall clock.
+    pub fn new(
+        client: Client,
+        metrics: Metrics,
+        settings: Settings,
+        stores: Stores,
+        discovered: Discovered,
+        observations: Observations,
+    ) -> Context {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: crate::crd::FIELD_MANAGER.into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        );
+        Context {
+            pusher: Pusher::new(PushConfig::default(), metrics.clone()),
+            client,
+            metrics,
+            settings,
+            stores,
+            discovered,
+            observations,
+            recorder,
+            now: wall_clock,
+        }
+    }
+
+    /// Records an event on `obj`; a failure to record is logged, never fatal.
+    pub async fn event<K>(&self, obj: &K, warning: bool, reason: &str, action: &str, note: String)
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let ev = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &obj.object_ref(&())).await {
+            warn!("cannot record event {reason}: {e}");
+        }
+    }
+}
+
+/// The error policy of every controller: count, log, retry with a delay.
+pub fn error_policy<K>(obj: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action
+where
+    K: Resource<DynamicType = ()>,
+{
+    let kind = K::kind(&());
+    ctx.metrics.reconcile_failed(&kind, error.reason());
+    warn!(
+        %kind,
+        name = %obj.name_any(),
+        namespace = obj.namespace().unwrap_or_default(),
+        "reconcile failed: {error}"
+    );
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Runs every controller until `shutdown` resolves; in-flight
+/// reconciliations finish first.
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    metrics: Metrics,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> anyhow::Result<()> {
+    let discovered = crate::observe::discover(&client).await?;
+    for api in crate::observe::OPTIONAL_APIS {
+        metrics.set_optional_api(&api.crd_name(), discovered.get(api).is_some());
+    }
+    if let Some(summary) = discovered.summary() {
+        warn!("{summary}");
+    }
+    let (stores, writers) = Stores::new();
+    let (observations, observers) = stores::observations(&discovered);
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        metrics,
+        settings.clone(),
+        stores,
+        discovered,
+        observations,
+    ));
+    let streams = stores::start(&client, &settings, writers, observers);
+    info!("waiting for the watch caches");
+    ctx.stores.wait_until_ready().await;
+    info!("caches ready; reconciling");
+    let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
+    stores::controllers(ctx.clone(), streams, shutdown).await;
+    Ok(())
+}

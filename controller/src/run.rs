@@ -1,0 +1,339 @@
+//! `oooi-controller run`: the controller process.
+//!
+//! Starts the HTTP server (`/metrics`, `/healthz`, `/readyz`), waits for the
+//! leader Lease (unless `--leader-election=false`), runs the controllers
+//! ([`crate::reconcile::run`]) and shuts down gracefully on SIGTERM or SIGINT:
+//! in-flight reconciliations finish, the Lease is released so a standby takes
+//! over at once, and the HTTP server stops last.
+//!
+//! `/healthz` answers 200 while the process runs. `/readyz` answers 200 once
+//! the process has reached the API server and is either reconciling (leader)
+//! or standing by, and 503 while shutting down.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use tokio::sync::watch;
+use tracing::{error, info, warn};
+
+use crate::leader::{Leader, LeaderConfig};
+use crate::metrics::Metrics;
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Flags of `oooi-controller run` (each also read from the environment).
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// Address of the HTTP server for /metrics, /healthz and /readyz.
+    #[arg(long, env = "OOOI_HTTP_ADDR", default_value = "0.0.0.0:8080")]
+    pub http_addr: SocketAddr,
+    /// Elect one active replica through a Lease.
+    #[arg(long, env = "OOOI_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_election: bool,
+    /// Namespace of the leader Lease (the controller's own namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub lease_namespace: String,
+    /// Name of the leader Lease.
+    #[arg(long, env = "OOOI_LEASE_NAME", default_value = "oooi-controller")]
+    pub lease_name: String,
+    /// Identity in the Lease (the pod name; default: the host name).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Watch only this namespace (default: all namespaces).
+    #[arg(long, env = "OOOI_WATCH_NAMESPACE")]
+    pub watch_namespace: Option<String>,
+    /// Bind OpenShift SecurityContextConstraints to the component service accounts.
+    #[arg(long, env = "OOOI_OPENSHIFT_SCC", default_value_t = false, action = clap::ArgAction::Set)]
+    pub openshift_scc: bool,
+    /// Log format.
+    #[arg(long, env = "OOOI_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+/// Process phase, for `/readyz`.
+#[derive(Debug, Default)]
+pub struct Health(AtomicU8);
+
+// 0 (the default) is "starting".
+const READY: u8 = 1;
+const STOPPING: u8 = 2;
+
+impl Health {
+    /// Marks the process ready (API reached; leading or standing by).
+    pub fn set_ready(&self) {
+        self.0.store(READY, Ordering::Release);
+    }
+    /// Marks the process as shutting down.
+    pub fn set_stopping(&self) {
+        self.0.store(STOPPING, Ordering::Release);
+    }
+    /// True while ready.
+    pub fn ready(&self) -> bool {
+        self.0.load(Ordering::Acquire) == READY
+    }
+}
+
+#[derive(Clone)]
+struct HttpState {
+    metrics: Metrics,
+    health: Arc<Health>,
+}
+
+/// The HTTP routes: `/metrics`, `/healthz`, `/readyz`.
+pub fn router(metrics: Metrics, health: Arc<Health>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics_handler))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz_handler))
+        .with_state(HttpState { metrics, health })
+}
+
+async fn metrics_handler(State(s): State<HttpState>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        s.metrics.encode(),
+    )
+}
+
+async fn readyz_handler(State(s): State<HttpState>) -> impl IntoResponse {
+    if s.health.ready() {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    }
+}
+
+/// Serves [`router`] on `addr` until `shutdown` resolves.
+pub async fn serve_http(
+    addr: SocketAddr,
+    metrics: Metrics,
+    health: Arc<Health>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("--http-addr {addr}: cannot bind"))?;
+    info!(%addr, "serving /metrics, /healthz, /readyz");
+    axum::serve(listener, router(metrics, health))
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    Ok(())
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                warn!("cannot listen for SIGTERM: {e}");
+                std::future::pending::<()>().await
+            }
+        }
+    };
+    tokio::select! {
+        _ = term => info!("SIGTERM: shutting down"),
+        _ = tokio::signal::ctrl_c() => info!("SIGINT: shutting down"),
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn,hyper=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Entry point of `oooi-controller run`.
+pub fn main(args: RunArgs) -> anyhow::Result<()> {
+    init_logging(args.log_format);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(run(args))
+}
+
+/// A shutdown trigger many tasks can wait on.
+#[derive(Clone)]
+struct Shutdown(watch::Receiver<bool>);
+
+impl Shutdown {
+    async fn wait(mut self) {
+        let _ = self.0.wait_for(|stop| *stop).await;
+    }
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let metrics = Metrics::new();
+    let health = Arc::new(Health::default());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let shutdown = Shutdown(stop_rx);
+
+    // The HTTP server stops after everything else (see the end of this fn).
+    let (http_stop_tx, http_stop_rx) = watch::channel(false);
+    let http = tokio::spawn(serve_http(
+        args.http_addr,
+        metrics.clone(),
+        health.clone(),
+        Shutdown(http_stop_rx).wait(),
+    ));
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+
+    let client = kube::Client::try_default()
+        .await
+        .context("cannot build a Kubernetes client (in cluster, or $KUBECONFIG)")?;
+    client
+        .apiserver_version()
+        .await
+        .context("cannot reach the Kubernetes API server")?;
+
+    let mut leader = if args.leader_election {
+        let identity = args
+            .identity
+            .clone()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| format!("oooi-controller-{}", std::process::id()));
+        let cfg = LeaderConfig::new(&args.lease_namespace, &args.lease_name, &identity);
+        Some(Leader::start(client.clone(), cfg, metrics.clone()).await?)
+    } else {
+        metrics.set_leader(true);
+        None
+    };
+    health.set_ready();
+
+    let mut result = Ok(());
+    let acquired = async {
+        if let Some(l) = leader.as_mut() {
+            l.acquired().await;
+        }
+    };
+    let leading = tokio::select! {
+        _ = acquired => true,
+        _ = shutdown.clone().wait() => false,
+    };
+    if leading {
+        let settings = crate::reconcile::Settings {
+            watch_namespace: args.watch_namespace.clone(),
+            openshift_scc: args.openshift_scc,
+        };
+        let controllers = crate::reconcile::run(
+            client.clone(),
+            settings,
+            metrics.clone(),
+            shutdown.clone().wait(),
+        );
+        let lost = async {
+            match leader.as_mut() {
+                Some(l) => l.lost().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = controllers => {
+                if let Err(e) = r {
+                    error!("controllers stopped: {e:#}");
+                    result = Err(e);
+                }
+            }
+            _ = lost => {
+                // Another replica may be reconciling already: stop at once
+                // and let Kubernetes restart this one as a standby.
+                result = Err(anyhow::anyhow!("lost the leader lease"));
+            }
+        }
+    }
+    health.set_stopping();
+    if let Some(l) = leader {
+        l.release().await;
+    }
+    let _ = http_stop_tx.send(true);
+    match http.await {
+        Ok(Err(e)) => error!("HTTP server: {e:#}"),
+        Err(e) => error!("HTTP server task: {e}"),
+        Ok(Ok(())) => {}
+    }
+    info!("stopped");
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        let status = out.split_whitespace().nth(1).unwrap().parse().unwrap();
+        let body = out
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        (status, body)
+    }
+
+    #[tokio::test]
+    async fn http_endpoints_report_metrics_health_and_readiness() {
+        let metrics = Metrics::new();
+        metrics.reconciled("Infra", std::time::Duration::from_millis(1));
+        let health = Arc::new(Health::default());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = watch::channel(false);
+        let server = tokio::spawn(
+            axum::serve(listener, router(metrics, health.clone()))
+                .with_graceful_shutdown(Shutdown(rx).wait())
+                .into_future(),
+        );
+        assert_eq!(get(addr, "/healthz").await.0, 200);
+        assert_eq!(get(addr, "/readyz").await.0, 503, "not ready before start");
+        health.set_ready();
+        assert_eq!(get(addr, "/readyz").await.0, 200);
+        let (status, body) = get(addr, "/metrics").await;
+        assert_eq!(status, 200);
+        assert!(
+            body.contains("oooi_controller_reconciles_total{kind=\"Infra\"} 1"),
+            "{body}"
+        );
+        health.set_stopping();
+        assert_eq!(
+            get(addr, "/readyz").await.0,
+            503,
+            "not ready while stopping"
+        );
+        tx.send(true).unwrap();
+        server.await.unwrap().unwrap();
+    }
+}

@@ -1,0 +1,883 @@
+//! Reconcilers against a mocked Kubernetes API (kube-rs `tower-test`
+//! pattern). Each scenario drives the reconcile functions and asserts the
+//! exact requests: method and path, apply bodies and
+//! `fieldManager=oooi-controller`, status patches, finalizer add and remove.
+//! Every request is also checked against the controller's RBAC rules.
+
+mod reconcile_mock;
+
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{ApiResource, DynamicObject};
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher;
+use oooi_controller::crd::{DHCPServer, DNSServer, Infra, InfraClusterAttachment, ProxyServer};
+use oooi_controller::metrics::Metrics;
+use oooi_controller::observe::{self, Discovered, Observations};
+use oooi_controller::reconcile::{
+    Context, Settings, StoreWriters, Stores, attachment, component, infra,
+};
+use reconcile_mock::{MockApi, Recorded, assert_rbac, writes};
+use serde_json::{Value, json};
+
+const NS: &str = "oooi";
+const G: &str = "/apis/hostedcluster.densityops.com/v1alpha1/namespaces/oooi";
+
+fn fixed_now() -> Time {
+    Time("2026-12-03T08:00:00Z".parse().unwrap())
+}
+
+fn infra_json(generation: i64) -> Value {
+    json!({
+        "apiVersion": "hostedcluster.densityops.com/v1alpha1", "kind": "Infra",
+        "metadata": {"name": "vlan200", "namespace": NS, "uid": "uid-infra", "generation": generation},
+        "spec": {
+            "networkConfig": {
+                "cidr": "198.51.100.0/24", "gateway": "198.51.100.1",
+                "networkAttachmentDefinition": "vlan200", "networkAttachmentNamespace": "default",
+                "dnsServers": ["10.0.0.10"]
+            },
+            "infraComponents": {
+                "dhcp": {"serverIP": "198.51.100.2", "rangeStart": "198.51.100.100",
+                         "rangeEnd": "198.51.100.179", "leaseTime": 3600 * generation,
+                         "image": "quay.io/oooi/oooi-dhcp:0.1.0"},
+                "dns": {"serverIP": "198.51.100.3", "image": "quay.io/oooi/oooi-dns:0.1.0"},
+                "proxy": {"serverIP": "198.51.100.4", "image": "docker.io/envoyproxy/envoy:v1.40.0"}
+            }
+        }
+    })
+}
+
+fn attachment_json(name: &str) -> Value {
+    json!({
+        "apiVersion": "hostedcluster.densityops.com/v1alpha1", "kind": "InfraClusterAttachment",
+        "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}"), "generation": 1},
+        "spec": {
+            "infraRef": {"name": "vlan200"},
+            "hostedClusterRef": {"name": name, "namespace": "clusters"},
+            "dns": {"clusterName": name, "baseDomain": "example.com"}
+        }
+    })
+}
+
+/// The one read an Infra plan makes: the filter module's ConfigMap
+/// (installed by the chart, not cached).
+const FILTER_GET: &str = "GET /api/v1/namespaces/oooi/configmaps/oooi-sni-router";
+
+fn infra_path() -> String {
+    format!("{G}/infras/vlan200")
+}
+
+fn att_path(name: &str) -> String {
+    format!("{G}/infraclusterattachments/{name}")
+}
+
+/// The mock, the context over caches the test fills from the mock's store
+/// (standing in for the watches), and the caches' writers.
+struct Harness {
+    mock: MockApi,
+    ctx: Arc<Context>,
+    writers: StoreWriters,
+    machines: Option<Writer<DynamicObject>>,
+    cached: Vec<Value>,
+}
+
+fn machine_resource() -> ApiResource {
+    ApiResource {
+        group: "cluster.x-k8s.io".into(),
+        version: "v1beta1".into(),
+        api_version: "cluster.x-k8s.io/v1beta1".into(),
+        kind: "Machine".into(),
+        plural: "machines".into(),
+    }
+}
+
+impl Harness {
+    /// With `machines`, the CAPI Machine API is served.
+    fn new(machines: bool) -> Harness {
+        let (client, mock) = MockApi::start();
+        let (stores, writers) = Stores::new();
+        let mut discovered = Discovered::default();
+        let mut observations = Observations::default();
+        let mut machine_writer = None;
+        for api in observe::OPTIONAL_APIS {
+            if machines && api == observe::MACHINES {
+                let w = Writer::new(machine_resource());
+                observations.machines = Some(w.as_reader());
+                machine_writer = Some(w);
+                discovered.present.push((api, machine_resource()));
+            } else {
+                discovered.missing.push(api);
+            }
+        }
+        let mut ctx = Context::new(
+            client,
+            Metrics::new(),
+            Settings::default(),
+            stores,
+            discovered,
+            observations,
+        );
+        ctx.now = fixed_now;
+        Harness {
+            mock,
+            ctx: Arc::new(ctx),
+            writers,
+            machines: machine_writer,
+            cached: Vec::new(),
+        }
+    }
+
+    /// Copies the mock's objects into the caches (what the watches do).
+    fn sync(&mut self) {
+        let objects: Vec<Value> = self
+            .mock
+            .paths("/")
+            .iter()
+            .filter_map(|p| self.mock.get(p))
+            .collect();
+        for old in &self.cached {
+            let still = objects.iter().any(|o| {
+                o["kind"] == old["kind"]
+                    && o["metadata"]["name"] == old["metadata"]["name"]
+                    && o["metadata"]["namespace"] == old["metadata"]["namespace"]
+            });
+            if !still {
+                self.writers.delete_json(old);
+            }
+        }
+        for o in &objects {
+            self.writers.apply_json(o);
+        }
+        self.cached = objects;
+    }
+
+    fn typed<K: serde::de::DeserializeOwned>(&self, path: &str) -> Arc<K> {
+        Arc::new(serde_json::from_value(self.mock.get(path).expect(path)).unwrap())
+    }
+
+    async fn reconcile_infra(&mut self) -> Vec<Recorded> {
+        self.sync();
+        let infra: Arc<Infra> = self.typed(&infra_path());
+        infra::reconcile(infra, self.ctx.clone())
+            .await
+            .expect("reconcile");
+        let log = self.mock.take();
+        assert_rbac(&log);
+        log
+    }
+
+    async fn reconcile_attachment(&mut self, name: &str) -> Vec<Recorded> {
+        self.sync();
+        let a: Arc<InfraClusterAttachment> = self.typed(&att_path(name));
+        attachment::reconcile(a, self.ctx.clone())
+            .await
+            .expect("reconcile");
+        let log = self.mock.take();
+        assert_rbac(&log);
+        log
+    }
+
+    async fn reconcile_dhcp(&mut self) -> Vec<Recorded> {
+        self.sync();
+        let o: Arc<DHCPServer> = self.typed(&format!("{G}/dhcpservers/vlan200-dhcp"));
+        component::reconcile_dhcp(o, self.ctx.clone())
+            .await
+            .expect("reconcile");
+        let log = self.mock.take();
+        assert_rbac(&log);
+        log
+    }
+
+    async fn reconcile_dns(&mut self) -> Vec<Recorded> {
+        self.sync();
+        let o: Arc<DNSServer> = self.typed(&format!("{G}/dnsservers/vlan200-dns"));
+        component::reconcile_dns(o, self.ctx.clone())
+            .await
+            .expect("reconcile");
+        let log = self.mock.take();
+        assert_rbac(&log);
+        log
+    }
+
+    async fn reconcile_proxy(&mut self) -> Vec<Recorded> {
+        self.sync();
+        let o: Arc<ProxyServer> = self.typed(&format!("{G}/proxyservers/vlan200-proxy"));
+        component::reconcile_proxy(o, self.ctx.clone())
+            .await
+            .expect("reconcile");
+        let log = self.mock.take();
+        assert_rbac(&log);
+        log
+    }
+
+    /// Infra with finalizer, all derived objects and the token in place.
+    async fn converged(attachments: &[&str]) -> Harness {
+        let mut h = Harness::new(false);
+        h.mock.insert(&infra_path(), infra_json(1));
+        for a in attachments {
+            h.mock.insert(&att_path(a), attachment_json(a));
+        }
+        h.reconcile_infra().await; // finalizer
+        h.reconcile_infra().await; // derived objects, token, status
+        h
+    }
+
+    fn set_machine(&mut self, ns: &str, name: &str, addresses: &[&str]) {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
+            "metadata": {"name": name, "namespace": ns},
+            "status": {"addresses": addresses.iter()
+                .map(|a| json!({"type": "InternalIP", "address": a})).collect::<Vec<_>>()}
+        }))
+        .unwrap();
+        self.machines
+            .as_mut()
+            .expect("machines served")
+            .apply_watcher_event(&watcher::Event::Apply(obj));
+    }
+}
+
+fn lines(log: &[Recorded]) -> Vec<String> {
+    log.iter().map(Recorded::line).collect()
+}
+
+fn apply_of<'a>(log: &'a [Recorded], path: &str) -> &'a Recorded {
+    log.iter()
+        .find(|r| r.method == "PATCH" && r.path() == path)
+        .unwrap_or_else(|| panic!("no PATCH {path} in {:#?}", lines(log)))
+}
+
+/// A server-side apply by `oooi-controller`, forced.
+fn assert_apply(r: &Recorded) {
+    assert_eq!(
+        r.content_type.as_deref(),
+        Some("application/apply-patch+yaml"),
+        "{}",
+        r.line()
+    );
+    assert_eq!(r.query("fieldManager").as_deref(), Some("oooi-controller"));
+    assert_eq!(r.query("force").as_deref(), Some("true"));
+    let body = r.body.as_ref().unwrap();
+    assert!(
+        body["metadata"]["annotations"]["hostedcluster.densityops.com/applied-hash"].is_string(),
+        "{body}"
+    );
+}
+
+fn owner_uid(body: &Value) -> &str {
+    body["metadata"]["ownerReferences"][0]["uid"]
+        .as_str()
+        .unwrap_or("")
+}
+
+fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
+    status["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == type_))
+        .unwrap_or(&Value::Null)
+}
+
+#[tokio::test]
+async fn first_reconcile_adds_the_finalizer_then_applies_derived_objects_and_status() {
+    let mut h = Harness::new(false);
+    h.mock.insert(&infra_path(), infra_json(1));
+    h.mock.insert(&att_path("c1"), attachment_json("c1"));
+
+    // 1: only the finalizer.
+    let log = h.reconcile_infra().await;
+    assert_eq!(lines(&log), vec![format!("PATCH {}", infra_path())]);
+    assert_eq!(
+        log[0].content_type.as_deref(),
+        Some("application/json-patch+json")
+    );
+    let ops = log[0].body.as_ref().unwrap();
+    assert_eq!(ops[1]["op"], "add");
+    assert_eq!(
+        ops[1]["value"],
+        json!(["hostedcluster.densityops.com/cleanup"])
+    );
+
+    // 2: token Secret, the three derived objects, status, event.
+    let log = h.reconcile_infra().await;
+    assert_eq!(
+        lines(&log),
+        vec![
+            "POST /api/v1/namespaces/oooi/secrets".to_string(),
+            FILTER_GET.to_string(),
+            format!("PATCH {G}/dhcpservers/vlan200-dhcp"),
+            format!("PATCH {G}/dnsservers/vlan200-dns"),
+            format!("PATCH {G}/proxyservers/vlan200-proxy"),
+            format!("PATCH {G}/infras/vlan200/status"),
+            "POST /apis/events.k8s.io/v1/namespaces/oooi/events".to_string(),
+        ]
+    );
+    let secret = log[0].body.as_ref().unwrap();
+    assert_eq!(secret["metadata"]["name"], "vlan200-proxy-push-token");
+    assert_eq!(owner_uid(secret), "uid-infra");
+    assert_eq!(
+        secret["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "oooi-controller"
+    );
+    for r in &log[2..5] {
+        assert_apply(r);
+        let body = r.body.as_ref().unwrap();
+        assert_eq!(owner_uid(body), "uid-infra", "{}", r.line());
+        assert_eq!(
+            body["metadata"]["labels"]["app.kubernetes.io/instance"],
+            "vlan200"
+        );
+        assert_eq!(
+            body["metadata"]["labels"]["hostedcluster.densityops.com/infra"],
+            "vlan200"
+        );
+    }
+    let proxy = log[4].body.as_ref().unwrap();
+    let routes = proxy["spec"]["routes"].as_array().unwrap();
+    assert!(
+        routes.iter().any(|r| r["sni"] == "api.c1.example.com"),
+        "{proxy}"
+    );
+    let status = &log[5].body.as_ref().unwrap()["status"];
+    assert_eq!(status["observedGeneration"], 1);
+    assert_eq!(
+        status["attachments"],
+        json!({"total": 1, "accepted": 1, "excluded": 0})
+    );
+    assert_eq!(condition(status, "Ready")["status"], "False");
+    assert_eq!(condition(status, "Ready")["reason"], "ComponentsNotReady");
+    assert_eq!(
+        condition(status, "WorkersObserved")["reason"],
+        "OptionalAPIsMissing"
+    );
+    let event = log[6].body.as_ref().unwrap();
+    assert_eq!(event["reason"], "ComponentsNotReady");
+    assert_eq!(event["regarding"]["name"], "vlan200");
+
+    // 3: nothing changed: no write, and one read (all else from caches).
+    let log = h.reconcile_infra().await;
+    assert_eq!(lines(&log), vec![FILTER_GET], "{log:#?}");
+}
+
+#[tokio::test]
+async fn derived_servers_apply_their_children_then_settle() {
+    let mut h = Harness::converged(&["c1"]).await;
+
+    let log = h.reconcile_dhcp().await;
+    assert_eq!(
+        lines(&log),
+        vec![
+            "PATCH /api/v1/namespaces/oooi/serviceaccounts/vlan200-dhcp".to_string(),
+            "PATCH /api/v1/namespaces/oooi/configmaps/vlan200-dhcp-config".to_string(),
+            "PATCH /api/v1/namespaces/oooi/persistentvolumeclaims/vlan200-dhcp-leases".to_string(),
+            "PATCH /apis/apps/v1/namespaces/oooi/deployments/vlan200-dhcp".to_string(),
+            format!("PATCH {G}/dhcpservers/vlan200-dhcp/status"),
+        ]
+    );
+    for r in &log[..4] {
+        assert_apply(r);
+        assert_eq!(
+            r.body.as_ref().unwrap()["metadata"]["ownerReferences"][0]["kind"],
+            "DHCPServer"
+        );
+    }
+    let dep = log[3].body.as_ref().unwrap();
+    assert!(
+        dep["spec"]["template"]["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"]
+            .as_str()
+            .unwrap()
+            .contains("198.51.100.2/24"),
+        "{dep}"
+    );
+    let status = &log[4].body.as_ref().unwrap()["status"];
+    assert_eq!(condition(status, "Ready")["reason"], "DeploymentNotReady");
+    assert!(
+        status["configDigest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    // The Deployment is now in the cache (as its watch event would bring
+    // it): only the status follows, then nothing.
+    let log = h.reconcile_dhcp().await;
+    assert_eq!(
+        lines(&log),
+        vec![format!("PATCH {G}/dhcpservers/vlan200-dhcp/status")]
+    );
+    assert_eq!(
+        condition(&log[0].body.as_ref().unwrap()["status"], "Ready")["message"],
+        "Deployment vlan200-dhcp: new spec not observed yet"
+    );
+    assert!(h.reconcile_dhcp().await.is_empty(), "settled");
+
+    // The Deployment becomes ready: only the status changes.
+    let dep_path = "/apis/apps/v1/namespaces/oooi/deployments/vlan200-dhcp";
+    let mut dep = h.mock.get(dep_path).unwrap();
+    dep["status"] =
+        json!({"observedGeneration": 1, "replicas": 1, "readyReplicas": 1, "updatedReplicas": 1});
+    h.mock.insert(dep_path, dep);
+    let log = h.reconcile_dhcp().await;
+    assert_eq!(
+        lines(&log),
+        vec![format!("PATCH {G}/dhcpservers/vlan200-dhcp/status")]
+    );
+    let status = &log[0].body.as_ref().unwrap()["status"];
+    assert_eq!(condition(status, "Ready")["status"], "True");
+    assert_eq!(status["readyReplicas"], 1);
+
+    let log = h.reconcile_dns().await;
+    assert_eq!(
+        lines(&log),
+        vec![
+            "PATCH /api/v1/namespaces/oooi/serviceaccounts/vlan200-dns".to_string(),
+            "PATCH /api/v1/namespaces/oooi/configmaps/vlan200-dns-config".to_string(),
+            "PATCH /api/v1/namespaces/oooi/services/vlan200-dns".to_string(),
+            "PATCH /apis/apps/v1/namespaces/oooi/deployments/vlan200-dns".to_string(),
+            format!("PATCH {G}/dnsservers/vlan200-dns/status"),
+        ]
+    );
+    assert_eq!(
+        lines(&h.reconcile_dns().await),
+        vec![format!("PATCH {G}/dnsservers/vlan200-dns/status")]
+    );
+    assert!(h.reconcile_dns().await.is_empty(), "settled");
+
+    // The Infra sees the DHCP Deployment ready.
+    let log = h.reconcile_infra().await;
+    assert_eq!(
+        lines(&log),
+        vec![
+            FILTER_GET.to_string(),
+            format!("PATCH {G}/infras/vlan200/status")
+        ]
+    );
+    let status = &log[1].body.as_ref().unwrap()["status"];
+    assert_eq!(status["components"]["dhcp"]["ready"], true);
+    assert_eq!(status["components"]["dns"]["ready"], false);
+}
+
+#[tokio::test]
+async fn proxy_without_envoy_pods_reports_no_replicas() {
+    let mut h = Harness::converged(&["c1"]).await;
+    let log = h.reconcile_proxy().await;
+    assert_eq!(
+        lines(&log),
+        vec![
+            "PATCH /api/v1/namespaces/oooi/serviceaccounts/vlan200-proxy".to_string(),
+            "PATCH /api/v1/namespaces/oooi/secrets/vlan200-proxy-envoy".to_string(),
+            "PATCH /api/v1/namespaces/oooi/services/vlan200-proxy".to_string(),
+            "PATCH /api/v1/namespaces/oooi/services/vlan200-proxy-push".to_string(),
+            "PATCH /apis/apps/v1/namespaces/oooi/deployments/vlan200-proxy".to_string(),
+            format!("PATCH {G}/proxyservers/vlan200-proxy/status"),
+            "POST /apis/events.k8s.io/v1/namespaces/oooi/events".to_string(),
+        ]
+    );
+    let status = &log[5].body.as_ref().unwrap()["status"];
+    assert_eq!(condition(status, "RoutesSynced")["status"], "False");
+    assert_eq!(condition(status, "RoutesSynced")["reason"], "NoReplicas");
+    assert_eq!(
+        lines(&h.reconcile_proxy().await),
+        vec![format!("PATCH {G}/proxyservers/vlan200-proxy/status")]
+    );
+    let log = h.reconcile_proxy().await;
+    assert!(log.is_empty(), "settled: {log:#?}");
+}
+
+#[tokio::test]
+async fn spec_change_reapplies_only_what_changed() {
+    let mut h = Harness::converged(&["c1"]).await;
+    let mut infra = infra_json(2);
+    infra["metadata"]["finalizers"] = json!(["hostedcluster.densityops.com/cleanup"]);
+    infra["status"] = h.mock.get(&infra_path()).unwrap()["status"].clone();
+    h.mock.insert(&infra_path(), infra);
+    let log = h.reconcile_infra().await;
+    assert_eq!(
+        lines(&log),
+        vec![
+            FILTER_GET.to_string(),
+            format!("PATCH {G}/dhcpservers/vlan200-dhcp"),
+            format!("PATCH {G}/infras/vlan200/status"),
+        ]
+    );
+    let config = &log[1].body.as_ref().unwrap()["spec"]["config"];
+    assert_eq!(config["lease_seconds"], 7200, "{config}");
+    assert_eq!(
+        log[2].body.as_ref().unwrap()["status"]["observedGeneration"],
+        2
+    );
+    assert_eq!(lines(&h.reconcile_infra().await), vec![FILTER_GET]);
+}
+
+#[tokio::test]
+async fn attachment_added_then_removed_keeps_routes_and_control_plane_policy_in_step() {
+    let mut h = Harness::converged(&["c1"]).await;
+    h.mock.insert(&att_path("c2"), attachment_json("c2"));
+
+    // The Infra re-plans: c2's names and routes enter DNS and the proxy.
+    let log = h.reconcile_infra().await;
+    assert_eq!(
+        lines(&log),
+        vec![
+            FILTER_GET.to_string(),
+            format!("PATCH {G}/dnsservers/vlan200-dns"),
+            format!("PATCH {G}/proxyservers/vlan200-proxy"),
+            format!("PATCH {G}/infras/vlan200/status"),
+        ]
+    );
+    let routes = log[2].body.as_ref().unwrap()["spec"]["routes"].clone();
+    assert!(
+        routes
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["sni"] == "api.c2.example.com")
+    );
+    assert_eq!(
+        log[3].body.as_ref().unwrap()["status"]["attachments"]["total"],
+        2
+    );
+
+    // The attachment: finalizer, then status and the control-plane policy.
+    let log = h.reconcile_attachment("c2").await;
+    assert_eq!(lines(&log), vec![format!("PATCH {}", att_path("c2"))]);
+    let log = h.reconcile_attachment("c2").await;
+    let np =
+        "/apis/networking.k8s.io/v1/namespaces/clusters-c2/networkpolicies/oooi-proxy-oooi-vlan200";
+    assert_eq!(
+        lines(&log),
+        vec![
+            FILTER_GET.to_string(),
+            format!("PATCH {np}"),
+            format!("PATCH {}/status", att_path("c2")),
+            "POST /apis/events.k8s.io/v1/namespaces/oooi/events".to_string(),
+        ]
+    );
+    assert_apply(&log[1]);
+    let policy = log[1].body.as_ref().unwrap();
+    assert_eq!(
+        policy["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "oooi"
+    );
+    assert_eq!(
+        policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"],
+        "proxy"
+    );
+    let status = &log[2].body.as_ref().unwrap()["status"];
+    assert_eq!(status["domain"], "c2.example.com");
+    assert_eq!(condition(status, "Accepted")["status"], "True");
+    assert_eq!(
+        lines(&h.reconcile_attachment("c2").await),
+        vec![FILTER_GET],
+        "settled"
+    );
+
+    // Removal: the finalizer deletes the cross-namespace policy first.
+    let mut a = h.mock.get(&att_path("c2")).unwrap();
+    a["metadata"]["deletionTimestamp"] = json!("2026-12-03T08:01:00Z");
+    h.mock.insert(&att_path("c2"), a);
+    let log = h.reconcile_attachment("c2").await;
+    assert_eq!(
+        lines(&log),
+        vec![format!("DELETE {np}"), format!("PATCH {}", att_path("c2"))]
+    );
+    let ops = log[1].body.as_ref().unwrap();
+    assert_eq!(ops[1]["op"], "remove");
+    assert!(h.mock.get(&att_path("c2")).is_none(), "attachment gone");
+    assert!(h.mock.get(np).is_none(), "policy gone");
+
+    // The Infra drops c2 again.
+    let log = h.reconcile_infra().await;
+    assert_eq!(
+        lines(&log),
+        vec![
+            FILTER_GET.to_string(),
+            format!("PATCH {G}/dnsservers/vlan200-dns"),
+            format!("PATCH {G}/proxyservers/vlan200-proxy"),
+            format!("PATCH {G}/infras/vlan200/status"),
+        ]
+    );
+    let routes = log[2].body.as_ref().unwrap()["spec"]["routes"].clone();
+    assert!(
+        !routes
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["sni"] == "api.c2.example.com")
+    );
+}
+
+#[tokio::test]
+async fn missing_optional_apis_are_found_reported_and_not_watched() {
+    let (client, mock) = MockApi::start();
+    // Only the Machine CRD exists.
+    mock.insert(
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/machines.cluster.x-k8s.io",
+        json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "machines.cluster.x-k8s.io"},
+            "spec": {"group": "cluster.x-k8s.io", "scope": "Namespaced",
+                     "names": {"plural": "machines", "kind": "Machine"},
+                     "versions": [{"name": "v1beta1", "served": true, "storage": true}]}
+        }),
+    );
+    let d = observe::discover(&client).await.unwrap();
+    let log = mock.take();
+    assert_rbac(&log);
+    assert_eq!(
+        lines(&log),
+        vec![
+            "GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/hostedclusters.hypershift.openshift.io",
+            "GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/nodepools.hypershift.openshift.io",
+            "GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/machines.cluster.x-k8s.io",
+            "GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/virtualmachineinstances.kubevirt.io",
+        ]
+    );
+    assert_eq!(
+        d.get(observe::MACHINES).unwrap().api_version,
+        "cluster.x-k8s.io/v1beta1"
+    );
+    assert!(d.get(observe::VMIS).is_none());
+    assert_eq!(d.missing.len(), 3);
+    let summary = d.summary().unwrap();
+    assert!(
+        summary.contains("virtualmachineinstances.kubevirt.io"),
+        "{summary}"
+    );
+    assert!(summary.contains("no DHCP reservations"), "{summary}");
+
+    // Without any optional API the Infra still converges and says why it
+    // sees no workers.
+    let mut h = Harness::converged(&["c1"]).await;
+    let infra = h.mock.get(&infra_path()).unwrap();
+    let workers = condition(&infra["status"], "WorkersObserved");
+    assert_eq!(workers["status"], "False");
+    assert!(
+        workers["message"]
+            .as_str()
+            .unwrap()
+            .contains("no worker addresses are observed"),
+        "{workers}"
+    );
+    assert_eq!(lines(&h.reconcile_infra().await), vec![FILTER_GET]);
+}
+
+#[tokio::test]
+async fn deletion_removes_cross_namespace_objects_then_the_finalizer() {
+    let mut h = Harness::converged(&["c1"]).await;
+    h.reconcile_attachment("c1").await;
+    h.reconcile_attachment("c1").await;
+    let np =
+        "/apis/networking.k8s.io/v1/namespaces/clusters-c1/networkpolicies/oooi-proxy-oooi-vlan200";
+    assert!(h.mock.get(np).is_some());
+    // The Infra goes first (its attachment stays): its cleanup reaches the
+    // policy in the control-plane namespace.
+    let mut infra = h.mock.get(&infra_path()).unwrap();
+    infra["metadata"]["deletionTimestamp"] = json!("2026-12-03T08:02:00Z");
+    h.mock.insert(&infra_path(), infra);
+    let log = h.reconcile_infra().await;
+    assert_eq!(
+        lines(&log),
+        vec![
+            format!("DELETE {np}"),
+            "POST /apis/events.k8s.io/v1/namespaces/oooi/events".to_string(),
+            format!("PATCH {}", infra_path()),
+        ]
+    );
+    let ops = log[2].body.as_ref().unwrap();
+    assert_eq!(ops[0]["op"], "test");
+    assert_eq!(ops[1]["op"], "remove");
+    assert!(h.mock.get(&infra_path()).is_none(), "Infra deleted");
+    // Nothing the controller made outside the Infra's namespace is left.
+    let leftovers: Vec<String> = h
+        .mock
+        .paths("/")
+        .into_iter()
+        .filter(|p| !p.contains("/namespaces/oooi/"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[tokio::test]
+async fn machine_address_change_reaches_the_proxy_routes() {
+    let mut h = Harness::new(true);
+    h.mock.insert(&infra_path(), infra_json(1));
+    h.mock.insert(&att_path("c1"), attachment_json("c1"));
+    h.set_machine("clusters-c1", "c1-w1", &["198.51.100.101", "10.128.0.9"]);
+    h.reconcile_infra().await;
+    let log = h.reconcile_infra().await;
+    let proxy = apply_of(&log, &format!("{G}/proxyservers/vlan200-proxy"));
+    let routes = proxy.body.as_ref().unwrap()["spec"]["routes"].clone();
+    assert!(
+        routes
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["source"] == "198.51.100.101/32"),
+        "{routes}"
+    );
+    let infra = h.mock.get(&infra_path()).unwrap();
+    assert_eq!(
+        condition(&infra["status"], "WorkersObserved")["status"],
+        "False"
+    );
+
+    // The Machine moves to another VLAN address: only the proxy (and the
+    // status, unchanged here) follow.
+    h.set_machine("clusters-c1", "c1-w1", &["198.51.100.105"]);
+    let log = h.reconcile_infra().await;
+    assert_eq!(
+        lines(&log),
+        vec![
+            FILTER_GET.to_string(),
+            format!("PATCH {G}/proxyservers/vlan200-proxy")
+        ]
+    );
+    let routes = log[1].body.as_ref().unwrap()["spec"]["routes"].clone();
+    let sources: Vec<&str> = routes
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["source"].as_str())
+        .collect();
+    assert!(sources.contains(&"198.51.100.105/32"), "{sources:?}");
+    assert!(!sources.contains(&"198.51.100.101/32"), "{sources:?}");
+    // The attachment reports the address in use.
+    h.reconcile_attachment("c1").await;
+    let log = h.reconcile_attachment("c1").await;
+    let st = log
+        .iter()
+        .find(|r| r.path().ends_with("/status"))
+        .unwrap()
+        .body
+        .clone()
+        .unwrap();
+    assert_eq!(st["status"]["workerAddresses"], json!(["198.51.100.105"]));
+}
+
+/// What a reconciliation costs with many attachments (numbers printed for
+/// the closing note; the assertions are on request counts, not time).
+#[tokio::test]
+async fn two_hundred_attachments_plan_apply_and_settle() {
+    let names: Vec<String> = (0..200).map(|i| format!("c{i:03}")).collect();
+    let mut h = Harness::new(false);
+    h.mock.insert(&infra_path(), infra_json(1));
+    for n in &names {
+        h.mock.insert(&att_path(n), attachment_json(n));
+    }
+    h.reconcile_infra().await; // finalizer
+    let started = std::time::Instant::now();
+    let log = h.reconcile_infra().await;
+    let first = started.elapsed();
+    assert_eq!(writes(&log).len(), 6, "{:#?}", lines(&log));
+    assert_eq!(log.len(), 7, "one read and six writes: {:#?}", lines(&log));
+    let proxy = apply_of(&log, &format!("{G}/proxyservers/vlan200-proxy"));
+    let routes = proxy.body.as_ref().unwrap()["spec"]["routes"]
+        .as_array()
+        .unwrap()
+        .len();
+    let body_bytes = serde_json::to_vec(proxy.body.as_ref().unwrap())
+        .unwrap()
+        .len();
+    let status = &h.mock.get(&infra_path()).unwrap()["status"];
+    assert_eq!(status["attachments"]["accepted"], 200);
+
+    let started = std::time::Instant::now();
+    let log = h.reconcile_infra().await;
+    let again = started.elapsed();
+    assert_eq!(
+        lines(&log),
+        vec![FILTER_GET],
+        "re-reconcile with nothing changed"
+    );
+
+    // One attachment's status.
+    h.reconcile_attachment("c100").await;
+    let started = std::time::Instant::now();
+    let log = h.reconcile_attachment("c100").await;
+    let one_attachment = started.elapsed();
+    assert_eq!(writes(&log).len(), 3, "{:#?}", lines(&log));
+    eprintln!(
+        "scale: 200 attachments, {routes} routes ({body_bytes} bytes ProxyServer apply): \
+         first reconcile {first:?} with 7 requests (6 writes); re-reconcile {again:?} \
+         with 1 request (0 writes); one attachment {one_attachment:?}"
+    );
+}
+
+/// The whole path from a Machine address change to the table loaded in a
+/// real Envoy (the real filter): Infra re-plan → ProxyServer apply →
+/// ProxyServer reconcile → push. The time is printed, not asserted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machine_address_change_is_pushed_to_a_real_envoy() {
+    let lo: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+    let envoy = oooi_tests::Envoy::start(lo, &[oooi_tests::free_port(lo)], 1).expect("envoy");
+    let mut h = Harness::new(true);
+    h.mock.insert(&infra_path(), infra_json(1));
+    h.mock.insert(&att_path("c1"), attachment_json("c1"));
+    h.set_machine("clusters-c1", "c1-w1", &["198.51.100.101"]);
+    h.reconcile_infra().await;
+    h.reconcile_infra().await;
+    // The Envoy stands in for the one pod: its API port, the harness token.
+    let token_path = "/api/v1/namespaces/oooi/secrets/vlan200-proxy-push-token";
+    let mut secret = h.mock.get(token_path).unwrap();
+    secret["data"]["token"] = json!(base64(oooi_tests::PUSH_TOKEN.as_bytes()));
+    h.mock.insert(token_path, secret);
+    h.mock.insert(
+        "/api/v1/namespaces/oooi/pods/vlan200-proxy-0",
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "vlan200-proxy-0", "namespace": NS, "labels": {
+                   "app.kubernetes.io/name": "oooi", "app.kubernetes.io/component": "proxy",
+                   "app.kubernetes.io/instance": "vlan200"}},
+               "status": {"phase": "Running", "podIP": "127.0.0.1"}}),
+    );
+    let proxy_path = format!("{G}/proxyservers/vlan200-proxy");
+    let port = envoy.api.port();
+    let reconcile_proxy = |h: &mut Harness| {
+        h.sync();
+        let mut p: ProxyServer = serde_json::from_value(h.mock.get(&proxy_path).unwrap()).unwrap();
+        p.spec.push_port = port;
+        let ctx = h.ctx.clone();
+        async move { component::reconcile_proxy(Arc::new(p), ctx).await.unwrap() }
+    };
+    reconcile_proxy(&mut h).await;
+    let st = &h.mock.get(&proxy_path).unwrap()["status"];
+    assert_eq!(condition(st, "RoutesSynced")["status"], "True", "{st}");
+    assert_eq!(st["routesGeneration"], 1);
+    assert_eq!(st["replicaStatus"][0]["routesSynced"], true);
+
+    let started = std::time::Instant::now();
+    h.set_machine("clusters-c1", "c1-w1", &["198.51.100.105"]);
+    h.reconcile_infra().await;
+    reconcile_proxy(&mut h).await;
+    let took = started.elapsed();
+    let st = h.mock.get(&proxy_path).unwrap()["status"].clone();
+    assert_eq!(st["routesGeneration"], 2, "{st}");
+    let (status, body) =
+        oooi_tests::http_blocking(envoy.api, "GET", "/v1/routes", &[], b"").unwrap();
+    assert_eq!(status, 200);
+    let loaded: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(loaded["generation"], 2);
+    assert_eq!(loaded["digest"], st["routesDigest"]);
+    eprintln!("machine address change → table loaded in Envoy: {took:?} (watch delivery excluded)");
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
