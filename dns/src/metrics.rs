@@ -34,6 +34,13 @@ pub struct ReloadLabels {
     pub result: String,
 }
 
+/// Labels of `oooi_dns_listen_failures_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenLabels {
+    /// The `ip:port` that could not be bound.
+    pub address: String,
+}
+
 type HistogramFamily = Family<UpstreamLabels, Histogram, fn() -> Histogram>;
 
 /// All metrics of the process.
@@ -47,6 +54,10 @@ pub struct Metrics {
     pub upstream_failures: Family<UpstreamLabels, Counter>,
     /// Config reloads by result.
     pub reloads: Family<ReloadLabels, Counter>,
+    /// Listener addresses of a reloaded config that could not be bound.
+    pub listen_failures: Family<ListenLabels, Counter>,
+    /// UDP queries dropped because too many were waiting for the handler.
+    pub dropped_busy: Counter,
 }
 
 fn new_histogram() -> Histogram {
@@ -62,6 +73,8 @@ pub fn metrics() -> &'static Metrics {
         let upstream_duration: HistogramFamily = Family::new_with_constructor(new_histogram);
         let upstream_failures = Family::<UpstreamLabels, Counter>::default();
         let reloads = Family::<ReloadLabels, Counter>::default();
+        let listen_failures = Family::<ListenLabels, Counter>::default();
+        let dropped_busy = Counter::default();
         registry.register(
             "oooi_dns_queries",
             "DNS queries by view, type and rcode",
@@ -82,8 +95,20 @@ pub fn metrics() -> &'static Metrics {
             "Config reloads by result",
             reloads.clone(),
         );
+        registry.register(
+            "oooi_dns_listen_failures",
+            "Listener addresses of a reloaded config that could not be bound",
+            listen_failures.clone(),
+        );
+        registry.register(
+            "oooi_dns_dropped_queries",
+            "UDP queries dropped while too many waited for the handler",
+            dropped_busy.clone(),
+        );
         Metrics {
             registry,
+            listen_failures,
+            dropped_busy,
             queries,
             upstream_duration,
             upstream_failures,

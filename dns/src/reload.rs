@@ -35,13 +35,24 @@ pub fn watch(
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."))
         .to_path_buf();
+    let name = file.file_name().map(|n| n.to_os_string());
     let mut last = std::fs::read(&file).unwrap_or_default();
     let mut watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
-        if ev.is_err() {
+        let Ok(ev) = ev else {
+            return;
+        };
+        // Events come for every file of the directory: only the file itself
+        // and the ConfigMap's `..data` swap matter. Reading the file on
+        // every event costs CPU when something else writes there.
+        let relevant = ev.paths.iter().any(|p| {
+            p.file_name()
+                .is_some_and(|n| Some(n) == name.as_deref() || n == "..data")
+        });
+        if !relevant {
             return;
         }
-        // Events come for every file of the directory: act only when the
-        // content we would load differs from what is in force.
+        // Act only when the content we would load differs from what is in
+        // force.
         let Ok(now) = std::fs::read(&file) else {
             return;
         };

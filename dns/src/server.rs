@@ -228,6 +228,7 @@ async fn udp_loop(sock: Arc<UdpSocket>, local: SocketAddr, engine: Arc<Engine>) 
             Fast::Drop => {}
             Fast::Slow => {
                 let Ok(permit) = engine.slow.clone().try_acquire_owned() else {
+                    crate::metrics::metrics().dropped_busy.inc();
                     tracing::debug!(%src, "too many queries in progress, dropping");
                     continue;
                 };
@@ -312,6 +313,12 @@ impl Listeners {
                     self.open.insert(addr, l);
                 }
                 Err(e) => {
+                    crate::metrics::metrics()
+                        .listen_failures
+                        .get_or_create(&crate::metrics::ListenLabels {
+                            address: addr.to_string(),
+                        })
+                        .inc();
                     tracing::error!(%addr, error = %e, "cannot listen");
                     failed.push((addr, e));
                 }

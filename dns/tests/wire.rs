@@ -441,14 +441,18 @@ fn check_prints_answers_and_names_the_bad_field() {
 fn reload_opens_new_listeners_and_closes_removed_ones() {
     let port = 25360;
     let dir = tempfile::tempdir().expect("tempdir");
-    let _s = start(dir.path(), &config(port, 25394));
+    let base = format!("http: 127.0.0.1:25366\n{}", config(port, 25394));
+    let _s = start(dir.path(), &base);
     assert_eq!(
         dig("127.0.0.2", port, &["+short", "api.c1.example.com"]).trim(),
         "192.0.2.4"
     );
-    // The VLAN view moves from 127.0.0.2 to 127.0.0.6.
-    let moved =
-        config(port, 25394).replace(&format!("127.0.0.2:{port}"), &format!("127.0.0.6:{port}"));
+    // The VLAN view moves from 127.0.0.2 to 127.0.0.6, and to an address
+    // this host does not have (it cannot be bound: counted, the rest works).
+    let moved = base.replace(
+        &format!("\"127.0.0.2:{port}\""),
+        &format!("\"127.0.0.6:{port}\", \"192.0.2.1:{port}\""),
+    );
     std::fs::write(dir.path().join("config.yaml"), moved).expect("write");
     assert!(
         wait_for(
@@ -468,4 +472,11 @@ fn reload_opens_new_listeners_and_closes_removed_ones() {
     // The listener that stayed keeps working.
     let pod = dig("127.0.0.3", port, &["api.c1.example.com"]);
     assert!(pod.contains("status: SERVFAIL"), "{pod}");
+    let m = Command::new("curl")
+        .args(["-s", "http://127.0.0.1:25366/metrics"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .expect("curl is required");
+    let failed = format!("oooi_dns_listen_failures_total{{address=\"192.0.2.1:{port}\"}} 1");
+    assert!(m.contains(&failed), "{m}");
 }
