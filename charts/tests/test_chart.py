@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import hashlib
 import json
 import os
@@ -28,7 +29,12 @@ from pathlib import Path
 
 import helm_python as helm
 import kubernetes_validate
+import kubernetes_validate.utils
 import yaml
+
+# kubernetes-validate re-reads its 1.5 MB definitions file on every call; the
+# files never change during a run, so read each one once.
+kubernetes_validate.utils.schema_contents = functools.lru_cache(maxsize=None)(kubernetes_validate.utils.schema_contents)
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "oooi"
@@ -104,8 +110,19 @@ ALL_FEATURES = {
 # helpers
 
 
+_RENDERED = {}
+
+
 def render(values=None, *, upgrade=False):
-    """Render the chart; returns (objects, notes)."""
+    """Render the chart; returns (objects, notes). Renders are deterministic,
+    so each distinct input is rendered once and handed out as copies."""
+    key = (json.dumps(values or {}, sort_keys=True), upgrade)
+    if key not in _RENDERED:
+        _RENDERED[key] = _render(values, upgrade)
+    return copy.deepcopy(_RENDERED[key])
+
+
+def _render(values, upgrade):
     chart = helm.Chart.load(str(CHART))
     out = chart.render(
         values or {}, name=RELEASE, namespace=NAMESPACE, is_install=not upgrade, is_upgrade=upgrade, revision=2 if upgrade else 1
