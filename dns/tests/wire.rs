@@ -308,17 +308,25 @@ fn malformed_packets_do_not_crash_the_server() {
 
 /// Rust client: one UDP exchange, optionally with EDNS.
 fn rust_query(server: &str, name: &str, edns: bool, tcp: bool) -> hickory_proto::op::Message {
+    rust_query_type(server, name, hickory_proto::rr::RecordType::A, edns, tcp)
+}
+
+/// Rust client: one exchange for `name`/`qtype`, over UDP or TCP.
+fn rust_query_type(
+    server: &str,
+    name: &str,
+    qtype: hickory_proto::rr::RecordType,
+    edns: bool,
+    tcp: bool,
+) -> hickory_proto::op::Message {
     use hickory_proto::op::{Edns, Message, Query};
-    use hickory_proto::rr::{Name, RecordType};
+    use hickory_proto::rr::Name;
     use std::io::{Read, Write};
     use std::str::FromStr;
     let mut m = Message::query();
     m.metadata.id = 4242;
     m.metadata.recursion_desired = true;
-    m.add_query(Query::query(
-        Name::from_str(name).expect("name"),
-        RecordType::A,
-    ));
+    m.add_query(Query::query(Name::from_str(name).expect("name"), qtype));
     if edns {
         let mut e = Edns::new();
         e.set_max_payload(4096);
@@ -479,4 +487,193 @@ fn reload_opens_new_listeners_and_closes_removed_ones() {
         .expect("curl is required");
     let failed = format!("oooi_dns_listen_failures_total{{address=\"192.0.2.1:{port}\"}} 1");
     assert!(m.contains(&failed), "{m}");
+}
+
+/// Every record kind, per view, asked with dig and with the Rust client (UDP
+/// and TCP): control-plane names, the apps wildcard at any depth, the
+/// kubernetes aliases (proxy in the VLAN view, internal proxy in the pod
+/// view), an explicit AAAA record, NODATA, NXDOMAIN, and forwarding.
+#[test]
+fn each_record_kind_per_view_with_dig_and_a_rust_client() {
+    use hickory_proto::op::ResponseCode;
+    use hickory_proto::rr::{RData, RecordType};
+    let port = 25361;
+    let _upstream = spawn_upstream("127.0.0.5:25362");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = format!(
+        "{}    zones:\n      - origin: lab.test\n        records:\n          - {{ name: host, aaaa: [\"2001:db8::1\"] }}\n",
+        config(port, 25362)
+            .replace("127.0.0.1:25362", "127.0.0.5:25362")
+            .replace("apps_vip:", "internal_proxy: 10.0.0.4\n    apps_vip:")
+    );
+    let _s = start(dir.path(), &text);
+    let (vlan, pod) = ("127.0.0.2", "127.0.0.3");
+    // (listener, name, type, rcode, addresses, authoritative)
+    let cases: &[(&str, &str, RecordType, ResponseCode, &[&str], bool)] = &[
+        (
+            vlan,
+            "api.c1.example.com.",
+            RecordType::A,
+            ResponseCode::NoError,
+            &["192.0.2.4"],
+            true,
+        ),
+        (
+            vlan,
+            "Ignition.C1.example.com.",
+            RecordType::A,
+            ResponseCode::NoError,
+            &["192.0.2.4"],
+            true,
+        ),
+        (
+            vlan,
+            "konnectivity.c1.example.com.",
+            RecordType::A,
+            ResponseCode::NoError,
+            &["192.0.2.4"],
+            true,
+        ),
+        (
+            vlan,
+            "x.y.apps.c1.example.com.",
+            RecordType::A,
+            ResponseCode::NoError,
+            &["192.0.2.200"],
+            true,
+        ),
+        (
+            vlan,
+            "kubernetes.",
+            RecordType::A,
+            ResponseCode::NoError,
+            &["192.0.2.4"],
+            true,
+        ),
+        (
+            vlan,
+            "kubernetes.default.svc.cluster.local.",
+            RecordType::A,
+            ResponseCode::NoError,
+            &["192.0.2.4"],
+            true,
+        ),
+        (
+            vlan,
+            "api.c1.example.com.",
+            RecordType::AAAA,
+            ResponseCode::NoError,
+            &[],
+            true,
+        ),
+        (
+            vlan,
+            "apps.c1.example.com.",
+            RecordType::A,
+            ResponseCode::NoError,
+            &[],
+            true,
+        ),
+        (
+            vlan,
+            "nope.c1.example.com.",
+            RecordType::A,
+            ResponseCode::NXDomain,
+            &[],
+            true,
+        ),
+        (
+            vlan,
+            "www.example.org.",
+            RecordType::A,
+            ResponseCode::NoError,
+            &["203.0.113.7"],
+            false,
+        ),
+        (
+            pod,
+            "api.c1.example.com.",
+            RecordType::A,
+            ResponseCode::NoError,
+            &["203.0.113.7"],
+            false,
+        ),
+        (
+            pod,
+            "x.apps.c1.example.com.",
+            RecordType::A,
+            ResponseCode::NoError,
+            &["203.0.113.7"],
+            false,
+        ),
+        (
+            pod,
+            "kubernetes.default.",
+            RecordType::A,
+            ResponseCode::NoError,
+            &["10.0.0.4"],
+            true,
+        ),
+        (
+            pod,
+            "host.lab.test.",
+            RecordType::AAAA,
+            ResponseCode::NoError,
+            &["2001:db8::1"],
+            true,
+        ),
+        (
+            pod,
+            "host.lab.test.",
+            RecordType::A,
+            ResponseCode::NoError,
+            &[],
+            true,
+        ),
+        (
+            pod,
+            "other.lab.test.",
+            RecordType::AAAA,
+            ResponseCode::NXDomain,
+            &[],
+            true,
+        ),
+    ];
+    for &(server, name, qtype, rcode, addrs, aa) in cases {
+        let what = format!("{server} {name} {qtype}");
+        for tcp in [false, true] {
+            let m = rust_query_type(&format!("{server}:{port}"), name, qtype, true, tcp);
+            assert_eq!(m.metadata.response_code, rcode, "{what} tcp={tcp}");
+            assert_eq!(m.metadata.authoritative, aa, "{what} tcp={tcp}");
+            let got: Vec<String> = m
+                .answers
+                .iter()
+                .filter_map(|r| match &r.data {
+                    RData::A(a) => Some(a.0.to_string()),
+                    RData::AAAA(a) => Some(a.0.to_string()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(got, addrs, "{what} tcp={tcp}");
+            if addrs.is_empty() {
+                // NODATA and NXDOMAIN carry the SOA for negative caching.
+                assert!(
+                    m.authorities
+                        .iter()
+                        .any(|r| r.record_type() == RecordType::SOA),
+                    "{what}: no SOA"
+                );
+            }
+        }
+        let out = dig(server, port, &[name, &qtype.to_string()]);
+        let status = match rcode {
+            ResponseCode::NXDomain => "status: NXDOMAIN",
+            _ => "status: NOERROR",
+        };
+        assert!(out.contains(status), "{what}: {out}");
+        assert_eq!(out.contains(" aa"), aa, "{what}: {out}");
+        let short = dig(server, port, &["+short", name, &qtype.to_string()]);
+        let got: Vec<&str> = short.lines().collect();
+        assert_eq!(got, addrs, "{what}: {short}");
+    }
 }
