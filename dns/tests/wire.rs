@@ -508,8 +508,16 @@ fn each_record_kind_per_view_with_dig_and_a_rust_client() {
     );
     let _s = start(dir.path(), &text);
     let (vlan, pod) = ("127.0.0.2", "127.0.0.3");
-    // (listener, name, type, rcode, addresses, authoritative)
-    let cases: &[(&str, &str, RecordType, ResponseCode, &[&str], bool)] = &[
+    /// (listener, name, type, rcode, addresses, authoritative)
+    type Case<'a> = (
+        &'a str,
+        &'a str,
+        RecordType,
+        ResponseCode,
+        &'a [&'a str],
+        bool,
+    );
+    let cases: &[Case] = &[
         (
             vlan,
             "api.c1.example.com.",
