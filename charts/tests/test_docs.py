@@ -199,3 +199,20 @@ def test_documented_controller_commands_exist():
     subcommands = set(re.findall(r"^\s{2}([a-z]+)\s", help_text.split("Commands:", 1)[1], re.M))
     unknown = commands - subcommands
     assert not unknown, f"the docs mention `oooi-controller {sorted(unknown)}`, which --help does not list:\n{help_text}"
+
+
+def test_documented_run_flags_exist():
+    exe = controller_bin()
+    help_text = subprocess.run([exe, "run", "--help"], capture_output=True, text=True, timeout=30, check=True).stdout
+    text = (DOCS / "installation.md").read_text()
+    section = text.split("\n## The controller's command line\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `--")]
+    assert len(rows) >= 8, rows
+    for row in rows:
+        flag, env, default = (c.strip().strip("`") for c in row.strip("|").split("|")[:3])
+        m = re.search(rf"^\s+{re.escape(flag)}[ =<\n]", help_text, re.M)
+        assert m, f"`run {flag}` is documented but not in `oooi-controller run --help`"
+        block = help_text[m.end():].split("\n      --", 1)[0]
+        assert f"[env: {env}=" in block, f"{flag}: the docs say env {env}:\n{block}"
+        if f"[default: " in block:
+            assert f"[default: {default}]" in block, f"{flag}: the docs say default {default}:\n{block}"
