@@ -72,7 +72,7 @@ run_perfdhcp() {
   # -R: simulated clients (random MACs), -d 1: a reply later than 1 s is a drop.
   taskset -c 1 ip netns exec "$C" perfdhcp -4 ${PERFDHCP_OPTS:-} -l vc -r "$RATE" -R 60000 -p "$SECS" -d 1 10.20.0.1 \
     > "$W/$1.perfdhcp" 2>&1 || true
-  grep -E "^Rate:|drops:|sent packets|received packets|min delay|avg delay|max delay" "$W/$1.perfdhcp" \
+  grep -E "^Rate:|drops:|sent packets|received packets|orphans|unordered|rejected|avg delay" "$W/$1.perfdhcp" \
     || cat "$W/$1.perfdhcp"
   echo "replies lost in perfdhcp's socket buffer: $(( $(udp_rcvbuf_errors) - before ))"
 }

@@ -41,8 +41,10 @@ use crate::leases::LeaseTable;
 use crate::metrics::{self, count, metrics};
 use crate::pipeline::{self, Decision, Destination, Outcome, StoreOp};
 
-/// Most datagrams handled per group commit.
-pub const BATCH: usize = 128;
+/// Most datagrams the decision loop handles per turn.
+pub const BATCH: usize = 64;
+/// Most lease records (and so ACKs) one fdatasync covers.
+pub const GROUP_RECORDS: usize = 64;
 /// DHCP server port.
 pub const SERVER_PORT: u16 = 67;
 /// DHCP client port.
@@ -215,8 +217,14 @@ fn persist_loop(
     mut out: Sender4,
 ) -> anyhow::Result<()> {
     while let Ok(first) = rx.recv() {
+        let mut pending = first.records.len();
         let mut batches = vec![first];
-        while let Ok(more) = rx.try_recv() {
+        // Group what is waiting, up to GROUP_RECORDS: one sync covers them
+        // all, and the ACKs released at once stay few enough for a relay's
+        // (or perfdhcp's) receive buffer.
+        while pending < GROUP_RECORDS {
+            let Ok(more) = rx.try_recv() else { break };
+            pending += more.records.len();
             batches.push(more);
         }
         let started = Instant::now();
