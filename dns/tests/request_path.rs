@@ -572,3 +572,86 @@ fn warm_forwarded_names_are_answered_by_the_fast_path_like_the_handler() {
         }
     }
 }
+
+/// An upstream that sets TC on every UDP answer and answers in full over
+/// TCP, on the same loopback port.
+fn spawn_tcp_only_upstream() -> SocketAddr {
+    use hickory_proto::rr::rdata::A;
+    use hickory_proto::rr::{RData, Record};
+    use std::io::{Read, Write};
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind udp");
+    let addr = udp.local_addr().expect("addr");
+    let tcp = std::net::TcpListener::bind(addr).expect("bind tcp");
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok((n, from)) = udp.recv_from(&mut buf) {
+            let Ok(q) = Message::from_vec(&buf[..n]) else {
+                continue;
+            };
+            let mut r = Message::response(q.metadata.id, q.metadata.op_code);
+            r.metadata.truncation = true;
+            r.add_queries(q.queries.iter().cloned());
+            if let Ok(bytes) = r.to_vec() {
+                let _ = udp.send_to(&bytes, from);
+            }
+        }
+    });
+    std::thread::spawn(move || {
+        for mut s in tcp.incoming().flatten() {
+            let mut len = [0u8; 2];
+            if s.read_exact(&mut len).is_err() {
+                continue;
+            }
+            let mut buf = vec![0u8; usize::from(u16::from_be_bytes(len))];
+            if s.read_exact(&mut buf).is_err() {
+                continue;
+            }
+            let Ok(q) = Message::from_vec(&buf) else {
+                continue;
+            };
+            let mut r = Message::response(q.metadata.id, q.metadata.op_code);
+            for query in &q.queries {
+                r.add_query(query.clone());
+                r.add_answer(Record::from_rdata(
+                    query.name().clone(),
+                    60,
+                    RData::A(A::new(198, 51, 100, 9)),
+                ));
+            }
+            if let Ok(bytes) = r.to_vec() {
+                let _ = s.write_all(&(bytes.len() as u16).to_be_bytes());
+                let _ = s.write_all(&bytes);
+            }
+        }
+    });
+    addr
+}
+
+/// The first upstream is down (nothing listens: refused at once), the second
+/// truncates over UDP: the answer comes from the second, over TCP.
+#[test]
+fn forwarding_fails_over_to_the_next_upstream_and_retries_truncated_answers_over_tcp() {
+    let dead = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let dead_addr = dead.local_addr().expect("addr");
+    drop(dead);
+    let upstream = spawn_tcp_only_upstream();
+    let text = format!(
+        "upstreams:\n  servers: [\"{dead_addr}\", \"{upstream}\"]\nviews:\n  - name: v\n    listen: [\"127.0.0.2:53\"]\n"
+    );
+    let engine = Engine::new(Config::parse(&text).expect("config"));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let local: SocketAddr = "127.0.0.2:53".parse().expect("addr");
+    let src: SocketAddr = "127.0.0.9:4000".parse().expect("addr");
+    let packet = query(5, 0x0100, b"\x03www\x07example\x03org\x00", 1, 1, None);
+    let reply = rt
+        .block_on(engine.slow(local, src, packet, Protocol::Udp))
+        .expect("reply");
+    let m = Message::from_vec(&reply).expect("decode");
+    assert_eq!(m.metadata.response_code, ResponseCode::NoError);
+    assert!(!m.metadata.truncation);
+    assert_eq!(m.answers.len(), 1);
+    assert_eq!(m.answers[0].data.to_string(), "198.51.100.9");
+}
