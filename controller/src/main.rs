@@ -2,6 +2,8 @@
 //!
 //! - `crds`: print every CRD (generated from the Rust types).
 //! - `render`: plan offline from CR files and print (or write) every object.
+//! - `run`: the controller (in cluster, or with $KUBECONFIG).
+//! - `rbac`: the ClusterRole rules the controller needs.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -46,6 +48,10 @@ enum Command {
         #[arg(long, env = "OOOI_FILTER_WASM")]
         filter_wasm: Option<PathBuf>,
     },
+    /// Run the controller (in cluster, or with $KUBECONFIG).
+    Run(oooi_controller::run::RunArgs),
+    /// Print the ClusterRole rules the controller needs (YAML list).
+    Rbac,
 }
 
 fn crds(out: Option<PathBuf>) -> anyhow::Result<()> {
@@ -97,6 +103,8 @@ fn main() -> ExitCode {
             push_token,
             filter_wasm,
         } => render(files, out, push_token, filter_wasm),
+        Command::Run(args) => oooi_controller::run::main(args),
+        Command::Rbac => oooi_controller::rbac::rules_yaml().map(|y| print!("{y}")),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

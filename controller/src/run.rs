@@ -169,6 +169,9 @@ fn init_logging(format: LogFormat) {
 /// Entry point of `oooi-controller run`.
 pub fn main(args: RunArgs) -> anyhow::Result<()> {
     init_logging(args.log_format);
+    // More than one rustls provider is compiled in (through kube's and other
+    // crates' features), so rustls cannot pick one by itself.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
