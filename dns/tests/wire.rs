@@ -98,15 +98,9 @@ fn dig_sees_views_records_nodata_nxdomain_and_servfail() {
     // upstream is down, so SERVFAIL.
     let pod = dig("127.0.0.3", PORT, &["api.c1.example.com", "A"]);
     assert!(pod.contains("status: SERVFAIL"), "{pod}");
-    // While the upstreams are down, SERVFAIL comes at once.
-    let t = std::time::Instant::now();
+    // (request_path.rs checks that SERVFAIL then comes without waiting.)
     let pod = dig("127.0.0.3", PORT, &["other.example.org", "A"]);
     assert!(pod.contains("status: SERVFAIL"), "{pod}");
-    assert!(
-        t.elapsed() < Duration::from_millis(200),
-        "{:?}",
-        t.elapsed()
-    );
     // Local names still answer.
     assert_eq!(
         dig("127.0.0.2", PORT, &["+short", "api.c1.example.com"]).trim(),
