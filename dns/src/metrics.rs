@@ -126,11 +126,23 @@ pub fn render() -> String {
     out
 }
 
+/// Set once every listener of the first config is bound: `/healthz`
+/// answers 503 before.
+pub static READY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+async fn healthz() -> (axum::http::StatusCode, &'static str) {
+    if READY.load(std::sync::atomic::Ordering::Relaxed) {
+        (axum::http::StatusCode::OK, "ok")
+    } else {
+        (axum::http::StatusCode::SERVICE_UNAVAILABLE, "starting")
+    }
+}
+
 /// Serves `/metrics` and `/healthz` on `listener`.
 pub async fn serve_http(listener: tokio::net::TcpListener) -> anyhow::Result<()> {
     let app = axum::Router::new()
         .route("/metrics", axum::routing::get(|| async { render() }))
-        .route("/healthz", axum::routing::get(|| async { "ok" }));
+        .route("/healthz", axum::routing::get(healthz));
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "serving /metrics and /healthz");
     }

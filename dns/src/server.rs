@@ -351,6 +351,7 @@ pub async fn serve(
     if let Some((addr, e)) = listeners.apply(&addrs).await.into_iter().next() {
         anyhow::bail!("cannot listen on {addr}: {e}");
     }
+    crate::metrics::READY.store(true, std::sync::atomic::Ordering::Relaxed);
     while changed.changed().await.is_ok() {
         let addrs = engine.config().config.listen_addresses();
         listeners.apply(&addrs).await;

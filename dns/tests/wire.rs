@@ -188,6 +188,17 @@ fn configmap_symlink_swap_reloads_and_bad_file_keeps_last_good() {
         "{m}"
     );
     assert!(m.contains("oooi_dns_queries_total{"), "{m}");
+    let health = Command::new("curl")
+        .args([
+            "-s",
+            "-w",
+            " %{http_code}",
+            "http://127.0.0.1:25364/healthz",
+        ])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .expect("curl is required");
+    assert_eq!(health, "ok 200");
 }
 
 /// A tiny upstream on loopback: answers every A query with 203.0.113.7.
