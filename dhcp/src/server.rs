@@ -44,7 +44,7 @@ use crate::pipeline::{self, Decision, Destination, Outcome, StoreOp};
 /// Most datagrams the decision loop handles per turn.
 pub const BATCH: usize = 64;
 /// Most lease records (and so ACKs) one fdatasync covers.
-pub const GROUP_RECORDS: usize = 64;
+pub const GROUP_RECORDS: usize = 512;
 /// DHCP server port.
 pub const SERVER_PORT: u16 = 67;
 /// DHCP client port.
@@ -219,9 +219,7 @@ fn persist_loop(
     while let Ok(first) = rx.recv() {
         let mut pending = first.records.len();
         let mut batches = vec![first];
-        // Group what is waiting, up to GROUP_RECORDS: one sync covers them
-        // all, and the ACKs released at once stay few enough for a relay's
-        // (or perfdhcp's) receive buffer.
+        // Group what is waiting, up to GROUP_RECORDS: one sync covers them all.
         while pending < GROUP_RECORDS {
             let Ok(more) = rx.try_recv() else { break };
             pending += more.records.len();
