@@ -198,6 +198,18 @@ impl Router {
     /// Decides one connection from its listener port, its SNI (None or empty
     /// when the client sent none) and its source address.
     pub fn decide(&self, port: u16, sni: Option<&str>, source: Option<IpAddr>) -> Decision<'_> {
+        self.decide_with(port, sni, || source)
+    }
+
+    /// Like [`Router::decide`], but asks for the source address only when
+    /// the decision depends on it (no SNI, or a Kubernetes-service alias), so
+    /// the filter does not fetch it for ordinary SNI connections.
+    pub fn decide_with(
+        &self,
+        port: u16,
+        sni: Option<&str>,
+        source: impl FnOnce() -> Option<IpAddr>,
+    ) -> Decision<'_> {
         let Some(idx) = self.ports.get(&port) else {
             return Decision::Refuse(Refusal::UnknownPort);
         };
@@ -223,7 +235,7 @@ impl Router {
                 } else {
                     (MatchKind::SourceNoSni, Refusal::UnknownSource)
                 };
-                let Some(ip) = source else {
+                let Some(ip) = source() else {
                     return Decision::Refuse(Refusal::NoSourceAddress);
                 };
                 // An IPv4-mapped IPv6 source is an IPv4 client on a dual-stack socket.

@@ -1,5 +1,6 @@
 //! The per-connection decision.
 
+use std::cell::Cell;
 use std::net::{IpAddr, SocketAddr};
 
 use oooi_routes::{Decision, MatchKind, Refusal};
@@ -45,11 +46,32 @@ fn refuse_metric(r: Refusal) -> &'static str {
     }
 }
 
-fn debug_enabled() -> bool {
-    matches!(
+thread_local! {
+    /// Whether debug logs are on, refreshed on the tick rather than asked of
+    /// the host on every connection.
+    static DEBUG: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Re-reads the host's log level (from the root context's tick).
+pub fn refresh_log_level() {
+    let debug = matches!(
         hostcalls::get_log_level(),
         Ok(LogLevel::Trace) | Ok(LogLevel::Debug)
-    )
+    );
+    DEBUG.with(|d| d.set(debug));
+}
+
+fn debug_enabled() -> bool {
+    DEBUG.with(Cell::get)
+}
+
+fn source_address() -> Option<IpAddr> {
+    let bytes = property(vec!["source", "address"])?;
+    let s = std::str::from_utf8(&bytes).ok()?;
+    s.parse::<SocketAddr>()
+        .map(|a| a.ip())
+        .or_else(|_| s.parse::<IpAddr>())
+        .ok()
 }
 
 impl StreamContext for Connection {
@@ -59,21 +81,16 @@ impl StreamContext for Connection {
         let sni = sni_bytes
             .as_deref()
             .and_then(|b| std::str::from_utf8(b).ok());
-        let source_bytes = property(vec!["source", "address"]);
-        let source: Option<IpAddr> = source_bytes
-            .as_deref()
-            .and_then(|b| std::str::from_utf8(b).ok())
-            .and_then(|s| {
-                s.parse::<SocketAddr>()
-                    .map(|a| a.ip())
-                    .or_else(|_| s.parse::<IpAddr>())
-                    .ok()
-            });
-
+        // The source is fetched only when the decision needs it (or for the
+        // refusal log): most connections are decided by SNI alone.
+        let mut source: Option<Option<IpAddr>> = None;
         let decision: Result<(), Refusal> = match (self.port, cache::current()) {
             (None, _) => Err(Refusal::UnknownPort),
             (_, None) => Err(Refusal::NoTable),
-            (Some(port), Some(table)) => match table.router.decide(port, sni, source) {
+            (Some(port), Some(table)) => match table
+                .router
+                .decide_with(port, sni, || *source.get_or_insert_with(source_address))
+            {
                 Decision::Forward {
                     upstream,
                     kind,
@@ -101,7 +118,7 @@ impl StreamContext for Connection {
                                 &format!(
                                     "forward sni={:?} source={:?} port={port} match={} upstream={} generation={}",
                                     sni.unwrap_or(""),
-                                    source,
+                                    source.flatten(),
                                     kind.as_str(),
                                     route.upstream,
                                     table.router.generation()
@@ -122,6 +139,7 @@ impl StreamContext for Connection {
             return Action::Continue;
         };
         metrics::inc(refuse_metric(refusal));
+        let source = source.unwrap_or_else(source_address);
         log(
             LogLevel::Info,
             &format!(

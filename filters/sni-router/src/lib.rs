@@ -87,6 +87,7 @@ impl RootContext for Root {
                 let build = build_id();
                 if matches!(cfg.role, Role::Network { .. }) {
                     metrics::define_build_counter(&build);
+                    connection::refresh_log_level();
                     let _ = hostcalls::set_tick_period(std::time::Duration::from_millis(
                         REFRESH_TICK_MS,
                     ));
@@ -114,6 +115,7 @@ impl RootContext for Root {
 
     fn on_tick(&mut self) {
         cache::refresh();
+        connection::refresh_log_level();
     }
 
     fn get_type(&self) -> Option<ContextType> {
