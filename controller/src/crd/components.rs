@@ -313,7 +313,7 @@ pub struct ProxyReplicaStatus {
     /// Pod name.
     pub pod: String,
     /// Pod IP on the pod network (where the push API is).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, rename = "podIP", skip_serializing_if = "Option::is_none")]
     pub pod_ip: Option<String>,
     /// The pod holds the current table (generation and digest read back).
     pub routes_synced: bool,

@@ -117,6 +117,7 @@ pub struct DhcpComponent {
     pub enabled: bool,
     /// Static VLAN address of the DHCP server (inside the CIDR).
     #[schemars(pattern(concat!("^", ipv4_re!(), "$")))]
+    #[serde(rename = "serverIP")]
     pub server_ip: String,
     /// First address of the dynamic pool (inside the CIDR).
     #[schemars(pattern(concat!("^", ipv4_re!(), "$")))]
@@ -151,6 +152,7 @@ pub struct DnsComponent {
     pub enabled: bool,
     /// Static VLAN address of the DNS server (inside the CIDR); handed out by DHCP.
     #[schemars(pattern(concat!("^", ipv4_re!(), "$")))]
+    #[serde(rename = "serverIP")]
     pub server_ip: String,
     /// Container image of oooi-dns.
     #[schemars(length(min = 1))]
@@ -170,6 +172,7 @@ pub struct ProxyComponent {
     /// Static VLAN address of Envoy (inside the CIDR); every control-plane
     /// name resolves to it on the VLAN.
     #[schemars(pattern(concat!("^", ipv4_re!(), "$")))]
+    #[serde(rename = "serverIP")]
     pub server_ip: String,
     /// How pods on the pod network reach the proxy: a Service DNS name
     /// (`name.namespace.svc[.cluster.local]`) or a ClusterIP. The DNS pod view

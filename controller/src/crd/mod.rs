@@ -16,6 +16,10 @@
 //! excluding infra addresses, disjoint ranges) are checked by the planner
 //! and reported as conditions naming the field.
 
+// kube's `printcolumn(...)` repeats `type_ = …` per column, which clippy
+// mistakes for duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
+
 // Regular expressions for the schemas, as macros so `concat!` can build
 // patterns from them at compile time.
 macro_rules! ipv4_re {

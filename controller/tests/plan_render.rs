@@ -1,0 +1,201 @@
+//! `oooi-controller render` over the example manifests, through the library
+//! and through the binary.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use oooi_controller::render::{self, RenderInput};
+use serde_json::Value;
+
+fn examples() -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("examples/ exists")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn kinds(objects: &[Value]) -> Vec<String> {
+    objects
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+#[test]
+fn every_example_renders_and_plans_cleanly() {
+    let files = examples();
+    assert!(files.len() >= 3, "examples: {files:?}");
+    for f in files {
+        let mut input = RenderInput::default();
+        input.add_file(&f).unwrap();
+        let out = render::render(&input, render::OFFLINE_PUSH_TOKEN)
+            .unwrap_or_else(|e| panic!("{}: {e:#}", f.display()));
+        assert!(!out.objects.is_empty(), "{}", f.display());
+        for summary in out.objects.iter().filter(|o| o["kind"] == "PlanSummary") {
+            assert_eq!(summary["valid"], true, "{}: {summary}", f.display());
+            assert_eq!(
+                summary["attachments"]["excluded"],
+                0,
+                "{}: {summary}",
+                f.display()
+            );
+        }
+        // The YAML round-trips.
+        let yaml = render::to_yaml(&out).unwrap();
+        let back: Vec<Value> = serde_saphyr::from_multiple(&yaml).unwrap();
+        assert_eq!(back.len(), out.objects.len());
+    }
+}
+
+#[test]
+fn two_cluster_example_routes_workers_and_apps() {
+    let f = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/two-clusters.yaml");
+    let mut input = RenderInput::default();
+    input.add_file(&f).unwrap();
+    let out = render::render(&input, render::OFFLINE_PUSH_TOKEN).unwrap();
+    assert_eq!(
+        kinds(&out.objects),
+        [
+            "DHCPServer",
+            "ServiceAccount",
+            "ConfigMap",
+            "PersistentVolumeClaim",
+            "Deployment",
+            "DNSServer",
+            "ServiceAccount",
+            "ConfigMap",
+            "Service",
+            "Deployment",
+            "ProxyServer",
+            "ServiceAccount",
+            "Secret",
+            "Service",
+            "Service",
+            "Deployment",
+            "PlanSummary",
+        ]
+    );
+    let routes_file = out
+        .files
+        .iter()
+        .find(|(p, _)| p.ends_with("vlan200-proxy-routes.json"))
+        .expect("routes file");
+    let table = oooi_routes::RouteTable::from_json(routes_file.1.as_bytes()).unwrap();
+    let sources: Vec<String> = table
+        .routes
+        .iter()
+        .filter_map(|r| match &r.matches {
+            oooi_routes::RouteMatch::Source(c) => Some(c.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        sources,
+        [
+            "198.51.100.101/32",
+            "198.51.100.102/32",
+            "198.51.100.121/32"
+        ]
+    );
+    assert!(table.routes.iter().any(|r| r.port == 22623));
+    assert!(table.routes.iter().any(
+        |r| matches!(&r.matches, oooi_routes::RouteMatch::Sni(s) if s == "*.apps.c2.example.com")
+    ));
+    let dns = out
+        .files
+        .iter()
+        .find(|(p, _)| p.ends_with("vlan200-dns.yaml"))
+        .unwrap();
+    let cfg = oooi_dns::config::Config::parse(&dns.1).unwrap();
+    assert_eq!(cfg.views.len(), 2);
+    let dhcp = out
+        .files
+        .iter()
+        .find(|(p, _)| p.ends_with("vlan200-dhcp.yaml"))
+        .unwrap();
+    let cfg = oooi_dhcp::config::Config::from_yaml(&dhcp.1).unwrap();
+    assert_eq!(cfg.reservations.len(), 3);
+    assert_eq!(cfg.lease_seconds, 7200);
+    let envoy = out
+        .files
+        .iter()
+        .find(|(p, _)| p.ends_with("vlan200-proxy-envoy/lds.json"))
+        .unwrap();
+    let lds: Value = serde_json::from_str(&envoy.1).unwrap();
+    let names: Vec<&str> = lds["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["tls_443", "tls_6443", "tls_22623", "table_api"]);
+}
+
+#[test]
+fn unknown_kinds_and_bad_documents_are_named() {
+    let mut input = RenderInput::default();
+    let e = input
+        .add_yaml(
+            "x.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n",
+        )
+        .unwrap_err();
+    assert!(
+        format!("{e:#}").contains("x.yaml: document 1 (kind `ConfigMap`)"),
+        "{e:#}"
+    );
+    let e = input
+        .add_yaml(
+            "y.yaml",
+            "---\napiVersion: hostedcluster.densityops.com/v1alpha1\nkind: Infra\nmetadata: {name: a}\nspec: {}\n",
+        )
+        .unwrap_err();
+    assert!(
+        format!("{e:#}").contains("y.yaml: document 1 (kind `Infra`)"),
+        "{e:#}"
+    );
+}
+
+#[test]
+fn the_binary_prints_crds_and_writes_a_render_directory() {
+    let bin = env!("CARGO_BIN_EXE_oooi-controller");
+    let out = Command::new(bin).arg("crds").output().unwrap();
+    assert!(out.status.success());
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(std::str::from_utf8(&out.stdout).unwrap()).unwrap();
+    assert_eq!(docs.len(), 5);
+    assert!(docs.iter().all(|d| d["kind"] == "CustomResourceDefinition"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let example = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/two-clusters.yaml");
+    let out = Command::new(bin)
+        .args(["render", "-f"])
+        .arg(&example)
+        .arg("--out")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let routes = dir.path().join("files/oooi/vlan200-proxy-routes.json");
+    let table = oooi_routes::RouteTable::from_json(&std::fs::read(&routes).unwrap()).unwrap();
+    assert!(!table.routes.is_empty());
+    let objects = std::fs::read_dir(dir.path().join("objects"))
+        .unwrap()
+        .count();
+    assert_eq!(objects, 17);
+
+    let out = Command::new(bin)
+        .args(["render", "-f", "/nonexistent.yaml"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent.yaml"));
+}

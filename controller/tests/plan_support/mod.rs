@@ -1,0 +1,116 @@
+//! Fixtures for the planner tests: CRs built from YAML (so serde defaults
+//! apply exactly as in the cluster) and observed workers in one line.
+
+#![allow(dead_code)]
+
+use std::net::Ipv4Addr;
+
+use oooi_controller::crd::{Infra, InfraClusterAttachment};
+use oooi_controller::plan::{
+    HostedClusterKey, Observed, ObservedCluster, ObservedMachine, ObservedVmi,
+    observed::ObservedInterface,
+};
+
+/// An Infra `name` in `ns` on 192.0.2.0/24 with every component enabled.
+pub fn infra(ns: &str, name: &str) -> Infra {
+    infra_yaml(ns, name, "")
+}
+
+/// An Infra with `extra` appended under `spec.infraComponents.proxy` (indent 6).
+pub fn infra_yaml(ns: &str, name: &str, proxy_extra: &str) -> Infra {
+    let text = format!(
+        r#"
+apiVersion: hostedcluster.densityops.com/v1alpha1
+kind: Infra
+metadata: {{name: {name}, namespace: {ns}, uid: "uid-{name}", generation: 3}}
+spec:
+  networkConfig:
+    cidr: 192.0.2.0/24
+    gateway: 192.0.2.1
+    networkAttachmentDefinition: vlan
+    dnsServers: ["10.0.0.10", "10.0.0.11:5353"]
+  infraComponents:
+    dhcp:
+      serverIP: 192.0.2.2
+      rangeStart: 192.0.2.100
+      rangeEnd: 192.0.2.199
+      image: dhcp:1
+    dns:
+      serverIP: 192.0.2.3
+      image: dns:1
+    proxy:
+      serverIP: 192.0.2.4
+      image: envoy:1
+{proxy_extra}
+"#
+    );
+    serde_saphyr::from_str(&text).expect("fixture Infra parses")
+}
+
+/// An attachment `name` of HostedCluster `clusters/<hc>` with domain `<hc>.example.com`.
+pub fn attachment(ns: &str, name: &str, infra: &str, hc: &str) -> InfraClusterAttachment {
+    attachment_yaml(ns, name, infra, hc, hc, "")
+}
+
+/// An attachment with a given cluster name and extra spec lines (indent 2).
+pub fn attachment_yaml(
+    ns: &str,
+    name: &str,
+    infra: &str,
+    hc: &str,
+    cluster_name: &str,
+    extra: &str,
+) -> InfraClusterAttachment {
+    let text = format!(
+        r#"
+apiVersion: hostedcluster.densityops.com/v1alpha1
+kind: InfraClusterAttachment
+metadata: {{name: {name}, namespace: {ns}, uid: "uid-{name}", generation: 1}}
+spec:
+  infraRef: {{name: {infra}}}
+  hostedClusterRef: {{name: {hc}}}
+  dns: {{clusterName: {cluster_name}, baseDomain: example.com}}
+{extra}
+"#
+    );
+    serde_saphyr::from_str(&text).expect("fixture attachment parses")
+}
+
+/// Observed state: per HostedCluster `clusters/<hc>`, one Machine per address.
+pub fn observed(workers: &[(&str, &[&str])]) -> Observed {
+    let mut o = Observed::default();
+    for (hc, addrs) in workers {
+        o.clusters.insert(
+            HostedClusterKey::new("clusters", *hc),
+            ObservedCluster {
+                machines: addrs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| ObservedMachine {
+                        name: format!("{hc}-m{i}"),
+                        addresses: vec![a.to_string()],
+                    })
+                    .collect(),
+                ..ObservedCluster::default()
+            },
+        );
+    }
+    o
+}
+
+/// A VMI with one interface.
+pub fn vmi(name: &str, mac: &str, ips: &[&str]) -> ObservedVmi {
+    ObservedVmi {
+        name: name.to_string(),
+        interfaces: vec![ObservedInterface {
+            name: Some("vlan".to_string()),
+            mac: Some(mac.to_string()),
+            ip_addresses: ips.iter().map(|s| s.to_string()).collect(),
+        }],
+    }
+}
+
+/// Parses an IPv4 address.
+pub fn ip(s: &str) -> Ipv4Addr {
+    s.parse().expect("fixture address")
+}
