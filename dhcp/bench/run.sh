@@ -18,6 +18,8 @@ done
 S="odb$$s"; C="odb$$c"
 # Lease files live on the real disk (not tmpfs), so fsync costs what it costs.
 W=$(mktemp -d /var/tmp/oooi-dhcp-bench.XXXXXX)
+# OOOI_BENCH_DATA_DIR puts the lease log elsewhere (e.g. tmpfs, to see what fsync costs).
+DATA=${OOOI_BENCH_DATA_DIR:-$W/oooi-data}
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -80,7 +82,7 @@ run_perfdhcp() {
 echo "== load: $(uptime)"
 echo "== oooi-dhcp (group commit: records of a batch fdatasync'ed once before any ACK of the batch)"
 RUST_LOG=warn taskset -c 0 ip netns exec "$S" "$BIN" serve --config "$W/oooi.yaml" \
-  --data-dir "$W/oooi-data" --metrics-addr 127.0.0.1:9067 > "$W/oooi.log" 2>&1 &
+  --data-dir "$DATA" --metrics-addr 127.0.0.1:9067 > "$W/oooi.log" 2>&1 &
 PIDS+=($!); sleep 1
 run_perfdhcp oooi
 ip netns exec "$S" python3 - <<'P' || true
@@ -93,7 +95,7 @@ for l in m.splitlines():
         print("   ", l)
 P
 kill "${PIDS[0]}"; wait "${PIDS[0]}" 2>/dev/null || true; PIDS=()
-echo "   leases in the store: $("$BIN" leases --data-dir "$W/oooi-data" | tail -n +2 | wc -l)"
+echo "   leases in the store: $("$BIN" leases --data-dir "$DATA" | tail -n +2 | wc -l)"
 
 echo "== kea-dhcp4 $(kea-dhcp4 -V | head -1) (memfile, persist: appended to a CSV, no fsync)"
 KEA_PIDFILE_DIR="$W/kea" KEA_LOCKFILE_DIR="$W/kea" taskset -c 0 \
