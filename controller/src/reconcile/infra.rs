@@ -72,7 +72,7 @@ pub fn attachments_of(ctx: &Context, ns: &str, infra: &str) -> Vec<InfraClusterA
         .iter()
         .map(|a| (**a).clone())
         .collect();
-    out.sort_by(|a, b| a.name_any().cmp(&b.name_any()));
+    out.sort_by_key(|a| a.name_any());
     out
 }
 
