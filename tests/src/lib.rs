@@ -567,6 +567,8 @@ impl Backend {
                 let Ok((tcp, _)) = listener.accept().await else {
                     continue;
                 };
+                // Without it, Nagle and delayed ACKs add ~40 ms to the banner.
+                let _ = tcp.set_nodelay(true);
                 let acceptor = acceptor.clone();
                 let banner = banner.clone();
                 tokio::spawn(async move {
@@ -649,7 +651,9 @@ async fn connect_from(source: Option<IpAddr>, target: SocketAddr) -> Result<TcpS
     if let Some(src) = source {
         sock.bind(SocketAddr::new(src, 0))?;
     }
-    Ok(tokio::time::timeout(Duration::from_secs(5), sock.connect(target)).await??)
+    let stream = tokio::time::timeout(Duration::from_secs(5), sock.connect(target)).await??;
+    stream.set_nodelay(true)?;
+    Ok(stream)
 }
 
 /// Opens a TLS connection through the proxy with the given SNI (None sends no
