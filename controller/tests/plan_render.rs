@@ -199,3 +199,14 @@ fn the_binary_prints_crds_and_writes_a_render_directory() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent.yaml"));
 }
+
+#[test]
+fn rendering_twice_gives_the_same_bytes() {
+    let f = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/two-clusters.yaml");
+    let once = || {
+        let mut input = RenderInput::default();
+        input.add_file(&f).unwrap();
+        render::to_yaml(&render::render(&input, render::OFFLINE_PUSH_TOKEN).unwrap()).unwrap()
+    };
+    assert_eq!(once(), once());
+}
