@@ -1,0 +1,1090 @@
+//! The local lab on a simulated VLAN (root).
+//!
+//! `oooi-vlan-lab up` renders `tests/lab/two-clusters.yaml` with
+//! `oooi-controller render`, then builds, out of network namespaces:
+//!
+//! - `<p>-vlan`: a bridge, the simulated VLAN (192.0.2.0/24 from the manifest);
+//! - `<p>-dhcp`, `<p>-dns`, `<p>-proxy`: one per infra pod, each with `net1`
+//!   on the bridge at the Infra's `serverIP`, running `oooi-dhcp`, `oooi-dns`
+//!   and Envoy with the filter from the rendered files only;
+//! - `<p>-mgmt`: the management pod network; TLS servers stand in for each
+//!   hosted cluster's kube-apiserver, oauth, ignition and konnectivity at the
+//!   Service names the routing table points to (the proxy resolves them
+//!   through `/etc/netns/<p>-proxy/hosts`, the lab's stand-in for cluster
+//!   DNS). The table is pushed from here to the proxy's pod address, as the
+//!   controller does;
+//! - `<p>-w-*`: worker VMs; each takes a lease with busybox `udhcpc`, resolves
+//!   `api.<cluster>.<base>` with `dig` through oooi-dns, and opens TLS through
+//!   Envoy by SNI and by the `kubernetes.default.svc` alias.
+//!
+//! Worker source addresses: the manifest's `ObservedCluster` fixtures give
+//! each worker's MAC and address, so render emits DHCP reservations and the
+//! source-scoped routes before any worker boots, and the workers get exactly
+//! those addresses. (In a cluster the controller learns them from VMIs and
+//! Machines after boot and pushes a new table.)
+//!
+//! Every step is printed with its result; the exit code is non-zero if any
+//! step failed. `--hold` keeps the lab up until Ctrl-C. `down` removes the
+//! namespaces and stops the processes of a lab, also one left by a crash.
+//! No traffic leaves the namespaces the lab created.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::{Parser, Subcommand};
+use serde_json::Value;
+
+#[derive(Parser)]
+#[command(about = "The oooi data plane on a simulated VLAN of network namespaces (root)")]
+struct Args {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+    #[command(flatten)]
+    up: UpArgs,
+}
+
+#[derive(clap::Args, Clone)]
+struct UpArgs {
+    /// Prefix of every namespace and of the state directory; two labs with
+    /// different prefixes can run side by side.
+    #[arg(long, default_value = "oooi-lab", global = true)]
+    prefix: String,
+    /// Manifests to render (Infra, InfraClusterAttachment, observed workers).
+    #[arg(long, global = true, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/lab/two-clusters.yaml"))]
+    manifests: PathBuf,
+    /// Keep everything running after the checks until Ctrl-C.
+    #[arg(long, global = true)]
+    hold: bool,
+    /// Leave the lab up when a step fails (remove it later with `down`).
+    #[arg(long, global = true)]
+    keep_on_failure: bool,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Build the lab, run the checks (the default).
+    Up,
+    /// Stop the processes and remove the namespaces of a lab (idempotent).
+    Down,
+    /// (internal) Serve TLS backends: NAME@IP:PORT ..., print `ready`.
+    #[command(hide = true)]
+    Backends { listen: Vec<String> },
+    /// (internal) Open TLS to ADDR with SNI and print the backend's name.
+    #[command(hide = true)]
+    Probe {
+        addr: SocketAddr,
+        #[arg(long)]
+        sni: Option<String>,
+    },
+    /// (internal) HTTP request: METHOD ADDR PATH [--token T] [--body FILE].
+    #[command(hide = true)]
+    Http {
+        method: String,
+        addr: SocketAddr,
+        path: String,
+        #[arg(long)]
+        token: Option<String>,
+        #[arg(long)]
+        body: Option<PathBuf>,
+    },
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    match args.cmd {
+        None | Some(Cmd::Up) => up(&args.up),
+        Some(Cmd::Down) => {
+            down(&args.up.prefix);
+            println!("lab `{}` is down", args.up.prefix);
+            Ok(())
+        }
+        Some(Cmd::Backends { listen }) => backends(&listen),
+        Some(Cmd::Probe { addr, sni }) => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let name = rt.block_on(oooi_tests::tls_probe(addr, sni.as_deref(), None))?;
+            println!("{name}");
+            Ok(())
+        }
+        Some(Cmd::Http {
+            method,
+            addr,
+            path,
+            token,
+            body,
+        }) => {
+            let body = match body {
+                Some(p) => std::fs::read(&p).with_context(|| format!("--body {}", p.display()))?,
+                None => Vec::new(),
+            };
+            let auth = token.map(|t| format!("Bearer {t}"));
+            let headers: Vec<(&str, &str)> = auth
+                .as_deref()
+                .map(|a| vec![("authorization", a)])
+                .unwrap_or_default();
+            let (status, text) = oooi_tests::http_blocking(addr, &method, &path, &headers, &body)?;
+            println!("{status} {}", text.trim());
+            if status == 200 {
+                Ok(())
+            } else {
+                bail!("HTTP {status}")
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- topology
+
+/// Where a lab keeps its files, pids and the list of its namespaces.
+fn state_dir(prefix: &str) -> PathBuf {
+    PathBuf::from("/run/oooi-vlan-lab").join(prefix)
+}
+
+/// Runs a command, failing with its stderr.
+fn run(args: &[&str]) -> Result<String> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .with_context(|| format!("cannot run `{}`", args[0]))?;
+    if !out.status.success() {
+        bail!(
+            "`{}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Stops every process and namespace of lab `prefix`. Safe to call twice,
+/// and after a crash: it reads only what the lab wrote to its state dir and
+/// the namespace names.
+fn down(prefix: &str) {
+    let dir = state_dir(prefix);
+    if let Ok(pids) = std::fs::read_to_string(dir.join("pids")) {
+        let pids: Vec<i32> = pids.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        for sig in ["-TERM", "-KILL"] {
+            for pid in &pids {
+                // Only a process still running in one of this lab's namespaces.
+                if in_lab_netns(*pid, prefix) {
+                    let _ = Command::new("kill")
+                        .args([sig, &pid.to_string()])
+                        .stderr(Stdio::null())
+                        .status();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+    let listed = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    for line in listed.lines() {
+        let name = line.split_whitespace().next().unwrap_or("");
+        if name.starts_with(&format!("{prefix}-")) {
+            let _ = Command::new("ip")
+                .args(["netns", "pids", name])
+                .output()
+                .map(|o| {
+                    for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                        let _ = Command::new("kill").args(["-KILL", pid]).status();
+                    }
+                });
+            let _ = Command::new("ip").args(["netns", "del", name]).status();
+            let _ = std::fs::remove_dir_all(Path::new("/etc/netns").join(name));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Whether `pid` runs in a network namespace named `<prefix>-*`.
+fn in_lab_netns(pid: i32, prefix: &str) -> bool {
+    let Ok(out) = Command::new("ip")
+        .args(["netns", "identify", &pid.to_string()])
+        .output()
+    else {
+        return false;
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .any(|n| n.starts_with(&format!("{prefix}-")))
+}
+
+/// A lab being built; tears itself down when dropped unless `keep` is set.
+struct Lab {
+    prefix: String,
+    dir: PathBuf,
+    keep: bool,
+    children: Vec<std::process::Child>,
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        down(&self.prefix);
+    }
+}
+
+impl Lab {
+    fn ns(&self, name: &str) -> String {
+        format!("{}-{name}", self.prefix)
+    }
+
+    fn add_ns(&self, name: &str) -> Result<String> {
+        let ns = self.ns(name);
+        run(&["ip", "netns", "add", &ns])?;
+        run(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    /// Plugs `ns` into the VLAN bridge as `net1`/`eth0` (`ifname`) with
+    /// `addr` (None: left to DHCP) and, when given, a fixed MAC.
+    fn plug(
+        &self,
+        ns: &str,
+        port: &str,
+        ifname: &str,
+        addr: Option<&str>,
+        mac: Option<&str>,
+    ) -> Result<()> {
+        let vlan = self.ns("vlan");
+        run(&[
+            "ip", "-n", &vlan, "link", "add", port, "type", "veth", "peer", "name", ifname,
+            "netns", ns,
+        ])?;
+        run(&[
+            "ip", "-n", &vlan, "link", "set", port, "master", "br0", "up",
+        ])?;
+        if let Some(mac) = mac {
+            run(&["ip", "-n", ns, "link", "set", ifname, "address", mac])?;
+        }
+        if let Some(a) = addr {
+            run(&["ip", "-n", ns, "addr", "add", a, "dev", ifname])?;
+        }
+        run(&["ip", "-n", ns, "link", "set", ifname, "up"])?;
+        Ok(())
+    }
+
+    /// Starts `args` in `ns`, logging to `<dir>/<log>.log`; records the pid.
+    fn spawn(&mut self, ns: &str, log: &str, args: &[&str]) -> Result<()> {
+        let logf = std::fs::File::create(self.dir.join(format!("{log}.log")))?;
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(logf.try_clone()?))
+            .stderr(Stdio::from(logf))
+            .spawn()
+            .with_context(|| format!("cannot start `{}`", args[0]))?;
+        self.record_pid(child.id())?;
+        self.children.push(child);
+        Ok(())
+    }
+
+    fn record_pid(&self, pid: u32) -> Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("pids"))?;
+        writeln!(f, "{pid}")?;
+        Ok(())
+    }
+
+    /// Runs this binary's internal subcommand `args` in `ns`.
+    fn me_in(&self, ns: &str, args: &[&str]) -> Result<String> {
+        let me = std::env::current_exe()?;
+        let me = me
+            .to_str()
+            .ok_or_else(|| anyhow!("binary path is not UTF-8"))?;
+        let mut all = vec!["ip", "netns", "exec", ns, me];
+        all.extend_from_slice(args);
+        run(&all).map(|s| s.trim().to_string())
+    }
+}
+
+// ---------------------------------------------------------------- binaries
+
+/// A sibling binary of this one (cargo puts every workspace binary in the
+/// same directory), or `$OOOI_<NAME>_BIN`.
+fn sibling(name: &str) -> Result<PathBuf> {
+    let var = format!(
+        "OOOI_{}_BIN",
+        name.trim_start_matches("oooi-").to_uppercase()
+    );
+    if let Ok(p) = std::env::var(&var) {
+        return Ok(PathBuf::from(p));
+    }
+    let me = std::env::current_exe()?;
+    let dir = me
+        .parent()
+        .ok_or_else(|| anyhow!("binary has no directory"))?;
+    // Integration tests run from target/<profile>/deps.
+    for d in [dir, dir.parent().unwrap_or(dir)] {
+        let p = d.join(name);
+        if p.exists() {
+            return Ok(p);
+        }
+    }
+    bail!(
+        "{name} not found beside {} (build it: cargo build -p {}; or set {var})",
+        dir.display(),
+        if name == "oooi-controller" {
+            "oooi-controller"
+        } else {
+            name
+        }
+    )
+}
+
+// ---------------------------------------------------------------- the run
+
+/// One line of the lab's report.
+struct Report {
+    failures: usize,
+    steps: usize,
+}
+
+impl Report {
+    fn step(&mut self, what: &str, want: &str, got: &str) -> bool {
+        let ok = got == want;
+        self.steps += 1;
+        self.failures += usize::from(!ok);
+        println!(
+            "  {:<58} {:<28} {}",
+            what,
+            got,
+            if ok {
+                "ok".to_string()
+            } else {
+                format!("FAILED (expected {want})")
+            }
+        );
+        ok
+    }
+}
+
+struct Worker {
+    name: &'static str,
+    mac: String,
+    /// (namespace, name) of its hosted cluster; None for a stranger.
+    cluster: Option<(String, String)>,
+    reserved: Option<Ipv4Addr>,
+}
+
+fn up(args: &UpArgs) -> Result<()> {
+    let t0 = Instant::now();
+    down(&args.prefix);
+    let dir = state_dir(&args.prefix);
+    std::fs::create_dir_all(&dir)?;
+    let mut lab = Lab {
+        prefix: args.prefix.clone(),
+        dir: dir.clone(),
+        keep: false,
+        children: Vec::new(),
+    };
+    let result = run_lab(&mut lab, args);
+    let elapsed = t0.elapsed();
+    match &result {
+        Ok(r) if r.failures == 0 => println!(
+            "\nsummary: all {} steps passed in {:.1} s (state and logs: {})",
+            r.steps,
+            elapsed.as_secs_f64(),
+            dir.display()
+        ),
+        Ok(r) => println!(
+            "\nsummary: {} of {} steps FAILED in {:.1} s (logs: {})",
+            r.failures,
+            r.steps,
+            elapsed.as_secs_f64(),
+            dir.display()
+        ),
+        Err(e) => println!(
+            "\nsummary: the lab could not be built: {e:#} (logs: {})",
+            dir.display()
+        ),
+    }
+    let failed = !matches!(&result, Ok(r) if r.failures == 0);
+    if failed && args.keep_on_failure {
+        lab.keep = true;
+        println!(
+            "kept for inspection; remove with: oooi-vlan-lab down --prefix {}",
+            args.prefix
+        );
+    } else if args.hold {
+        println!(
+            "holding; namespaces {}-*; e.g. `ip netns exec {}-w-a1 dig @192.0.2.3 api.a.example.com`. Ctrl-C stops and removes it",
+            args.prefix, args.prefix
+        );
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(tokio::signal::ctrl_c())?;
+    }
+    drop(lab);
+    match result {
+        Ok(r) if r.failures == 0 => Ok(()),
+        Ok(r) => bail!("{} step(s) failed", r.failures),
+        Err(e) => Err(e),
+    }
+}
+
+fn wait_until(secs: u64, what: &str, mut f: impl FnMut() -> Result<String>) -> Result<String> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        match f() {
+            Ok(v) => return Ok(v),
+            Err(e) if Instant::now() > deadline => bail!("{what}: {e:#}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
+fn json_file(p: &Path) -> Result<Value> {
+    let text =
+        std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not JSON", p.display()))
+}
+
+fn yaml_str(text: &str, key: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}:")))
+        .map(|v| v.trim().trim_matches('"').to_string())
+}
+
+fn run_lab(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
+    let mut report = Report {
+        failures: 0,
+        steps: 0,
+    };
+    let dir = lab.dir.clone();
+    let wasm = oooi_tests::filter_wasm()?;
+
+    // 1. Render.
+    println!(
+        "render: oooi-controller render -f {}",
+        args.manifests.display()
+    );
+    let render_dir = dir.join("render");
+    run(&[
+        sibling("oooi-controller")?.to_str().unwrap_or_default(),
+        "render",
+        "-f",
+        args.manifests.to_str().unwrap_or_default(),
+        "--filter-wasm",
+        wasm.to_str().unwrap_or_default(),
+        "--out",
+        render_dir.to_str().unwrap_or_default(),
+    ])?;
+    let files = render_dir.join("files");
+    let find = |suffix: &str| -> Result<PathBuf> {
+        walk(&files)
+            .into_iter()
+            .find(|p| p.to_string_lossy().ends_with(suffix))
+            .ok_or_else(|| anyhow!("render wrote no *{suffix}"))
+    };
+    let dhcp_cfg = find("-dhcp.yaml")?;
+    let dns_cfg = find("-dns.yaml")?;
+    let routes_file = find("-proxy-routes.json")?;
+    let envoy_src = find("-proxy-envoy/envoy.json")?;
+    let envoy_src = envoy_src
+        .parent()
+        .ok_or_else(|| anyhow!("envoy dir"))?
+        .to_path_buf();
+    let dhcp_text = std::fs::read_to_string(&dhcp_cfg)?;
+    let dns_text = std::fs::read_to_string(&dns_cfg)?;
+    let dhcp_ip =
+        yaml_str(&dhcp_text, "server_ip").ok_or_else(|| anyhow!("dhcp config: no server_ip"))?;
+    let subnet = yaml_str(&dhcp_text, "subnet").ok_or_else(|| anyhow!("dhcp config: no subnet"))?;
+    let plen = subnet
+        .split('/')
+        .nth(1)
+        .ok_or_else(|| anyhow!("dhcp config: subnet `{subnet}` has no prefix length"))?;
+    let iface = yaml_str(&dhcp_text, "interface").unwrap_or_else(|| "net1".into());
+    let dns_ip = dns_text
+        .lines()
+        .skip_while(|l| !l.contains("kind: vlan"))
+        .find_map(|l| l.trim().strip_prefix("- "))
+        .and_then(|a| a.split(':').next())
+        .ok_or_else(|| anyhow!("dns config: no vlan view listen address"))?
+        .to_string();
+    let proxy_ip = yaml_str(
+        dns_text
+            .lines()
+            .find(|l| l.trim_start().starts_with("proxy:"))
+            .unwrap_or("")
+            .trim(),
+        "proxy",
+    )
+    .ok_or_else(|| anyhow!("dns config: no proxy address"))?;
+    let routes = json_file(&routes_file)?;
+    let api_ecds = json_file(&envoy_src.join("ecds_oooi_table_api.json"))?;
+    let api_cfg: Value = serde_json::from_str(
+        api_ecds["resources"][0]["typed_config"]["config"]["configuration"]["value"]
+            .as_str()
+            .ok_or_else(|| anyhow!("ecds_oooi_table_api.json: no configuration"))?,
+    )?;
+    let token = api_cfg["push_token"]
+        .as_str()
+        .ok_or_else(|| anyhow!("no push_token"))?
+        .to_string();
+    let lds = std::fs::read_to_string(envoy_src.join("lds.json"))?;
+    let api_port = json_listener_port(&lds, "oooi_table_api")?;
+    println!(
+        "  dhcp {dhcp_ip} (reservations by MAC)  dns {dns_ip}  proxy {proxy_ip}  table API :{api_port}  {} routes",
+        routes["routes"].as_array().map_or(0, Vec::len)
+    );
+
+    // Control-plane services the table points to: one mgmt address each.
+    let mut services: BTreeMap<String, (Ipv4Addr, u16)> = BTreeMap::new();
+    for r in routes["routes"].as_array().into_iter().flatten() {
+        let host = r["upstream"]["address"]["host"].as_str().unwrap_or("");
+        let port = r["upstream"]["address"]["port"].as_u64().unwrap_or(0) as u16;
+        if host.ends_with(".svc.cluster.local") && !services.contains_key(host) {
+            let ip = Ipv4Addr::new(10, 128, 1, services.len() as u8 + 10);
+            services.insert(host.to_string(), (ip, port));
+        }
+    }
+    let backend_name = |host: &str| -> String {
+        let mut l = host.split('.');
+        let svc = l.next().unwrap_or("");
+        let ns = l.next().unwrap_or("");
+        format!("{ns}/{svc}")
+    };
+
+    // 2. Namespaces and the bridge.
+    println!(
+        "\ntopology: namespaces {}-{{vlan,mgmt,dhcp,dns,proxy,w-*}}",
+        lab.prefix
+    );
+    let vlan = lab.add_ns("vlan")?;
+    run(&["ip", "-n", &vlan, "link", "add", "br0", "type", "bridge"])?;
+    run(&["ip", "-n", &vlan, "link", "set", "br0", "up"])?;
+    let mgmt = lab.add_ns("mgmt")?;
+    let dhcp_ns = lab.add_ns("dhcp")?;
+    let dns_ns = lab.add_ns("dns")?;
+    let proxy_ns = lab.add_ns("proxy")?;
+    lab.plug(
+        &dhcp_ns,
+        "dhcp",
+        &iface,
+        Some(&format!("{dhcp_ip}/{plen}")),
+        None,
+    )?;
+    lab.plug(
+        &dns_ns,
+        "dns",
+        "net1",
+        Some(&format!("{dns_ip}/{plen}")),
+        None,
+    )?;
+    lab.plug(
+        &proxy_ns,
+        "proxy",
+        "net1",
+        Some(&format!("{proxy_ip}/{plen}")),
+        None,
+    )?;
+    // The proxy's pod interface to the management network.
+    run(&[
+        "ip", "-n", &proxy_ns, "link", "add", "eth0", "type", "veth", "peer", "name", "proxy",
+        "netns", &mgmt,
+    ])?;
+    run(&[
+        "ip",
+        "-n",
+        &proxy_ns,
+        "addr",
+        "add",
+        "10.128.0.2/16",
+        "dev",
+        "eth0",
+    ])?;
+    run(&["ip", "-n", &proxy_ns, "link", "set", "eth0", "up"])?;
+    run(&[
+        "ip",
+        "-n",
+        &mgmt,
+        "addr",
+        "add",
+        "10.128.0.1/16",
+        "dev",
+        "proxy",
+    ])?;
+    for (ip, _) in services.values() {
+        run(&[
+            "ip",
+            "-n",
+            &mgmt,
+            "addr",
+            "add",
+            &format!("{ip}/16"),
+            "dev",
+            "proxy",
+        ])?;
+    }
+    run(&["ip", "-n", &mgmt, "link", "set", "proxy", "up"])?;
+    // Cluster DNS stand-in for the proxy: `ip netns exec` mounts these over /etc.
+    let etc = Path::new("/etc/netns").join(&proxy_ns);
+    std::fs::create_dir_all(&etc)?;
+    let mut hosts = String::from("127.0.0.1 localhost\n");
+    for (host, (ip, _)) in &services {
+        hosts.push_str(&format!("{ip} {host}\n"));
+    }
+    std::fs::write(etc.join("hosts"), hosts)?;
+    std::fs::write(etc.join("resolv.conf"), "nameserver 10.128.0.1\n")?;
+
+    // 3. Simulated control planes in mgmt.
+    let listen: Vec<String> = services
+        .iter()
+        .map(|(host, (ip, port))| format!("{}@{ip}:{port}", backend_name(host)))
+        .collect();
+    start_backends(lab, &mgmt, &listen)?;
+    println!("control planes in {mgmt}:");
+    for (host, (ip, port)) in &services {
+        println!("  {:<28} {:<52} {ip}:{port}", backend_name(host), host);
+    }
+
+    // 4. oooi-dhcp, oooi-dns, Envoy.
+    let data = dir.join("dhcp-data");
+    std::fs::create_dir_all(&data)?;
+    let dhcp_bin = sibling("oooi-dhcp")?;
+    lab.spawn(
+        &dhcp_ns,
+        "oooi-dhcp",
+        &[
+            dhcp_bin.to_str().unwrap_or_default(),
+            "serve",
+            "--config",
+            dhcp_cfg.to_str().unwrap_or_default(),
+            "--data-dir",
+            data.to_str().unwrap_or_default(),
+            "--metrics-addr",
+            "127.0.0.1:9067",
+        ],
+    )?;
+    let dns_bin = sibling("oooi-dns")?;
+    lab.spawn(
+        &dns_ns,
+        "oooi-dns",
+        &[
+            dns_bin.to_str().unwrap_or_default(),
+            "serve",
+            "--config",
+            dns_cfg.to_str().unwrap_or_default(),
+        ],
+    )?;
+    // The ConfigMap and filter mounts of the proxy pod, as directories.
+    let envoy_dir = dir.join("envoy");
+    let filter_dir = dir.join("filter");
+    std::fs::create_dir_all(&envoy_dir)?;
+    std::fs::create_dir_all(&filter_dir)?;
+    for e in std::fs::read_dir(&envoy_src)? {
+        let e = e?;
+        let text = std::fs::read_to_string(e.path())?
+            .replace("/etc/oooi-envoy", envoy_dir.to_str().unwrap_or_default())
+            .replace("/etc/oooi-filter", filter_dir.to_str().unwrap_or_default());
+        std::fs::write(envoy_dir.join(e.file_name()), text)?;
+    }
+    let module_ref = walk(&envoy_dir)
+        .into_iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .find_map(|t| {
+            let at = t.find(filter_dir.to_str().unwrap_or("\u{0}"))?;
+            let rest = &t[at..];
+            Some(rest[..rest.find('"')?].to_string())
+        })
+        .ok_or_else(|| anyhow!("rendered Envoy config names no filter module"))?;
+    std::fs::copy(&wasm, &module_ref)?;
+    lab.spawn(
+        &proxy_ns,
+        "envoy",
+        &[
+            "envoy",
+            "-c",
+            envoy_dir.join("envoy.json").to_str().unwrap_or_default(),
+            "--use-dynamic-base-id",
+            "--concurrency",
+            "1",
+            "--log-level",
+            "warn",
+            "--component-log-level",
+            "wasm:info",
+        ],
+    )?;
+    let got = wait_until(15, "oooi-dhcp /healthz", || {
+        lab.me_in(&dhcp_ns, &["http", "GET", "127.0.0.1:9067", "/healthz"])
+    })
+    .map(|s| s.split_whitespace().next().unwrap_or("").to_string())
+    .unwrap_or_else(|e| format!("{e:#}"));
+    println!("\ninfra on the VLAN:");
+    report.step(
+        &format!("oooi-dhcp serving on {dhcp_ns}/{iface} {dhcp_ip}"),
+        "200",
+        &got,
+    );
+    let got = wait_until(15, "oooi-dns /healthz", || {
+        lab.me_in(&dns_ns, &["http", "GET", "127.0.0.1:9153", "/healthz"])
+    })
+    .map(|s| s.split_whitespace().next().unwrap_or("").to_string())
+    .unwrap_or_else(|e| format!("{e:#}"));
+    report.step(&format!("oooi-dns serving on {dns_ip}:53"), "200", &got);
+
+    // 5. Push the table from the management network, as the controller does.
+    let api = format!("10.128.0.2:{api_port}");
+    let got = wait_until(20, "push", || {
+        lab.me_in(
+            &mgmt,
+            &[
+                "http",
+                "PUT",
+                &api,
+                "/v1/routes",
+                "--token",
+                &token,
+                "--body",
+                routes_file.to_str().unwrap_or_default(),
+            ],
+        )
+    })
+    .map(|s| s.split_whitespace().next().unwrap_or("").to_string())
+    .unwrap_or_else(|e| format!("{e:#}"));
+    report.step(
+        &format!("push rendered table (generation 1) from mgmt to {api}"),
+        "200",
+        &got,
+    );
+
+    // 6. Workers.
+    let mut workers = Vec::new();
+    let mut n = 0;
+    for r in routes["routes"].as_array().into_iter().flatten() {
+        let (Some(src), Some(owner)) = (r["source"].as_str(), r["owner"].as_str()) else {
+            continue;
+        };
+        let ip: Ipv4Addr = src.trim_end_matches("/32").parse()?;
+        let mac = dhcp_text
+            .lines()
+            .collect::<Vec<_>>()
+            .windows(2)
+            .find(|w| w[1].contains(&format!("\"{ip}\"")))
+            .and_then(|w| w[0].split("mac:").nth(1))
+            .map(|m| m.trim().to_string())
+            .ok_or_else(|| anyhow!("no DHCP reservation for worker {ip}"))?;
+        let (ns, name) = owner
+            .split_once('/')
+            .ok_or_else(|| anyhow!("owner `{owner}`"))?;
+        n += 1;
+        workers.push(Worker {
+            name: if n == 1 { "w1" } else { "w2" },
+            mac,
+            cluster: Some((ns.to_string(), name.to_string())),
+            reserved: Some(ip),
+        });
+        if n == 2 {
+            break;
+        }
+    }
+    workers.push(Worker {
+        name: "x",
+        mac: "02:00:ee:00:00:01".into(),
+        cluster: None,
+        reserved: None,
+    });
+    let script = dir.join("udhcpc.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\ncase \"$1\" in\n  bound|renew) ip addr flush dev \"$interface\"; ip addr add \"$ip/$mask\" dev \"$interface\"; echo \"ip=$ip dns=$dns router=$router\" > \"$OOOI_LEASE\" ;;\nesac\nexit 0\n",
+    )?;
+    run(&["chmod", "+x", script.to_str().unwrap_or_default()])?;
+    let range_bound = |k: &str| -> Result<Ipv4Addr> {
+        dhcp_text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("{k}:")))
+            .map(|v| v.trim().trim_matches('"'))
+            .ok_or_else(|| anyhow!("dhcp config: no range {k}"))?
+            .parse()
+            .with_context(|| format!("dhcp config: range {k}"))
+    };
+    let range = (range_bound("start")?, range_bound("end")?);
+    let base = dns_text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("base_domain:"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+
+    for w in &workers {
+        let label = match &w.cluster {
+            Some((_, c)) => format!("worker {} of cluster {c}", w.name),
+            None => format!("worker {} of no cluster", w.name),
+        };
+        println!("\n{label} (MAC {}):", w.mac);
+        let ns = lab.add_ns(&format!("w-{}", w.name))?;
+        lab.plug(&ns, &format!("w-{}", w.name), "eth0", None, Some(&w.mac))?;
+        let lease_file = dir.join(format!("lease-{}", w.name));
+        let out = Command::new("timeout")
+            .args([
+                "15", "ip", "netns", "exec", &ns, "busybox", "udhcpc", "-f", "-q", "-n", "-i",
+                "eth0", "-t", "5", "-T", "1", "-A", "1", "-s",
+            ])
+            .arg(&script)
+            .env("OOOI_LEASE", &lease_file)
+            .output()?;
+        let lease = std::fs::read_to_string(&lease_file).unwrap_or_default();
+        let field = |k: &str| {
+            lease
+                .split_whitespace()
+                .find_map(|kv| kv.strip_prefix(&format!("{k}=")))
+                .unwrap_or("")
+                .to_string()
+        };
+        let ip = field("ip");
+        let got_dns = field("dns");
+        if !out.status.success() && ip.is_empty() {
+            report.step("udhcpc: lease", "a lease", "no lease");
+            continue;
+        }
+        match w.reserved {
+            Some(r) => report.step("udhcpc: lease (reservation by MAC)", &r.to_string(), &ip),
+            None => {
+                let in_range = ip
+                    .parse::<Ipv4Addr>()
+                    .is_ok_and(|a| a >= range.0 && a <= range.1);
+                report.step(
+                    "udhcpc: lease (dynamic)",
+                    &format!("in {}-{}", range.0, range.1),
+                    &if in_range {
+                        format!("in {}-{}", range.0, range.1)
+                    } else {
+                        ip.clone()
+                    },
+                )
+            }
+        };
+        report.step("udhcpc: DNS server option", &dns_ip, &got_dns);
+        let Some((cns, cluster)) = &w.cluster else {
+            // A machine on the VLAN that belongs to no cluster.
+            let got = probe(lab, &ns, &proxy_ip, 6443, Some("kubernetes.default.svc"));
+            report.step(
+                "alias kubernetes.default.svc from a non-worker",
+                "refused",
+                &got,
+            );
+            let got = probe(lab, &ns, &proxy_ip, 6443, None);
+            report.step("no SNI to :6443 from a non-worker", "refused", &got);
+            for (_, c) in workers.iter().filter_map(|w| w.cluster.clone()) {
+                let got = probe(lab, &ns, &proxy_ip, 6443, Some(&format!("api.{c}.{base}")));
+                report.step(
+                    &format!("api.{c}.{base} by SNI (public name, any source)"),
+                    &format!("clusters-{c}/kube-apiserver"),
+                    &got,
+                );
+            }
+            continue;
+        };
+        let fqdn = format!("api.{cluster}.{base}");
+        let resolved = lab
+            .run_in(
+                &ns,
+                &[
+                    "dig",
+                    "+short",
+                    "+time=2",
+                    "+tries=2",
+                    &format!("@{got_dns}"),
+                    &fqdn,
+                    "A",
+                ],
+            )
+            .map(|s| s.lines().next().unwrap_or("").to_string())
+            .unwrap_or_else(|e| format!("{e:#}"));
+        report.step(&format!("dig @{got_dns} {fqdn}"), &proxy_ip, &resolved);
+        // HyperShift's control-plane namespace is `<namespace>-<name>`.
+        let own = format!("{cns}-{cluster}/kube-apiserver");
+        let got = probe(lab, &ns, &resolved, 6443, Some(&fqdn));
+        report.step(&format!("TLS {fqdn}:6443 by SNI"), &own, &got);
+        let got = probe(
+            lab,
+            &ns,
+            &proxy_ip,
+            443,
+            Some(&format!("oauth.{cluster}.{base}")),
+        );
+        report.step(
+            &format!("TLS oauth.{cluster}.{base}:443 by SNI"),
+            &format!("{cns}-{cluster}/oauth-openshift"),
+            &got,
+        );
+        let got = probe(lab, &ns, &proxy_ip, 6443, Some("kubernetes.default.svc"));
+        report.step(
+            "TLS kubernetes.default.svc:6443 (alias, by source)",
+            &own,
+            &got,
+        );
+        let got = probe(lab, &ns, &proxy_ip, 6443, None);
+        report.step("TLS :6443 without SNI (by source)", &own, &got);
+    }
+    Ok(report)
+}
+
+impl Lab {
+    fn run_in(&self, ns: &str, args: &[&str]) -> Result<String> {
+        let mut all = vec!["ip", "netns", "exec", ns];
+        all.extend_from_slice(args);
+        run(&all)
+    }
+}
+
+/// TLS from `ns` to `ip:port`; the answering backend's name or `refused`.
+fn probe(lab: &Lab, ns: &str, ip: &str, port: u16, sni: Option<&str>) -> String {
+    let addr = format!("{ip}:{port}");
+    let mut args = vec!["probe", addr.as_str()];
+    if let Some(s) = sni {
+        args.extend(["--sni", s]);
+    }
+    lab.me_in(ns, &args)
+        .unwrap_or_else(|_| "refused".to_string())
+}
+
+/// Port of the listener whose filters name `marker` in the rendered LDS.
+fn json_listener_port(lds: &str, marker: &str) -> Result<u16> {
+    let v: Value = serde_json::from_str(lds)?;
+    for l in v["resources"].as_array().into_iter().flatten() {
+        if l.to_string().contains(marker) {
+            if let Some(p) = l["address"]["socket_address"]["port_value"].as_u64() {
+                return Ok(p as u16);
+            }
+        }
+    }
+    bail!("rendered lds.json has no listener with `{marker}`")
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn start_backends(lab: &mut Lab, ns: &str, listen: &[String]) -> Result<()> {
+    let me = std::env::current_exe()?;
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns])
+        .arg(me)
+        .arg("backends")
+        .args(listen)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(std::fs::File::create(
+            lab.dir.join("backends.log"),
+        )?))
+        .spawn()?;
+    lab.record_pid(child.id())?;
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        BufReader::new(out).read_line(&mut line)?;
+    }
+    lab.children.push(child);
+    if line.trim() != "ready" {
+        bail!(
+            "control-plane backends did not start: see {}",
+            lab.dir.join("backends.log").display()
+        );
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- backends
+
+/// Serves one TLS backend per `NAME@IP:PORT` that announces `backend=NAME`.
+fn backends(listen: &[String]) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        for spec in listen {
+            let (name, addr) = spec
+                .split_once('@')
+                .ok_or_else(|| anyhow!("backend `{spec}`: expected NAME@IP:PORT"))?;
+            let addr: SocketAddr = addr
+                .parse()
+                .with_context(|| format!("backend `{spec}`: address"))?;
+            serve_backend(name, addr).await?;
+        }
+        println!("ready");
+        std::io::stdout().flush()?;
+        std::future::pending::<()>().await;
+        Ok(())
+    })
+}
+
+async fn serve_backend(name: &str, addr: SocketAddr) -> Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut params = rcgen::CertificateParams::new(vec!["backend.test".to_string()])?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name.to_string());
+    let key = rcgen::KeyPair::generate()?;
+    let cert = params.self_signed(&key)?;
+    let key = rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der())
+        .map_err(|e| anyhow!("{e}"))?;
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_no_client_auth()
+    .with_single_cert(vec![cert.der().clone()], key)?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("backend {name}: bind {addr}"))?;
+    let banner = format!("backend={name}\n");
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = tcp.set_nodelay(true);
+            let acceptor = acceptor.clone();
+            let banner = banner.clone();
+            tokio::spawn(async move {
+                if let Ok(mut tls) = acceptor.accept(tcp).await {
+                    let _ = tls.write_all(banner.as_bytes()).await;
+                    let _ = tls.flush().await;
+                    let mut buf = [0u8; 1024];
+                    while let Ok(n) = tls.read(&mut buf).await {
+                        if n == 0 || tls.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    Ok(())
+}

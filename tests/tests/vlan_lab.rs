@@ -1,0 +1,153 @@
+//! The local lab end to end (root): `oooi-vlan-lab up --hold` on a simulated
+//! VLAN built from `tests/lab/two-clusters.yaml`, every step checked, then
+//! the lab process is killed with SIGKILL (a crash) and `down` must remove
+//! everything it left.
+//!
+//! Needs `oooi-controller`, `oooi-dhcp` and `oooi-dns` built beside the lab
+//! binary (`cargo test --workspace` builds them) or `OOOI_*_BIN`, the filter
+//! module (`OOOI_FILTER_WASM`), envoy, busybox and dig (`tools/dev setup`).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+fn lab() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_oooi-vlan-lab"))
+}
+
+fn namespaces(prefix: &str) -> Vec<String> {
+    let out = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip netns list");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&format!("{prefix}-")))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn two_clusters_on_a_simulated_vlan_then_down_after_a_crash() {
+    let prefix = format!("oooit{}", std::process::id());
+    let mut child = lab()
+        .args(["up", "--hold", "--prefix", &prefix])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the lab");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    let held = loop {
+        match rx.recv_timeout(Duration::from_secs(90)) {
+            Ok(l) => {
+                let done = l.starts_with("holding");
+                lines.push(l);
+                if done {
+                    break true;
+                }
+            }
+            Err(_) => break false,
+        }
+    };
+    let text = lines.join("\n");
+    println!("{text}");
+    let pids =
+        std::fs::read_to_string(format!("/run/oooi-vlan-lab/{prefix}/pids")).unwrap_or_default();
+
+    // Crash: the lab gets no chance to clean up.
+    let _ = child.kill();
+    let _ = child.wait();
+    let down = lab()
+        .args(["down", "--prefix", &prefix])
+        .output()
+        .expect("down");
+    assert!(down.status.success(), "down failed: {down:?}");
+    let again = lab()
+        .args(["down", "--prefix", &prefix])
+        .output()
+        .expect("down again");
+    assert!(again.status.success(), "second down failed: {again:?}");
+    assert!(
+        namespaces(&prefix).is_empty(),
+        "namespaces left: {:?}",
+        namespaces(&prefix)
+    );
+    for pid in pids.lines() {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        assert!(
+            stat.is_empty() || stat.contains(") Z "),
+            "lab process {pid} still running after down: {stat}"
+        );
+    }
+    assert!(!std::path::Path::new(&format!("/etc/netns/{prefix}-proxy")).exists());
+
+    assert!(held, "the lab never reached `holding`:\n{text}");
+    assert!(!text.contains("FAILED"), "a step failed:\n{text}");
+    let step = |what: &str, result: &str| {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains(what) && l.contains(result) && l.trim_end().ends_with("ok")),
+            "no passing step `{what}` -> `{result}`:\n{text}"
+        );
+    };
+    step("oooi-dhcp serving", "200");
+    step("oooi-dns serving", "200");
+    step("push rendered table", "200");
+    // Cluster a's worker.
+    step("lease (reservation by MAC)", "192.0.2.51");
+    step("dig @192.0.2.3 api.a.example.com", "192.0.2.4");
+    step(
+        "TLS api.a.example.com:6443 by SNI",
+        "clusters-a/kube-apiserver",
+    );
+    step(
+        "TLS oauth.a.example.com:443 by SNI",
+        "clusters-a/oauth-openshift",
+    );
+    // Cluster b's worker.
+    step("lease (reservation by MAC)", "192.0.2.61");
+    step("dig @192.0.2.3 api.b.example.com", "192.0.2.4");
+    step(
+        "TLS api.b.example.com:6443 by SNI",
+        "clusters-b/kube-apiserver",
+    );
+    // The alias and the no-SNI path go by source: each worker to its own.
+    let alias: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("kubernetes.default.svc:6443 (alias"))
+        .collect();
+    assert_eq!(alias.len(), 2, "{text}");
+    assert!(alias[0].contains("clusters-a/kube-apiserver") && alias[0].trim_end().ends_with("ok"));
+    assert!(alias[1].contains("clusters-b/kube-apiserver") && alias[1].trim_end().ends_with("ok"));
+    let nosni: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("without SNI (by source)"))
+        .collect();
+    assert_eq!(nosni.len(), 2, "{text}");
+    assert!(
+        nosni[0].contains("clusters-a/kube-apiserver")
+            && nosni[1].contains("clusters-b/kube-apiserver")
+    );
+    // A machine of no cluster: the alias and the no-SNI path are refused.
+    step("lease (dynamic)", "in 192.0.2.100-192.0.2.149");
+    step("alias kubernetes.default.svc from a non-worker", "refused");
+    step("no SNI to :6443 from a non-worker", "refused");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("summary: all ") && l.contains("steps passed")),
+        "{text}"
+    );
+}
