@@ -354,7 +354,7 @@ fn sibling(name: &str) -> Result<PathBuf> {
 
 // ---------------------------------------------------------------- the run
 
-/// One line of the lab's report.
+/// Counts the steps and the failed ones; prints each.
 struct Report {
     failures: usize,
     steps: usize,
@@ -380,7 +380,8 @@ impl Report {
 }
 
 struct Worker {
-    name: &'static str,
+    /// Its cluster's name, `none` for a machine of no cluster.
+    name: String,
     mac: String,
     /// (namespace, name) of its hosted cluster; None for a stranger.
     cluster: Option<(String, String)>,
@@ -428,7 +429,7 @@ fn up(args: &UpArgs) -> Result<()> {
         );
     } else if args.hold {
         println!(
-            "holding; namespaces {}-*; e.g. `ip netns exec {}-w-a1 dig @192.0.2.3 api.a.example.com`. Ctrl-C stops and removes it",
+            "holding; poke at it with e.g. `ip netns exec {}-w-a dig @192.0.2.3 api.a.example.com` or `ip netns exec {}-w-a bash`; Ctrl-C stops and removes it",
             args.prefix, args.prefix
         );
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -771,13 +772,26 @@ fn run_lab(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
     );
 
     // 6. Workers.
-    let mut workers = Vec::new();
-    let mut n = 0;
+    // One worker per hosted cluster: the first source-scoped route of each
+    // owner is a worker address, and its DHCP reservation gives the MAC.
+    let mut workers: Vec<Worker> = Vec::new();
     for r in routes["routes"].as_array().into_iter().flatten() {
         let (Some(src), Some(owner)) = (r["source"].as_str(), r["owner"].as_str()) else {
             continue;
         };
-        let ip: Ipv4Addr = src.trim_end_matches("/32").parse()?;
+        let (ns, name) = owner
+            .split_once('/')
+            .ok_or_else(|| anyhow!("route owner `{owner}` is not namespace/name"))?;
+        if workers
+            .iter()
+            .any(|w| w.cluster.as_ref().is_some_and(|c| c.1 == name && c.0 == ns))
+        {
+            continue;
+        }
+        let ip: Ipv4Addr = src
+            .trim_end_matches("/32")
+            .parse()
+            .with_context(|| format!("route source `{src}`"))?;
         let mac = dhcp_text
             .lines()
             .collect::<Vec<_>>()
@@ -786,22 +800,15 @@ fn run_lab(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
             .and_then(|w| w[0].split("mac:").nth(1))
             .map(|m| m.trim().to_string())
             .ok_or_else(|| anyhow!("no DHCP reservation for worker {ip}"))?;
-        let (ns, name) = owner
-            .split_once('/')
-            .ok_or_else(|| anyhow!("owner `{owner}`"))?;
-        n += 1;
         workers.push(Worker {
-            name: if n == 1 { "w1" } else { "w2" },
+            name: name.to_string(),
             mac,
             cluster: Some((ns.to_string(), name.to_string())),
             reserved: Some(ip),
         });
-        if n == 2 {
-            break;
-        }
     }
     workers.push(Worker {
-        name: "x",
+        name: "none".into(),
         mac: "02:00:ee:00:00:01".into(),
         cluster: None,
         reserved: None,
@@ -828,14 +835,15 @@ fn run_lab(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
         .map(|s| s.trim().to_string())
         .unwrap_or_default();
 
-    for w in &workers {
+    for (i, w) in workers.iter().enumerate() {
         let label = match &w.cluster {
-            Some((_, c)) => format!("worker {} of cluster {c}", w.name),
-            None => format!("worker {} of no cluster", w.name),
+            Some((_, c)) => format!("worker of cluster {c}"),
+            None => "a machine of no cluster".to_string(),
         };
         println!("\n{label} (MAC {}):", w.mac);
         let ns = lab.add_ns(&format!("w-{}", w.name))?;
-        lab.plug(&ns, &format!("w-{}", w.name), "eth0", None, Some(&w.mac))?;
+        // Bridge port names are short (15 bytes at most).
+        lab.plug(&ns, &format!("w{i}"), "eth0", None, Some(&w.mac))?;
         let lease_file = dir.join(format!("lease-{}", w.name));
         let out = Command::new("timeout")
             .args([
@@ -965,10 +973,10 @@ fn probe(lab: &Lab, ns: &str, ip: &str, port: u16, sni: Option<&str>) -> String 
 fn json_listener_port(lds: &str, marker: &str) -> Result<u16> {
     let v: Value = serde_json::from_str(lds)?;
     for l in v["resources"].as_array().into_iter().flatten() {
-        if l.to_string().contains(marker) {
-            if let Some(p) = l["address"]["socket_address"]["port_value"].as_u64() {
-                return Ok(p as u16);
-            }
+        if l.to_string().contains(marker)
+            && let Some(p) = l["address"]["socket_address"]["port_value"].as_u64()
+        {
+            return Ok(p as u16);
         }
     }
     bail!("rendered lds.json has no listener with `{marker}`")
