@@ -58,7 +58,6 @@ struct Inner {
     push_failures: Family<PushLabels, Counter>,
     leader: Gauge,
     optional_apis: Family<ApiLabels, Gauge>,
-    watch_to_push: Histogram,
 }
 
 /// Every metric of the controller process.
@@ -100,7 +99,6 @@ impl Metrics {
         let push_failures = Family::<PushLabels, Counter>::default();
         let leader = Gauge::default();
         let optional_apis = Family::<ApiLabels, Gauge>::default();
-        let watch_to_push = push_histogram();
         registry.register(
             "oooi_controller_reconciles",
             "Reconciliations started, by kind",
@@ -141,11 +139,6 @@ impl Metrics {
             "1 when an optional API (HyperShift, CAPI, KubeVirt) is served by the cluster",
             optional_apis.clone(),
         );
-        registry.register(
-            "oooi_controller_watch_to_push_seconds",
-            "From a worker-address watch event to the last Envoy replica in sync",
-            watch_to_push.clone(),
-        );
         Metrics(Arc::new(Inner {
             registry,
             reconciles,
@@ -156,7 +149,6 @@ impl Metrics {
             push_failures,
             leader,
             optional_apis,
-            watch_to_push,
         }))
     }
 
@@ -196,11 +188,6 @@ impl Metrics {
         if failed {
             self.0.push_failures.get_or_create(&labels).inc();
         }
-    }
-
-    /// Records the time from a watch event to every replica in sync.
-    pub fn watch_to_push(&self, took: Duration) {
-        self.0.watch_to_push.observe(took.as_secs_f64());
     }
 
     /// Sets the leader gauge.
