@@ -84,6 +84,19 @@ fn dhcp_children_carry_config_pvc_and_raw_socket_capability() {
         Some("Recreate")
     );
     let ctr = container(dep);
+    // The oooi-dhcp command line (`oooi-dhcp serve --help`).
+    assert_eq!(
+        ctr.args.clone().unwrap(),
+        [
+            "serve",
+            "--config",
+            "/etc/oooi-dhcp/config.yaml",
+            "--data-dir",
+            "/var/lib/oooi-dhcp",
+            "--metrics-addr",
+            "0.0.0.0:9067"
+        ]
+    );
     assert!(ctr.readiness_probe.as_ref().unwrap().http_get.is_some());
     assert!(ctr.liveness_probe.is_some());
     assert!(ctr.resources.as_ref().unwrap().requests.is_some());

@@ -422,9 +422,13 @@ fn worker_addresses(
     let mut out = BTreeSet::new();
     let mut covered = BTreeSet::new();
     for m in &cluster.machines {
-        let before = out.len();
-        out.extend(m.addresses.iter().filter_map(|s| usable(s)));
-        if out.len() > before || m.addresses.iter().any(|s| usable(s).is_some()) {
+        let mut any = false;
+        for a in m.addresses.iter().filter_map(|s| usable(s)) {
+            out.insert(a);
+            any = true;
+        }
+        // Only a Machine with a VLAN address stands in for its VMI.
+        if any {
             covered.insert(m.name.as_str());
         }
     }

@@ -25,8 +25,8 @@ pub const CONFIG_DIR: &str = "/etc/oooi-dhcp";
 pub const CONFIG_FILE: &str = "config.yaml";
 /// Lease store directory (the PVC).
 pub const DATA_DIR: &str = "/var/lib/oooi-dhcp";
-/// Health and metrics port of oooi-dhcp.
-pub const HTTP_PORT: i32 = 9167;
+/// Health and metrics port of oooi-dhcp (`serve --metrics-addr`).
+pub const HTTP_PORT: i32 = 9067;
 /// Capabilities: port 67 and SO_BINDTODEVICE on the VLAN interface.
 pub const CAPABILITIES: [&str; 2] = ["NET_BIND_SERVICE", "NET_RAW"];
 
@@ -183,7 +183,7 @@ pub fn children(server: &DHCPServer) -> anyhow::Result<Children> {
                 format!("{CONFIG_DIR}/{CONFIG_FILE}"),
                 "--data-dir".to_string(),
                 DATA_DIR.to_string(),
-                "--http".to_string(),
+                "--metrics-addr".to_string(),
                 format!("0.0.0.0:{HTTP_PORT}"),
             ],
             ports: vec![port("dhcp", 67, "UDP"), port("http", HTTP_PORT, "TCP")],
