@@ -393,3 +393,55 @@ fn infra_status_reads_readiness_from_deployments() {
     );
     assert_eq!(st.attachments.accepted, 1);
 }
+
+#[test]
+fn attachments_and_workers_change_configs_but_never_restart_pods() {
+    let i = infra("oooi", "vlan");
+    let one = plan_infra(
+        &i,
+        &[attachment("oooi", "c1", "vlan", "c1")],
+        &Observed::default(),
+    )
+    .desired
+    .unwrap();
+    let two = plan_infra(
+        &i,
+        &[
+            attachment("oooi", "c1", "vlan", "c1"),
+            attachment_yaml(
+                "oooi",
+                "c2",
+                "vlan",
+                "c2",
+                "c2",
+                "  services:\n    - {name: mcs, port: 22623, targetService: ignition-server-proxy, targetPort: 443}\n",
+            ),
+        ],
+        &observed(&[("c1", &["192.0.2.101"]), ("c2", &["192.0.2.121"])]),
+    )
+    .desired
+    .unwrap();
+    let (p1, p2) = (
+        plan::proxy::children(one.proxy.as_ref().unwrap(), TOKEN).unwrap(),
+        plan::proxy::children(two.proxy.as_ref().unwrap(), TOKEN).unwrap(),
+    );
+    assert_ne!(
+        p1.secret, p2.secret,
+        "the new listener port reaches Envoy's files"
+    );
+    assert_eq!(
+        p1.deployment, p2.deployment,
+        "Envoy watches its files: no rollout"
+    );
+    let (d1, d2) = (
+        plan::dns::children(one.dns.as_ref().unwrap()).unwrap(),
+        plan::dns::children(two.dns.as_ref().unwrap()).unwrap(),
+    );
+    assert_ne!(d1.config_map, d2.config_map);
+    assert_eq!(d1.deployment, d2.deployment, "oooi-dns reloads its file");
+    let (h1, h2) = (
+        plan::dhcp::children(one.dhcp.as_ref().unwrap()).unwrap(),
+        plan::dhcp::children(two.dhcp.as_ref().unwrap()).unwrap(),
+    );
+    assert_eq!(h1.deployment, h2.deployment, "oooi-dhcp reloads its file");
+}
