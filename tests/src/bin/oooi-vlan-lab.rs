@@ -462,6 +462,8 @@ fn json_file(p: &Path) -> Result<Value> {
     serde_json::from_str(&text).with_context(|| format!("{} is not JSON", p.display()))
 }
 
+/// The value of the top-level `key:` line of a config render wrote (its
+/// own, flat output format; the lab does not parse general YAML).
 fn yaml_str(text: &str, key: &str) -> Option<String> {
     text.lines()
         .find_map(|l| l.strip_prefix(&format!("{key}:")))
@@ -557,7 +559,13 @@ fn run_lab(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
         let host = r["upstream"]["address"]["host"].as_str().unwrap_or("");
         let port = r["upstream"]["address"]["port"].as_u64().unwrap_or(0) as u16;
         if host.ends_with(".svc.cluster.local") && !services.contains_key(host) {
-            let ip = Ipv4Addr::new(10, 128, 1, services.len() as u8 + 10);
+            let index = u8::try_from(services.len() + 10)
+                .ok()
+                .filter(|i| *i < 255)
+                .ok_or_else(|| {
+                    anyhow!("more control-plane Services than the lab's 10.128.1.0/24 holds")
+                })?;
+            let ip = Ipv4Addr::new(10, 128, 1, index);
             services.insert(host.to_string(), (ip, port));
         }
     }
