@@ -203,53 +203,57 @@ fn server_status(
 
 /// Reconciles a DHCPServer.
 pub async fn reconcile_dhcp(obj: Arc<DHCPServer>, ctx: Arc<Context>) -> Result<Action> {
-    let started = Instant::now();
-    let ns = namespace(&*obj)?;
-    let generation = obj.metadata.generation;
-    let (planned, digest, rollout) = match crate::plan::dhcp::children(&obj) {
-        Ok(children) => {
-            apply_children(&ctx, &ns, &children).await?;
-            let r = rollout(&ctx, &ns, &children.deployment.name_any());
-            (rollout_conditions(&r), config_digest(&children), r)
-        }
-        Err(e) => (invalid_conditions(&e), None, Rollout::default()),
-    };
-    let st = server_status(
+    reconcile_server(
+        &*obj,
         obj.status.as_ref(),
-        generation,
-        &planned,
-        &rollout,
-        digest,
+        "DHCPServer",
+        crate::plan::dhcp::children,
         &ctx,
-    );
-    patch_status(&ctx, &*obj, obj.status.as_ref(), &st).await?;
-    ctx.metrics.reconciled("DHCPServer", started.elapsed());
-    Ok(Action::requeue(RESYNC))
+    )
+    .await
 }
 
 /// Reconciles a DNSServer.
 pub async fn reconcile_dns(obj: Arc<DNSServer>, ctx: Arc<Context>) -> Result<Action> {
+    reconcile_server(
+        &*obj,
+        obj.status.as_ref(),
+        "DNSServer",
+        crate::plan::dns::children,
+        &ctx,
+    )
+    .await
+}
+
+/// The reconcile of a component whose children are all there is to it (DHCP,
+/// DNS): plan and apply the children, read the rollout, patch the status.
+async fn reconcile_server<K>(
+    obj: &K,
+    status: Option<&ServerStatus>,
+    kind: &'static str,
+    plan: fn(&K) -> anyhow::Result<Children>,
+    ctx: &Context,
+) -> Result<Action>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + DeserializeOwned
+        + Clone
+        + std::fmt::Debug,
+{
     let started = Instant::now();
-    let ns = namespace(&*obj)?;
-    let generation = obj.metadata.generation;
-    let (planned, digest, rollout) = match crate::plan::dns::children(&obj) {
+    let ns = namespace(obj)?;
+    let generation = obj.meta().generation;
+    let (planned, digest, rollout) = match plan(obj) {
         Ok(children) => {
-            apply_children(&ctx, &ns, &children).await?;
-            let r = rollout(&ctx, &ns, &children.deployment.name_any());
+            apply_children(ctx, &ns, &children).await?;
+            let r = rollout(ctx, &ns, &children.deployment.name_any());
             (rollout_conditions(&r), config_digest(&children), r)
         }
         Err(e) => (invalid_conditions(&e), None, Rollout::default()),
     };
-    let st = server_status(
-        obj.status.as_ref(),
-        generation,
-        &planned,
-        &rollout,
-        digest,
-        &ctx,
-    );
-    patch_status(&ctx, &*obj, obj.status.as_ref(), &st).await?;
-    ctx.metrics.reconciled("DNSServer", started.elapsed());
+    let st = server_status(status, generation, &planned, &rollout, digest, ctx);
+    patch_status(ctx, obj, status, &st).await?;
+    ctx.metrics.reconciled(kind, started.elapsed());
     Ok(Action::requeue(RESYNC))
 }
 
