@@ -543,6 +543,12 @@ impl Backend {
     /// Starts a backend named `name` on `ip` (a free port), in the current
     /// tokio runtime; it stops when dropped.
     pub async fn start(name: &str, ip: IpAddr) -> Result<Backend> {
+        Backend::start_on(name, SocketAddr::new(ip, 0)).await
+    }
+
+    /// Starts a backend named `name` on `addr` (port 0 picks a free one), in
+    /// the current tokio runtime; it stops when dropped.
+    pub async fn start_on(name: &str, addr: SocketAddr) -> Result<Backend> {
         let mut params = rcgen::CertificateParams::new(vec![format!("{name}.backend.test")])?;
         params
             .distinguished_name
@@ -559,7 +565,9 @@ impl Backend {
         .with_no_client_auth()
         .with_single_cert(certs, key)?;
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let listener = TcpListener::bind((ip, 0)).await?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("backend {name}: bind {addr}"))?;
         let addr = listener.local_addr()?;
         let banner = format!("backend={name}\n");
         let task = tokio::spawn(async move {

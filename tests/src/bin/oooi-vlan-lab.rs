@@ -33,7 +33,6 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -1043,6 +1042,8 @@ fn backends(listen: &[String]) -> Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async {
+        // Held until the process is killed: a Backend stops when dropped.
+        let mut running = Vec::new();
         for spec in listen {
             let (name, addr) = spec
                 .split_once('@')
@@ -1050,57 +1051,11 @@ fn backends(listen: &[String]) -> Result<()> {
             let addr: SocketAddr = addr
                 .parse()
                 .with_context(|| format!("backend `{spec}`: address"))?;
-            serve_backend(name, addr).await?;
+            running.push(oooi_tests::Backend::start_on(name, addr).await?);
         }
         println!("ready");
         std::io::stdout().flush()?;
         std::future::pending::<()>().await;
         Ok(())
     })
-}
-
-async fn serve_backend(name: &str, addr: SocketAddr) -> Result<()> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut params = rcgen::CertificateParams::new(vec!["backend.test".to_string()])?;
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, name.to_string());
-    let key = rcgen::KeyPair::generate()?;
-    let cert = params.self_signed(&key)?;
-    let key = rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der())
-        .map_err(|e| anyhow!("{e}"))?;
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_no_client_auth()
-    .with_single_cert(vec![cert.der().clone()], key)?;
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("backend {name}: bind {addr}"))?;
-    let banner = format!("backend={name}\n");
-    tokio::spawn(async move {
-        loop {
-            let Ok((tcp, _)) = listener.accept().await else {
-                continue;
-            };
-            let _ = tcp.set_nodelay(true);
-            let acceptor = acceptor.clone();
-            let banner = banner.clone();
-            tokio::spawn(async move {
-                if let Ok(mut tls) = acceptor.accept(tcp).await {
-                    let _ = tls.write_all(banner.as_bytes()).await;
-                    let _ = tls.flush().await;
-                    let mut buf = [0u8; 1024];
-                    while let Ok(n) = tls.read(&mut buf).await {
-                        if n == 0 || tls.write_all(&buf[..n]).await.is_err() {
-                            break;
-                        }
-                    }
-                }
-            });
-        }
-    });
-    Ok(())
 }
