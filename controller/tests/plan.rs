@@ -52,6 +52,7 @@ fn defaults_follow_hypershift() {
         .map(|r| match &r.matches {
             RouteMatch::Sni(s) => (r.port, s.clone(), r.upstream.clone()),
             RouteMatch::Source(c) => (r.port, c.to_string(), r.upstream.clone()),
+            RouteMatch::SniFrom { sni, .. } => (r.port, sni.clone(), r.upstream.clone()),
         })
         .collect();
     let ns = "clusters-c1.svc.cluster.local";

@@ -17,6 +17,7 @@ pub mod dns;
 pub mod infra;
 pub mod labels;
 pub mod network;
+pub mod network_policy;
 pub mod observed;
 pub mod proxy;
 pub mod workload;

@@ -12,31 +12,26 @@
 //! attachment goes. The Infra re-plans on the attachment's deletion (its
 //! routes, DNS names and DHCP reservations leave the derived objects).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::networking::v1::{
-    NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicySpec,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 
 use super::apply::apply;
-use super::infra::{OWNER_NAMESPACE_LABEL, condition_status, plan};
+use super::infra::{condition_status, plan};
 use super::stores::cached;
 use super::{Context, Error, Result};
 use crate::crd::{
     AttachmentTotals, FINALIZER, Infra, InfraClusterAttachment, ProxyServer, condition, status,
 };
 use crate::plan::infra::{InfraPlan, attachment_status};
-use crate::plan::labels::{APP_NAME, Component, INFRA_LABEL, MANAGED_BY, selector};
-
-/// Label naming the attachment a cross-namespace object belongs to.
-pub const ATTACHMENT_LABEL: &str = "hostedcluster.densityops.com/attachment";
+use crate::plan::labels::Component;
+pub use crate::plan::network_policy::{ATTACHMENT_LABEL, OWNER_NAMESPACE_LABEL};
+use crate::plan::network_policy::control_plane_policy;
 
 const RESYNC: Duration = Duration::from_secs(300);
 
@@ -54,76 +49,6 @@ pub async fn reconcile(att: Arc<InfraClusterAttachment>, ctx: Arc<Context>) -> R
     })
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)))
-}
-
-/// Name of the NetworkPolicy an attachment keeps in its control-plane
-/// namespace (one per Infra, so two Infras never share it).
-pub fn policy_name(infra_namespace: &str, infra: &str) -> String {
-    let name = format!("oooi-proxy-{infra_namespace}-{infra}");
-    // A DNS subdomain allows 253; keep to a label's 63 for readability.
-    if name.len() <= 63 {
-        name
-    } else {
-        use sha2::Digest;
-        let h = hex::encode(sha2::Sha256::digest(name.as_bytes()));
-        format!("oooi-proxy-{}", &h[..20])
-    }
-}
-
-/// The NetworkPolicy letting the Envoy pods of Infra `infra_ns/infra` reach
-/// every pod of the control-plane namespace `cp_ns`. Ports are not listed:
-/// a Service port (what the attachment names) is not always the pod port.
-pub fn proxy_ingress_policy(
-    attachment: &InfraClusterAttachment,
-    infra_ns: &str,
-    infra: &str,
-    cp_ns: &str,
-) -> NetworkPolicy {
-    let mut labels = BTreeMap::from([
-        ("app.kubernetes.io/name".to_string(), APP_NAME.to_string()),
-        (
-            "app.kubernetes.io/component".to_string(),
-            "proxy".to_string(),
-        ),
-        ("app.kubernetes.io/instance".to_string(), infra.to_string()),
-        (
-            "app.kubernetes.io/managed-by".to_string(),
-            MANAGED_BY.to_string(),
-        ),
-        (INFRA_LABEL.to_string(), infra.to_string()),
-        (OWNER_NAMESPACE_LABEL.to_string(), infra_ns.to_string()),
-    ]);
-    labels.insert(ATTACHMENT_LABEL.to_string(), attachment.name_any());
-    NetworkPolicy {
-        metadata: ObjectMeta {
-            name: Some(policy_name(infra_ns, infra)),
-            namespace: Some(cp_ns.to_string()),
-            labels: Some(labels),
-            ..ObjectMeta::default()
-        },
-        spec: Some(NetworkPolicySpec {
-            pod_selector: Some(LabelSelector::default()),
-            policy_types: Some(vec!["Ingress".to_string()]),
-            ingress: Some(vec![NetworkPolicyIngressRule {
-                from: Some(vec![NetworkPolicyPeer {
-                    namespace_selector: Some(LabelSelector {
-                        match_labels: Some(BTreeMap::from([(
-                            "kubernetes.io/metadata.name".to_string(),
-                            infra_ns.to_string(),
-                        )])),
-                        ..LabelSelector::default()
-                    }),
-                    pod_selector: Some(LabelSelector {
-                        match_labels: Some(selector(infra, Component::Proxy)),
-                        ..LabelSelector::default()
-                    }),
-                    ..NetworkPolicyPeer::default()
-                }]),
-                ..NetworkPolicyIngressRule::default()
-            }]),
-            ..NetworkPolicySpec::default()
-        }),
-    }
 }
 
 /// NetworkPolicies this attachment made (any namespace).
@@ -178,17 +103,9 @@ async fn apply_attachment(att: &InfraClusterAttachment, ctx: &Context) -> Result
     });
     let st = attachment_status(att, &plan, routes_synced, &(ctx.now)());
 
-    // The control-plane NetworkPolicy, while accepted.
-    let outcome = plan.attachments.iter().find(|o| o.name == att.name_any());
-    let desired = match outcome {
-        Some(o) if o.accepted() && plan.desired.is_some() => Some(proxy_ingress_policy(
-            att,
-            &ns,
-            infra_name,
-            &o.control_plane_namespace,
-        )),
-        _ => None,
-    };
+    // The control-plane NetworkPolicy, while accepted (planned in
+    // `plan::network_policy`; applied or deleted here).
+    let desired = control_plane_policy(&plan, &att.name_any(), &ns, infra_name);
     for p in policies_of(ctx, att) {
         let keep = desired.as_ref().is_some_and(|d| {
             d.metadata.name == p.metadata.name && d.metadata.namespace == p.metadata.namespace

@@ -330,9 +330,7 @@ pub fn foreign_policies(ctx: &Context, infra: &Infra) -> Vec<Arc<NetworkPolicy>>
     })
 }
 
-/// Label naming the namespace of the Infra a cross-namespace object belongs
-/// to (the Infra label alone is ambiguous across namespaces).
-pub const OWNER_NAMESPACE_LABEL: &str = "hostedcluster.densityops.com/infra-namespace";
+pub use crate::plan::network_policy::OWNER_NAMESPACE_LABEL;
 
 async fn cleanup(infra: &Infra, ctx: &Context) -> Result<Action> {
     for p in foreign_policies(ctx, infra) {

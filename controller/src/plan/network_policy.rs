@@ -1,0 +1,155 @@
+//! NetworkPolicies the controller keeps outside the Infra's namespace.
+//!
+//! HyperShift's own policies in a hosted cluster's control-plane namespace
+//! admit only known peers, so each accepted attachment gets one policy there
+//! that lets the Infra's Envoy pods in. It lives in another namespace than
+//! its Infra, so no owner reference can garbage-collect it: it carries
+//! labels naming its Infra (with the Infra's namespace) and its attachment,
+//! and the finalizers of both delete it.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicySpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+
+use super::infra::InfraPlan;
+use super::labels::{Component, labels, selector};
+
+/// Label naming the attachment a cross-namespace object belongs to.
+pub const ATTACHMENT_LABEL: &str = "hostedcluster.densityops.com/attachment";
+/// Label naming the namespace of the Infra a cross-namespace object belongs
+/// to (the Infra label alone is ambiguous across namespaces).
+pub const OWNER_NAMESPACE_LABEL: &str = "hostedcluster.densityops.com/infra-namespace";
+
+/// Name of the NetworkPolicy an attachment keeps in its control-plane
+/// namespace (one per Infra, so two Infras never share it).
+pub fn policy_name(infra_namespace: &str, infra: &str) -> String {
+    let name = format!("oooi-proxy-{infra_namespace}-{infra}");
+    // A DNS subdomain allows 253; keep to a label's 63 for readability.
+    if name.len() <= 63 {
+        name
+    } else {
+        use sha2::Digest;
+        let h = hex::encode(sha2::Sha256::digest(name.as_bytes()));
+        format!("oooi-proxy-{}", &h[..20])
+    }
+}
+
+/// The NetworkPolicy letting the Envoy pods of Infra `infra_ns/infra` reach
+/// every pod of the control-plane namespace `cp_ns`, on behalf of the
+/// attachment `attachment`. Ports are not listed: a Service port (what the
+/// attachment names) is not always the pod port.
+pub fn proxy_ingress_policy(
+    attachment: &str,
+    infra_ns: &str,
+    infra: &str,
+    cp_ns: &str,
+) -> NetworkPolicy {
+    let mut meta_labels = labels(infra, Component::Proxy);
+    meta_labels.insert(OWNER_NAMESPACE_LABEL.to_string(), infra_ns.to_string());
+    meta_labels.insert(ATTACHMENT_LABEL.to_string(), attachment.to_string());
+    NetworkPolicy {
+        metadata: ObjectMeta {
+            name: Some(policy_name(infra_ns, infra)),
+            namespace: Some(cp_ns.to_string()),
+            labels: Some(meta_labels),
+            ..ObjectMeta::default()
+        },
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(LabelSelector::default()),
+            policy_types: Some(vec!["Ingress".to_string()]),
+            ingress: Some(vec![NetworkPolicyIngressRule {
+                from: Some(vec![NetworkPolicyPeer {
+                    namespace_selector: Some(LabelSelector {
+                        match_labels: Some(BTreeMap::from([(
+                            "kubernetes.io/metadata.name".to_string(),
+                            infra_ns.to_string(),
+                        )])),
+                        ..LabelSelector::default()
+                    }),
+                    pod_selector: Some(LabelSelector {
+                        match_labels: Some(selector(infra, Component::Proxy)),
+                        ..LabelSelector::default()
+                    }),
+                    ..NetworkPolicyPeer::default()
+                }]),
+                ..NetworkPolicyIngressRule::default()
+            }]),
+            ..NetworkPolicySpec::default()
+        }),
+    }
+}
+
+/// The control-plane policy attachment `attachment` of the planned Infra
+/// `infra_ns/infra` should have: one while the attachment is accepted and
+/// the Infra's spec is valid, none otherwise (an excluded attachment, or an
+/// Infra that is missing or invalid, opens nothing).
+pub fn control_plane_policy(
+    plan: &InfraPlan,
+    attachment: &str,
+    infra_ns: &str,
+    infra: &str,
+) -> Option<NetworkPolicy> {
+    if plan.desired.is_none() {
+        return None;
+    }
+    let outcome = plan.attachments.iter().find(|o| o.name == attachment)?;
+    outcome.accepted().then(|| {
+        proxy_ingress_policy(
+            attachment,
+            infra_ns,
+            infra,
+            &outcome.control_plane_namespace,
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_admits_only_the_infras_envoy_pods_into_the_control_plane() {
+        let p = proxy_ingress_policy("c1", "oooi", "vlan200", "clusters-c1");
+        assert_eq!(p.metadata.name.as_deref(), Some("oooi-proxy-oooi-vlan200"));
+        assert_eq!(p.metadata.namespace.as_deref(), Some("clusters-c1"));
+        let l = p.metadata.labels.as_ref().unwrap();
+        assert_eq!(l[ATTACHMENT_LABEL], "c1");
+        assert_eq!(l[OWNER_NAMESPACE_LABEL], "oooi");
+        assert_eq!(l["hostedcluster.densityops.com/infra"], "vlan200");
+        assert_eq!(l["app.kubernetes.io/managed-by"], "oooi-controller");
+        let spec = p.spec.unwrap();
+        // Every pod of the control-plane namespace, ingress only.
+        assert_eq!(spec.pod_selector, Some(LabelSelector::default()));
+        assert_eq!(spec.policy_types, Some(vec!["Ingress".to_string()]));
+        let rules = spec.ingress.unwrap();
+        assert_eq!(rules.len(), 1);
+        assert!(rules[0].ports.is_none(), "Service ports are not pod ports");
+        let peers = rules[0].from.as_ref().unwrap();
+        assert_eq!(peers.len(), 1);
+        let ns = peers[0].namespace_selector.as_ref().unwrap();
+        assert_eq!(
+            ns.match_labels.as_ref().unwrap()["kubernetes.io/metadata.name"],
+            "oooi"
+        );
+        let pods = peers[0].pod_selector.as_ref().unwrap();
+        assert_eq!(
+            pods.match_labels.as_ref().unwrap(),
+            &selector("vlan200", Component::Proxy)
+        );
+    }
+
+    #[test]
+    fn long_names_are_hashed_to_a_stable_label_sized_name() {
+        let ns = "n".repeat(40);
+        let a = policy_name(&ns, "infra-with-a-long-name");
+        let b = policy_name(&ns, "infra-with-a-long-name");
+        assert_eq!(a, b);
+        assert!(a.len() <= 63, "{a}");
+        assert!(a.starts_with("oooi-proxy-"));
+        assert_ne!(a, policy_name(&ns, "infra-with-a-long-namf"));
+        assert_eq!(policy_name("oooi", "v"), "oooi-proxy-oooi-v");
+    }
+}
