@@ -30,8 +30,8 @@ use crate::crd::{
 };
 use crate::plan::infra::{InfraPlan, attachment_status};
 use crate::plan::labels::Component;
-pub use crate::plan::network_policy::{ATTACHMENT_LABEL, OWNER_NAMESPACE_LABEL};
 use crate::plan::network_policy::control_plane_policy;
+pub use crate::plan::network_policy::{ATTACHMENT_LABEL, OWNER_NAMESPACE_LABEL};
 
 const RESYNC: Duration = Duration::from_secs(300);
 
