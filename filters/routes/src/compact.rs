@@ -6,9 +6,15 @@
 //!
 //! Layout (little endian): magic `OOOIRT\x01\0`, generation `u64`, digest
 //! (`u8` length + bytes), route count `u32`, then per route: port `u16`, match
-//! tag `u8` (0 SNI + str, 1 IPv4 + prefix, 2 IPv6 + prefix), upstream tag `u8`
-//! (0 cluster + str, 1 host str + port `u16`), owner flag `u8` (+ str). A str
-//! is a `u16` length and UTF-8 bytes.
+//! tag `u8` (0 SNI + str, 1 IPv4 + prefix, 2 IPv6 + prefix, 3 SNI + str +
+//! allowed sources), upstream tag `u8` (0 cluster + str, 1 host str + port
+//! `u16`), owner flag `u8` (+ str). A str is a `u16` length and UTF-8 bytes;
+//! allowed sources are a `u16` count, then per entry a family `u8` (4 or 6),
+//! the address octets and the prefix `u8`.
+//!
+//! Tag 3 came with `sources`; a table without restricted routes encodes
+//! exactly as before, so only tables that use `sources` need a filter that
+//! knows the tag (an older one refuses them as unreadable and keeps its table).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -44,6 +50,26 @@ pub fn encode(table: &RouteTable, digest: &str) -> Vec<u8> {
                     out.push(c.prefix());
                 }
             },
+            RouteMatch::SniFrom { sni, sources } => {
+                out.push(3);
+                put_str(&mut out, sni);
+                // Validated tables hold at most MAX_ROUTE_SOURCES (< u16::MAX).
+                let n = sources.len().min(u16::MAX as usize);
+                out.extend_from_slice(&(n as u16).to_le_bytes());
+                for c in &sources[..n] {
+                    match c.addr() {
+                        IpAddr::V4(a) => {
+                            out.push(4);
+                            out.extend_from_slice(&a.octets());
+                        }
+                        IpAddr::V6(a) => {
+                            out.push(6);
+                            out.extend_from_slice(&a.octets());
+                        }
+                    }
+                    out.push(c.prefix());
+                }
+            }
         }
         match &r.upstream {
             Upstream::Cluster(name) => {
@@ -106,6 +132,30 @@ pub fn decode(bytes: &[u8]) -> Result<(RouteTable, String), String> {
                 let o: [u8; 16] = r.take(16)?.try_into().map_err(|_| "short v6")?;
                 let p = r.u8()?;
                 RouteMatch::Source(Cidr::new(IpAddr::V6(Ipv6Addr::from(o)), p)?)
+            }
+            3 => {
+                let sni = r.str()?;
+                let n = r.u16()? as usize;
+                // Each entry takes at least 6 bytes: refuse absurd counts before allocating.
+                if n > (bytes.len() - r.pos) / 6 {
+                    return Err("source count exceeds the data".into());
+                }
+                let mut sources = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let addr = match r.u8()? {
+                        4 => {
+                            let o: [u8; 4] = r.take(4)?.try_into().map_err(|_| "short v4")?;
+                            IpAddr::V4(Ipv4Addr::from(o))
+                        }
+                        6 => {
+                            let o: [u8; 16] = r.take(16)?.try_into().map_err(|_| "short v6")?;
+                            IpAddr::V6(Ipv6Addr::from(o))
+                        }
+                        f => return Err(format!("bad source family {f}")),
+                    };
+                    sources.push(Cidr::new(addr, r.u8()?)?);
+                }
+                RouteMatch::SniFrom { sni, sources }
             }
             t => return Err(format!("bad match tag {t}")),
         };

@@ -24,6 +24,6 @@ mod table;
 
 pub use matcher::{Decision, MatchKind, Refusal, Router};
 pub use table::{
-    Cidr, KUBERNETES_ALIASES, MAX_DOCUMENT_BYTES, MAX_ROUTES, Route, RouteMatch, RouteTable,
-    TableError, Upstream, is_kubernetes_alias, normalize_sni,
+    Cidr, KUBERNETES_ALIASES, MAX_DOCUMENT_BYTES, MAX_ROUTE_SOURCES, MAX_ROUTES, Route, RouteMatch,
+    RouteTable, TableError, Upstream, is_kubernetes_alias, normalize_sni,
 };

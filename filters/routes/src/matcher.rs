@@ -1,11 +1,12 @@
 //! The compiled index and the per-connection decision.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::net::IpAddr;
 
 use crate::table::{
-    Route, RouteMatch, RouteTable, Upstream, addr_bits, is_kubernetes_alias, mask, normalize_sni,
+    Cidr, Route, RouteMatch, RouteTable, Upstream, addr_bits, canonical_sources,
+    is_kubernetes_alias, mask, normalize_sni,
 };
 
 /// How a forwarded connection matched.
@@ -46,6 +47,9 @@ pub enum Refusal {
     AliasFromUnknownSource,
     /// The source address could not be read or parsed.
     NoSourceAddress,
+    /// The SNI matches a route restricted to other source addresses
+    /// (`sources`); the connection is not tried against any other route.
+    SourceNotAllowed,
 }
 
 impl Refusal {
@@ -58,17 +62,19 @@ impl Refusal {
             Refusal::UnknownSource => "unknown_source",
             Refusal::AliasFromUnknownSource => "alias_from_unknown_source",
             Refusal::NoSourceAddress => "no_source_address",
+            Refusal::SourceNotAllowed => "source_not_allowed",
         }
     }
 
     /// Every refusal, for metric registration.
-    pub const ALL: [Refusal; 6] = [
+    pub const ALL: [Refusal; 7] = [
         Refusal::NoTable,
         Refusal::UnknownPort,
         Refusal::UnknownSni,
         Refusal::UnknownSource,
         Refusal::AliasFromUnknownSource,
         Refusal::NoSourceAddress,
+        Refusal::SourceNotAllowed,
     ];
 }
 
@@ -102,6 +108,47 @@ struct PortIndex {
     v6: Vec<(u8, HashMap<u128, u32>)>,
 }
 
+/// The allowed sources of a restricted SNI route, compiled: single
+/// addresses in hash sets (a cluster's workers), networks in a short list.
+/// A check is one hash probe plus a scan of the networks, with no allocation.
+#[derive(Debug, Default)]
+struct SourceSet {
+    v4: HashSet<u32>,
+    v6: HashSet<u128>,
+    nets: Vec<Cidr>,
+}
+
+impl SourceSet {
+    fn new(sources: &[Cidr]) -> SourceSet {
+        let mut set = SourceSet::default();
+        for c in sources {
+            match c.addr() {
+                IpAddr::V4(a) if c.prefix() == 32 => {
+                    set.v4.insert(u32::from(a));
+                }
+                IpAddr::V6(a) if c.prefix() == 128 => {
+                    set.v6.insert(u128::from(a));
+                }
+                _ => set.nets.push(*c),
+            }
+        }
+        // Wider networks first: they catch the most addresses.
+        set.nets.sort_by_key(|c| c.prefix());
+        set
+    }
+
+    fn contains(&self, ip: IpAddr) -> bool {
+        let hit = match ip {
+            IpAddr::V4(a) => self.v4.contains(&u32::from(a)),
+            IpAddr::V6(a) => self.v6.contains(&u128::from(a)),
+        };
+        hit || self.nets.iter().any(|c| c.contains(ip))
+    }
+}
+
+/// `route_sources` value of a route any source may use.
+const UNRESTRICTED: u32 = u32::MAX;
+
 /// A routing table compiled for lookups.
 #[derive(Debug)]
 pub struct Router {
@@ -111,6 +158,10 @@ pub struct Router {
     /// Distinct upstreams; `route_upstream[i]` indexes into it.
     upstreams: Vec<Upstream>,
     route_upstream: Vec<u32>,
+    /// Distinct allowed-source sets; `route_sources[i]` indexes into it, or
+    /// is [`UNRESTRICTED`]. A cluster's routes share one set.
+    source_sets: Vec<SourceSet>,
+    route_sources: Vec<u32>,
 }
 
 impl Router {
@@ -128,23 +179,38 @@ impl Router {
         let mut upstream_ids: HashMap<&Upstream, u32> = HashMap::new();
         let mut upstreams = Vec::new();
         let mut route_upstream = Vec::with_capacity(table.routes.len());
+        let mut set_ids: HashMap<Vec<Cidr>, u32> = HashMap::new();
+        let mut source_sets = Vec::new();
+        let mut route_sources = Vec::with_capacity(table.routes.len());
         for (i, r) in table.routes.iter().enumerate() {
             let up = *upstream_ids.entry(&r.upstream).or_insert_with(|| {
                 upstreams.push(r.upstream.clone());
                 (upstreams.len() - 1) as u32
             });
             route_upstream.push(up);
+            let restriction = match r.matches.allowed_sources() {
+                Some(sources) => *set_ids
+                    .entry(canonical_sources(sources))
+                    .or_insert_with_key(|canonical| {
+                        source_sets.push(SourceSet::new(canonical));
+                        (source_sets.len() - 1) as u32
+                    }),
+                None => UNRESTRICTED,
+            };
+            route_sources.push(restriction);
             let idx = ports.entry(r.port).or_default();
             let i = i as u32;
             match &r.matches {
-                RouteMatch::Sni(name) => match name.strip_prefix("*.") {
-                    Some(suffix) => {
-                        idx.wildcard.entry(suffix.to_string()).or_insert(i);
+                RouteMatch::Sni(name) | RouteMatch::SniFrom { sni: name, .. } => {
+                    match name.strip_prefix("*.") {
+                        Some(suffix) => {
+                            idx.wildcard.entry(suffix.to_string()).or_insert(i);
+                        }
+                        None => {
+                            idx.exact.entry(name.clone()).or_insert(i);
+                        }
                     }
-                    None => {
-                        idx.exact.entry(name.clone()).or_insert(i);
-                    }
-                },
+                }
                 RouteMatch::Source(cidr) => {
                     let by_len = if cidr.addr().is_ipv4() {
                         &mut idx.v4
@@ -172,6 +238,8 @@ impl Router {
             ports,
             upstreams,
             route_upstream,
+            source_sets,
+            route_sources,
         }
     }
 
@@ -202,8 +270,9 @@ impl Router {
     }
 
     /// Like [`Router::decide`], but asks for the source address only when
-    /// the decision depends on it (no SNI, or a Kubernetes-service alias), so
-    /// the filter does not fetch it for ordinary SNI connections.
+    /// the decision depends on it (no SNI, a Kubernetes-service alias, or a
+    /// route restricted by `sources`), so the filter does not fetch it for
+    /// ordinary SNI connections. `source` is called at most once.
     pub fn decide_with(
         &self,
         port: u16,
@@ -217,14 +286,14 @@ impl Router {
         match sni {
             Some(name) if !is_kubernetes_alias(&name) => {
                 if let Some(&i) = idx.exact.get(name.as_ref()) {
-                    return self.forward(i, MatchKind::ExactSni);
+                    return self.admit(i, MatchKind::ExactSni, source);
                 }
                 // Walk the suffixes from the longest: the most specific wildcard wins.
                 let mut rest: &str = &name;
                 while let Some(dot) = rest.find('.') {
                     rest = &rest[dot + 1..];
                     if let Some(&i) = idx.wildcard.get(rest) {
-                        return self.forward(i, MatchKind::WildcardSni);
+                        return self.admit(i, MatchKind::WildcardSni, source);
                     }
                 }
                 Decision::Refuse(Refusal::UnknownSni)
@@ -235,13 +304,8 @@ impl Router {
                 } else {
                     (MatchKind::SourceNoSni, Refusal::UnknownSource)
                 };
-                let Some(ip) = source() else {
+                let Some(ip) = source().map(unmap) else {
                     return Decision::Refuse(Refusal::NoSourceAddress);
-                };
-                // An IPv4-mapped IPv6 source is an IPv4 client on a dual-stack socket.
-                let ip = match ip {
-                    IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
-                    v4 => v4,
                 };
                 let by_len = if ip.is_ipv4() { &idx.v4 } else { &idx.v6 };
                 let bits = addr_bits(ip);
@@ -255,6 +319,26 @@ impl Router {
         }
     }
 
+    /// Forwards on a name match, after the route's source check if it has
+    /// one. A refused source is final: the most specific name decides.
+    fn admit(
+        &self,
+        route: u32,
+        kind: MatchKind,
+        source: impl FnOnce() -> Option<IpAddr>,
+    ) -> Decision<'_> {
+        let set = self.route_sources[route as usize];
+        if set != UNRESTRICTED {
+            let Some(ip) = source().map(unmap) else {
+                return Decision::Refuse(Refusal::NoSourceAddress);
+            };
+            if !self.source_sets[set as usize].contains(ip) {
+                return Decision::Refuse(Refusal::SourceNotAllowed);
+            }
+        }
+        self.forward(route, kind)
+    }
+
     fn forward(&self, route: u32, kind: MatchKind) -> Decision<'_> {
         let route = route as usize;
         Decision::Forward {
@@ -262,5 +346,13 @@ impl Router {
             route: &self.table.routes[route],
             kind,
         }
+    }
+}
+
+/// An IPv4-mapped IPv6 source is an IPv4 client on a dual-stack socket.
+fn unmap(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+        v4 => v4,
     }
 }

@@ -15,6 +15,10 @@ pub const MAX_DOCUMENT_BYTES: usize = 8 * 1024 * 1024;
 /// Largest accepted number of routes in one document.
 pub const MAX_ROUTES: usize = 50_000;
 
+/// Largest accepted `sources` list on one route (a cluster's workers plus a
+/// few networks; thousands of workers still fit).
+pub const MAX_ROUTE_SOURCES: usize = 4096;
+
 /// Names a worker uses for the in-cluster Kubernetes service. They are the same
 /// in every hosted cluster, so they can only be routed by source address.
 pub const KUBERNETES_ALIASES: [&str; 4] = [
@@ -54,7 +58,9 @@ pub struct RouteTable {
 /// One routing entry: a listener port, what to match, where to send it.
 ///
 /// On the wire the match is one of two keys: `{"port":443,"sni":"…","upstream":…}`
-/// or `{"port":6443,"source":"192.0.2.10/32","upstream":…}`.
+/// or `{"port":6443,"source":"192.0.2.10/32","upstream":…}`. An `sni` route
+/// may also carry `"sources":["192.0.2.10/32","198.51.100.0/24"]`, the only
+/// source addresses allowed to use it ([`RouteMatch::SniFrom`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "WireRoute", into = "WireRoute")]
 pub struct Route {
@@ -77,6 +83,8 @@ struct WireRoute {
     sni: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     source: Option<Cidr>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sources: Option<Vec<Cidr>>,
     upstream: Upstream,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     owner: Option<String>,
@@ -85,9 +93,16 @@ struct WireRoute {
 impl TryFrom<WireRoute> for Route {
     type Error = String;
     fn try_from(w: WireRoute) -> Result<Self, String> {
-        let matches = match (w.sni, w.source) {
-            (Some(sni), None) => RouteMatch::Sni(sni),
-            (None, Some(source)) => RouteMatch::Source(source),
+        let matches = match (w.sni, w.source, w.sources) {
+            (Some(sni), None, None) => RouteMatch::Sni(sni),
+            (Some(sni), None, Some(sources)) => RouteMatch::SniFrom { sni, sources },
+            (None, Some(source), None) => RouteMatch::Source(source),
+            (None, Some(_), Some(_)) => {
+                return Err(
+                    "`sources` restricts `sni` routes only; a `source` route already matches by address"
+                        .into(),
+                );
+            }
             _ => return Err("a route needs exactly one of `sni` or `source`".into()),
         };
         Ok(Route {
@@ -101,14 +116,16 @@ impl TryFrom<WireRoute> for Route {
 
 impl From<Route> for WireRoute {
     fn from(r: Route) -> Self {
-        let (sni, source) = match r.matches {
-            RouteMatch::Sni(s) => (Some(s), None),
-            RouteMatch::Source(c) => (None, Some(c)),
+        let (sni, source, sources) = match r.matches {
+            RouteMatch::Sni(s) => (Some(s), None, None),
+            RouteMatch::SniFrom { sni, sources } => (Some(sni), None, Some(sources)),
+            RouteMatch::Source(c) => (None, Some(c), None),
         };
         WireRoute {
             port: r.port,
             sni,
             source,
+            sources,
             upstream: r.upstream,
             owner: r.owner,
         }
@@ -124,6 +141,68 @@ pub enum RouteMatch {
     /// Downstream source address (CIDR, or a bare address meaning /32 or /128).
     /// Applies to connections with no SNI or with a Kubernetes-service alias.
     Source(Cidr),
+    /// An SNI route (exact or wildcard, matched like [`RouteMatch::Sni`])
+    /// that only connections from `sources` may use. A connection with the
+    /// name from any other address is refused (`source_not_allowed`): it is
+    /// never tried against a less specific route.
+    SniFrom {
+        /// The name, as in [`RouteMatch::Sni`].
+        sni: String,
+        /// Allowed source networks (bare addresses mean /32 or /128); never empty.
+        sources: Vec<Cidr>,
+    },
+}
+
+impl RouteMatch {
+    /// The SNI name of an `Sni` or `SniFrom` match.
+    pub fn sni(&self) -> Option<&str> {
+        match self {
+            RouteMatch::Sni(n) | RouteMatch::SniFrom { sni: n, .. } => Some(n),
+            RouteMatch::Source(_) => None,
+        }
+    }
+
+    /// The allowed sources of an `SniFrom` match; `None` when any source may
+    /// use the route.
+    pub fn allowed_sources(&self) -> Option<&[Cidr]> {
+        match self {
+            RouteMatch::SniFrom { sources, .. } => Some(sources),
+            _ => None,
+        }
+    }
+
+    /// What makes two routes on one port collide: the name (restricted or
+    /// not) or the source network.
+    fn key(&self) -> MatchKey<'_> {
+        match self {
+            RouteMatch::Sni(n) | RouteMatch::SniFrom { sni: n, .. } => MatchKey::Sni(n),
+            RouteMatch::Source(c) => MatchKey::Source(*c),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum MatchKey<'a> {
+    Sni(&'a str),
+    Source(Cidr),
+}
+
+impl fmt::Display for MatchKey<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MatchKey::Sni(n) => write!(f, "sni {n}"),
+            MatchKey::Source(c) => write!(f, "source {c}"),
+        }
+    }
+}
+
+/// Sources in canonical order (IPv4 first, then by network, then prefix):
+/// the order of a `sources` list does not change a route's meaning.
+pub(crate) fn canonical_sources(sources: &[Cidr]) -> Vec<Cidr> {
+    let mut v = sources.to_vec();
+    v.sort_by_key(|c| (!c.addr().is_ipv4(), c.network_bits(), c.prefix()));
+    v.dedup();
+    v
 }
 
 /// Where a connection goes.
@@ -299,8 +378,7 @@ impl RouteTable {
                 ),
             ));
         }
-        let table: RouteTable = serde_json::from_slice(bytes)
-            .map_err(|e| TableError::doc("document", format!("malformed JSON: {e}")))?;
+        let table: RouteTable = serde_json::from_slice(bytes).map_err(|e| locate(bytes, e))?;
         table.validate()?;
         Ok(table)
     }
@@ -328,7 +406,7 @@ impl RouteTable {
                 ),
             ));
         }
-        let mut seen: HashMap<(u16, &RouteMatch), usize> =
+        let mut seen: HashMap<(u16, MatchKey<'_>), usize> =
             HashMap::with_capacity(self.routes.len());
         for (i, route) in self.routes.iter().enumerate() {
             if route.port == 0 {
@@ -337,6 +415,10 @@ impl RouteTable {
             match &route.matches {
                 RouteMatch::Sni(name) => {
                     validate_sni(name).map_err(|m| TableError::route(i, "sni", m))?
+                }
+                RouteMatch::SniFrom { sni, sources } => {
+                    validate_sni(sni).map_err(|m| TableError::route(i, "sni", m))?;
+                    validate_sources(sources).map_err(|m| TableError::route(i, "sources", m))?;
                 }
                 RouteMatch::Source(_) => {}
             }
@@ -347,19 +429,17 @@ impl RouteTable {
             {
                 return Err(TableError::route(i, "owner", "longer than 253 bytes"));
             }
-            if let Some(&first) = seen.get(&(route.port, &route.matches)) {
-                let what = if self.routes[first].upstream == route.upstream {
+            let key = route.matches.key();
+            if let Some(&first) = seen.get(&(route.port, key)) {
+                let other = &self.routes[first];
+                let what = if other.upstream == route.upstream && other.matches == route.matches {
                     "duplicate of"
                 } else {
                     "conflicts with"
                 };
-                let key = match &route.matches {
-                    RouteMatch::Sni(n) => format!("sni {n}"),
-                    RouteMatch::Source(c) => format!("source {c}"),
-                };
-                let field = match route.matches {
-                    RouteMatch::Sni(_) => "sni",
-                    RouteMatch::Source(_) => "source",
+                let field = match key {
+                    MatchKey::Sni(_) => "sni",
+                    MatchKey::Source(_) => "source",
                 };
                 return Err(TableError::route(
                     i,
@@ -367,7 +447,7 @@ impl RouteTable {
                     format!("{what} routes[{first}] (port {} {key})", route.port),
                 ));
             }
-            seen.insert((route.port, &route.matches), i);
+            seen.insert((route.port, key), i);
         }
         Ok(())
     }
@@ -387,8 +467,17 @@ impl RouteTable {
         h.update(self.generation.to_string().as_bytes());
         h.update(b"\n");
         for r in self.canonical_routes() {
+            // Unrestricted routes hash as they always did, so a table
+            // without `sources` keeps its digest.
             let (kind, key) = match &r.matches {
                 RouteMatch::Sni(n) => ("sni", n.clone()),
+                RouteMatch::SniFrom { sni, sources } => {
+                    let list: Vec<String> = canonical_sources(sources)
+                        .iter()
+                        .map(Cidr::to_string)
+                        .collect();
+                    ("sni_from", format!("{sni} {}", list.join(",")))
+                }
                 RouteMatch::Source(c) => ("source", c.to_string()),
             };
             let up = match &r.upstream {
@@ -408,9 +497,65 @@ impl RouteTable {
 
 fn sort_key(r: &Route) -> (u16, u8, String) {
     match &r.matches {
-        RouteMatch::Sni(n) => (r.port, 0, n.clone()),
+        RouteMatch::Sni(n) | RouteMatch::SniFrom { sni: n, .. } => (r.port, 0, n.clone()),
         RouteMatch::Source(c) => (r.port, 1, c.to_string()),
     }
+}
+
+fn validate_sources(sources: &[Cidr]) -> Result<(), String> {
+    if sources.is_empty() {
+        return Err(
+            "is empty: list at least one address or CIDR, or omit `sources` to allow every source"
+                .into(),
+        );
+    }
+    if sources.len() > MAX_ROUTE_SOURCES {
+        return Err(format!(
+            "{} entries is over the limit of {MAX_ROUTE_SOURCES}",
+            sources.len()
+        ));
+    }
+    let mut seen = std::collections::HashSet::with_capacity(sources.len());
+    for (j, c) in sources.iter().enumerate() {
+        if !seen.insert(c) {
+            return Err(format!("[{j}] {c} is listed twice"));
+        }
+    }
+    Ok(())
+}
+
+/// Turns a JSON error into one that names the route entry and field when
+/// the problem is inside `routes` (the serde error alone gives a byte
+/// position). Only runs on the error path.
+fn locate(bytes: &[u8], e: serde_json::Error) -> TableError {
+    let whole = || TableError::doc("document", format!("malformed JSON: {e}"));
+    let Ok(doc) = serde_json::from_slice::<serde_json::Value>(bytes) else {
+        return whole();
+    };
+    let Some(routes) = doc.get("routes").and_then(|r| r.as_array()) else {
+        return whole();
+    };
+    for (i, r) in routes.iter().enumerate() {
+        let Err(route_err) = Route::deserialize(r) else {
+            continue;
+        };
+        if let Some(list) = r.get("sources").and_then(|s| s.as_array()) {
+            for (j, c) in list.iter().enumerate() {
+                if let Err(ce) = Cidr::deserialize(c) {
+                    return TableError::route(i, "sources", format!("[{j}]: {ce}"));
+                }
+            }
+        } else if let Some(bad) = r.get("sources") {
+            return TableError::route(i, "sources", format!("{bad} is not a list"));
+        }
+        if let Some(c) = r.get("source")
+            && let Err(ce) = Cidr::deserialize(c)
+        {
+            return TableError::route(i, "source", ce.to_string());
+        }
+        return TableError::route(i, "route", route_err.to_string());
+    }
+    whole()
 }
 
 fn validate_sni(name: &str) -> Result<(), String> {
