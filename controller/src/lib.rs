@@ -5,8 +5,10 @@
 //! - [`plan`]: pure planners, (CRs + observed state) → desired objects, configs
 //!   and the routing table. No I/O.
 //! - [`render`]: the offline `render` command over manifest files.
+//! - [`docs_reference`]: the CR reference pages of the docs, from the CRD schemas.
 
 pub mod crd;
+pub mod docs_reference;
 pub mod plan;
 pub mod render;
 // ctrl-reconcile: the I/O half (reconcilers, route pusher, observation of

@@ -4,6 +4,7 @@
 //! - `render`: plan offline from CR files and print (or write) every object.
 //! - `run`: the controller (in cluster, or with $KUBECONFIG).
 //! - `rbac`: the ClusterRole rules the controller needs.
+//! - `docs-reference`: write the CR reference pages of the docs site.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -52,6 +53,12 @@ enum Command {
     Run(oooi_controller::run::RunArgs),
     /// Print the ClusterRole rules the controller needs (YAML list).
     Rbac,
+    /// Write the CR reference pages of the docs site (from the CRD schemas).
+    DocsReference {
+        /// Directory of the pages (the docs site's `docs/reference`).
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 fn crds(out: Option<PathBuf>) -> anyhow::Result<()> {
@@ -105,6 +112,7 @@ fn main() -> ExitCode {
         } => render(files, out, push_token, filter_wasm),
         Command::Run(args) => oooi_controller::run::main(args),
         Command::Rbac => oooi_controller::rbac::rules_yaml().map(|y| print!("{y}")),
+        Command::DocsReference { out } => oooi_controller::docs_reference::write(&out),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
