@@ -12,4 +12,5 @@ pub mod lease_store;
 pub mod leases;
 pub mod metrics;
 pub mod pipeline;
+pub mod reload;
 pub mod server;

@@ -4,13 +4,11 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::mpsc::Sender;
 
 use clap::{Parser, Subcommand};
-use notify::{RecursiveMode, Watcher};
 use oooi_dhcp::config::Config;
 use oooi_dhcp::lease_store::{DECLINED_MAC, LeaseStore};
-use oooi_dhcp::metrics::{ResultLabels, metrics, serve_http};
+use oooi_dhcp::metrics::serve_http;
 use oooi_dhcp::server::{self, Server};
 
 /// DHCPv4 server for the oooi isolated VLAN.
@@ -53,52 +51,6 @@ enum Command {
         #[arg(long, env = "OOOI_DHCP_DATA_DIR")]
         data_dir: PathBuf,
     },
-}
-
-fn reload_metric(result: &str) {
-    metrics()
-        .reloads
-        .get_or_create(&ResultLabels {
-            result: result.to_string(),
-        })
-        .inc();
-}
-
-/// Watches the config's directory (a `..data` swap is a rename a file watch
-/// misses) and sends each new valid config to the server loop.
-fn watch(path: &Path, tx: Sender<Config>) -> anyhow::Result<notify::RecommendedWatcher> {
-    let file = path.to_path_buf();
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."))
-        .to_path_buf();
-    let mut last = std::fs::read(&file).unwrap_or_default();
-    let mut watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
-        if ev.is_err() {
-            return;
-        }
-        let Ok(now) = std::fs::read(&file) else {
-            return;
-        };
-        if now == last {
-            return;
-        }
-        last = now;
-        match Config::load(&file) {
-            Ok(c) => {
-                reload_metric("ok");
-                tracing::info!(path = %file.display(), "config reloaded");
-                let _ = tx.send(c);
-            }
-            Err(e) => {
-                reload_metric("rejected");
-                tracing::error!(path = %file.display(), error = %e, "config rejected, keeping the last good one");
-            }
-        }
-    })?;
-    watcher.watch(&dir, RecursiveMode::NonRecursive)?;
-    Ok(watcher)
 }
 
 fn check(path: &Path) -> anyhow::Result<()> {
@@ -147,7 +99,7 @@ async fn serve(config: PathBuf, data_dir: PathBuf, metrics_addr: SocketAddr) -> 
     let socket = server::open_socket(c.interface.as_deref(), server::SERVER_PORT)
         .map_err(|e| anyhow::anyhow!("cannot open UDP 0.0.0.0:67: {e}"))?;
     let (tx, rx) = std::sync::mpsc::channel();
-    let _watcher = watch(&config, tx)?;
+    let _watcher = oooi_dhcp::reload::watch(&config, tx, || {})?;
     let server = Server::new(socket, store, Arc::new(c), rx);
     let dhcp = tokio::task::spawn_blocking(move || server.run());
     tokio::select! {
