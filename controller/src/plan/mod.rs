@@ -20,6 +20,7 @@ pub mod network;
 pub mod network_policy;
 pub mod observed;
 pub mod proxy;
+pub mod scc;
 pub mod workload;
 
 pub use aggregate::{AttachmentOutcome, Exclusion};

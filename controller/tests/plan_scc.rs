@@ -1,0 +1,118 @@
+//! `--openshift-scc`: each component's real pod template is granted the
+//! least privileged SCC that admits it, through a Role and RoleBinding owned
+//! like the Deployment.
+
+mod plan_support;
+
+use oooi_controller::plan::scc::{
+    self, BUILT_IN, CANDIDATES, NET_BIND_SCC, NET_RAW_SCC, least_privileged, scc_rbac,
+};
+use oooi_controller::plan::{Children, Observed, dhcp, dns, plan_infra, proxy};
+use plan_support::*;
+
+const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+fn components() -> (Children, Children, Children) {
+    let i = infra("oooi", "vlan");
+    let p = plan_infra(
+        &i,
+        &[attachment("oooi", "c1", "vlan", "c1")],
+        &Observed::default(),
+    );
+    let d = p.desired.expect("valid");
+    (
+        dhcp::children(&d.dhcp.unwrap()).unwrap(),
+        dns::children(&d.dns.unwrap()).unwrap(),
+        proxy::children(&d.proxy.unwrap(), TOKEN).unwrap(),
+    )
+}
+
+fn pod(c: &Children) -> &k8s_openapi::api::core::v1::PodSpec {
+    c.deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+}
+
+#[test]
+fn every_component_gets_the_scc_its_pod_needs_and_no_more() {
+    let (dhcp, dns, envoy) = components();
+    assert_eq!(scc::choose(&dhcp.deployment).unwrap().name, NET_RAW_SCC);
+    assert_eq!(scc::choose(&dns.deployment).unwrap().name, NET_BIND_SCC);
+    // The default listeners include 443 and 6443: 443 needs NET_BIND_SERVICE.
+    assert_eq!(scc::choose(&envoy.deployment).unwrap().name, NET_BIND_SCC);
+    // Every pod is refused by each less privileged candidate.
+    for (c, chosen) in [(&dhcp, 3), (&dns, 2), (&envoy, 2)] {
+        for weaker in &CANDIDATES[..chosen] {
+            assert!(
+                scc::refusal(weaker, pod(c)).is_some(),
+                "{} admits {:?}",
+                weaker.name,
+                c.deployment.metadata.name
+            );
+        }
+    }
+    // Without the chart's SCCs only `privileged` would do: that is why they exist.
+    for c in [&dhcp, &dns, &envoy] {
+        assert_eq!(
+            least_privileged(&BUILT_IN, pod(c)).unwrap().name,
+            "privileged"
+        );
+    }
+}
+
+#[test]
+fn envoy_on_high_ports_runs_non_root_under_nonroot_v2() {
+    let i = infra("oooi", "vlan");
+    let p = plan_infra(&i, &[], &Observed::default());
+    let mut server = p.desired.unwrap().proxy.unwrap();
+    server.spec.tls_ports = vec![8443, 16443];
+    let envoy = proxy::children(&server, TOKEN).unwrap();
+    assert_eq!(scc::choose(&envoy.deployment).unwrap().name, "nonroot-v2");
+}
+
+#[test]
+fn the_grant_is_a_role_on_one_scc_bound_to_the_components_service_account() {
+    let (dhcp, _, _) = components();
+    let r = scc_rbac(&dhcp).expect("admitted");
+    assert_eq!(r.scc, NET_RAW_SCC);
+    let role = serde_json::to_value(&r.role).unwrap();
+    assert_eq!(role["metadata"]["name"], "vlan-dhcp-scc");
+    assert_eq!(role["metadata"]["namespace"], "oooi");
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([{
+            "apiGroups": ["security.openshift.io"],
+            "resources": ["securitycontextconstraints"],
+            "resourceNames": [NET_RAW_SCC],
+            "verbs": ["use"],
+        }])
+    );
+    let binding = serde_json::to_value(&r.role_binding).unwrap();
+    assert_eq!(binding["metadata"]["name"], "vlan-dhcp-scc");
+    assert_eq!(
+        binding["roleRef"],
+        serde_json::json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "vlan-dhcp-scc"})
+    );
+    assert_eq!(
+        binding["subjects"],
+        serde_json::json!([{"kind": "ServiceAccount", "name": "vlan-dhcp", "namespace": "oooi"}])
+    );
+    assert_eq!(
+        pod(&dhcp).service_account_name.as_deref(),
+        Some("vlan-dhcp"),
+        "the pods run as the bound ServiceAccount"
+    );
+    // Owned and labelled like the Deployment: GC removes them with the component.
+    for meta in [&r.role.metadata, &r.role_binding.metadata] {
+        assert_eq!(
+            meta.owner_references,
+            dhcp.deployment.metadata.owner_references
+        );
+        assert_eq!(meta.labels, dhcp.deployment.metadata.labels);
+    }
+}
