@@ -5,7 +5,9 @@
 //! ConfigMap mount performs. Every TLS listener runs `tls_inspector`, the oooi
 //! network filter (wasm, `FAIL_RELOAD`), `sni_dynamic_forward_proxy` and
 //! `tcp_proxy` whose default cluster does not exist, so an unrouted connection
-//! fails closed. The table API listener runs the same module as an HTTP
+//! fails closed. Port 80 ([`HTTP_HOST_PORT`]) gets the same chain without
+//! `tls_inspector`, the filter in its plain-HTTP role (routing by `Host`), and
+//! a tcp_proxy that lets the filter read the request head before it connects. The table API listener runs the same module as an HTTP
 //! filter, followed by Envoy's `buffer` filter so the whole push body arrives
 //! in one callback.
 //!
@@ -38,6 +40,23 @@ pub const UNROUTED_CLUSTER: &str = "oooi_unrouted";
 pub const VM_ID: &str = "oooi";
 const DNS_CACHE: &str = "oooi_dns_cache";
 
+/// The port whose listener is plain HTTP routed by `Host` (`*.apps` of
+/// several hosted clusters on port 80) rather than TLS passthrough. Routes
+/// on it are keyed by host name exactly like SNI routes.
+pub const HTTP_HOST_PORT: u16 = 80;
+/// Longest request head the plain-HTTP listener reads before deciding.
+pub const HTTP_MAX_HEAD_BYTES: usize = 8192;
+/// Time a plain-HTTP client has to send its first request head.
+pub const HTTP_HEAD_TIMEOUT_MS: u64 = 5000;
+/// What tcp_proxy buffers from the client while it connects upstream (the
+/// head and whatever was pipelined behind it).
+const HTTP_EARLY_DATA_BYTES: u32 = 64 * 1024;
+
+/// Whether the listener on `port` is plain HTTP routed by `Host`.
+pub fn is_plain_http(port: u16) -> bool {
+    port == HTTP_HOST_PORT
+}
+
 /// A named static cluster, for `cluster` upstreams in the table.
 #[derive(Debug, Clone)]
 pub struct StaticCluster {
@@ -52,7 +71,9 @@ pub struct ProxyConfig {
     pub admin: SocketAddr,
     /// Address the TLS listeners bind (the proxy's VLAN address).
     pub listen_address: IpAddr,
-    /// TLS passthrough ports, e.g. 6443 and 443.
+    /// Routing listener ports, e.g. 6443 and 443: TLS passthrough by SNI or
+    /// source, except [`HTTP_HOST_PORT`] (80), which is plain HTTP routed by
+    /// the `Host` header ([`is_plain_http`]).
     pub tls_ports: Vec<u16>,
     /// Table API listener.
     pub api: SocketAddr,
@@ -198,6 +219,26 @@ pub fn render(cfg: &ProxyConfig, config_dir: &Path) -> Rendered {
     let mut listeners = Vec::new();
     let mut extensions = Vec::new();
     for &port in &cfg.tls_ports {
+        if is_plain_http(port) {
+            let name = network_filter_name(port);
+            let filter_cfg = json!({
+                "role": "http",
+                "port": port,
+                "max_head_bytes": HTTP_MAX_HEAD_BYTES,
+                "head_timeout_ms": HTTP_HEAD_TIMEOUT_MS,
+            });
+            extensions.push(extension(
+                &name,
+                NETWORK_WASM_TYPE,
+                wasm_config(cfg, &name, filter_cfg),
+            ));
+            listeners.push(http_host_listener(
+                cfg.listen_address,
+                port,
+                discovered(&name, NETWORK_WASM_TYPE),
+            ));
+            continue;
+        }
         let name = network_filter_name(port);
         let filter_cfg = json!({"role": "network", "port": port});
         extensions.push(extension(
@@ -314,6 +355,41 @@ pub fn render(cfg: &ProxyConfig, config_dir: &Path) -> Rendered {
         clusters: json!({"version_info": digest(&clusters), "resources": clusters}),
         extensions,
     }
+}
+
+/// The plain-HTTP listener: no TLS inspector; the filter holds the chain
+/// until it has read the first request head and chosen the upstream by
+/// `Host`. tcp_proxy is configured to receive before it connects
+/// (`max_early_data_bytes`): otherwise it would stop reading the client until
+/// connected, and the filter would never see the head. It is initialised
+/// only when the filter lets the chain continue, so it never connects for a
+/// refused connection.
+fn http_host_listener(addr: IpAddr, port: u16, filter: Value) -> Value {
+    json!({
+        "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
+        "name": format!("http_{port}"),
+        "address": socket(addr, port),
+        "filter_chains": [{"filters": [
+            filter,
+            {
+                "name": "envoy.filters.network.sni_dynamic_forward_proxy",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.network.sni_dynamic_forward_proxy.v3.FilterConfig",
+                    "dns_cache_config": dns_cache_config(),
+                    "port_value": port,
+                },
+            },
+            {
+                "name": "envoy.filters.network.tcp_proxy",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+                    "stat_prefix": format!("http_{port}"),
+                    "cluster": UNROUTED_CLUSTER,
+                    "max_early_data_bytes": HTTP_EARLY_DATA_BYTES,
+                },
+            },
+        ]}],
+    })
 }
 
 /// An ECDS discovery response holding one filter config.
@@ -535,6 +611,39 @@ mod tests {
             "api.c1.example.com"
         );
         assert!(l.get("default_filter_chain").is_none());
+    }
+
+    #[test]
+    fn port_80_is_plain_http_routed_by_host() {
+        let mut c = cfg();
+        c.tls_ports = vec![443, HTTP_HOST_PORT];
+        let r = render(&c, Path::new("/etc/envoy"));
+        let l = &r.listeners["resources"][1];
+        assert_eq!(l["name"], "http_80");
+        assert!(l.get("listener_filters").is_none(), "no TLS inspector");
+        let filters = l["filter_chains"][0]["filters"].as_array().unwrap();
+        assert_eq!(filters[0]["name"], network_filter_name(80));
+        let tcp = &filters[2]["typed_config"];
+        assert_eq!(tcp["cluster"], UNROUTED_CLUSTER);
+        assert!(tcp["max_early_data_bytes"].as_u64().unwrap() as usize > HTTP_MAX_HEAD_BYTES);
+        let plugin: Value = serde_json::from_str(
+            extension(&r, &network_filter_name(80))["configuration"]["value"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(plugin["role"], "http");
+        assert_eq!(plugin["port"], 80);
+        assert_eq!(plugin["max_head_bytes"], HTTP_MAX_HEAD_BYTES);
+        // The TLS listener beside it is unchanged.
+        let tls = &r.listeners["resources"][0];
+        assert_eq!(tls["name"], "tls_443");
+        assert!(
+            tls["listener_filters"][0]["name"]
+                .as_str()
+                .unwrap()
+                .contains("tls_inspector")
+        );
     }
 
     #[test]

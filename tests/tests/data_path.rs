@@ -272,3 +272,336 @@ fn filter_module_fits_a_configmap() {
         path.display()
     );
 }
+
+// ---- Port 80: plain HTTP routed by Host --------------------------------
+
+mod http80 {
+    use std::net::{IpAddr, SocketAddr};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+
+    use oooi_routes::{Route, RouteMatch, RouteTable, Upstream};
+    use oooi_tests::{Backend, Envoy, EnvoyOptions, free_port, tls_probe};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// A plain-HTTP backend standing in for a hosted cluster's ingress: it
+    /// answers every request on a connection (pipelined ones included) with
+    /// `backend=<name> path=<path>` and counts the connections it accepted.
+    pub struct HttpBackend {
+        pub addr: SocketAddr,
+        pub accepted: Arc<AtomicU64>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    impl Drop for HttpBackend {
+        fn drop(&mut self) {
+            self.task.abort();
+        }
+    }
+
+    impl HttpBackend {
+        pub async fn start(name: &str) -> HttpBackend {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let accepted = Arc::new(AtomicU64::new(0));
+            let (name, count) = (name.to_owned(), accepted.clone());
+            let task = tokio::spawn(async move {
+                while let Ok((mut s, _)) = listener.accept().await {
+                    count.fetch_add(1, Ordering::SeqCst);
+                    let name = name.clone();
+                    tokio::spawn(async move {
+                        let mut buf = Vec::new();
+                        let mut chunk = [0u8; 4096];
+                        loop {
+                            // Answer every complete head in the buffer, in order.
+                            while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                                let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                                buf.drain(..end + 4);
+                                let path = head.split(' ').nth(1).unwrap_or("?").to_owned();
+                                let body = format!("backend={name} path={path}\n");
+                                let resp = format!(
+                                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+                                    body.len()
+                                );
+                                if s.write_all(resp.as_bytes()).await.is_err() {
+                                    return;
+                                }
+                            }
+                            match s.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                        }
+                    });
+                }
+            });
+            HttpBackend {
+                addr,
+                accepted,
+                task,
+            }
+        }
+    }
+
+    /// Envoy with the port-80 listener (and a TLS listener beside it) on an
+    /// address of its own, so tests can bind port 80 side by side.
+    pub struct Http80 {
+        pub envoy: Envoy,
+        pub http: SocketAddr,
+        pub https: SocketAddr,
+        pub c1: HttpBackend,
+        pub c2: HttpBackend,
+        _tls: Backend,
+    }
+
+    fn listen_ip() -> IpAddr {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let pid = std::process::id();
+        IpAddr::from([127, 80, (pid % 251) as u8, (n % 250) as u8 + 1])
+    }
+
+    impl Http80 {
+        pub async fn start() -> Http80 {
+            let (c1, c2) = (
+                HttpBackend::start("c1-ingress").await,
+                HttpBackend::start("c2-ingress").await,
+            );
+            let lo: IpAddr = "127.0.0.1".parse().unwrap();
+            let tls = Backend::start("c1-oauth", lo).await.unwrap();
+            let ip = listen_ip();
+            let tls_port = free_port(ip);
+            let up = |a: SocketAddr| Upstream::Address {
+                host: "127.0.0.1".into(),
+                port: a.port(),
+            };
+            let route = |port, name: &str, to: SocketAddr| Route {
+                port,
+                matches: RouteMatch::Sni(name.into()),
+                upstream: up(to),
+                owner: None,
+            };
+            let table = RouteTable {
+                generation: 1,
+                routes: vec![
+                    route(80, "*.apps.c1.example.com", c1.addr),
+                    route(80, "*.apps.c2.example.com", c2.addr),
+                    // The most specific name wins on port 80 as with SNI.
+                    route(80, "special.apps.c1.example.com", c2.addr),
+                    route(tls_port, "oauth.c1.example.com", tls.addr),
+                    route(tls_port, "*.apps.c1.example.com", tls.addr),
+                ],
+            };
+            table.validate().unwrap();
+            let envoy =
+                tokio::task::spawn_blocking(move || EnvoyOptions::new(ip, &[80, tls_port]).start())
+                    .await
+                    .unwrap()
+                    .expect("envoy starts with a port-80 listener");
+            envoy.push_table(&table).unwrap();
+            Http80 {
+                envoy,
+                http: SocketAddr::new(ip, 80),
+                https: SocketAddr::new(ip, tls_port),
+                c1,
+                c2,
+                _tls: tls,
+            }
+        }
+
+        pub fn stat(&self, name: &str) -> u64 {
+            self.envoy
+                .stat(&format!("wasmcustom.oooi_sni_router_{name}"))
+                .unwrap_or(0)
+        }
+    }
+
+    /// Sends `parts` with a pause between them, then reads until the peer
+    /// closes or `responses` bodies arrived. Returns the body lines, or
+    /// `refused` when the proxy closed without a response.
+    pub async fn exchange(to: SocketAddr, parts: &[&[u8]], responses: usize) -> Vec<String> {
+        let mut s = TcpStream::connect(to).await.unwrap();
+        s.set_nodelay(true).unwrap();
+        for (i, p) in parts.iter().enumerate() {
+            if i > 0 {
+                tokio::time::sleep(Duration::from_millis(60)).await;
+            }
+            if s.write_all(p).await.is_err() {
+                break;
+            }
+        }
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut lines = Vec::new();
+        while lines.len() < responses && Instant::now() < deadline {
+            match tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+                Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            }
+            lines = String::from_utf8_lossy(&got)
+                .lines()
+                .filter(|l| l.starts_with("backend="))
+                .map(str::to_owned)
+                .collect();
+        }
+        if lines.is_empty() {
+            vec!["refused".into()]
+        } else {
+            lines
+        }
+    }
+
+    pub fn get(host: &str, path: &str) -> Vec<u8> {
+        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: oooi-test\r\n\r\n").into_bytes()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn port_80_routes_each_clusters_apps_by_host() {
+        let lab = Http80::start().await;
+        let cases = [
+            (
+                "console-openshift-console.apps.c1.example.com",
+                "c1-ingress",
+            ),
+            ("Console.APPS.c1.example.com:80", "c1-ingress"),
+            ("a.b.apps.c2.example.com", "c2-ingress"),
+            ("a.apps.c2.example.com.", "c2-ingress"),
+            ("special.apps.c1.example.com", "c2-ingress"),
+        ];
+        for (host, want) in cases {
+            let got = exchange(lab.http, &[&get(host, "/x")], 1).await;
+            assert_eq!(got, [format!("backend={want} path=/x")], "{host}");
+        }
+        assert!(lab.stat("forward_wildcard_host") >= 4);
+        assert!(lab.stat("forward_exact_host") >= 1);
+        // The TLS listener of the same Envoy still routes by SNI.
+        assert_eq!(
+            tls_probe(lab.https, Some("oauth.c1.example.com"), None)
+                .await
+                .unwrap(),
+            "c1-oauth"
+        );
+        assert_eq!(
+            tls_probe(lab.https, Some("x.apps.c1.example.com"), None)
+                .await
+                .unwrap(),
+            "c1-oauth"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_head_in_pieces_and_pipelined_requests_reach_one_backend() {
+        let lab = Http80::start().await;
+        let first = get("shop.apps.c2.example.com", "/1");
+        let second = get("shop.apps.c2.example.com", "/2");
+        let (a, b) = first.split_at(7);
+        let (b, c) = b.split_at(20);
+        let mut rest = c.to_vec();
+        rest.extend_from_slice(&second);
+        let got = exchange(lab.http, &[a, b, &rest], 2).await;
+        assert_eq!(
+            got,
+            ["backend=c2-ingress path=/1", "backend=c2-ingress path=/2"]
+        );
+        assert_eq!(lab.c2.accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn unknown_missing_bad_or_oversized_hosts_are_refused_before_any_upstream() {
+        let lab = Http80::start().await;
+        let refused = vec!["refused".to_owned()];
+        let no_host = b"GET / HTTP/1.1\r\nUser-Agent: t\r\n\r\n".to_vec();
+        let http10 = b"GET / HTTP/1.0\r\n\r\n".to_vec();
+        let two_hosts =
+            b"GET / HTTP/1.1\r\nHost: a.apps.c1.example.com\r\nHost: a.apps.c2.example.com\r\n\r\n"
+                .to_vec();
+        let bad_host = get("a.apps.c1.example.com:http", "/");
+        let mut oversized = b"GET / HTTP/1.1\r\nHost: a.apps.c1.example.com\r\nX-Pad: ".to_vec();
+        oversized.resize(9000, b'p');
+        oversized.extend_from_slice(b"\r\n\r\n");
+        let tls_hello = [
+            0x16u8, 0x03, 0x01, 0x00, 0x40, 0x01, 0x00, 0x00, 0x3c, 0x03, 0x03,
+        ];
+        let cases: [(&str, &[u8], &str); 8] = [
+            (
+                "unknown host",
+                &get("evil.example.org", "/"),
+                "refuse_unknown_host",
+            ),
+            (
+                "other domain",
+                &get("apps.c1.example.com", "/"),
+                "refuse_unknown_host",
+            ),
+            ("no host", &no_host, "refuse_no_host"),
+            ("HTTP/1.0 without host", &http10, "refuse_no_host"),
+            ("two hosts", &two_hosts, "refuse_malformed_head"),
+            ("bad host", &bad_host, "refuse_bad_host"),
+            ("oversized head", &oversized, "refuse_oversized_head"),
+            ("TLS on port 80", &tls_hello, "refuse_malformed_head"),
+        ];
+        for (what, bytes, counter) in cases {
+            let before = lab.stat(counter);
+            assert_eq!(exchange(lab.http, &[bytes], 1).await, refused, "{what}");
+            assert!(lab.stat(counter) > before, "{what}: {counter} counts it");
+        }
+        // Half a head, then the client gives up: refused as incomplete.
+        let before = lab.stat("refuse_incomplete_head");
+        {
+            let mut s = TcpStream::connect(lab.http).await.unwrap();
+            s.write_all(b"GET / HTTP/1.1\r\nHost: a.apps.c1")
+                .await
+                .unwrap();
+            s.shutdown().await.unwrap();
+            let mut buf = [0u8; 64];
+            let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+                .await
+                .expect("closed by the proxy")
+                .unwrap_or(0);
+            assert_eq!(n, 0);
+        }
+        assert!(lab.stat("refuse_incomplete_head") > before);
+        // No refused connection ever reached a backend.
+        use std::sync::atomic::Ordering::SeqCst;
+        assert_eq!(
+            lab.c1.accepted.load(SeqCst) + lab.c2.accepted.load(SeqCst),
+            0
+        );
+        let log = lab.envoy.log_text();
+        assert!(
+            log.contains("refuse reason=unknown_host host=\"evil.example.org\""),
+            "{log}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_head_that_never_completes_is_closed_after_the_timeout() {
+        let lab = Http80::start().await;
+        let started = Instant::now();
+        let mut s = TcpStream::connect(lab.http).await.unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: slow.apps.c1.example.com\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(15), s.read(&mut buf))
+            .await
+            .expect("the proxy closes a slow head")
+            .unwrap_or(0);
+        let waited = started.elapsed();
+        assert_eq!(n, 0);
+        let limit = Duration::from_millis(oooi_envoy::HTTP_HEAD_TIMEOUT_MS);
+        assert!(
+            waited >= limit,
+            "closed after {waited:?}, before the timeout"
+        );
+        assert!(
+            waited < limit + Duration::from_secs(3),
+            "closed after {waited:?}"
+        );
+        assert_eq!(lab.stat("refuse_head_timeout"), 1);
+        assert_eq!(lab.c1.accepted.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+}

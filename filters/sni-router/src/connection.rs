@@ -1,55 +1,82 @@
-//! The per-connection decision.
+//! The per-connection decision, on TLS listeners (by SNI or source address,
+//! at connection start) and on plain-HTTP listeners (by the Host header of
+//! the first request).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::net::{IpAddr, SocketAddr};
+use std::time::UNIX_EPOCH;
 
-use oooi_routes::{Decision, MatchKind, Refusal};
+use oooi_routes::{Decision, Refusal};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, StreamContext};
-use proxy_wasm::types::{Action, LogLevel};
+use proxy_wasm::types::{Action, BufferType, LogLevel};
 
-use crate::{cache, log, metrics};
+use crate::cache::Compiled;
+use crate::head::{self, Head, HeadRefusal};
+use crate::metrics::{self, Metric};
+use crate::{cache, log};
+
+/// How a listener decides.
+#[derive(Debug, Clone, Copy)]
+pub enum Mode {
+    /// TLS passthrough: SNI (after tls_inspector) or source, at connection start.
+    Tls,
+    /// Plain HTTP: the Host header of the first request head.
+    Http {
+        max_head_bytes: usize,
+        head_timeout_ms: u64,
+    },
+}
 
 pub struct Connection {
+    id: u32,
     port: Option<u16>,
+    mode: Mode,
+    state: State,
+}
+
+/// Where a plain-HTTP connection stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Waiting for the request head.
+    Reading,
+    Forwarded,
+    Refused,
 }
 
 impl Connection {
-    pub fn new(port: Option<u16>) -> Self {
-        Connection { port }
+    pub fn new(id: u32, port: Option<u16>, mode: Mode) -> Self {
+        Connection {
+            id,
+            port,
+            mode,
+            state: State::Reading,
+        }
     }
 }
 
 impl Context for Connection {}
 
+impl Drop for Connection {
+    fn drop(&mut self) {
+        if matches!(self.mode, Mode::Http { .. }) && self.state == State::Reading {
+            unregister(self.id);
+        }
+    }
+}
+
 fn property(path: Vec<&str>) -> Option<Vec<u8>> {
     hostcalls::get_property(path).ok().flatten()
-}
-
-fn forward_metric(kind: MatchKind) -> &'static str {
-    match kind {
-        MatchKind::ExactSni => metrics::FORWARD[0],
-        MatchKind::WildcardSni => metrics::FORWARD[1],
-        MatchKind::SourceNoSni => metrics::FORWARD[2],
-        MatchKind::SourceAlias => metrics::FORWARD[3],
-    }
-}
-
-fn refuse_metric(r: Refusal) -> &'static str {
-    match r {
-        Refusal::NoTable => metrics::REFUSE[0],
-        Refusal::UnknownPort => metrics::REFUSE[1],
-        Refusal::UnknownSni => metrics::REFUSE[2],
-        Refusal::UnknownSource => metrics::REFUSE[3],
-        Refusal::AliasFromUnknownSource => metrics::REFUSE[4],
-        Refusal::NoSourceAddress => metrics::REFUSE[5],
-    }
 }
 
 thread_local! {
     /// Whether debug logs are on, refreshed on the tick rather than asked of
     /// the host on every connection.
     static DEBUG: Cell<bool> = const { Cell::new(false) };
+    /// Plain-HTTP connections still waiting for their head on this worker:
+    /// (context id, deadline in ms since the epoch). Short: a head usually
+    /// arrives in the first data chunk.
+    static PENDING: RefCell<Vec<(u32, u64)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Re-reads the host's log level (from the root context's tick).
@@ -65,6 +92,44 @@ fn debug_enabled() -> bool {
     DEBUG.with(Cell::get)
 }
 
+fn now_ms() -> u64 {
+    hostcalls::get_current_time()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn unregister(id: u32) {
+    PENDING.with(|p| p.borrow_mut().retain(|(c, _)| *c != id));
+}
+
+/// Closes the plain-HTTP connections of this worker whose head did not
+/// arrive in time (from the root context's tick).
+pub fn expire_heads() {
+    let now = now_ms();
+    let expired: Vec<u32> = PENDING.with(|p| {
+        let mut p = p.borrow_mut();
+        let expired = p
+            .iter()
+            .filter(|(_, d)| *d <= now)
+            .map(|(c, _)| *c)
+            .collect();
+        p.retain(|(_, d)| *d > now);
+        expired
+    });
+    for id in expired {
+        if hostcalls::set_effective_context(id).is_ok() {
+            metrics::inc(metrics::refuse_head(HeadRefusal::Timeout));
+            let source = source_address();
+            log(
+                LogLevel::Info,
+                &format!("refuse reason=head_timeout host=\"\" source={source:?}"),
+            );
+            let _ = hostcalls::close_downstream();
+        }
+    }
+}
+
 fn source_address() -> Option<IpAddr> {
     let bytes = property(vec!["source", "address"])?;
     let s = std::str::from_utf8(&bytes).ok()?;
@@ -74,9 +139,31 @@ fn source_address() -> Option<IpAddr> {
         .ok()
 }
 
-impl StreamContext for Connection {
-    fn on_new_connection(&mut self) -> Action {
-        metrics::inc_build_connections();
+/// Names the upstream through `set_envoy_filter_state`, with the calls
+/// encoded when the table was compiled. False (and counted) if one failed.
+fn select(table: &Compiled, upstream: usize) -> bool {
+    for call in table.calls.get(upstream).map(Vec::as_slice).unwrap_or(&[]) {
+        if let Err(e) = hostcalls::call_foreign_function("set_envoy_filter_state", Some(call)) {
+            metrics::inc(metrics::ROUTE_ERRORS);
+            log(
+                LogLevel::Error,
+                &format!("set_envoy_filter_state failed: {e:?}"),
+            );
+            return false;
+        }
+    }
+    true
+}
+
+/// Refuses the connection: closes it and stops the filter chain, so
+/// tcp_proxy never connects anywhere.
+fn close() -> Action {
+    let _ = hostcalls::close_downstream();
+    Action::Pause
+}
+
+impl Connection {
+    fn on_tls_connection(&mut self) -> Action {
         let sni_bytes = property(vec!["connection", "requested_server_name"]);
         let sni = sni_bytes
             .as_deref()
@@ -84,9 +171,9 @@ impl StreamContext for Connection {
         // The source is fetched only when the decision needs it (or for the
         // refusal log): most connections are decided by SNI alone.
         let mut source: Option<Option<IpAddr>> = None;
-        let decision: Result<(), Refusal> = match (self.port, cache::current()) {
-            (None, _) => Err(Refusal::UnknownPort),
-            (_, None) => Err(Refusal::NoTable),
+        let refusal = match (self.port, cache::current()) {
+            (None, _) => Refusal::UnknownPort,
+            (_, None) => Refusal::NoTable,
             (Some(port), Some(table)) => match table
                 .router
                 .decide_with(port, sni, || *source.get_or_insert_with(source_address))
@@ -96,49 +183,31 @@ impl StreamContext for Connection {
                     kind,
                     route,
                 } => {
-                    let mut ok = true;
-                    for call in table.calls.get(upstream).map(Vec::as_slice).unwrap_or(&[]) {
-                        if let Err(e) =
-                            hostcalls::call_foreign_function("set_envoy_filter_state", Some(call))
-                        {
-                            metrics::inc(metrics::ROUTE_ERRORS);
-                            log(
-                                LogLevel::Error,
-                                &format!("set_envoy_filter_state failed: {e:?}"),
-                            );
-                            ok = false;
-                            break;
-                        }
-                    }
-                    if ok {
-                        metrics::inc(forward_metric(kind));
-                        if debug_enabled() {
-                            log(
-                                LogLevel::Debug,
-                                &format!(
-                                    "forward sni={:?} source={:?} port={port} match={} upstream={} generation={}",
-                                    sni.unwrap_or(""),
-                                    source.flatten(),
-                                    kind.as_str(),
-                                    route.upstream,
-                                    table.router.generation()
-                                ),
-                            );
-                        }
-                        return Action::Continue;
-                    }
                     // The upstream could not be set: close rather than fall
                     // through to whatever tcp_proxy would pick.
-                    let _ = hostcalls::close_downstream();
-                    return Action::Pause;
+                    if !select(&table, upstream) {
+                        return close();
+                    }
+                    metrics::inc(metrics::forward(kind));
+                    if debug_enabled() {
+                        log(
+                            LogLevel::Debug,
+                            &format!(
+                                "forward sni={:?} source={:?} port={port} match={} upstream={} generation={}",
+                                sni.unwrap_or(""),
+                                source.flatten(),
+                                kind.as_str(),
+                                route.upstream,
+                                table.router.generation()
+                            ),
+                        );
+                    }
+                    return Action::Continue;
                 }
-                Decision::Refuse(r) => Err(r),
+                Decision::Refuse(r) => r,
             },
         };
-        let Err(refusal) = decision else {
-            return Action::Continue;
-        };
-        metrics::inc(refuse_metric(refusal));
+        metrics::refuse(refusal);
         let source = source.unwrap_or_else(source_address);
         log(
             LogLevel::Info,
@@ -150,7 +219,122 @@ impl StreamContext for Connection {
                 self.port
             ),
         );
-        let _ = hostcalls::close_downstream();
-        Action::Pause
+        close()
+    }
+
+    fn refuse_http(&mut self, reason: &str, metric: Option<Metric>, host: &str) -> Action {
+        self.finish_head(State::Refused);
+        if let Some(m) = metric {
+            metrics::inc(m);
+        }
+        log(
+            LogLevel::Info,
+            &format!(
+                "refuse reason={reason} host={host:?} source={:?} port={:?}",
+                source_address(),
+                self.port
+            ),
+        );
+        close()
+    }
+
+    fn finish_head(&mut self, state: State) {
+        self.state = state;
+        unregister(self.id);
+    }
+
+    fn on_http_head(&mut self, max_head_bytes: usize, data_size: usize, closed: bool) -> Action {
+        let len = data_size.min(max_head_bytes);
+        let buf = match hostcalls::get_buffer(BufferType::DownstreamData, 0, len) {
+            Ok(b) => b.unwrap_or_default(),
+            Err(e) => {
+                metrics::inc(metrics::ROUTE_ERRORS);
+                log(
+                    LogLevel::Error,
+                    &format!("cannot read downstream data: {e:?}"),
+                );
+                self.finish_head(State::Refused);
+                return close();
+            }
+        };
+        let host = match head::read(&buf, max_head_bytes, closed) {
+            Head::Partial => return Action::Pause,
+            Head::Refuse(r) => {
+                return self.refuse_http(r.as_str(), Some(metrics::refuse_head(r)), "");
+            }
+            Head::Host(h) => h,
+        };
+        let mut source: Option<Option<IpAddr>> = None;
+        let refusal = match (self.port, cache::current()) {
+            (None, _) => Refusal::UnknownPort,
+            (_, None) => Refusal::NoTable,
+            (Some(port), Some(table)) => match table.router.decide_with(port, Some(&host), || {
+                *source.get_or_insert_with(source_address)
+            }) {
+                Decision::Forward {
+                    upstream,
+                    kind,
+                    route,
+                } => {
+                    if !select(&table, upstream) {
+                        self.finish_head(State::Refused);
+                        return close();
+                    }
+                    self.finish_head(State::Forwarded);
+                    metrics::inc(metrics::forward_host(kind));
+                    if debug_enabled() {
+                        log(
+                            LogLevel::Debug,
+                            &format!(
+                                "forward host={host:?} port={port} match={} upstream={} generation={}",
+                                kind.as_str(),
+                                route.upstream,
+                                table.router.generation()
+                            ),
+                        );
+                    }
+                    // The filter chain goes on: tcp_proxy connects now and
+                    // forwards the buffered bytes, head included.
+                    return Action::Continue;
+                }
+                Decision::Refuse(r) => r,
+            },
+        };
+        let (reason, metric) = if refusal == Refusal::UnknownSni {
+            ("unknown_host", Some(metrics::REFUSE_UNKNOWN_HOST))
+        } else {
+            metrics::refuse(refusal);
+            (refusal.as_str(), None)
+        };
+        self.refuse_http(reason, metric, &host)
+    }
+}
+
+impl StreamContext for Connection {
+    fn on_new_connection(&mut self) -> Action {
+        metrics::inc_build_connections();
+        match self.mode {
+            Mode::Tls => self.on_tls_connection(),
+            Mode::Http {
+                head_timeout_ms, ..
+            } => {
+                // Hold the filter chain: tcp_proxy (later in the chain) must
+                // not connect before the head has named the host.
+                let deadline = now_ms().saturating_add(head_timeout_ms);
+                PENDING.with(|p| p.borrow_mut().push((self.id, deadline)));
+                Action::Pause
+            }
+        }
+    }
+
+    fn on_downstream_data(&mut self, data_size: usize, end_of_stream: bool) -> Action {
+        match (self.mode, self.state) {
+            (Mode::Tls, _) | (_, State::Forwarded) => Action::Continue,
+            (Mode::Http { max_head_bytes, .. }, State::Reading) => {
+                self.on_http_head(max_head_bytes, data_size, end_of_stream)
+            }
+            // Closing: nothing may reach tcp_proxy.
+            (_, State::Refused) => Action::Pause,
+        }
     }
 }
