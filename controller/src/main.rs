@@ -52,7 +52,16 @@ enum Command {
     /// Run the controller (in cluster, or with $KUBECONFIG).
     Run(oooi_controller::run::RunArgs),
     /// Print the ClusterRole rules the controller needs (YAML list).
-    Rbac,
+    Rbac {
+        /// The rules of `run --openshift-scc` (adds Roles, RoleBindings and
+        /// `use` of the SCCs the controller grants).
+        #[arg(long)]
+        openshift_scc: bool,
+        /// Print the SecurityContextConstraints the chart installs for
+        /// `--openshift-scc` instead of the rules.
+        #[arg(long)]
+        sccs: bool,
+    },
     /// Write the CR reference pages of the docs site (from the CRD schemas).
     DocsReference {
         /// Directory of the pages (the docs site's `docs/reference`).
@@ -111,7 +120,15 @@ fn main() -> ExitCode {
             filter_wasm,
         } => render(files, out, push_token, filter_wasm),
         Command::Run(args) => oooi_controller::run::main(args),
-        Command::Rbac => oooi_controller::rbac::rules_yaml().map(|y| print!("{y}")),
+        Command::Rbac {
+            openshift_scc,
+            sccs,
+        } => if sccs {
+            oooi_controller::rbac::sccs_yaml()
+        } else {
+            oooi_controller::rbac::rules_yaml_for(openshift_scc)
+        }
+        .map(|y| print!("{y}")),
         Command::DocsReference { out } => oooi_controller::docs_reference::write(&out),
     };
     match result {

@@ -14,6 +14,9 @@ pub struct Rule {
     pub api_groups: Vec<&'static str>,
     /// Resources, with `/subresource` where one is meant.
     pub resources: Vec<&'static str>,
+    /// Names the rule is limited to (empty: every object).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub resource_names: Vec<&'static str>,
     /// Verbs.
     pub verbs: Vec<&'static str>,
 }
@@ -24,6 +27,7 @@ fn rule(group: &'static str, resources: &[&'static str], verbs: &[&'static str])
     Rule {
         api_groups: vec![group],
         resources: resources.to_vec(),
+        resource_names: Vec::new(),
         verbs: verbs.to_vec(),
     }
 }
@@ -46,6 +50,13 @@ fn rule(group: &'static str, resources: &[&'static str], verbs: &[&'static str])
 ///   renew).
 /// - HyperShift, CAPI, KubeVirt: optional read-only watches for worker
 ///   addresses and MACs; CRDs read to find out whether they exist.
+///
+/// With `--openshift-scc` ([`rules_for`]) also:
+/// - Roles and RoleBindings: one of each per component, granting its
+///   ServiceAccount `use` of one SCC; applied and watched, never deleted by
+///   the controller (owner references let garbage collection do it).
+/// - `use` of exactly the SCCs it may grant: Kubernetes lets a Role grant
+///   only what its author holds (no `escalate` or `bind` needed).
 pub fn rules() -> Vec<Rule> {
     const READ: &[&str] = &["get", "list", "watch"];
     const WRITE: &[&str] = &["get", "list", "watch", "create", "patch", "delete"];
@@ -110,10 +121,41 @@ pub fn rules() -> Vec<Rule> {
 
 const READ_PATCH: &[&str] = &["get", "list", "watch", "patch"];
 
-/// True when some rule grants `verb` on `resource` (with `/subresource`) in
-/// `group`.
+/// The rules for a controller run with `--openshift-scc` or without.
+pub fn rules_for(openshift_scc: bool) -> Vec<Rule> {
+    let mut out = rules();
+    if openshift_scc {
+        out.push(rule(
+            "rbac.authorization.k8s.io",
+            &["roles", "rolebindings"],
+            &["get", "list", "watch", "create", "patch"],
+        ));
+        let mut names: Vec<&'static str> = crate::plan::scc::CANDIDATES
+            .iter()
+            .map(|s| s.name)
+            .collect();
+        names.sort_unstable();
+        out.push(Rule {
+            resource_names: names,
+            ..rule(
+                crate::plan::scc::SCC_GROUP,
+                &["securitycontextconstraints"],
+                &["use"],
+            )
+        });
+    }
+    out
+}
+
+/// True when some rule of [`rules`] grants `verb` on `resource` (with
+/// `/subresource`) in `group`.
 pub fn allows(group: &str, resource: &str, verb: &str) -> bool {
-    rules().iter().any(|r| {
+    allows_in(&rules(), group, resource, verb)
+}
+
+/// True when some rule of `rules` grants `verb` on `resource` in `group`.
+pub fn allows_in(rules: &[Rule], group: &str, resource: &str, verb: &str) -> bool {
+    rules.iter().any(|r| {
         r.api_groups.contains(&group) && r.resources.contains(&resource) && r.verbs.contains(&verb)
     })
 }
@@ -167,7 +209,23 @@ pub fn request_attributes(method: &str, path_and_query: &str) -> Option<(String,
 
 /// The rules as a YAML list, the `rules:` of a ClusterRole.
 pub fn rules_yaml() -> anyhow::Result<String> {
-    Ok(serde_saphyr::to_string(&rules())?)
+    rules_yaml_for(false)
+}
+
+/// [`rules_for`] as a YAML list.
+pub fn rules_yaml_for(openshift_scc: bool) -> anyhow::Result<String> {
+    Ok(serde_saphyr::to_string(&rules_for(openshift_scc))?)
+}
+
+/// The SCCs the chart installs with `controller.openshiftSCC` (multi-document
+/// YAML), for the chart test to compare with its template.
+pub fn sccs_yaml() -> anyhow::Result<String> {
+    let mut out = String::new();
+    for scc in crate::plan::scc::custom_sccs() {
+        out.push_str("---\n");
+        out.push_str(&serde_saphyr::to_string(&scc)?);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -238,5 +296,54 @@ mod tests {
         ));
         let yaml = rules_yaml().unwrap();
         assert!(yaml.contains("apiGroups"), "{yaml}");
+        assert!(!yaml.contains("securitycontextconstraints"), "{yaml}");
+    }
+
+    #[test]
+    fn openshift_scc_adds_roles_and_use_of_the_grantable_sccs_only() {
+        let with = rules_for(true);
+        assert!(allows_in(
+            &with,
+            "rbac.authorization.k8s.io",
+            "roles",
+            "create"
+        ));
+        assert!(allows_in(
+            &with,
+            "rbac.authorization.k8s.io",
+            "rolebindings",
+            "patch"
+        ));
+        assert!(!allows_in(
+            &with,
+            "rbac.authorization.k8s.io",
+            "clusterroles",
+            "create"
+        ));
+        assert!(!allows_in(
+            &with,
+            "rbac.authorization.k8s.io",
+            "roles",
+            "delete"
+        ));
+        assert!(!allows("rbac.authorization.k8s.io", "roles", "create"));
+        let scc = with
+            .iter()
+            .find(|r| r.resources == ["securitycontextconstraints"])
+            .unwrap();
+        assert_eq!(scc.verbs, ["use"]);
+        assert_eq!(
+            scc.resource_names,
+            [
+                "nonroot-v2",
+                "oooi-net-bind",
+                "oooi-net-raw",
+                "restricted-v2"
+            ]
+        );
+        assert!(!scc.resource_names.contains(&"privileged"));
+        let yaml = rules_yaml_for(true).unwrap();
+        assert!(yaml.contains("resourceNames"), "{yaml}");
+        assert!(sccs_yaml().unwrap().contains("oooi-net-raw"));
     }
 }

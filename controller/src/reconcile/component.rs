@@ -65,13 +65,20 @@ where
     Ok(apply(&api, live.as_deref(), desired.clone()).await?)
 }
 
-/// Applies every child (ServiceAccount, ConfigMap, Secret, PVC, Services,
-/// Deployment, in that order, so the pods find what they mount); returns
-/// how many were written.
+/// Applies every child (ServiceAccount, with `--openshift-scc` its SCC Role
+/// and RoleBinding, ConfigMap, Secret, PVC, Services, Deployment, in that
+/// order, so the pods find what they mount and are admitted); returns how
+/// many were written.
 pub async fn apply_children(ctx: &Context, ns: &str, c: &Children) -> Result<usize> {
     let s = &ctx.stores;
     let mut written = Vec::new();
     written.push(apply_one(ctx, &s.service_accounts, ns, &c.service_account).await?);
+    if ctx.settings.openshift_scc {
+        let grant = crate::plan::scc::scc_rbac(c)
+            .ok_or_else(|| Error::NoAdmittingScc(c.deployment.name_any()))?;
+        written.push(apply_one(ctx, &s.roles, ns, &grant.role).await?);
+        written.push(apply_one(ctx, &s.role_bindings, ns, &grant.role_binding).await?);
+    }
     if let Some(cm) = &c.config_map {
         written.push(apply_one(ctx, &s.config_maps, ns, cm).await?);
     }

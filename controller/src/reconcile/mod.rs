@@ -41,7 +41,8 @@ pub use stores::{StoreWriters, Stores};
 pub struct Settings {
     /// Watch only this namespace.
     pub watch_namespace: Option<String>,
-    /// Bind OpenShift SCCs to the component service accounts.
+    /// Grant each component's ServiceAccount the OpenShift SCC its pods
+    /// need ([`crate::plan::scc`]).
     pub openshift_scc: bool,
 }
 
@@ -61,6 +62,9 @@ pub enum Error {
     /// The push token Secret is unusable.
     #[error("push token: {0}")]
     PushToken(String),
+    /// `--openshift-scc`: no SCC the controller may grant admits the pod.
+    #[error("no SecurityContextConstraints admits the pods of Deployment {0}")]
+    NoAdmittingScc(String),
 }
 
 impl Error {
@@ -71,6 +75,7 @@ impl Error {
             Error::Finalizer(_) => "Finalizer",
             Error::MissingField(_) => "MissingField",
             Error::PushToken(_) => "PushToken",
+            Error::NoAdmittingScc(_) => "NoAdmittingScc",
         }
     }
 }

@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount,
 };
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::store::Writer;
@@ -111,6 +112,8 @@ caches! {
     pvcs: PersistentVolumeClaim,
     network_policies: NetworkPolicy,
     pods: Pod,
+    roles: Role,
+    role_bindings: RoleBinding,
 }
 
 /// Looks an object up in a cache.
@@ -220,6 +223,17 @@ pub fn start(
         managed(),
         w.network_policies,
     );
+    // The SCC grants exist only with --openshift-scc, and only then does the
+    // controller's RBAC let it watch Roles: otherwise the caches stay empty
+    // and count as listed.
+    let (mut roles, mut role_bindings) = (w.roles, w.role_bindings);
+    if settings.openshift_scc {
+        let _ = spawn_watch(scoped::<Role>(client, ns), managed(), roles);
+        let _ = spawn_watch(scoped::<RoleBinding>(client, ns), managed(), role_bindings);
+    } else {
+        roles.apply_watcher_event(&watcher::Event::InitDone);
+        role_bindings.apply_watcher_event(&watcher::Event::InitDone);
+    }
     let observed = observers
         .into_iter()
         .map(|(api, ar, writer)| {
