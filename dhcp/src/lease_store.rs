@@ -211,6 +211,13 @@ impl LeaseStore {
         Ok(true)
     }
 
+    /// A second handle on the log file, for syncing it from another thread
+    /// (`fdatasync` on it makes every record appended before the call
+    /// durable). A compaction replaces the file: take a new handle after it.
+    pub fn sync_handle(&self) -> std::io::Result<File> {
+        self.file.try_clone()
+    }
+
     /// Durably records a lease (fsync before returning).
     pub fn commit(&mut self, lease: StoredLease) -> std::io::Result<()> {
         self.append_commit(lease)?;

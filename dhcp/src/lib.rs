@@ -7,6 +7,7 @@
 //! batch is sent), reloads and periodic work. [`config`] is the typed config
 //! file, [`metrics`] the Prometheus endpoint.
 
+pub mod commit;
 pub mod config;
 pub mod lease_store;
 pub mod leases;

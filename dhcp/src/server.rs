@@ -9,12 +9,13 @@
 //!   address), sends the replies that promise nothing durable (OFFER, NAK,
 //!   INFORM's ACK) at once, and hands the batch's lease records with their
 //!   ACKs to the persister;
-//! - the **persister** takes every batch waiting for it, appends all their
-//!   records, makes them durable with ONE `fdatasync` (group commit), and
-//!   only then sends those ACKs. While it syncs, the next batches are being
-//!   decided, so a burst costs one disk flush per persister turn instead of
-//!   one per client, and no ACK ever leaves before its lease is on disk.
-//!   Records reach the disk in decision order (one FIFO channel).
+//! - the **persister** writes each batch's records to the log at once (one
+//!   writer: records reach the file in decision order) and keeps up to
+//!   [`SYNCS_IN_FLIGHT`] `fdatasync`s running on sync worker threads. A
+//!   batch's ACKs leave as soon as a sync that started after the batch was
+//!   written has finished ([`crate::commit::AckGate`]), never before; while
+//!   syncs run, later batches are decided, written and covered by the next
+//!   sync (group commit), so a burst costs a few flushes, not one per client.
 //!
 //! A failed write or sync is fatal: after a failed fsync the page cache can
 //! no longer be trusted (PostgreSQL's "fsyncgate"), so the process exits and
@@ -26,15 +27,17 @@
 //! unicasting to a client that has no address yet, with a broadcast fallback
 //! when that is not permitted.
 
+use std::fs::File;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
+use crate::commit::{AckGate, Seq};
 use crate::config::{Config, Mac};
 use crate::lease_store::{LeaseStore, Recovery};
 use crate::leases::LeaseTable;
@@ -43,8 +46,8 @@ use crate::pipeline::{self, Decision, Destination, Outcome, StoreOp};
 
 /// Most datagrams the decision loop handles per turn.
 pub const BATCH: usize = 64;
-/// Most lease records (and so ACKs) one fdatasync covers.
-pub const GROUP_RECORDS: usize = 512;
+/// Most fdatasyncs of the lease log running at once (see [`crate::commit`]).
+pub const SYNCS_IN_FLIGHT: usize = 4;
 /// DHCP server port.
 pub const SERVER_PORT: u16 = 67;
 /// DHCP client port.
@@ -168,10 +171,13 @@ pub fn report_recovery(dir: &Path, r: &Recovery, live: usize) {
     tracing::info!(dir = %dir.display(), records = r.records, leases = live, "lease store recovered");
 }
 
+/// A reply ready to send: bytes, destination, metric label.
+type Reply = (Vec<u8>, Destination, &'static str);
+
 /// A decided batch waiting to be made durable: its records, then its replies.
 struct Durable {
     records: Vec<StoreOp>,
-    replies: Vec<(Vec<u8>, Destination, &'static str)>,
+    replies: Vec<Reply>,
 }
 
 /// Sends replies; owns the ARP fallback state.
@@ -210,56 +216,139 @@ impl Sender4 {
     }
 }
 
-/// The persister: group commit, then the ACKs (see the module docs).
+/// What the persister thread receives: decided batches from the decision
+/// loop, finished syncs from the sync workers.
+enum ToPersister {
+    Decided(Durable),
+    Synced {
+        seq: Seq,
+        result: std::io::Result<()>,
+        elapsed: Duration,
+        records: u64,
+    },
+    Stop,
+}
+
+/// One fdatasync to run: it covers every batch up to `seq`.
+struct SyncJob {
+    file: Arc<File>,
+    seq: Seq,
+    records: u64,
+}
+
+/// A sync worker: runs fdatasync jobs and reports them to the persister.
+fn sync_worker(jobs: Arc<Mutex<Receiver<SyncJob>>>, done: Sender<ToPersister>) {
+    loop {
+        let job = match jobs.lock() {
+            Ok(rx) => rx.recv(),
+            Err(_) => return,
+        };
+        let Ok(job) = job else { return };
+        let started = Instant::now();
+        let result = job.file.sync_data();
+        let msg = ToPersister::Synced {
+            seq: job.seq,
+            result,
+            elapsed: started.elapsed(),
+            records: job.records,
+        };
+        if done.send(msg).is_err() {
+            return;
+        }
+    }
+}
+
+/// The persister: writes each decided batch's records at once (one writer:
+/// decision order), keeps up to [`SYNCS_IN_FLIGHT`] fdatasyncs running on
+/// the sync workers, and sends a batch's ACKs as soon as a sync started
+/// after the batch was written has finished ([`AckGate`]).
 fn persist_loop(
     mut store: LeaseStore,
-    rx: Receiver<Durable>,
+    rx: Receiver<ToPersister>,
+    done: Sender<ToPersister>,
     mut out: Sender4,
 ) -> anyhow::Result<()> {
-    while let Ok(first) = rx.recv() {
-        let mut pending = first.records.len();
-        let mut batches = vec![first];
-        // Group what is waiting, up to GROUP_RECORDS: one sync covers them all.
-        while pending < GROUP_RECORDS {
-            let Ok(more) = rx.try_recv() else { break };
-            pending += more.records.len();
-            batches.push(more);
-        }
-        let started = Instant::now();
-        let mut records = 0u64;
-        for op in batches.iter().flat_map(|b| b.records.iter()) {
-            match op {
-                StoreOp::Commit(l) => store.append_commit(*l),
-                StoreOp::Release(ip) => store.append_release(*ip),
+    let (job_tx, job_rx) = std::sync::mpsc::channel::<SyncJob>();
+    let job_rx = Arc::new(Mutex::new(job_rx));
+    for i in 0..SYNCS_IN_FLIGHT {
+        let jobs = job_rx.clone();
+        let done = done.clone();
+        std::thread::Builder::new()
+            .name(format!("dhcp-sync-{i}"))
+            .spawn(move || sync_worker(jobs, done))?;
+    }
+    drop(done);
+    let mut gate: AckGate<Reply> = AckGate::new(SYNCS_IN_FLIGHT);
+    let mut file = Arc::new(store.sync_handle()?);
+    let mut unsynced_records = 0u64;
+    let mut next = rx.recv().ok();
+    while let Some(msg) = next {
+        match msg {
+            ToPersister::Stop => break,
+            ToPersister::Decided(d) => {
+                for op in &d.records {
+                    match op {
+                        StoreOp::Commit(l) => store.append_commit(*l),
+                        StoreOp::Release(ip) => store.append_release(*ip),
+                    }
+                    .map_err(|e| anyhow::anyhow!("lease store write failed: {e}"))?;
+                }
+                unsynced_records += d.records.len() as u64;
+                gate.written(d.replies);
             }
-            .map_err(|e| anyhow::anyhow!("lease store write failed: {e}"))?;
-            records += 1;
-        }
-        if store
-            .sync()
-            .map_err(|e| anyhow::anyhow!("lease store fsync failed: {e}"))?
-        {
-            let m = metrics();
-            m.store_sync.observe(started.elapsed().as_secs_f64());
-            m.store_batch.observe(records as f64);
-        }
-        for b in batches {
-            for (bytes, dest, kind) in b.replies {
-                out.send(&bytes, dest, kind);
+            ToPersister::Synced {
+                seq,
+                result,
+                elapsed,
+                records,
+            } => {
+                result.map_err(|e| anyhow::anyhow!("lease store fsync failed: {e}"))?;
+                let m = metrics();
+                m.store_sync.observe(elapsed.as_secs_f64());
+                m.store_batch.observe(records as f64);
+                for (bytes, dest, kind) in gate.synced(seq) {
+                    out.send(&bytes, dest, kind);
+                }
             }
         }
-        if store.record_count() > 2 * store.leases().len() + 1024 {
-            let t = Instant::now();
-            store
-                .compact()
-                .map_err(|e| anyhow::anyhow!("lease store compaction failed: {e}"))?;
-            metrics().store_compactions.inc();
-            tracing::info!(
-                leases = store.leases().len(),
-                ms = t.elapsed().as_millis() as u64,
-                "lease log compacted"
-            );
-        }
+        // Take whatever else is waiting before starting a sync: one sync
+        // then covers all of it (group commit).
+        next = match rx.try_recv() {
+            Ok(m) => Some(m),
+            Err(std::sync::mpsc::TryRecvError::Empty) => {
+                while let Some(seq) = gate.next_sync() {
+                    let job = SyncJob {
+                        file: file.clone(),
+                        seq,
+                        records: std::mem::take(&mut unsynced_records),
+                    };
+                    job_tx
+                        .send(job)
+                        .map_err(|_| anyhow::anyhow!("lease sync workers stopped"))?;
+                }
+                if store.record_count() > 2 * store.leases().len() + 1024 {
+                    let t = Instant::now();
+                    // compact() syncs the old log and the new one before the
+                    // rename: everything written so far is then durable.
+                    store
+                        .compact()
+                        .map_err(|e| anyhow::anyhow!("lease store compaction failed: {e}"))?;
+                    file = Arc::new(store.sync_handle()?);
+                    unsynced_records = 0;
+                    for (bytes, dest, kind) in gate.durable_through(gate.last_written()) {
+                        out.send(&bytes, dest, kind);
+                    }
+                    metrics().store_compactions.inc();
+                    tracing::info!(
+                        leases = store.leases().len(),
+                        ms = t.elapsed().as_millis() as u64,
+                        "lease log compacted"
+                    );
+                }
+                rx.recv().ok()
+            }
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => None,
+        };
     }
     Ok(())
 }
@@ -303,14 +392,16 @@ impl Server {
             .store
             .take()
             .ok_or_else(|| anyhow::anyhow!("server already ran"))?;
-        let (tx, rx) = std::sync::mpsc::channel::<Durable>();
+        let (tx, rx) = std::sync::mpsc::channel::<ToPersister>();
         let persister = {
             let out = sender(self.socket.try_clone()?);
+            let done = tx.clone();
             std::thread::Builder::new()
                 .name("dhcp-persist".into())
-                .spawn(move || persist_loop(store, rx, out))?
+                .spawn(move || persist_loop(store, rx, done, out))?
         };
         let result = self.decide_loop(&mut out, &tx);
+        let _ = tx.send(ToPersister::Stop);
         drop(tx);
         // A closed channel means the persister failed: its error is the cause.
         match persister.join() {
@@ -320,7 +411,7 @@ impl Server {
         }
     }
 
-    fn decide_loop(&mut self, out: &mut Sender4, tx: &Sender<Durable>) -> anyhow::Result<()> {
+    fn decide_loop(&mut self, out: &mut Sender4, tx: &Sender<ToPersister>) -> anyhow::Result<()> {
         let mut buf = vec![0u8; 4096];
         let mut next_tick = Instant::now();
         tracing::info!(
@@ -386,7 +477,7 @@ impl Server {
                     }
                 }
             }
-            if !durable.records.is_empty() && tx.send(durable).is_err() {
+            if !durable.records.is_empty() && tx.send(ToPersister::Decided(durable)).is_err() {
                 return Err(anyhow::anyhow!("lease persister stopped"));
             }
         }
