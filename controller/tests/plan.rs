@@ -737,7 +737,7 @@ fn apps_vip_adds_wildcard_route_and_dns_and_bad_pools_are_reported() {
 }
 
 #[test]
-fn strict_isolation_is_reported_as_not_enforced_yet() {
+fn strict_isolation_without_known_workers_is_reported_pending() {
     let i = infra("oooi", "vlan");
     let p = plan_infra(
         &i,
@@ -758,7 +758,7 @@ fn strict_isolation_is_reported_as_not_enforced_yet() {
             c[1].status.as_str(),
             c[1].reason.as_str()
         ),
-        ("True", "True", "StrictIsolationNotEnforced")
+        ("True", "True", "StrictIsolationPending")
     );
 }
 

@@ -13,7 +13,10 @@
 //!   name, or one without addresses yet), the VMI's interface addresses.
 //! - An address claimed by two accepted attachments loses its source-scoped
 //!   (alias and no-SNI) routes and its DHCP reservation in both; everything
-//!   else of both attachments stays.
+//!   else of both attachments stays. (With `isolation: Strict` it is not a
+//!   worker address either, so it is not allowed on that cluster's names.)
+//! - `isolation: Strict` with no worker address known yet is reported as
+//!   `StrictIsolationPending` (Degraded); see `proxy` for what the routes do.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
@@ -153,9 +156,14 @@ impl AttachmentOutcome {
                 condition::ACCEPTED,
                 "Accepted",
                 format!(
-                    "{} services, {} worker addresses",
+                    "{} services, {} worker addresses{}",
                     self.services.len(),
-                    self.worker_addresses.len()
+                    self.worker_addresses.len(),
+                    match self.isolation {
+                        Isolation::Strict =>
+                            "; isolation Strict: on the VLAN, only these workers may use the cluster's names (ignition excepted)",
+                        Isolation::Standard => "",
+                    }
                 ),
             ),
         };
@@ -169,18 +177,26 @@ impl AttachmentOutcome {
             problems.push((
                 "WorkerAddressConflict",
                 format!(
-                    "worker addresses {} are also claimed by another attachment; their alias and no-SNI routes are dropped",
-                    list.join(", ")
+                    "worker addresses {} are also claimed by another attachment; their alias and no-SNI routes are dropped{}",
+                    list.join(", "),
+                    if self.isolation == Isolation::Strict {
+                        ", and Strict isolation does not allow them on this cluster's names"
+                    } else {
+                        ""
+                    }
                 ),
             ));
         }
         for e in &self.apps_ingress_errors {
             problems.push(("AppsIngressPoolConflict", e.to_string()));
         }
-        if self.isolation == Isolation::Strict && self.accepted() {
+        if self.isolation == Isolation::Strict
+            && self.accepted()
+            && self.worker_addresses.is_empty()
+        {
             problems.push((
-                "StrictIsolationNotEnforced",
-                "spec.isolation: Strict needs SNI routes scoped by source, which the routing table cannot express yet; FQDN routes accept any source".to_string(),
+                "StrictIsolationPending",
+                "spec.isolation: Strict: no worker address of this cluster is known yet, so its names other than ignition refuse every source on the VLAN until one is (its Machines' or VMIs' addresses); ignition stays open, since new workers fetch it before their address is known".to_string(),
             ));
         }
         let degraded = if problems.is_empty() {

@@ -9,11 +9,28 @@
 //! - per worker address (a /32 not claimed by another attachment): a source
 //!   route on 6443 to the kube-apiserver, which carries both the
 //!   `kubernetes[.default…]` aliases and connections without SNI.
+//!
+//! With `isolation: Strict`, the SNI routes above (every exposed service but
+//! ignition, and `*.apps`) carry allowed sources ([`strict_sources`]): the
+//! cluster's own worker addresses plus every network outside the Infra CIDR.
+//! So on the VLAN only that cluster's workers may use its names, while
+//! clients that are not on the VLAN (the management cluster's pods through
+//! the internal Service and the DNS pod view, a published OAuth
+//! LoadBalancer) keep working: none of them is a worker of another cluster,
+//! and a VLAN host cannot complete a handshake from an address off the VLAN
+//! (the proxy answers such addresses through its pod interface).
+//! Before any worker address of the cluster is known, the list holds only
+//! the off-VLAN networks: every VLAN host is refused (fail closed), and the
+//! attachment reports `StrictIsolationPending`. Ignition stays open to every
+//! source: a new worker fetches it from its first boot stage, before any
+//! address of it is observed (and HyperShift's ignition server checks the
+//! NodePool token on every request); without that, no worker could ever join.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
+use ipnet::Ipv4Net;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, EmptyDirVolumeSource, Secret, SecretVolumeSource, Service, ServicePort,
@@ -22,15 +39,15 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use oooi_routes::{Cidr, Route, RouteMatch, RouteTable, Upstream};
 
-use super::aggregate::AttachmentOutcome;
+use super::aggregate::{AttachmentOutcome, ResolvedService};
 use super::labels::{Component, child_meta, instance_of, push_token_secret_name, selector};
 use super::network::Network;
 use super::workload::{
     Children, PodPlan, deployment, http_probe, mount, port, resources, service_account, tcp_probe,
 };
 use crate::crd::{
-    FilterSource, Infra, LocalObjectReference, ProxyServer, ProxyServerSpec, RoutesDocument,
-    VlanInterface,
+    FilterSource, Infra, Isolation, LocalObjectReference, ProxyServer, ProxyServerSpec,
+    RoutesDocument, VlanInterface,
 };
 
 /// Listener port of the source-scoped routes (aliases and no SNI).
@@ -68,15 +85,70 @@ fn apiserver_upstream(a: &AttachmentOutcome) -> Upstream {
     }
 }
 
+/// Target Services of HyperShift's ignition endpoint: routes to them stay
+/// open under `Strict` (see the module doc).
+pub const IGNITION_SERVICES: [&str; 2] = ["ignition-server-proxy", "ignition-server"];
+
+/// True for a service new workers need before their address is known.
+fn is_ignition(s: &ResolvedService) -> bool {
+    s.name == "ignition"
+        || IGNITION_SERVICES
+            .iter()
+            .any(|t| s.upstream_host.starts_with(&format!("{t}.")))
+}
+
+/// Every IPv4 network outside `cidr`, as the shortest list of CIDRs (one
+/// per prefix bit: a /24 gives 24 networks). Empty for a /0.
+pub fn outside(cidr: Ipv4Net) -> Vec<Cidr> {
+    let base = u32::from(cidr.network());
+    (0..cidr.prefix_len())
+        .filter_map(|i| {
+            let len = i + 1;
+            let net = (base ^ (1u32 << (31 - i))) & (u32::MAX << (32 - u32::from(len)));
+            Cidr::new(IpAddr::V4(Ipv4Addr::from(net)), len).ok()
+        })
+        .collect()
+}
+
+/// The allowed sources of a `Strict` cluster's SNI routes: its worker
+/// addresses (/32, shared ones left out), then every network outside the
+/// VLAN. Never empty unless the VLAN is 0.0.0.0/0 and no worker is known.
+pub fn strict_sources(network: &Network, a: &AttachmentOutcome) -> Vec<Cidr> {
+    a.worker_addresses
+        .iter()
+        .filter_map(|w| Cidr::new(IpAddr::V4(*w), 32).ok())
+        .chain(outside(network.cidr))
+        .collect()
+}
+
+/// The match of one of the cluster's names: open, or restricted to
+/// `sources` when the cluster is `Strict`. None (no route, so the name is
+/// refused) for a restriction that allows nobody.
+fn name_match(sni: String, sources: Option<&Vec<Cidr>>) -> Option<RouteMatch> {
+    match sources {
+        None => Some(RouteMatch::Sni(sni)),
+        Some(list) if list.is_empty() => None,
+        Some(list) => Some(RouteMatch::SniFrom {
+            sni,
+            sources: list.clone(),
+        }),
+    }
+}
+
 /// The routes of every accepted attachment, in a deterministic order.
-pub fn routes(attachments: &[AttachmentOutcome]) -> Vec<Route> {
+pub fn routes(network: &Network, attachments: &[AttachmentOutcome]) -> Vec<Route> {
     let mut out = Vec::new();
     for a in attachments.iter().filter(|a| a.accepted()) {
         let owner = Some(a.owner());
+        let strict = (a.isolation == Isolation::Strict).then(|| strict_sources(network, a));
         for s in &a.services {
+            let sources = strict.as_ref().filter(|_| !is_ignition(s));
+            let Some(matches) = name_match(s.sni.clone(), sources) else {
+                continue;
+            };
             out.push(Route {
                 port: s.port,
-                matches: RouteMatch::Sni(s.sni.clone()),
+                matches,
                 upstream: Upstream::Address {
                     host: s.upstream_host.clone(),
                     port: s.upstream_port,
@@ -84,10 +156,12 @@ pub fn routes(attachments: &[AttachmentOutcome]) -> Vec<Route> {
                 owner: owner.clone(),
             });
         }
-        if let Some(vip) = a.apps_vip {
+        if let Some(vip) = a.apps_vip
+            && let Some(matches) = name_match(format!("*.apps.{}", a.domain), strict.as_ref())
+        {
             out.push(Route {
                 port: 443,
-                matches: RouteMatch::Sni(format!("*.apps.{}", a.domain)),
+                matches,
                 upstream: Upstream::Address {
                     host: vip.to_string(),
                     port: 443,
@@ -142,7 +216,7 @@ pub fn spec(
     }
     let proxy_ip = network.proxy?;
     let infra_name = infra.metadata.name.clone().unwrap_or_default();
-    let routes = routes(attachments);
+    let routes = routes(network, attachments);
     Some(ProxyServerSpec {
         vlan: VlanInterface {
             network_attachment_definition: network.nad.clone(),
