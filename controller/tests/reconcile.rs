@@ -18,7 +18,7 @@ use oooi_controller::observe::{self, Discovered, Observations};
 use oooi_controller::reconcile::{
     Context, Settings, StoreWriters, Stores, attachment, component, infra,
 };
-use reconcile_mock::{MockApi, Recorded, assert_rbac, writes};
+use reconcile_mock::{MockApi, Recorded, assert_rbac, assert_rbac_with, created, writes};
 use serde_json::{Value, json};
 
 const NS: &str = "oooi";
@@ -96,6 +96,10 @@ fn machine_resource() -> ApiResource {
 impl Harness {
     /// With `machines`, the CAPI Machine API is served.
     fn new(machines: bool) -> Harness {
+        Harness::with_settings(machines, Settings::default())
+    }
+
+    fn with_settings(machines: bool, settings: Settings) -> Harness {
         let (client, mock) = MockApi::start();
         let (stores, writers) = Stores::new();
         let mut discovered = Discovered::default();
@@ -114,7 +118,7 @@ impl Harness {
         let mut ctx = Context::new(
             client,
             Metrics::new(),
-            Settings::default(),
+            settings,
             stores,
             discovered,
             observations,
@@ -163,9 +167,7 @@ impl Harness {
         infra::reconcile(infra, self.ctx.clone())
             .await
             .expect("reconcile");
-        let log = self.mock.take();
-        assert_rbac(&log);
-        log
+        self.take()
     }
 
     async fn reconcile_attachment(&mut self, name: &str) -> Vec<Recorded> {
@@ -174,9 +176,7 @@ impl Harness {
         attachment::reconcile(a, self.ctx.clone())
             .await
             .expect("reconcile");
-        let log = self.mock.take();
-        assert_rbac(&log);
-        log
+        self.take()
     }
 
     async fn reconcile_dhcp(&mut self) -> Vec<Recorded> {
@@ -185,9 +185,7 @@ impl Harness {
         component::reconcile_dhcp(o, self.ctx.clone())
             .await
             .expect("reconcile");
-        let log = self.mock.take();
-        assert_rbac(&log);
-        log
+        self.take()
     }
 
     async fn reconcile_dns(&mut self) -> Vec<Recorded> {
@@ -196,9 +194,7 @@ impl Harness {
         component::reconcile_dns(o, self.ctx.clone())
             .await
             .expect("reconcile");
-        let log = self.mock.take();
-        assert_rbac(&log);
-        log
+        self.take()
     }
 
     async fn reconcile_proxy(&mut self) -> Vec<Recorded> {
@@ -207,14 +203,27 @@ impl Harness {
         component::reconcile_proxy(o, self.ctx.clone())
             .await
             .expect("reconcile");
+        self.take()
+    }
+
+    /// The requests since the last call, checked against the RBAC rules of
+    /// the harness's settings.
+    fn take(&mut self) -> Vec<Recorded> {
         let log = self.mock.take();
-        assert_rbac(&log);
+        assert_rbac_with(
+            &log,
+            &oooi_controller::rbac::rules_for(self.ctx.settings.openshift_scc),
+        );
         log
     }
 
     /// Infra with finalizer, all derived objects and the token in place.
     async fn converged(attachments: &[&str]) -> Harness {
-        let mut h = Harness::new(false);
+        Harness::converged_with(attachments, Settings::default()).await
+    }
+
+    async fn converged_with(attachments: &[&str], settings: Settings) -> Harness {
+        let mut h = Harness::with_settings(false, settings);
         h.mock.insert(&infra_path(), infra_json(1));
         for a in attachments {
             h.mock.insert(&att_path(a), attachment_json(a));
@@ -859,6 +868,214 @@ async fn machine_address_change_is_pushed_to_a_real_envoy() {
     assert_eq!(loaded["generation"], 2);
     assert_eq!(loaded["digest"], st["routesDigest"]);
     eprintln!("machine address change → table loaded in Envoy: {took:?} (watch delivery excluded)");
+}
+
+fn scc_settings() -> Settings {
+    Settings {
+        openshift_scc: true,
+        ..Settings::default()
+    }
+}
+
+/// `--openshift-scc`: each component's ServiceAccount is granted the one SCC
+/// its pods need, by a Role and RoleBinding applied before the Deployment
+/// and owned by the component; a second pass writes nothing.
+#[tokio::test]
+async fn openshift_scc_grants_each_component_its_scc_before_its_pods() {
+    let mut h = Harness::converged_with(&["c1"], scc_settings()).await;
+    let rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces/oooi";
+
+    let log = h.reconcile_dhcp().await;
+    assert_eq!(
+        lines(&log),
+        vec![
+            "PATCH /api/v1/namespaces/oooi/serviceaccounts/vlan200-dhcp".to_string(),
+            format!("PATCH {rbac}/roles/vlan200-dhcp-scc"),
+            format!("PATCH {rbac}/rolebindings/vlan200-dhcp-scc"),
+            "PATCH /api/v1/namespaces/oooi/configmaps/vlan200-dhcp-config".to_string(),
+            "PATCH /api/v1/namespaces/oooi/persistentvolumeclaims/vlan200-dhcp-leases".to_string(),
+            "PATCH /apis/apps/v1/namespaces/oooi/deployments/vlan200-dhcp".to_string(),
+            format!("PATCH {G}/dhcpservers/vlan200-dhcp/status"),
+        ]
+    );
+    let dhcp_uid = h
+        .mock
+        .get(&format!("{G}/dhcpservers/vlan200-dhcp"))
+        .unwrap()["metadata"]["uid"]
+        .clone();
+    for r in &log[1..3] {
+        assert_apply(r);
+        let body = r.body.as_ref().unwrap();
+        assert_eq!(body["metadata"]["ownerReferences"][0]["kind"], "DHCPServer");
+        assert_eq!(body["metadata"]["ownerReferences"][0]["uid"], dhcp_uid);
+        assert_eq!(
+            body["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+            "oooi-controller"
+        );
+    }
+    let role = log[1].body.as_ref().unwrap();
+    assert_eq!(role["kind"], "Role");
+    assert_eq!(
+        role["rules"],
+        json!([{"apiGroups": ["security.openshift.io"],
+                "resources": ["securitycontextconstraints"],
+                "resourceNames": ["oooi-net-raw"], "verbs": ["use"]}])
+    );
+    let binding = log[2].body.as_ref().unwrap();
+    assert_eq!(binding["kind"], "RoleBinding");
+    assert_eq!(
+        binding["roleRef"],
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "vlan200-dhcp-scc"})
+    );
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "vlan200-dhcp", "namespace": "oooi"}])
+    );
+    // Settled: the grant is not re-applied (the status follows the
+    // Deployment's first observation, then nothing).
+    assert_eq!(
+        lines(&h.reconcile_dhcp().await),
+        vec![format!("PATCH {G}/dhcpservers/vlan200-dhcp/status")]
+    );
+    assert!(h.reconcile_dhcp().await.is_empty(), "settled");
+
+    // DNS and Envoy (listeners 443 and 6443) bind port < 1024 as UID 0.
+    let log = h.reconcile_dns().await;
+    let role = apply_of(&log, &format!("{rbac}/roles/vlan200-dns-scc"));
+    assert_eq!(
+        role.body.as_ref().unwrap()["rules"][0]["resourceNames"],
+        json!(["oooi-net-bind"])
+    );
+    apply_of(&log, &format!("{rbac}/rolebindings/vlan200-dns-scc"));
+    let log = h.reconcile_proxy().await;
+    assert_eq!(
+        lines(&log)[..4],
+        [
+            "PATCH /api/v1/namespaces/oooi/serviceaccounts/vlan200-proxy".to_string(),
+            format!("PATCH {rbac}/roles/vlan200-proxy-scc"),
+            format!("PATCH {rbac}/rolebindings/vlan200-proxy-scc"),
+            "PATCH /api/v1/namespaces/oooi/secrets/vlan200-proxy-envoy".to_string(),
+        ]
+    );
+    assert_eq!(
+        log[1].body.as_ref().unwrap()["rules"][0]["resourceNames"],
+        json!(["oooi-net-bind"])
+    );
+}
+
+/// Without the flag no Role or RoleBinding is ever sent (and the rules of
+/// `rbac` without `--openshift-scc`, checked on every request, grant none).
+#[tokio::test]
+async fn without_openshift_scc_no_rbac_object_is_written() {
+    let mut h = Harness::converged(&["c1"]).await;
+    let mut log = h.reconcile_dhcp().await;
+    log.extend(h.reconcile_dns().await);
+    log.extend(h.reconcile_proxy().await);
+    assert!(
+        !log.iter()
+            .any(|r| r.path().contains("rbac.authorization.k8s.io")),
+        "{:#?}",
+        lines(&log)
+    );
+}
+
+/// Everything the controller created is gone after the user deletes the
+/// Infra and its attachments: cross-namespace objects and the finalizers by
+/// the controller, the rest by garbage collection through owner references
+/// (run here as the API server's collector would). Events are left out: the
+/// API server expires them.
+#[tokio::test]
+async fn deleting_everything_leaves_no_object_the_controller_created() {
+    let mut h = Harness::with_settings(false, scc_settings());
+    h.mock.insert(&infra_path(), infra_json(1));
+    h.mock.insert(&att_path("c1"), attachment_json("c1"));
+    h.mock.insert(&att_path("c2"), attachment_json("c2"));
+    let mut all = Vec::new();
+    for _ in 0..2 {
+        // Finalizers first, then the objects.
+        all.extend(h.reconcile_infra().await);
+        all.extend(h.reconcile_attachment("c1").await);
+        all.extend(h.reconcile_attachment("c2").await);
+    }
+    for _ in 0..2 {
+        all.extend(h.reconcile_dhcp().await);
+        all.extend(h.reconcile_dns().await);
+        all.extend(h.reconcile_proxy().await);
+    }
+    let made: Vec<String> = created(&all)
+        .into_iter()
+        .filter(|p| !p.contains("/events/"))
+        .collect();
+    // Every kind the controller writes is in the run.
+    for kind in [
+        "/secrets/vlan200-proxy-push-token",
+        "/dhcpservers/",
+        "/dnsservers/",
+        "/proxyservers/",
+        "/serviceaccounts/",
+        "/configmaps/",
+        "/secrets/vlan200-proxy-envoy",
+        "/persistentvolumeclaims/",
+        "/services/",
+        "/deployments/",
+        "/roles/",
+        "/rolebindings/",
+        "/namespaces/clusters-c1/networkpolicies/",
+        "/namespaces/clusters-c2/networkpolicies/",
+    ] {
+        assert!(made.iter().any(|p| p.contains(kind)), "{kind}: {made:#?}");
+    }
+    for p in &made {
+        assert!(h.mock.get(p).is_some(), "{p} exists before deletion");
+    }
+
+    // The user deletes one attachment, then the Infra, then the other.
+    let delete = |h: &mut Harness, path: &str| {
+        let mut o = h.mock.get(path).unwrap();
+        o["metadata"]["deletionTimestamp"] = json!("2026-12-03T08:05:00Z");
+        h.mock.insert(path, o);
+    };
+    delete(&mut h, &att_path("c1"));
+    h.reconcile_attachment("c1").await;
+    delete(&mut h, &infra_path());
+    h.reconcile_infra().await;
+    delete(&mut h, &att_path("c2"));
+    h.reconcile_attachment("c2").await;
+    for p in [infra_path(), att_path("c1"), att_path("c2")] {
+        assert!(h.mock.get(&p).is_none(), "{p}: finalizer removed");
+    }
+    // Before the collector runs, whatever is left is owned by something gone.
+    let uids: Vec<Value> = h
+        .mock
+        .paths("/")
+        .iter()
+        .filter_map(|p| h.mock.get(p))
+        .map(|o| o["metadata"]["uid"].clone())
+        .collect();
+    for p in made.iter().filter(|p| h.mock.get(p).is_some()) {
+        let o = h.mock.get(p).unwrap();
+        let owners = o["metadata"]["ownerReferences"].as_array().cloned();
+        assert!(
+            owners.is_some_and(|o| !o.is_empty()),
+            "{p} is left with no owner to collect it"
+        );
+        assert!(
+            !p.contains("/namespaces/clusters-"),
+            "{p}: no owner reference crosses namespaces"
+        );
+    }
+    assert!(!uids.is_empty());
+    let collected = h.mock.collect_garbage();
+    assert!(!collected.is_empty());
+    let leaked: Vec<&String> = made.iter().filter(|p| h.mock.get(p).is_some()).collect();
+    assert!(leaked.is_empty(), "leaked: {leaked:#?}");
+    let left: Vec<String> = h
+        .mock
+        .paths("/")
+        .into_iter()
+        .filter(|p| !p.contains("/events/"))
+        .collect();
+    assert!(left.is_empty(), "left in the cluster: {left:#?}");
 }
 
 fn base64(bytes: &[u8]) -> String {

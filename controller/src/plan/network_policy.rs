@@ -92,9 +92,7 @@ pub fn control_plane_policy(
     infra_ns: &str,
     infra: &str,
 ) -> Option<NetworkPolicy> {
-    if plan.desired.is_none() {
-        return None;
-    }
+    plan.desired.as_ref()?;
     let outcome = plan.attachments.iter().find(|o| o.name == attachment)?;
     outcome.accepted().then(|| {
         proxy_ingress_policy(

@@ -351,15 +351,75 @@ fn list_all_namespaces(collection: &str, object: &str) -> bool {
 
 /// Asserts every recorded request is permitted by the controller's RBAC.
 pub fn assert_rbac(log: &[Recorded]) {
+    assert_rbac_with(log, &oooi_controller::rbac::rules());
+}
+
+/// Asserts every recorded request is permitted by `rules`.
+pub fn assert_rbac_with(log: &[Recorded], rules: &[oooi_controller::rbac::Rule]) {
     for r in log {
         if let Some((g, res, verb)) = oooi_controller::rbac::request_attributes(&r.method, &r.uri) {
             assert!(
-                oooi_controller::rbac::allows(&g, &res, &verb),
+                oooi_controller::rbac::allows_in(rules, &g, &res, &verb),
                 "RBAC does not allow {verb} {res} in group {g:?} ({})",
                 r.line()
             );
         }
     }
+}
+
+impl MockApi {
+    /// What the garbage collector does: deletes every object all of whose
+    /// owners (by uid) are gone, until nothing more goes. Returns the
+    /// deleted paths.
+    pub fn collect_garbage(&self) -> Vec<String> {
+        let mut s = self.state.lock().unwrap();
+        let mut deleted = Vec::new();
+        loop {
+            let uids: std::collections::BTreeSet<String> = s
+                .objects
+                .values()
+                .filter_map(|o| o["metadata"]["uid"].as_str().map(str::to_string))
+                .collect();
+            let orphans: Vec<String> = s
+                .objects
+                .iter()
+                .filter(|(_, o)| {
+                    o["metadata"]["ownerReferences"]
+                        .as_array()
+                        .is_some_and(|refs| {
+                            !refs.is_empty()
+                                && refs
+                                    .iter()
+                                    .all(|r| !uids.contains(r["uid"].as_str().unwrap_or_default()))
+                        })
+                })
+                .map(|(p, _)| p.clone())
+                .collect();
+            if orphans.is_empty() {
+                return deleted;
+            }
+            for p in orphans {
+                s.objects.remove(&p);
+                deleted.push(p);
+            }
+        }
+    }
+}
+
+/// Paths of the objects `log` created or applied (POST, server-side apply).
+pub fn created(log: &[Recorded]) -> std::collections::BTreeSet<String> {
+    log.iter()
+        .filter_map(|r| match r.method.as_str() {
+            "POST" => {
+                let name = r.body.as_ref()?["metadata"]["name"].as_str()?.to_string();
+                Some(format!("{}/{name}", r.path()))
+            }
+            "PATCH" if r.content_type.as_deref() == Some("application/apply-patch+yaml") => {
+                Some(r.path().to_string())
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// The requests that change state.
