@@ -164,12 +164,32 @@ def validate_service_monitor(obj):
     assert dumped == obj, f"ServiceMonitor has fields the schema does not know:\n{json.dumps(dumped, indent=1)}\n!=\n{json.dumps(obj, indent=1)}"
 
 
+def controller_sccs():
+    """The SCCs `oooi-controller rbac --sccs` says the chart installs."""
+    proc = subprocess.run([controller_bin(), "rbac", "--sccs"], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, f"`oooi-controller rbac --sccs` failed:\n{proc.stderr}"
+    return {d["metadata"]["name"]: d for d in yaml.safe_load_all(proc.stdout) if d}
+
+
+def validate_scc(obj):
+    """OpenShift's SCC has no schema here: it must equal, field for field, the
+    one the controller models (plan::scc), labels aside."""
+    want = controller_sccs().get(obj["metadata"]["name"])
+    assert want, f"SecurityContextConstraints {obj['metadata']['name']} is not one the controller grants"
+    have = copy.deepcopy(obj)
+    have["metadata"].pop("labels", None)
+    assert have == want, f"chart SCC differs from `oooi-controller rbac --sccs`:\n{json.dumps(have, indent=1, sort_keys=True)}\n!=\n{json.dumps(want, indent=1, sort_keys=True)}"
+
+
 def validate_objects(objects):
     """Validate each object against the Kubernetes 1.35 schemas, strictly."""
     for obj in objects:
         label = f"{obj['kind']}/{obj['metadata']['name']}"
         if obj["apiVersion"] == "monitoring.coreos.com/v1":
             validate_service_monitor(obj)
+            continue
+        if obj["apiVersion"] == "security.openshift.io/v1":
+            validate_scc(obj)
             continue
         try:
             kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
@@ -247,6 +267,8 @@ def test_all_features_render_is_valid_kubernetes():
             "NetworkPolicy",
             "Role",
             "RoleBinding",
+            "SecurityContextConstraints",
+            "SecurityContextConstraints",
             "Service",
             "ServiceAccount",
             "ServiceMonitor",
@@ -349,38 +371,45 @@ def test_deployment_flags_exist_in_the_controller():
 
 
 def rules_of(objects):
-    """(apiGroup, resource, verb) triples of every Role and ClusterRole."""
+    """(apiGroup, resource, verb, resourceNames) of every Role and ClusterRole rule."""
     out = set()
     for o in objects:
         if o["kind"] in ("ClusterRole", "Role"):
             for r in o["rules"]:
+                names = tuple(sorted(r.get("resourceNames", [])))
                 for g in r["apiGroups"]:
                     for res in r["resources"]:
                         for v in r["verbs"]:
-                            out.add((g, res, v))
+                            out.add((g, res, v, names))
     return out
 
 
 def test_rbac_is_exactly_what_the_controller_uses():
     exe = controller_bin()
-    proc = subprocess.run([exe, "rbac"], capture_output=True, text=True, timeout=30)
-    assert proc.returncode == 0, f"`oooi-controller rbac` failed:\n{proc.stderr}"
-    wanted = set()
-    for doc in yaml.safe_load_all(proc.stdout):
-        if not doc:
-            continue
-        rules = doc["rules"] if isinstance(doc, dict) else doc
-        for r in rules:
-            for g in r["apiGroups"]:
-                for res in r["resources"]:
-                    for v in r["verbs"]:
-                        wanted.add((g, res, v))
-    assert wanted, f"`oooi-controller rbac` printed no rules:\n{proc.stdout}"
-    have = rules_of(render()[0])
-    assert have == wanted, (
-        f"chart grants more than the code uses: {sorted(have - wanted)}\n"
-        f"code uses what the chart does not grant: {sorted(wanted - have)}"
-    )
+    # Default values, and controller.openshiftSCC (ALL_FEATURES) with the
+    # rules of `run --openshift-scc`.
+    for values, flags in (({}, []), (ALL_FEATURES, ["--openshift-scc"])):
+        proc = subprocess.run([exe, "rbac", *flags], capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 0, f"`oooi-controller rbac` failed:\n{proc.stderr}"
+        wanted = set()
+        for doc in yaml.safe_load_all(proc.stdout):
+            if not doc:
+                continue
+            rules = doc["rules"] if isinstance(doc, dict) else doc
+            for r in rules:
+                names = tuple(sorted(r.get("resourceNames", [])))
+                for g in r["apiGroups"]:
+                    for res in r["resources"]:
+                        for v in r["verbs"]:
+                            wanted.add((g, res, v, names))
+        assert wanted, f"`oooi-controller rbac` printed no rules:\n{proc.stdout}"
+        have = rules_of(render(values)[0])
+        assert have == wanted, (
+            f"values {sorted(values)}: chart grants more than the code uses: {sorted(have - wanted)}\n"
+            f"code uses what the chart does not grant: {sorted(wanted - have)}"
+        )
+    # The SCC grants exist only with the flag.
+    assert not {r for r in rules_of(render()[0]) if r[0] in ("rbac.authorization.k8s.io", "security.openshift.io")}
 
 
 def test_rbac_is_least_privilege():
@@ -394,7 +423,7 @@ def test_rbac_is_least_privilege():
     role = find(objects, "Role")
     assert role["metadata"]["namespace"] == NAMESPACE
     assert role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "patch"]}]
-    assert ("coordination.k8s.io", "leases") not in {(g, r) for g, r, _ in rules_of([find(objects, "ClusterRole")])}
+    assert ("coordination.k8s.io", "leases") not in {(g, r) for g, r, *_ in rules_of([find(objects, "ClusterRole")])}
     sa = find(objects, "ServiceAccount")["metadata"]["name"]
     for kind in ("ClusterRoleBinding", "RoleBinding"):
         b = find(objects, kind)
