@@ -62,6 +62,8 @@ pub struct LeaseStore {
     leases: BTreeMap<Ipv4Addr, StoredLease>,
     records: usize,
     unsynced: bool,
+    /// Encoded records not yet handed to the kernel (one `write` per batch).
+    buf: Vec<u8>,
 }
 
 fn encode(op: u8, l: &StoredLease) -> Vec<u8> {
@@ -160,6 +162,7 @@ impl LeaseStore {
                 leases,
                 records,
                 unsynced: false,
+                buf: Vec::new(),
             },
             Recovery {
                 records,
@@ -176,15 +179,29 @@ impl LeaseStore {
     }
 
     fn append(&mut self, rec: &[u8]) -> std::io::Result<()> {
-        self.file.write_all(rec)?;
+        self.buf.extend_from_slice(rec);
         self.records += 1;
         self.unsynced = true;
         Ok(())
     }
 
-    /// Appends a lease record without waiting for the disk. The lease is
-    /// durable only after the next [`LeaseStore::sync`]; the server calls it
-    /// once per batch of messages (group commit) before sending any ACK.
+    /// Hands the appended records to the kernel in one `write`. From then
+    /// on they survive a `kill -9` of the process (the page cache has them),
+    /// not a node crash: that takes a sync.
+    pub fn write_out(&mut self) -> std::io::Result<()> {
+        if !self.buf.is_empty() {
+            self.file.write_all(&self.buf)?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
+    /// Appends a lease record without waiting for the disk. The record is
+    /// written by the next [`LeaseStore::write_out`] and durable only after
+    /// the next sync ([`LeaseStore::sync`], or `fdatasync` on a
+    /// [`LeaseStore::sync_handle`] started after the write); the server
+    /// does that once per batch of messages (group commit) before sending
+    /// any ACK.
     pub fn append_commit(&mut self, lease: StoredLease) -> std::io::Result<()> {
         self.append(&encode(OP_COMMIT, &lease))?;
         self.leases.insert(lease.ip, lease);
@@ -203,6 +220,7 @@ impl LeaseStore {
     /// Makes every appended record durable (`fdatasync`). Returns whether
     /// there was anything to sync.
     pub fn sync(&mut self) -> std::io::Result<bool> {
+        self.write_out()?;
         if !self.unsynced {
             return Ok(false);
         }

@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 use oooi_dhcp::config::Config;
 use oooi_dhcp::lease_store::{DECLINED_MAC, LeaseStore};
 use oooi_dhcp::metrics::serve_http;
-use oooi_dhcp::server::{self, Server};
+use oooi_dhcp::server::{self, Durability, Server};
 
 /// DHCPv4 server for the oooi isolated VLAN.
 ///
@@ -38,6 +38,13 @@ enum Command {
         /// Address of the /metrics and /healthz endpoint.
         #[arg(long, env = "OOOI_DHCP_METRICS_ADDR", default_value = "0.0.0.0:9067")]
         metrics_addr: SocketAddr,
+        /// When an ACK may leave: `fsync` (default) after an fdatasync
+        /// covering its lease, so an ACKed lease survives kill -9 and power
+        /// loss; `write` after the lease record was written to the log, so
+        /// it survives kill -9 but not a node crash (Kea memfile's
+        /// guarantee).
+        #[arg(long, env = "OOOI_DHCP_DURABILITY", value_enum, default_value_t = Durability::Fsync)]
+        durability: Durability,
     },
     /// Validate CONFIG and print the pool and reservations.
     Check {
@@ -91,7 +98,12 @@ fn list_leases(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn serve(config: PathBuf, data_dir: PathBuf, metrics_addr: SocketAddr) -> anyhow::Result<()> {
+async fn serve(
+    config: PathBuf,
+    data_dir: PathBuf,
+    metrics_addr: SocketAddr,
+    durability: Durability,
+) -> anyhow::Result<()> {
     let c = Config::load(&config).map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
     let (store, recovery) = LeaseStore::open(&data_dir)
         .map_err(|e| anyhow::anyhow!("cannot open lease store {}: {e}", data_dir.display()))?;
@@ -100,7 +112,7 @@ async fn serve(config: PathBuf, data_dir: PathBuf, metrics_addr: SocketAddr) -> 
         .map_err(|e| anyhow::anyhow!("cannot open UDP 0.0.0.0:67: {e}"))?;
     let (tx, rx) = std::sync::mpsc::channel();
     let _watcher = oooi_dhcp::reload::watch(&config, tx, || {})?;
-    let server = Server::new(socket, store, Arc::new(c), rx);
+    let server = Server::new(socket, store, Arc::new(c), rx, durability);
     let dhcp = tokio::task::spawn_blocking(move || server.run());
     tokio::select! {
         r = dhcp => r?,
@@ -125,7 +137,8 @@ async fn main() {
             config,
             data_dir,
             metrics_addr,
-        } => serve(config, data_dir, metrics_addr).await,
+            durability,
+        } => serve(config, data_dir, metrics_addr, durability).await,
     };
     if let Err(e) = result {
         eprintln!("oooi-dhcp: {e}");

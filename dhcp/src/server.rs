@@ -71,6 +71,11 @@ pub fn open_socket(interface: Option<&str>, port: u16) -> std::io::Result<UdpSoc
     // at net.core.rmem_max; a smaller buffer is not an error).
     let _ = s.set_recv_buffer_size(4 << 20);
     let _ = s.set_send_buffer_size(1 << 20);
+    tracing::info!(
+        rcvbuf = s.recv_buffer_size().unwrap_or(0),
+        sndbuf = s.send_buffer_size().unwrap_or(0),
+        "socket buffers granted (bytes, as the kernel counts them; raise net.core.rmem_max for more)"
+    );
     if let Some(ifname) = interface {
         s.bind_device(Some(ifname.as_bytes())).map_err(|e| {
             std::io::Error::new(
@@ -171,6 +176,35 @@ pub fn report_recovery(dir: &Path, r: &Recovery, live: usize) {
     tracing::info!(dir = %dir.display(), records = r.records, leases = live, "lease store recovered");
 }
 
+/// When an ACK may leave, relative to its lease record (`serve
+/// --durability`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Durability {
+    /// After an `fdatasync` covering the record (group commit): an ACKed
+    /// lease survives a process kill and a node crash or power loss.
+    #[default]
+    Fsync,
+    /// After the record was `write`n to the log (in the page cache): an
+    /// ACKed lease survives a kill of the process, not a node crash. The
+    /// guarantee of Kea's memfile backend. Syncs still run in the
+    /// background, so the window of loss is a few milliseconds.
+    Write,
+}
+
+impl Durability {
+    /// The guarantee in words (logs and the benchmark).
+    pub fn guarantee(self) -> &'static str {
+        match self {
+            Durability::Fsync => {
+                "ACK after fdatasync: an ACKed lease survives kill -9 and power loss"
+            }
+            Durability::Write => {
+                "ACK after write(): an ACKed lease survives kill -9, not a node crash or power loss"
+            }
+        }
+    }
+}
+
 /// A reply ready to send: bytes, destination, metric label.
 type Reply = (Vec<u8>, Destination, &'static str);
 
@@ -216,17 +250,21 @@ impl Sender4 {
     }
 }
 
-/// What the persister thread receives: decided batches from the decision
-/// loop, finished syncs from the sync workers.
-enum ToPersister {
-    Decided(Durable),
-    Synced {
-        seq: Seq,
-        result: std::io::Result<()>,
-        elapsed: Duration,
-        records: u64,
-    },
-    Stop,
+/// The durable side shared by the decision loop (which writes and starts
+/// syncs) and the sync workers (which finish them and send the ACKs).
+struct CommitState {
+    store: LeaseStore,
+    gate: AckGate<Reply>,
+    /// Handle on the current log file for the workers' fdatasync.
+    file: Arc<File>,
+    /// Records written since the last sync started (for the batch metric).
+    unsynced_records: u64,
+    /// When an ACK may leave.
+    durability: Durability,
+    /// Set by a failed fdatasync: nothing is released any more (after a
+    /// failed fsync the page cache cannot be trusted, so a later successful
+    /// sync proves nothing) and the decision loop exits with this error.
+    failed: Option<String>,
 }
 
 /// One fdatasync to run: it covers every batch up to `seq`.
@@ -236,119 +274,128 @@ struct SyncJob {
     records: u64,
 }
 
-/// A sync worker: runs fdatasync jobs and reports them to the persister.
-fn sync_worker(jobs: Arc<Mutex<Receiver<SyncJob>>>, done: Sender<ToPersister>) {
+impl CommitState {
+    /// Starts a sync job when the gate allows one.
+    fn next_job(&mut self) -> Option<SyncJob> {
+        let seq = self.gate.next_sync()?;
+        Some(SyncJob {
+            file: self.file.clone(),
+            seq,
+            records: std::mem::take(&mut self.unsynced_records),
+        })
+    }
+}
+
+/// A sync worker: runs an fdatasync, releases the ACKs it made durable and
+/// sends them itself (no further thread hop), then takes the next sync the
+/// gate allows before waiting for a new job.
+fn sync_worker(
+    shared: Arc<Mutex<CommitState>>,
+    jobs: Arc<Mutex<Receiver<SyncJob>>>,
+    mut out: Sender4,
+) {
     loop {
         let job = match jobs.lock() {
             Ok(rx) => rx.recv(),
             Err(_) => return,
         };
-        let Ok(job) = job else { return };
-        let started = Instant::now();
-        let result = job.file.sync_data();
-        let msg = ToPersister::Synced {
-            seq: job.seq,
-            result,
-            elapsed: started.elapsed(),
-            records: job.records,
-        };
-        if done.send(msg).is_err() {
-            return;
+        let Ok(mut job) = job else { return };
+        loop {
+            let started = Instant::now();
+            let result = job.file.sync_data();
+            let elapsed = started.elapsed();
+            let (released, more) = {
+                let Ok(mut d) = shared.lock() else { return };
+                if d.failed.is_some() {
+                    return;
+                }
+                if let Err(e) = result {
+                    d.failed = Some(format!("lease store fsync failed: {e}"));
+                    return;
+                }
+                let m = metrics();
+                m.store_sync.observe(elapsed.as_secs_f64());
+                m.store_batch.observe(job.records as f64);
+                let released = d.gate.synced(job.seq);
+                (released, d.next_job())
+            };
+            for (bytes, dest, kind) in released {
+                out.send(&bytes, dest, kind);
+            }
+            match more {
+                Some(j) => job = j,
+                None => break,
+            }
         }
     }
 }
 
-/// The persister: writes each decided batch's records at once (one writer:
-/// decision order), keeps up to [`SYNCS_IN_FLIGHT`] fdatasyncs running on
-/// the sync workers, and sends a batch's ACKs as soon as a sync started
-/// after the batch was written has finished ([`AckGate`]).
-fn persist_loop(
-    mut store: LeaseStore,
-    rx: Receiver<ToPersister>,
-    done: Sender<ToPersister>,
-    mut out: Sender4,
+/// Writes a decided batch's records (decision order), holds its ACKs in the
+/// gate and starts syncs the gate allows. Compacts the log when it grew.
+fn write_batch(
+    shared: &Mutex<CommitState>,
+    jobs: &Sender<SyncJob>,
+    batch: Durable,
+    out: &mut Sender4,
 ) -> anyhow::Result<()> {
-    let (job_tx, job_rx) = std::sync::mpsc::channel::<SyncJob>();
-    let job_rx = Arc::new(Mutex::new(job_rx));
-    for i in 0..SYNCS_IN_FLIGHT {
-        let jobs = job_rx.clone();
-        let done = done.clone();
-        std::thread::Builder::new()
-            .name(format!("dhcp-sync-{i}"))
-            .spawn(move || sync_worker(jobs, done))?;
+    let mut d = shared
+        .lock()
+        .map_err(|_| anyhow::anyhow!("lease sync worker panicked"))?;
+    if let Some(e) = &d.failed {
+        return Err(anyhow::anyhow!("{e}"));
     }
-    drop(done);
-    let mut gate: AckGate<Reply> = AckGate::new(SYNCS_IN_FLIGHT);
-    let mut file = Arc::new(store.sync_handle()?);
-    let mut unsynced_records = 0u64;
-    let mut next = rx.recv().ok();
-    while let Some(msg) = next {
-        match msg {
-            ToPersister::Stop => break,
-            ToPersister::Decided(d) => {
-                for op in &d.records {
-                    match op {
-                        StoreOp::Commit(l) => store.append_commit(*l),
-                        StoreOp::Release(ip) => store.append_release(*ip),
-                    }
-                    .map_err(|e| anyhow::anyhow!("lease store write failed: {e}"))?;
-                }
-                unsynced_records += d.records.len() as u64;
-                gate.written(d.replies);
-            }
-            ToPersister::Synced {
-                seq,
-                result,
-                elapsed,
-                records,
-            } => {
-                result.map_err(|e| anyhow::anyhow!("lease store fsync failed: {e}"))?;
-                let m = metrics();
-                m.store_sync.observe(elapsed.as_secs_f64());
-                m.store_batch.observe(records as f64);
-                for (bytes, dest, kind) in gate.synced(seq) {
-                    out.send(&bytes, dest, kind);
-                }
-            }
+    for op in &batch.records {
+        match op {
+            StoreOp::Commit(l) => d.store.append_commit(*l),
+            StoreOp::Release(ip) => d.store.append_release(*ip),
         }
-        // Take whatever else is waiting before starting a sync: one sync
-        // then covers all of it (group commit).
-        next = match rx.try_recv() {
-            Ok(m) => Some(m),
-            Err(std::sync::mpsc::TryRecvError::Empty) => {
-                while let Some(seq) = gate.next_sync() {
-                    let job = SyncJob {
-                        file: file.clone(),
-                        seq,
-                        records: std::mem::take(&mut unsynced_records),
-                    };
-                    job_tx
-                        .send(job)
-                        .map_err(|_| anyhow::anyhow!("lease sync workers stopped"))?;
-                }
-                if store.record_count() > 2 * store.leases().len() + 1024 {
-                    let t = Instant::now();
-                    // compact() syncs the old log and the new one before the
-                    // rename: everything written so far is then durable.
-                    store
-                        .compact()
-                        .map_err(|e| anyhow::anyhow!("lease store compaction failed: {e}"))?;
-                    file = Arc::new(store.sync_handle()?);
-                    unsynced_records = 0;
-                    for (bytes, dest, kind) in gate.durable_through(gate.last_written()) {
-                        out.send(&bytes, dest, kind);
-                    }
-                    metrics().store_compactions.inc();
-                    tracing::info!(
-                        leases = store.leases().len(),
-                        ms = t.elapsed().as_millis() as u64,
-                        "lease log compacted"
-                    );
-                }
-                rx.recv().ok()
-            }
-            Err(std::sync::mpsc::TryRecvError::Disconnected) => None,
-        };
+        .map_err(|e| anyhow::anyhow!("lease store write failed: {e}"))?;
+    }
+    d.store
+        .write_out()
+        .map_err(|e| anyhow::anyhow!("lease store write failed: {e}"))?;
+    d.unsynced_records += batch.records.len() as u64;
+    let seq = d.gate.written(batch.replies);
+    let released = if d.durability == Durability::Write {
+        // The records are in the page cache: Kea memfile's guarantee.
+        d.gate.durable_through(seq)
+    } else {
+        Vec::new()
+    };
+    if d.store.record_count() > 2 * d.store.leases().len() + 1024 {
+        let t = Instant::now();
+        // compact() syncs the old log and the new one before the rename:
+        // everything written so far is then durable.
+        d.store
+            .compact()
+            .map_err(|e| anyhow::anyhow!("lease store compaction failed: {e}"))?;
+        d.file = Arc::new(d.store.sync_handle()?);
+        d.unsynced_records = 0;
+        let last = d.gate.last_written();
+        let mut released = released;
+        released.extend(d.gate.durable_through(last));
+        let leases = d.store.leases().len();
+        drop(d);
+        for (bytes, dest, kind) in released {
+            out.send(&bytes, dest, kind);
+        }
+        metrics().store_compactions.inc();
+        tracing::info!(
+            leases,
+            ms = t.elapsed().as_millis() as u64,
+            "lease log compacted"
+        );
+        return Ok(());
+    }
+    // Syncs run in both modes (in write mode they only bound the window
+    // of loss on a node crash; nothing waits for them).
+    while let Some(job) = d.next_job() {
+        jobs.send(job)
+            .map_err(|_| anyhow::anyhow!("lease sync workers stopped"))?;
+    }
+    drop(d);
+    for (bytes, dest, kind) in released {
+        out.send(&bytes, dest, kind);
     }
     Ok(())
 }
@@ -359,6 +406,7 @@ pub struct Server {
     store: Option<LeaseStore>,
     table: LeaseTable,
     reloads: Receiver<Config>,
+    durability: Durability,
 }
 
 impl Server {
@@ -369,6 +417,7 @@ impl Server {
         store: LeaseStore,
         config: Arc<Config>,
         reloads: Receiver<Config>,
+        durability: Durability,
     ) -> Self {
         let table = LeaseTable::from_store(config, store.leases().values());
         Server {
@@ -376,6 +425,7 @@ impl Server {
             store: Some(store),
             table,
             reloads,
+            durability,
         }
     }
 
@@ -392,36 +442,56 @@ impl Server {
             .store
             .take()
             .ok_or_else(|| anyhow::anyhow!("server already ran"))?;
-        let (tx, rx) = std::sync::mpsc::channel::<ToPersister>();
-        let persister = {
-            let out = sender(self.socket.try_clone()?);
-            let done = tx.clone();
+        let shared = Arc::new(Mutex::new(CommitState {
+            file: Arc::new(store.sync_handle()?),
+            store,
+            gate: AckGate::new(SYNCS_IN_FLIGHT),
+            unsynced_records: 0,
+            durability: self.durability,
+            failed: None,
+        }));
+        let (jobs_tx, jobs_rx) = std::sync::mpsc::channel::<SyncJob>();
+        let jobs_rx = Arc::new(Mutex::new(jobs_rx));
+        for i in 0..SYNCS_IN_FLIGHT {
+            let (shared, jobs, out) = (
+                shared.clone(),
+                jobs_rx.clone(),
+                sender(self.socket.try_clone()?),
+            );
             std::thread::Builder::new()
-                .name("dhcp-persist".into())
-                .spawn(move || persist_loop(store, rx, done, out))?
-        };
-        let result = self.decide_loop(&mut out, &tx);
-        let _ = tx.send(ToPersister::Stop);
-        drop(tx);
-        // A closed channel means the persister failed: its error is the cause.
-        match persister.join() {
-            Ok(Err(e)) => Err(e),
-            Ok(Ok(())) => result,
-            Err(_) => Err(anyhow::anyhow!("lease persister panicked")),
+                .name(format!("dhcp-sync-{i}"))
+                .spawn(move || sync_worker(shared, jobs, out))?;
         }
+        // Returning ends the process (a store error is fatal); dropping
+        // jobs_tx lets idle workers end.
+        self.decide_loop(&mut out, &shared, &jobs_tx)
     }
 
-    fn decide_loop(&mut self, out: &mut Sender4, tx: &Sender<ToPersister>) -> anyhow::Result<()> {
+    fn decide_loop(
+        &mut self,
+        out: &mut Sender4,
+        shared: &Mutex<CommitState>,
+        jobs: &Sender<SyncJob>,
+    ) -> anyhow::Result<()> {
         let mut buf = vec![0u8; 4096];
         let mut next_tick = Instant::now();
         tracing::info!(
             interface = self.table.config().interface.as_deref().unwrap_or("*"),
             server_ip = %self.table.config().server_ip,
             pool = self.table.config().pool_size(),
+            durability = self.durability.guarantee(),
             "dhcp server listening on 0.0.0.0:67"
         );
         loop {
             metrics::beat();
+            match shared.lock() {
+                Ok(d) => {
+                    if let Some(e) = &d.failed {
+                        return Err(anyhow::anyhow!("{e}"));
+                    }
+                }
+                Err(_) => return Err(anyhow::anyhow!("lease sync worker panicked")),
+            }
             while let Ok(c) = self.reloads.try_recv() {
                 self.apply_reload(c);
             }
@@ -477,8 +547,8 @@ impl Server {
                     }
                 }
             }
-            if !durable.records.is_empty() && tx.send(ToPersister::Decided(durable)).is_err() {
-                return Err(anyhow::anyhow!("lease persister stopped"));
+            if !durable.records.is_empty() {
+                write_batch(shared, jobs, durable, out)?;
             }
         }
     }
