@@ -53,6 +53,8 @@ pub(crate) struct HostState {
     pub stream: Stream,
     pub metrics: Vec<Metric>,
     pub properties: HashMap<String, Vec<u8>>,
+    /// Memory and instance limits of the store ([`crate::Limits`]).
+    pub limits: wasmtime::StoreLimits,
     rng: u64,
 }
 
@@ -78,6 +80,7 @@ impl HostState {
             stream: Stream::default(),
             metrics: Vec::new(),
             properties: HashMap::new(),
+            limits: wasmtime::StoreLimits::default(),
             rng: seed | 1,
         }
     }

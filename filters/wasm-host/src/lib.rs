@@ -14,6 +14,7 @@
 //! build a new [`FilterHost`] with the same [`SharedData`] to "reload" it.
 
 mod abi;
+pub mod check;
 mod error;
 pub mod foreign;
 mod hostcalls;
@@ -125,19 +126,81 @@ fn engine_error(e: wasmtime::Error) -> HostError {
     HostError::Engine(format!("{e:#}"))
 }
 
-impl FilterHost {
-    /// Compile and instantiate `wasm` (binary, or WAT text), run its
-    /// `_initialize`/`_start`, and check the proxy-wasm ABI 0.2.1 exports.
-    pub fn load(wasm: &[u8], shared: SharedData) -> Result<Self, HostError> {
+/// Resource limits of one VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest linear memory the module may grow to, in bytes; a bigger
+    /// `memory.grow` traps.
+    pub max_memory_bytes: usize,
+    /// Fuel per callback ([`DEFAULT_FUEL_PER_CALL`] by default).
+    pub fuel_per_call: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_memory_bytes: usize::MAX,
+            fuel_per_call: DEFAULT_FUEL_PER_CALL,
+        }
+    }
+}
+
+/// A compiled module whose exports passed the ABI check: compile once, then
+/// [`FilterHost::instantiate`] as many VMs as needed.
+pub struct FilterModule {
+    engine: Engine,
+    module: Module,
+    report: AbiReport,
+}
+
+impl FilterModule {
+    /// Compile `wasm` (binary, or WAT text) and check the proxy-wasm ABI
+    /// 0.2.1 exports.
+    pub fn compile(wasm: &[u8]) -> Result<FilterModule, HostError> {
         let mut config = Config::new();
         config.consume_fuel(true);
         let engine = Engine::new(&config).map_err(engine_error)?;
         let module =
             Module::new(&engine, wasm).map_err(|e| HostError::Compile(format!("{e:#}")))?;
-        let mut report = check_exports(&module)?;
+        let report = check_exports(&module)?;
+        Ok(FilterModule {
+            engine,
+            module,
+            report,
+        })
+    }
 
-        let mut store = Store::new(&engine, HostState::new(shared));
-        let mut linker = Linker::new(&engine);
+    /// ABI version and exports (imports are filled in by instantiation).
+    pub fn abi_report(&self) -> &AbiReport {
+        &self.report
+    }
+}
+
+impl FilterHost {
+    /// Compile and instantiate `wasm` (binary, or WAT text), run its
+    /// `_initialize`/`_start`, and check the proxy-wasm ABI 0.2.1 exports.
+    pub fn load(wasm: &[u8], shared: SharedData) -> Result<Self, HostError> {
+        FilterHost::instantiate(&FilterModule::compile(wasm)?, shared, Limits::default())
+    }
+
+    /// A new VM of a compiled module under `limits`; runs its
+    /// `_initialize`/`_start`.
+    pub fn instantiate(
+        compiled: &FilterModule,
+        shared: SharedData,
+        limits: Limits,
+    ) -> Result<Self, HostError> {
+        let engine = &compiled.engine;
+        let module = &compiled.module;
+        let mut report = compiled.report.clone();
+        let mut state = HostState::new(shared);
+        state.limits = wasmtime::StoreLimitsBuilder::new()
+            .memory_size(limits.max_memory_bytes)
+            .trap_on_grow_failure(true)
+            .build();
+        let mut store = Store::new(engine, state);
+        store.limiter(|s| &mut s.limits);
+        let mut linker = Linker::new(engine);
         hostcalls::add_to_linker(&mut linker).map_err(engine_error)?;
         for import in module.imports() {
             let (module_name, name) = (import.module().to_owned(), import.name().to_owned());
@@ -190,11 +253,9 @@ impl FilterHost {
         }
         report.imports.sort();
         report.stubbed_imports.sort();
-        store
-            .set_fuel(DEFAULT_FUEL_PER_CALL)
-            .map_err(engine_error)?;
+        store.set_fuel(limits.fuel_per_call).map_err(engine_error)?;
         let instance = linker
-            .instantiate(&mut store, &module)
+            .instantiate(&mut store, module)
             .map_err(|e| HostError::Instantiate(format!("{e:?}")))?;
         let mut host = FilterHost {
             store,
@@ -202,7 +263,7 @@ impl FilterHost {
             report,
             next_context: 1,
             roots: HashSet::new(),
-            fuel: DEFAULT_FUEL_PER_CALL,
+            fuel: limits.fuel_per_call,
             failed: None,
         };
         for start in ["_initialize", "_start"] {
