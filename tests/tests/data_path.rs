@@ -262,6 +262,57 @@ async fn every_worker_thread_sees_the_table() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_push_reaches_every_worker_within_a_tick() {
+    let lab = Lab::pushed(2).await;
+    // Both workers compile generation 1 first.
+    for _ in 0..10 {
+        assert_eq!(
+            tls_probe(lab.https, Some("oauth.c1.example.com"), None)
+                .await
+                .unwrap(),
+            "c1-oauth"
+        );
+    }
+    let mut next = lab.table.clone();
+    next.generation = 2;
+    let c2_oauth = next
+        .routes
+        .iter()
+        .find(|r| r.matches == RouteMatch::Sni("oauth.c2.example.com".into()))
+        .unwrap()
+        .upstream
+        .clone();
+    for r in next.routes.iter_mut() {
+        if r.matches == RouteMatch::Sni("oauth.c1.example.com".into()) {
+            r.upstream = c2_oauth.clone();
+        }
+    }
+    lab.envoy.push_table(&next).unwrap();
+    // The worker that took the push switches at once, the other on its next
+    // 50 ms tick.
+    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let target = lab.https;
+        tasks.push(tokio::spawn(async move {
+            tls_probe(target, Some("oauth.c1.example.com"), None).await
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap().expect("routed"), "c2-oauth");
+    }
+    assert!(
+        lab.envoy
+            .log_text()
+            .matches("routing table generation 2 loaded")
+            .count()
+            >= 2,
+        "both workers loaded generation 2:\n{}",
+        lab.envoy.log_text()
+    );
+}
+
 #[test]
 fn filter_module_fits_a_configmap() {
     let path = oooi_tests::filter_wasm().unwrap();
@@ -475,6 +526,8 @@ mod http80 {
             let got = exchange(lab.http, &[&get(host, "/x")], 1).await;
             assert_eq!(got, [format!("backend={want} path=/x")], "{host}");
         }
+        // Forward counters reach Envoy on the filter's 50 ms tick.
+        tokio::time::sleep(Duration::from_millis(200)).await;
         assert!(lab.stat("forward_wildcard_host") >= 4);
         assert!(lab.stat("forward_exact_host") >= 1);
         // The TLS listener of the same Envoy still routes by SNI.

@@ -1,8 +1,14 @@
 //! The per-worker compiled table.
 //!
-//! Shared data is host-side and every read copies the value into the VM, so a
-//! connection reads only the 8-byte generation key. The full table is decoded
-//! and compiled only when that generation differs from the cached one.
+//! Shared data is host-side and every read copies the value into the VM (a
+//! host call and a call back into the VM for the copy). So connections do not
+//! read it: the root context's tick reads the 8-byte generation key every
+//! 50 ms, and the table API refreshes its own worker at once after a push; a
+//! connection reads shared data only while its worker has no table yet (the
+//! first connections after a start or a VM reload). The full table is decoded
+//! and compiled only when the generation differs from the cached one. A push
+//! therefore routes new connections on the worker that took it at once and
+//! on the other workers within one tick.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -38,8 +44,11 @@ pub fn published_generation() -> u64 {
     }
 }
 
-/// The table to route with, refreshed first when a newer one was published.
+/// The table to route with (loaded first if this worker has none yet).
 pub fn current() -> Option<Rc<Compiled>> {
+    if let Some(table) = CACHE.with(|c| c.borrow().clone()) {
+        return Some(table);
+    }
     refresh();
     CACHE.with(|c| c.borrow().clone())
 }

@@ -106,6 +106,9 @@ fn unregister(id: u32) {
 /// Closes the plain-HTTP connections of this worker whose head did not
 /// arrive in time (from the root context's tick).
 pub fn expire_heads() {
+    if PENDING.with(|p| p.borrow().is_empty()) {
+        return;
+    }
     let now = now_ms();
     let expired: Vec<u32> = PENDING.with(|p| {
         let mut p = p.borrow_mut();
@@ -188,7 +191,7 @@ impl Connection {
                     if !select(&table, upstream) {
                         return close();
                     }
-                    metrics::inc(metrics::forward(kind));
+                    metrics::inc_later(metrics::forward(kind));
                     if debug_enabled() {
                         log(
                             LogLevel::Debug,
@@ -281,7 +284,7 @@ impl Connection {
                         return close();
                     }
                     self.finish_head(State::Forwarded);
-                    metrics::inc(metrics::forward_host(kind));
+                    metrics::inc_later(metrics::forward_host(kind));
                     if debug_enabled() {
                         log(
                             LogLevel::Debug,

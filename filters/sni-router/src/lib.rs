@@ -19,8 +19,9 @@
 //! The table lives in proxy-wasm shared data (host side, shared by every worker
 //! thread and surviving module swaps) in the compact encoding, with a small
 //! generation key beside it. Each worker keeps a compiled `Router` in a
-//! thread-local cache and rebuilds it only when the generation changes, on a
-//! tick or, if a connection arrives first, on that connection.
+//! thread-local cache and rebuilds it when the generation changes: on a 50 ms
+//! tick, at once on the worker that took a push, and on the first connection
+//! of a worker that has no table yet (see `cache`).
 //!
 //! Nothing here panics on input: host errors are handled through `hostcalls::*`
 //! results, and the module is built with `panic=abort` so that a bug traps and
