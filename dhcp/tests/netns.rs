@@ -422,3 +422,112 @@ fn malformed_packets_never_crash_and_kill_9_during_a_burst_loses_no_committed_le
     let all: HashSet<Ipv4Addr> = after.iter().map(|(_, ip)| *ip).collect();
     assert_eq!(all.len(), after.len());
 }
+
+/// A flood of relayed DORAs with no rounds: DISCOVERs go out in waves, and
+/// each OFFER is answered with a REQUEST the moment it arrives, so many
+/// batches and several fdatasyncs are in flight at once. Sends `true` on
+/// `forty` once 40 ACKs arrived, and returns every ACK seen (client,
+/// address) when 500 ms pass without a reply.
+fn flood(ids: Vec<u16>, forty: std::sync::mpsc::Sender<bool>) -> Vec<(u16, Ipv4Addr)> {
+    let sock = Arc::new(UdpSocket::bind((RELAY, 67)).expect("bind relay port"));
+    sock.set_read_timeout(Some(Duration::from_millis(500)))
+        .expect("timeout");
+    let tx = sock.clone();
+    let sender = std::thread::spawn(move || {
+        for wave in ids.chunks(10) {
+            for &n in wave {
+                let _ = tx.send_to(
+                    &relayed(MessageType::Discover, n, u32::from(n), vec![]),
+                    (SERVER, 67),
+                );
+            }
+            std::thread::sleep(Duration::from_millis(4));
+        }
+    });
+    let mut acked = Vec::new();
+    let mut signalled = false;
+    while let Some(m) = recv(&sock) {
+        let n = m.xid() as u16;
+        match m.opts().msg_type() {
+            Some(MessageType::Offer) => {
+                let _ = sock.send_to(
+                    &relayed(
+                        MessageType::Request,
+                        n,
+                        m.xid(),
+                        vec![
+                            DhcpOption::RequestedIpAddress(m.yiaddr()),
+                            DhcpOption::ServerIdentifier(SERVER),
+                        ],
+                    ),
+                    (SERVER, 67),
+                );
+            }
+            Some(MessageType::Ack) => {
+                acked.push((n, m.yiaddr()));
+                if acked.len() >= 40 && !signalled {
+                    signalled = true;
+                    let _ = forty.send(true);
+                }
+            }
+            _ => {}
+        }
+    }
+    sender.join().expect("flood sender");
+    acked
+}
+
+/// kill -9 in the middle of a pipelined flood: every ACK that left the
+/// server is in the store afterwards, and no address was ACKed twice.
+fn kill_9_during_a_flood_loses_no_acked_lease(durability: &str) {
+    let mut lab = Lab::new(&config(250, 50));
+    lab.serve_args = vec!["--durability".into(), durability.into()];
+    let relay_ns = lab.add_client("02:00:00:00:03:fe");
+    lab::sh(&[
+        "ip",
+        "-n",
+        &relay_ns,
+        "addr",
+        "add",
+        "192.0.2.9/24",
+        "dev",
+        "c0",
+    ]);
+    lab.start_server();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = spawn_in_netns(&relay_ns, move || flood((1..=140).collect(), tx));
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("40 ACKs during the flood");
+    lab.kill9_server();
+    let acked = t.join().expect("flood thread");
+    assert!(acked.len() >= 40);
+    assert!(
+        acked.len() < 140,
+        "the kill came after the flood ended ({} ACKs): nothing was in flight",
+        acked.len()
+    );
+    let ips: HashSet<Ipv4Addr> = acked.iter().map(|(_, ip)| *ip).collect();
+    assert_eq!(ips.len(), acked.len(), "an address was ACKed twice");
+    lab.start_server();
+    let stored: HashSet<(Ipv4Addr, String)> = lab
+        .leases()
+        .into_iter()
+        .map(|(ip, mac, _)| (ip, mac))
+        .collect();
+    for (n, ip) in &acked {
+        assert!(
+            stored.contains(&(*ip, mac_text(mac_of(*n)))),
+            "ACKed lease {ip} of client {n} lost ({durability}); store: {stored:?}"
+        );
+    }
+}
+
+#[test]
+fn kill_9_during_a_pipelined_flood_loses_no_acked_lease_fsync() {
+    kill_9_during_a_flood_loses_no_acked_lease("fsync");
+}
+
+#[test]
+fn kill_9_during_a_pipelined_flood_loses_no_acked_lease_write() {
+    kill_9_during_a_flood_loses_no_acked_lease("write");
+}

@@ -63,6 +63,8 @@ pub struct Lab {
     children: Vec<Child>,
     pidfiles: Vec<PathBuf>,
     log_seq: usize,
+    /// Extra arguments for `oooi-dhcp serve` (e.g. `--durability write`).
+    pub serve_args: Vec<String>,
 }
 
 impl Lab {
@@ -82,6 +84,7 @@ impl Lab {
             children: Vec::new(),
             pidfiles: Vec::new(),
             log_seq: 0,
+            serve_args: Vec::new(),
         };
         sh(&["ip", "netns", "add", &server_ns]);
         sh(&["ip", "-n", &server_ns, "link", "set", "lo", "up"]);
@@ -209,6 +212,7 @@ impl Lab {
             .arg("--data-dir")
             .arg(self.data_dir())
             .args(["--metrics-addr", "127.0.0.1:9067"])
+            .args(&self.serve_args)
             .env("RUST_LOG", "info")
             .stdout(Stdio::from(log.try_clone().expect("log")))
             .stderr(Stdio::from(log))
