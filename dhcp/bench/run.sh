@@ -26,9 +26,9 @@ done
 S="odb$$s"; C="odb$$c"
 # Lease files live on the real disk (not tmpfs), so fsync costs what it costs.
 W=$(mktemp -d /var/tmp/oooi-dhcp-bench.XXXXXX)
-PIDS=()
 cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  stop "$W/server.pid" >/dev/null 2>&1 || true
+  stop "$W/perfdhcp.pid" >/dev/null 2>&1 || true
   wait 2>/dev/null || true
   ip netns del "$S" 2>/dev/null || true
   ip netns del "$C" 2>/dev/null || true
@@ -42,9 +42,23 @@ trap cleanup EXIT
 # (server and perfdhcp alike, Kea and oooi alike) runs in its own session
 # whose autogroup is set to nice -15, so background jobs disturb the run
 # little. On an idle machine this changes nothing.
+# prio PIDFILE CMD...: runs CMD (which keeps the PID, every wrapper execs)
+# and writes its PID to PIDFILE (setsid may fork, so $! is not it).
 prio() {
-  if [ "${BENCH_PRIORITY:-1}" = 0 ]; then "$@"; return; fi
-  setsid sh -c 'echo -15 > /proc/self/autogroup 2>/dev/null || true; exec nice -n -15 "$@"' - "$@"
+  local pf=$1; shift
+  if [ "${BENCH_PRIORITY:-1}" = 0 ]; then
+    sh -c 'echo $$ > "$0"; exec "$@"' "$pf" "$@"
+  else
+    setsid -w sh -c 'echo $$ > "$0"; echo -15 > /proc/self/autogroup 2>/dev/null || true; exec nice -n -15 "$@"' "$pf" "$@"
+  fi
+}
+
+# stop PIDFILE: stops the server started under prio and waits until it is gone.
+stop() {
+  local pid; pid=$(cat "$1" 2>/dev/null) || return 0
+  kill "$pid" 2>/dev/null || echo "   (the server had already exited: see its log)"
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+  kill -9 "$pid" 2>/dev/null || true
 }
 
 ip netns add "$S"; ip netns add "$C"
@@ -94,7 +108,7 @@ run_perfdhcp() {
   before=$(udp_rcvbuf_errors)
   # -R: simulated clients (random MACs), -d 1: a reply later than 1 s is a drop.
   # shellcheck disable=SC2086
-  prio taskset -c 1 ip netns exec "$C" perfdhcp -4 ${PERFDHCP_OPTS:-} -l vc -r "$RATE" -R 60000 -p "$SECS" -d 1 10.20.0.1 \
+  prio "$W/perfdhcp.pid" taskset -c 1 ip netns exec "$C" perfdhcp -4 ${PERFDHCP_OPTS:-} -l vc -r "$RATE" -R 60000 -p "$SECS" -d 1 10.20.0.1 \
     > "$out" 2>&1 || true
   lost=$(( $(udp_rcvbuf_errors) - before ))
   grep -E "^Rate:|drops:|sent packets|received packets|orphans|rejected|avg delay" "$out" || cat "$out"
@@ -116,9 +130,9 @@ for mode in $MODES; do
     *) echo "unknown mode $mode" >&2; exit 1 ;;
   esac
   echo "== oooi-dhcp --durability $mode: $guarantee"
-  RUST_LOG=warn prio taskset -c 0 ip netns exec "$S" "$BIN" serve --config "$W/etc/oooi.yaml" \
+  RUST_LOG=warn prio "$W/server.pid" taskset -c 0 ip netns exec "$S" "$BIN" serve --config "$W/etc/oooi.yaml" \
     --data-dir "$data" --durability "$mode" --metrics-addr 127.0.0.1:9067 > "$W/out/oooi-$mode.log" 2>&1 &
-  PIDS+=($!); sleep 1
+  sleep 1
   run_perfdhcp "oooi-dhcp $mode" "$guarantee"
   ip netns exec "$S" python3 - <<'P' || true
 import urllib.request
@@ -135,17 +149,17 @@ print("   server: %d offers, %d acks sent; %d fdatasyncs, %.1f records and %.2f 
          syncs, g("oooi_dhcp_store_batch_records_sum") / max(syncs, 1),
          1000 * g("oooi_dhcp_store_sync_duration_seconds_sum") / max(syncs, 1), g("oooi_dhcp_send_errors_total")))
 P
-  kill "${PIDS[0]}"; wait "${PIDS[0]}" 2>/dev/null || true; PIDS=()
+  stop "$W/server.pid"
   echo "   leases in the store: $("$BIN" leases --data-dir "$data" | tail -n +2 | wc -l)"
   rm -rf "$data"
 done
 
 echo "== kea-dhcp4 $(kea-dhcp4 -V | head -1) (memfile, persist: appended to a CSV, no fsync)"
-KEA_PIDFILE_DIR="$W/kea" KEA_LOCKFILE_DIR="$W/kea" prio taskset -c 0 \
+KEA_PIDFILE_DIR="$W/kea" KEA_LOCKFILE_DIR="$W/kea" prio "$W/server.pid" taskset -c 0 \
   ip netns exec "$S" kea-dhcp4 -c "$W/etc/kea.json" > "$W/kea/stdout.log" 2>&1 &
-PIDS+=($!); sleep 2
+sleep 2
 run_perfdhcp "kea memfile" "ACK after write() to the CSV: survives kill -9, not power loss"
-kill "${PIDS[0]}"; wait "${PIDS[0]}" 2>/dev/null || true; PIDS=()
+stop "$W/server.pid"
 echo "   leases in the CSV: $(grep -c '^10\.' "$W/kea/leases4.csv" || true)"
 
 echo "== load after: $(uptime)"
