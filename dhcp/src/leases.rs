@@ -128,6 +128,10 @@ pub struct LeaseTable {
     last_ip: HashMap<Mac, Ipv4Addr>,
     /// Pool addresses with no binding at all.
     never_bound: BTreeSet<Ipv4Addr>,
+    /// Every binding by (end, address): the reclaim candidate (the binding
+    /// that ended longest ago) and the ended offers are found in O(log n)
+    /// instead of a scan of the table.
+    by_end: BTreeSet<(u64, Ipv4Addr)>,
     /// Size of the dynamic pool of `config` (cached: counting walks the range).
     pool_size: usize,
 }
@@ -140,6 +144,7 @@ impl LeaseTable {
             by_ip: HashMap::new(),
             last_ip: HashMap::new(),
             never_bound: BTreeSet::new(),
+            by_end: BTreeSet::new(),
             pool_size: 0,
         };
         t.rebuild_free();
@@ -169,8 +174,7 @@ impl LeaseTable {
                     },
                 }
             };
-            t.by_ip.insert(l.ip, b);
-            t.never_bound.remove(&l.ip);
+            t.set(l.ip, b);
         }
         t
     }
@@ -229,7 +233,10 @@ impl LeaseTable {
     }
 
     fn set(&mut self, ip: Ipv4Addr, b: Binding) {
-        self.by_ip.insert(ip, b);
+        if let Some(old) = self.by_ip.insert(ip, b) {
+            self.by_end.remove(&(old.ends(), ip));
+        }
+        self.by_end.insert((b.ends(), ip));
         self.never_bound.remove(&ip);
         if b.mac != DECLINED_MAC {
             self.last_ip.insert(b.mac, ip);
@@ -237,7 +244,9 @@ impl LeaseTable {
     }
 
     fn remove(&mut self, ip: Ipv4Addr) {
-        self.by_ip.remove(&ip);
+        if let Some(old) = self.by_ip.remove(&ip) {
+            self.by_end.remove(&(old.ends(), ip));
+        }
         if self.in_pool(ip) {
             self.never_bound.insert(ip);
         }
@@ -298,12 +307,13 @@ impl LeaseTable {
         if let Some(&ip) = self.never_bound.iter().next() {
             return Ok(ip);
         }
-        // Reclaim: the pool address whose binding ended longest ago.
-        self.by_ip
+        // Reclaim: the pool address whose binding ended longest ago (the
+        // first ended entry of the end index that is in the pool).
+        self.by_end
             .iter()
-            .filter(|(ip, b)| !b.live(now) && self.in_pool(**ip))
-            .min_by_key(|(ip, b)| (b.ends(), **ip))
-            .map(|(ip, _)| *ip)
+            .take_while(|(end, _)| *end <= now)
+            .map(|(_, ip)| *ip)
+            .find(|ip| self.in_pool(*ip))
             .ok_or(Refusal::PoolExhausted)
     }
 
@@ -390,12 +400,16 @@ impl LeaseTable {
     /// reclaimable bindings (their owner may come back for them).
     pub fn reclaim(&mut self, now: u64) -> usize {
         let done: Vec<Ipv4Addr> = self
-            .by_ip
+            .by_end
             .iter()
-            .filter(|(_, b)| {
-                !b.live(now) && matches!(b.state, State::Offered { .. } | State::Declined { .. })
+            .take_while(|(end, _)| *end <= now)
+            .map(|(_, ip)| *ip)
+            .filter(|ip| {
+                matches!(
+                    self.by_ip.get(ip).map(|b| b.state),
+                    Some(State::Offered { .. } | State::Declined { .. })
+                )
             })
-            .map(|(ip, _)| *ip)
             .collect();
         for ip in &done {
             self.remove(*ip);
@@ -513,6 +527,46 @@ reservations:
         let got = t.offer(mac(9), None, 601).unwrap();
         assert!(t.in_pool(got));
         assert_eq!(t.stats(601).active, 0);
+    }
+
+    /// The end index agrees with the table: after any sequence of offers,
+    /// commits, releases, declines and reclaims, the index holds exactly
+    /// one entry per binding, and the reclaim choice is the pool address
+    /// whose binding ended longest ago (what a scan of the table finds).
+    #[test]
+    fn end_index_matches_a_scan_of_the_table() {
+        use proptest::prelude::*;
+        let ops = proptest::collection::vec((0u8..5, 1u8..8, 0u64..2000), 0..80);
+        proptest!(ProptestConfig::with_cases(500), |(ops in ops)| {
+            let mut t = table();
+            let mut now = 0;
+            for (op, m, dt) in ops {
+                now += dt;
+                match op {
+                    0 => { let _ = t.offer(mac(m), None, now); }
+                    1 => { if let Some(ip) = t.current(mac(m), now) { let _ = t.commit(mac(m), ip, now); } }
+                    2 => { if let Some(ip) = t.current(mac(m), now) { t.release(mac(m), ip); } }
+                    3 => { if let Some(ip) = t.current(mac(m), now) { t.decline(mac(m), ip, now); } }
+                    _ => { t.reclaim(now); }
+                }
+                let want: BTreeSet<(u64, Ipv4Addr)> =
+                    t.by_ip.iter().map(|(ip, b)| (b.ends(), *ip)).collect();
+                prop_assert_eq!(&t.by_end, &want);
+                let scan = t
+                    .by_ip
+                    .iter()
+                    .filter(|(ip, b)| !b.live(now) && t.in_pool(**ip))
+                    .min_by_key(|(ip, b)| (b.ends(), **ip))
+                    .map(|(ip, _)| *ip);
+                let indexed = t
+                    .by_end
+                    .iter()
+                    .take_while(|(end, _)| *end <= now)
+                    .map(|(_, ip)| *ip)
+                    .find(|ip| t.in_pool(*ip));
+                prop_assert_eq!(scan, indexed);
+            }
+        });
     }
 
     #[test]
