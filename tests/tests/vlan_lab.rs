@@ -1,5 +1,8 @@
 //! The local lab end to end (root): `oooi-vlan-lab up --hold` on a simulated
-//! VLAN built from `tests/lab/two-clusters.yaml`, every step checked, then
+//! VLAN built from `tests/lab/two-clusters.yaml` (cluster `a` Standard, `b`
+//! Strict with apps ingress), every step checked: leases, names, SNI and
+//! alias routing, cross-cluster refusals, an apps VIP move and an
+//! attachment deletion (re-render, DNS ConfigMap swap, table push). Then
 //! the lab process is killed with SIGKILL (a crash) and `down` must remove
 //! everything it left.
 //!
@@ -126,7 +129,7 @@ fn two_clusters_on_a_simulated_vlan_then_down_after_a_crash() {
     // The alias and the no-SNI path go by source: each worker to its own.
     let alias: Vec<&String> = lines
         .iter()
-        .filter(|l| l.contains("kubernetes.default.svc:6443 (alias"))
+        .filter(|l| l.contains("kubernetes.default.svc:6443 (alias, by source)"))
         .collect();
     assert_eq!(alias.len(), 2, "{text}");
     assert!(alias[0].contains("clusters-a/kube-apiserver") && alias[0].trim_end().ends_with("ok"));
@@ -144,6 +147,63 @@ fn two_clusters_on_a_simulated_vlan_then_down_after_a_crash() {
     step("lease (dynamic)", "in 192.0.2.100-192.0.2.149");
     step("alias kubernetes.default.svc from a non-worker", "refused");
     step("no SNI to :6443 from a non-worker", "refused");
+    // Cross-cluster: b is Strict, so a's worker and a stranger are refused
+    // on b's names; a is Standard, so its names stay open.
+    step("cross-cluster: api.b.example.com (Strict)", "refused");
+    step("cross-cluster: oauth.b.example.com (Strict)", "refused");
+    step("cross-cluster: *.apps.b.example.com (Strict)", "refused");
+    step(
+        "cross-cluster: api.a.example.com (Standard)",
+        "clusters-a/kube-apiserver",
+    );
+    step(
+        "api.b.example.com by SNI from a non-worker (Strict)",
+        "refused",
+    );
+    step(
+        "api.a.example.com by SNI from a non-worker (Standard)",
+        "clusters-a/kube-apiserver",
+    );
+    // ... refused by the filter for their source, not for another reason.
+    step("refusals logged as reason=source_not_allowed", "4");
+    // b's apps VIP: DNS answers it and the proxy routes `*.apps` to it.
+    let after = |marker: &str| -> Vec<&String> {
+        lines.iter().skip_while(|l| !l.contains(marker)).collect()
+    };
+    let step_after = |marker: &str, what: &str, result: &str| {
+        assert!(
+            after(marker)
+                .iter()
+                .any(|l| l.contains(what) && l.contains(result) && l.trim_end().ends_with("ok")),
+            "no passing step `{what}` -> `{result}` after `{marker}`:\n{text}"
+        );
+    };
+    let apps = "console-openshift-console.apps.b.example.com";
+    step(&format!("dig {apps}"), "192.0.2.200");
+    step("TLS *.apps:443 through the proxy by SNI", "vip/192.0.2.200");
+    // The VIP moves: DNS and the route follow.
+    let moved = "apps VIP of cluster b moves 192.0.2.200 -> 192.0.2.201";
+    step_after(moved, "push generation 2", "200");
+    step_after(moved, &format!("dig {apps}"), "192.0.2.201");
+    step_after(
+        moved,
+        "TLS *.apps:443 through the proxy by SNI",
+        "vip/192.0.2.201",
+    );
+    // b's attachment is deleted: its records and routes go, a's stay.
+    let gone = "attachment of cluster b deleted";
+    step_after(gone, "push generation 3", "200");
+    step_after(gone, "dig api.b.example.com from its worker", "no answer");
+    step_after(gone, &format!("dig {apps}"), "no answer");
+    step_after(gone, "TLS api.b.example.com:6443 by SNI", "refused");
+    step_after(gone, "TLS kubernetes.default.svc:6443 (alias)", "refused");
+    step_after(gone, "TLS :6443 without SNI", "refused");
+    step_after(gone, "dig api.a.example.com (kept)", "192.0.2.4");
+    step_after(
+        gone,
+        "TLS api.a.example.com:6443 by SNI (kept)",
+        "clusters-a/kube-apiserver",
+    );
     assert!(
         lines
             .iter()

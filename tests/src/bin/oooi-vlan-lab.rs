@@ -15,7 +15,18 @@
 //!   controller does;
 //! - `<p>-w-*`: worker VMs; each takes a lease with busybox `udhcpc`, resolves
 //!   `api.<cluster>.<base>` with `dig` through oooi-dns, and opens TLS through
-//!   Envoy by SNI and by the `kubernetes.default.svc` alias.
+//!   Envoy by SNI and by the `kubernetes.default.svc` alias, then tries the
+//!   other clusters' names (refused when that cluster is `isolation: Strict`;
+//!   the filter's log must show `source_not_allowed` for each);
+//! - `<p>-apps`: the MetalLB stand-in, a TLS server on each apps VIP (the
+//!   observed one and the next address) on the VLAN.
+//!
+//! Then the lab changes the manifests as the cluster would and checks that
+//! DNS and routes follow: MetalLB moves an apps VIP (the `ObservedCluster`'s
+//! `appsVip`), and the last attachment is deleted. Each change is rendered
+//! again, the DNS config is swapped into its ConfigMap-like mount (`..data`
+//! rename, which oooi-dns watches) and the table is pushed with the next
+//! generation.
 //!
 //! Worker source addresses: the manifest's `ObservedCluster` fixtures give
 //! each worker's MAC and address, so render emits DHCP reservations and the
@@ -482,32 +493,16 @@ fn run_lab(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
         "render: oooi-controller render -f {}",
         args.manifests.display()
     );
-    let render_dir = dir.join("render");
-    run(&[
-        sibling("oooi-controller")?.to_str().unwrap_or_default(),
-        "render",
-        "-f",
-        args.manifests.to_str().unwrap_or_default(),
-        "--filter-wasm",
-        wasm.to_str().unwrap_or_default(),
-        "--out",
-        render_dir.to_str().unwrap_or_default(),
-    ])?;
-    let files = render_dir.join("files");
-    let find = |suffix: &str| -> Result<PathBuf> {
-        walk(&files)
-            .into_iter()
-            .find(|p| p.to_string_lossy().ends_with(suffix))
-            .ok_or_else(|| anyhow!("render wrote no *{suffix}"))
-    };
-    let dhcp_cfg = find("-dhcp.yaml")?;
-    let dns_cfg = find("-dns.yaml")?;
-    let routes_file = find("-proxy-routes.json")?;
-    let envoy_src = find("-proxy-envoy/envoy.json")?;
-    let envoy_src = envoy_src
-        .parent()
-        .ok_or_else(|| anyhow!("envoy dir"))?
-        .to_path_buf();
+    let manifests = std::fs::read_to_string(&args.manifests)
+        .with_context(|| format!("cannot read {}", args.manifests.display()))?;
+    let docs = yaml_docs(&manifests)?;
+    let first = render(&dir.join("render"), &args.manifests, &wasm)?;
+    let (dhcp_cfg, dns_cfg, routes_file, envoy_src) = (
+        first.dhcp_cfg.clone(),
+        first.dns_cfg.clone(),
+        first.routes_file.clone(),
+        first.envoy_src.clone(),
+    );
     let dhcp_text = std::fs::read_to_string(&dhcp_cfg)?;
     let dns_text = std::fs::read_to_string(&dns_cfg)?;
     let dhcp_ip =
@@ -535,6 +530,30 @@ fn run_lab(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
     )
     .ok_or_else(|| anyhow!("dns config: no proxy address"))?;
     let routes = json_file(&routes_file)?;
+    // Clusters whose names carry allowed sources (`isolation: Strict`).
+    let strict: std::collections::BTreeSet<String> = routes["routes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r.get("sources").is_some())
+        .filter_map(|r| {
+            r["owner"]
+                .as_str()?
+                .split_once('/')
+                .map(|o| o.1.to_string())
+        })
+        .collect();
+    // Apps VIPs (the observed MetalLB address) and where each one moves to
+    // in the VIP-change phase: the next address.
+    let dns_doc: Value = serde_saphyr::from_str(&dns_text).context("rendered DNS config")?;
+    let mut apps_vips: BTreeMap<String, (Ipv4Addr, Ipv4Addr)> = BTreeMap::new();
+    for c in dns_doc["clusters"].as_array().into_iter().flatten() {
+        if let (Some(name), Some(vip)) = (c["name"].as_str(), c["apps_vip"].as_str()) {
+            let vip: Ipv4Addr = vip.parse().with_context(|| format!("apps VIP `{vip}`"))?;
+            let next = Ipv4Addr::from(u32::from(vip).wrapping_add(1));
+            apps_vips.insert(name.to_string(), (vip, next));
+        }
+    }
     let api_ecds = json_file(&envoy_src.join("ecds_oooi_table_api.json"))?;
     let api_cfg: Value = serde_json::from_str(
         api_ecds["resources"][0]["typed_config"]["config"]["configuration"]["value"]
@@ -662,10 +681,34 @@ fn run_lab(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
         .iter()
         .map(|(host, (ip, port))| format!("{}@{ip}:{port}", backend_name(host)))
         .collect();
-    start_backends(lab, &mgmt, &listen)?;
+    start_backends(lab, &mgmt, &listen, "backends")?;
     println!("control planes in {mgmt}:");
     for (host, (ip, port)) in &services {
         println!("  {:<28} {:<52} {ip}:{port}", backend_name(host), host);
+    }
+    // MetalLB stand-in: every apps VIP, current and next, answered on the
+    // VLAN by a TLS server named after its address.
+    if !apps_vips.is_empty() {
+        let apps_ns = lab.add_ns("apps")?;
+        lab.plug(&apps_ns, "apps", "net1", None, None)?;
+        let mut listen = Vec::new();
+        for (cluster, (old, new)) in &apps_vips {
+            for vip in [old, new] {
+                run(&[
+                    "ip",
+                    "-n",
+                    &apps_ns,
+                    "addr",
+                    "add",
+                    &format!("{vip}/{plen}"),
+                    "dev",
+                    "net1",
+                ])?;
+                listen.push(format!("vip/{vip}@{vip}:443"));
+            }
+            println!("  apps ingress of {cluster:<14} {apps_ns} {old} (moves to {new})");
+        }
+        start_backends(lab, &apps_ns, &listen, "apps-backends")?;
     }
 
     // 4. oooi-dhcp, oooi-dns, Envoy.
@@ -687,6 +730,10 @@ fn run_lab(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
         ],
     )?;
     let dns_bin = sibling("oooi-dns")?;
+    // Like the DNS pod: the ConfigMap is a kubelet mount, updated by the
+    // `..data` symlink swap, which oooi-dns watches.
+    let dns_mount = dir.join("dns-config");
+    let dns_mounted = publish_config(&dns_mount, "config.yaml", &dns_text)?;
     lab.spawn(
         &dns_ns,
         "oooi-dns",
@@ -694,7 +741,7 @@ fn run_lab(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
             dns_bin.to_str().unwrap_or_default(),
             "serve",
             "--config",
-            dns_cfg.to_str().unwrap_or_default(),
+            dns_mounted.to_str().unwrap_or_default(),
         ],
     )?;
     // The ConfigMap and filter mounts of the proxy pod, as directories.
@@ -713,11 +760,16 @@ fn run_lab(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
         .into_iter()
         .filter_map(|p| std::fs::read_to_string(p).ok())
         .find_map(|t| {
-            let at = t.find(filter_dir.to_str().unwrap_or("\u{0}"))?;
-            let rest = &t[at..];
-            Some(rest[..rest.find('"')?].to_string())
+            // The module's file name, wherever the rendered layout puts it
+            // (the filter mount, or `..data` of the config mount).
+            let end = t.find(".wasm\"")? + ".wasm".len();
+            let start = t[..end].rfind('"')? + 1;
+            Some(t[start..end].to_string())
         })
         .ok_or_else(|| anyhow!("rendered Envoy config names no filter module"))?;
+    if let Some(parent) = std::path::Path::new(&module_ref).parent() {
+        std::fs::create_dir_all(parent)?;
+    }
     std::fs::copy(&wasm, &module_ref)?;
     lab.spawn(
         &proxy_ns,
@@ -755,23 +807,26 @@ fn run_lab(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
 
     // 5. Push the table from the management network, as the controller does.
     let api = format!("10.128.0.2:{api_port}");
-    let got = wait_until(20, "push", || {
-        lab.me_in(
-            &mgmt,
-            &[
-                "http",
-                "PUT",
-                &api,
-                "/v1/routes",
-                "--token",
-                &token,
-                "--body",
-                routes_file.to_str().unwrap_or_default(),
-            ],
-        )
-    })
-    .map(|s| s.split_whitespace().next().unwrap_or("").to_string())
-    .unwrap_or_else(|e| format!("{e:#}"));
+    let push = |file: &Path| -> String {
+        wait_until(20, "push", || {
+            lab.me_in(
+                &mgmt,
+                &[
+                    "http",
+                    "PUT",
+                    &api,
+                    "/v1/routes",
+                    "--token",
+                    &token,
+                    "--body",
+                    file.to_str().unwrap_or_default(),
+                ],
+            )
+        })
+        .map(|s| s.split_whitespace().next().unwrap_or("").to_string())
+        .unwrap_or_else(|e| format!("{e:#}"))
+    };
+    let got = push(&routes_file);
     report.step(
         &format!("push rendered table (generation 1) from mgmt to {api}"),
         "200",
@@ -841,10 +896,25 @@ fn run_lab(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
         .find_map(|l| l.trim().strip_prefix("base_domain:"))
         .map(|s| s.trim().to_string())
         .unwrap_or_default();
+    let isolation = |c: &str| {
+        if strict.contains(c) {
+            "Strict"
+        } else {
+            "Standard"
+        }
+    };
+    let clusters: Vec<String> = workers
+        .iter()
+        .filter_map(|w| w.cluster.as_ref().map(|c| c.1.clone()))
+        .collect();
+    let mut booted: Vec<(String, String)> = Vec::new();
+    // Connections the filter must refuse as `source_not_allowed` (a Strict
+    // cluster's name from another source); checked against its counter.
+    let mut strict_refusals = 0usize;
 
     for (i, w) in workers.iter().enumerate() {
         let label = match &w.cluster {
-            Some((_, c)) => format!("worker of cluster {c}"),
+            Some((_, c)) => format!("worker of cluster {c} (isolation {})", isolation(c)),
             None => "a machine of no cluster".to_string(),
         };
         println!("\n{label} (MAC {}):", w.mac);
@@ -902,32 +972,26 @@ fn run_lab(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
             );
             let got = probe(lab, &ns, &proxy_ip, 6443, None);
             report.step("no SNI to :6443 from a non-worker", "refused", &got);
-            for (_, c) in workers.iter().filter_map(|w| w.cluster.clone()) {
+            for c in &clusters {
                 let got = probe(lab, &ns, &proxy_ip, 6443, Some(&format!("api.{c}.{base}")));
+                // A Standard cluster's names take any source; a Strict one's
+                // only its own workers (and clients off the VLAN).
+                strict_refusals += usize::from(strict.contains(c));
                 report.step(
-                    &format!("api.{c}.{base} by SNI (public name, any source)"),
-                    &format!("clusters-{c}/kube-apiserver"),
+                    &format!("api.{c}.{base} by SNI from a non-worker ({})", isolation(c)),
+                    &if strict.contains(c) {
+                        "refused".to_string()
+                    } else {
+                        format!("clusters-{c}/kube-apiserver")
+                    },
                     &got,
                 );
             }
             continue;
         };
+        booted.push((cluster.clone(), ns.clone()));
         let fqdn = format!("api.{cluster}.{base}");
-        let resolved = lab
-            .run_in(
-                &ns,
-                &[
-                    "dig",
-                    "+short",
-                    "+time=2",
-                    "+tries=2",
-                    &format!("@{got_dns}"),
-                    &fqdn,
-                    "A",
-                ],
-            )
-            .map(|s| s.lines().next().unwrap_or("").to_string())
-            .unwrap_or_else(|e| format!("{e:#}"));
+        let resolved = dig(lab, &ns, &got_dns, &fqdn);
         report.step(&format!("dig @{got_dns} {fqdn}"), &proxy_ip, &resolved);
         // HyperShift's control-plane namespace is `<namespace>-<name>`.
         let own = format!("{cns}-{cluster}/kube-apiserver");
@@ -953,6 +1017,184 @@ fn run_lab(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
         );
         let got = probe(lab, &ns, &proxy_ip, 6443, None);
         report.step("TLS :6443 without SNI (by source)", &own, &got);
+        if let Some((old, _)) = apps_vips.get(cluster.as_str()) {
+            let console = format!("console-openshift-console.apps.{cluster}.{base}");
+            let got = dig(lab, &ns, &got_dns, &console);
+            report.step(&format!("dig {console}"), &old.to_string(), &got);
+            let got = probe(lab, &ns, &proxy_ip, 443, Some(&console));
+            report.step(
+                "TLS *.apps:443 through the proxy by SNI",
+                &format!("vip/{old}"),
+                &got,
+            );
+        }
+        // Cross-cluster: the alias above answered with this worker's own
+        // cluster; the other clusters' names are refused when they are Strict.
+        for other in clusters.iter().filter(|c| *c != cluster) {
+            if strict.contains(other) {
+                strict_refusals += 2 + usize::from(apps_vips.contains_key(other.as_str()));
+            }
+            let want = |svc: &str| {
+                if strict.contains(other) {
+                    "refused".to_string()
+                } else {
+                    format!("clusters-{other}/{svc}")
+                }
+            };
+            let got = probe(
+                lab,
+                &ns,
+                &proxy_ip,
+                6443,
+                Some(&format!("api.{other}.{base}")),
+            );
+            report.step(
+                &format!("cross-cluster: api.{other}.{base} ({})", isolation(other)),
+                &want("kube-apiserver"),
+                &got,
+            );
+            let got = probe(
+                lab,
+                &ns,
+                &proxy_ip,
+                443,
+                Some(&format!("oauth.{other}.{base}")),
+            );
+            report.step(
+                &format!("cross-cluster: oauth.{other}.{base} ({})", isolation(other)),
+                &want("oauth-openshift"),
+                &got,
+            );
+            if let Some((old, _)) = apps_vips.get(other.as_str()) {
+                let got = probe(
+                    lab,
+                    &ns,
+                    &proxy_ip,
+                    443,
+                    Some(&format!("console-openshift-console.apps.{other}.{base}")),
+                );
+                report.step(
+                    &format!(
+                        "cross-cluster: *.apps.{other}.{base} ({})",
+                        isolation(other)
+                    ),
+                    &if strict.contains(other) {
+                        "refused".to_string()
+                    } else {
+                        format!("vip/{old}")
+                    },
+                    &got,
+                );
+            }
+        }
+    }
+
+    if strict_refusals > 0 {
+        // The filter logs every refusal with its reason: those were refused
+        // for the source, not for an unknown name or a missing route.
+        let want = strict_refusals.to_string();
+        let count = || {
+            std::fs::read_to_string(dir.join("envoy.log"))
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains("refuse reason=source_not_allowed"))
+                .count()
+                .to_string()
+        };
+        let got = wait_until(5, "the filter's log", || {
+            let got = count();
+            if got == want { Ok(got) } else { bail!("{got}") }
+        })
+        .unwrap_or_else(|_| count());
+        println!(
+            "
+the filter's own account:"
+        );
+        report.step("refusals logged as reason=source_not_allowed", &want, &got);
+    }
+
+    // 7. MetalLB moves an apps VIP: the observed state changes, render runs
+    // again, the DNS ConfigMap is updated and the new table pushed.
+    let mut docs = docs;
+    let mut generation = 1;
+    for (cluster, (old, new)) in &apps_vips {
+        println!("\napps VIP of cluster {cluster} moves {old} -> {new} (observed state changed):");
+        set_observed_apps_vip(&mut docs, cluster, *new)?;
+        generation += 1;
+        let got = rerender(lab, &docs, generation, &wasm, &dns_mount, &push)?;
+        report.step(
+            &format!("re-render, DNS ConfigMap swap, push generation {generation}"),
+            "200",
+            &got,
+        );
+        let Some((_, ns)) = booted.iter().find(|(c, _)| c == cluster) else {
+            continue;
+        };
+        let console = format!("console-openshift-console.apps.{cluster}.{base}");
+        let want = new.to_string();
+        let got = wait_until(10, "the DNS reload", || {
+            let got = dig(lab, ns, &dns_ip, &console);
+            if got == want {
+                Ok(got)
+            } else {
+                bail!("still {got}")
+            }
+        })
+        .unwrap_or_else(|_| dig(lab, ns, &dns_ip, &console));
+        report.step(&format!("dig {console}"), &want, &got);
+        let got = probe(lab, ns, &proxy_ip, 443, Some(&console));
+        report.step(
+            "TLS *.apps:443 through the proxy by SNI",
+            &format!("vip/{new}"),
+            &got,
+        );
+    }
+
+    // 8. The last attachment is deleted: its routes and records go.
+    if let Some(gone) = remove_last_attachment(&mut docs) {
+        println!("\nattachment of cluster {gone} deleted:");
+        generation += 1;
+        let got = rerender(lab, &docs, generation, &wasm, &dns_mount, &push)?;
+        report.step(
+            &format!("re-render, DNS ConfigMap swap, push generation {generation}"),
+            "200",
+            &got,
+        );
+        let fqdn = format!("api.{gone}.{base}");
+        for (cluster, ns) in &booted {
+            let own = format!("clusters-{cluster}/kube-apiserver");
+            if *cluster == gone {
+                let got = wait_until(10, "the DNS reload", || {
+                    let got = dig(lab, ns, &dns_ip, &fqdn);
+                    if got == "no answer" {
+                        Ok(got)
+                    } else {
+                        bail!("still {got}")
+                    }
+                })
+                .unwrap_or_else(|_| dig(lab, ns, &dns_ip, &fqdn));
+                report.step(&format!("dig {fqdn} from its worker"), "no answer", &got);
+                if apps_vips.contains_key(gone.as_str()) {
+                    let console = format!("console-openshift-console.apps.{gone}.{base}");
+                    let got = dig(lab, ns, &dns_ip, &console);
+                    report.step(&format!("dig {console}"), "no answer", &got);
+                }
+                let got = probe(lab, ns, &proxy_ip, 6443, Some(&fqdn));
+                report.step(&format!("TLS {fqdn}:6443 by SNI"), "refused", &got);
+                let got = probe(lab, ns, &proxy_ip, 6443, Some("kubernetes.default.svc"));
+                report.step("TLS kubernetes.default.svc:6443 (alias)", "refused", &got);
+                let got = probe(lab, ns, &proxy_ip, 6443, None);
+                report.step("TLS :6443 without SNI", "refused", &got);
+            } else {
+                let name = format!("api.{cluster}.{base}");
+                let got = dig(lab, ns, &dns_ip, &name);
+                report.step(&format!("dig {name} (kept)"), &proxy_ip, &got);
+                let got = probe(lab, ns, &proxy_ip, 6443, Some(&name));
+                report.step(&format!("TLS {name}:6443 by SNI (kept)"), &own, &got);
+                let got = probe(lab, ns, &proxy_ip, 6443, Some("kubernetes.default.svc"));
+                report.step("TLS kubernetes.default.svc:6443 (alias, kept)", &own, &got);
+            }
+        }
     }
     Ok(report)
 }
@@ -1005,7 +1247,7 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-fn start_backends(lab: &mut Lab, ns: &str, listen: &[String]) -> Result<()> {
+fn start_backends(lab: &mut Lab, ns: &str, listen: &[String], log: &str) -> Result<()> {
     let me = std::env::current_exe()?;
     let mut child = Command::new("ip")
         .args(["netns", "exec", ns])
@@ -1015,7 +1257,7 @@ fn start_backends(lab: &mut Lab, ns: &str, listen: &[String]) -> Result<()> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(std::fs::File::create(
-            lab.dir.join("backends.log"),
+            lab.dir.join(format!("{log}.log")),
         )?))
         .spawn()?;
     lab.record_pid(child.id())?;
@@ -1027,10 +1269,168 @@ fn start_backends(lab: &mut Lab, ns: &str, listen: &[String]) -> Result<()> {
     if line.trim() != "ready" {
         bail!(
             "control-plane backends did not start: see {}",
-            lab.dir.join("backends.log").display()
+            lab.dir.join(format!("{log}.log")).display()
         );
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------- render and changes
+
+/// The component configs one `oooi-controller render --out` wrote.
+struct RenderedFiles {
+    dhcp_cfg: PathBuf,
+    dns_cfg: PathBuf,
+    routes_file: PathBuf,
+    envoy_src: PathBuf,
+}
+
+/// Runs `oooi-controller render -f manifests --out out`, as a user would.
+fn render(out: &Path, manifests: &Path, wasm: &Path) -> Result<RenderedFiles> {
+    run(&[
+        sibling("oooi-controller")?.to_str().unwrap_or_default(),
+        "render",
+        "-f",
+        manifests.to_str().unwrap_or_default(),
+        "--filter-wasm",
+        wasm.to_str().unwrap_or_default(),
+        "--out",
+        out.to_str().unwrap_or_default(),
+    ])?;
+    let files = out.join("files");
+    let find = |suffix: &str| -> Result<PathBuf> {
+        walk(&files)
+            .into_iter()
+            .find(|p| p.to_string_lossy().ends_with(suffix))
+            .ok_or_else(|| anyhow!("render wrote no *{suffix}"))
+    };
+    let envoy_src = find("-proxy-envoy/envoy.json")?
+        .parent()
+        .ok_or_else(|| anyhow!("envoy dir"))?
+        .to_path_buf();
+    Ok(RenderedFiles {
+        dhcp_cfg: find("-dhcp.yaml")?,
+        dns_cfg: find("-dns.yaml")?,
+        routes_file: find("-proxy-routes.json")?,
+        envoy_src,
+    })
+}
+
+/// The documents of a multi-document YAML manifest.
+fn yaml_docs(text: &str) -> Result<Vec<Value>> {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(text).context("manifests: not YAML")?;
+    Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
+}
+
+/// What MetalLB does when it moves a VIP, as the controller observes it:
+/// the `ObservedCluster` of `cluster` gets `appsVip: vip`.
+fn set_observed_apps_vip(docs: &mut [Value], cluster: &str, vip: Ipv4Addr) -> Result<()> {
+    let doc = docs
+        .iter_mut()
+        .find(|d| d["kind"] == "ObservedCluster" && d["hostedCluster"]["name"] == cluster)
+        .ok_or_else(|| anyhow!("no ObservedCluster for cluster {cluster}"))?;
+    doc["appsVip"] = Value::String(vip.to_string());
+    Ok(())
+}
+
+/// `kubectl delete` of the last InfraClusterAttachment; its hosted cluster's
+/// name. The observed documents stay: state of an unattached cluster is
+/// ignored by the planner.
+fn remove_last_attachment(docs: &mut Vec<Value>) -> Option<String> {
+    let i = docs
+        .iter()
+        .rposition(|d| d["kind"] == "InfraClusterAttachment")?;
+    let gone = docs.remove(i);
+    gone["spec"]["hostedClusterRef"]["name"]
+        .as_str()
+        .map(str::to_string)
+}
+
+/// Updates a kubelet-style ConfigMap mount under `mount`: the data in a new
+/// `..<n>` directory, the `..data` symlink swapped to it by rename, and
+/// `file` a symlink through `..data` (created the first time). Returns the
+/// path of `file`.
+fn publish_config(mount: &Path, file: &str, text: &str) -> Result<PathBuf> {
+    std::fs::create_dir_all(mount)?;
+    let n = (1..)
+        .find(|n| !mount.join(format!("..{n}")).exists())
+        .unwrap_or(1);
+    let data = mount.join(format!("..{n}"));
+    std::fs::create_dir_all(&data)?;
+    std::fs::write(data.join(file), text)?;
+    let tmp = mount.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(format!("..{n}"), &tmp)?;
+    std::fs::rename(&tmp, mount.join("..data"))?;
+    let link = mount.join(file);
+    if !link.exists() {
+        std::os::unix::fs::symlink(format!("..data/{file}"), &link)?;
+    }
+    Ok(link)
+}
+
+/// Renders the changed manifests, swaps the DNS ConfigMap and pushes the
+/// table as `generation`, as the controller does after a change; the
+/// push's HTTP status.
+fn rerender(
+    lab: &Lab,
+    docs: &[Value],
+    generation: u64,
+    wasm: &Path,
+    dns_mount: &Path,
+    push: &impl Fn(&Path) -> String,
+) -> Result<String> {
+    let manifests = lab.dir.join(format!("manifests-{generation}.yaml"));
+    let mut text = String::new();
+    for d in docs {
+        text.push_str("---\n");
+        text.push_str(&serde_saphyr::to_string(d)?);
+    }
+    std::fs::write(&manifests, text)?;
+    let out = render(
+        &lab.dir.join(format!("render-{generation}")),
+        &manifests,
+        wasm,
+    )?;
+    let mut table = json_file(&out.routes_file)?;
+    table["generation"] = generation.into();
+    let routes = lab.dir.join(format!("routes-{generation}.json"));
+    std::fs::write(&routes, serde_json::to_vec(&table)?)?;
+    println!(
+        "  render -f {}: {} routes",
+        manifests.display(),
+        table["routes"].as_array().map_or(0, Vec::len)
+    );
+    publish_config(
+        dns_mount,
+        "config.yaml",
+        &std::fs::read_to_string(&out.dns_cfg)?,
+    )?;
+    Ok(push(&routes))
+}
+
+/// The first A record `server` gives for `name`, asked from `ns`, or
+/// `no answer`.
+fn dig(lab: &Lab, ns: &str, server: &str, name: &str) -> String {
+    lab.run_in(
+        ns,
+        &[
+            "dig",
+            "+short",
+            "+time=2",
+            "+tries=1",
+            &format!("@{server}"),
+            name,
+            "A",
+        ],
+    )
+    .ok()
+    .and_then(|s| {
+        s.lines()
+            .find(|l| l.parse::<Ipv4Addr>().is_ok())
+            .map(str::to_string)
+    })
+    .unwrap_or_else(|| "no answer".to_string())
 }
 
 // ---------------------------------------------------------------- backends
