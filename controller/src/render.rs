@@ -302,6 +302,7 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
                     "controlPlaneNamespace": a.control_plane_namespace,
                     "workerAddresses": a.worker_addresses.iter().map(|x| x.to_string()).collect::<Vec<_>>(),
                     "conflictingAddresses": a.conflicting_addresses.iter().map(|x| x.to_string()).collect::<Vec<_>>(),
+                    "isolation": a.isolation,
                     "conditions": conds,
                 })
             })

@@ -500,3 +500,54 @@ fn the_networks_outside_a_vlan_cover_exactly_its_complement() {
     }
     assert!(plan::proxy::outside("0.0.0.0/0".parse().unwrap()).is_empty());
 }
+
+#[test]
+fn render_of_the_lab_manifests_shows_isolation_and_restricted_routes() {
+    use oooi_controller::render::{self, RenderInput};
+    let f = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/lab/two-clusters.yaml");
+    let mut input = RenderInput::default();
+    input.add_file(&f).unwrap();
+    let out = render::render(&input, render::OFFLINE_PUSH_TOKEN).unwrap();
+    let summary = out
+        .objects
+        .iter()
+        .find(|o| o["kind"] == "PlanSummary")
+        .expect("a PlanSummary");
+    let verdicts = summary["verdicts"].as_array().unwrap();
+    let isolation: Vec<(&str, &str)> = verdicts
+        .iter()
+        .map(|v| {
+            (
+                v["name"].as_str().unwrap(),
+                v["isolation"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(isolation, [("a", "Standard"), ("b", "Strict")]);
+    let (_, routes) = out
+        .files
+        .iter()
+        .find(|(p, _)| p.to_string_lossy().ends_with("-routes.json"))
+        .expect("routes file");
+    let t = RouteTable::from_json(routes.as_bytes()).unwrap();
+    let restricted: Vec<&str> = t
+        .routes
+        .iter()
+        .filter(|r| r.matches.allowed_sources().is_some())
+        .filter_map(|r| r.matches.sni())
+        .collect();
+    assert_eq!(
+        restricted,
+        [
+            "api.b.example.com",
+            "api-int.b.example.com",
+            "oauth.b.example.com",
+            "konnectivity.b.example.com",
+            "*.apps.b.example.com"
+        ]
+    );
+    assert_eq!(
+        sources_of(&t, 6443, "api.b.example.com").unwrap()[0],
+        "192.0.2.61/32"
+    );
+}
