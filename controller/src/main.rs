@@ -50,8 +50,20 @@ enum Command {
         filter_wasm: Option<PathBuf>,
     },
     /// Run the controller (in cluster, or with $KUBECONFIG).
+    ///
+    /// Serves /metrics, /healthz and /readyz, waits for the leader Lease
+    /// (unless --leader-election=false), then reconciles Infra and
+    /// InfraClusterAttachment objects into DHCPServer, DNSServer and
+    /// ProxyServer objects and their pods, and pushes the routing table to
+    /// every Envoy replica. Watches HyperShift NodePools, CAPI Machines and
+    /// KubeVirt VMIs for worker addresses when their CRDs exist, and runs
+    /// (logging which are missing) when they do not. On SIGTERM or SIGINT it
+    /// finishes in-flight reconciles, releases the Lease and exits 0.
     Run(oooi_controller::run::RunArgs),
     /// Print the ClusterRole rules the controller needs (YAML list).
+    ///
+    /// Exactly the API calls `run` makes; the chart's ClusterRole is tested
+    /// against this output.
     Rbac {
         /// The rules of `run --openshift-scc` (adds Roles, RoleBindings and
         /// `use` of the SCCs the controller grants).

@@ -57,6 +57,8 @@ pub struct State {
     next_rv: u64,
     /// Paths whose GET/LIST answers 404 as if the resource type did not exist.
     pub missing_types: Vec<String>,
+    /// Every change as a watch event: (resourceVersion, object path, type, object).
+    pub events: Vec<(u64, String, &'static str, Value)>,
 }
 
 /// A running mock; clone the client freely.
@@ -123,6 +125,13 @@ impl MockApi {
         if object["metadata"]["generation"].is_null() {
             object["metadata"]["generation"] = json!(1);
         }
+        let kind = if s.objects.contains_key(path) {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        let rv = s.next_rv;
+        s.events.push((rv, path.to_string(), kind, object.clone()));
         s.objects.insert(path.to_string(), object);
     }
 
@@ -153,6 +162,110 @@ impl MockApi {
             .unwrap()
             .missing_types
             .push(prefix.to_string());
+    }
+}
+
+impl MockApi {
+    /// Serves the same API over HTTP on 127.0.0.1 (for a real process with a
+    /// kubeconfig), watches included: `?watch=true` streams, from the
+    /// requested resourceVersion on, every change in the collection, until
+    /// the client goes. Also answers `/version`.
+    pub async fn serve_http(&self) -> std::net::SocketAddr {
+        use axum::body::Body as AxumBody;
+        use axum::extract::State as AxState;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        async fn handle(
+            AxState(state): AxState<Arc<Mutex<State>>>,
+            method: http::Method,
+            uri: http::Uri,
+            headers: http::HeaderMap,
+            body: axum::body::Bytes,
+        ) -> http::Response<AxumBody> {
+            let rec = Recorded {
+                method: method.to_string(),
+                uri: uri
+                    .path_and_query()
+                    .map(|p| p.to_string())
+                    .unwrap_or_default(),
+                content_type: headers
+                    .get(http::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string),
+                body: serde_json::from_slice(&body).ok(),
+            };
+            let json_response = |code: u16, v: Value| {
+                http::Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(AxumBody::from(serde_json::to_vec(&v).unwrap()))
+                    .unwrap()
+            };
+            if rec.path() == "/version" {
+                return json_response(
+                    200,
+                    json!({"major": "1", "minor": "35", "gitVersion": "v1.35.0-mock",
+                           "platform": "linux/amd64"}),
+                );
+            }
+            let watch = rec.method == "GET"
+                && matches!(rec.query("watch").as_deref(), Some("true") | Some("1"));
+            if !watch {
+                let (code, v) = state.lock().unwrap().answer(rec);
+                return json_response(code, v);
+            }
+            let from: u64 = rec
+                .query("resourceVersion")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            let collection = rec.path().to_string();
+            state.lock().unwrap().log.push(rec);
+            let stream = futures::stream::unfold(from, move |mut seen| {
+                let state = state.clone();
+                let collection = collection.clone();
+                async move {
+                    loop {
+                        let batch: Vec<u8> = {
+                            let s = state.lock().unwrap();
+                            let mut out = Vec::new();
+                            for (rv, path, kind, obj) in &s.events {
+                                if *rv <= seen {
+                                    continue;
+                                }
+                                seen = *rv;
+                                if split(path).0 == collection
+                                    || list_all_namespaces(&collection, path)
+                                {
+                                    let line = json!({"type": kind, "object": obj});
+                                    out.extend(serde_json::to_vec(&line).unwrap());
+                                    out.push(b'\n');
+                                }
+                            }
+                            out
+                        };
+                        if !batch.is_empty() {
+                            return Some((
+                                Ok::<_, std::convert::Infallible>(axum::body::Bytes::from(batch)),
+                                seen,
+                            ));
+                        }
+                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    }
+                }
+            });
+            http::Response::builder()
+                .status(200)
+                .header("content-type", "application/json")
+                .body(AxumBody::from_stream(stream))
+                .unwrap()
+        }
+        let app = axum::Router::new()
+            .fallback(handle)
+            .with_state(self.state.clone());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        addr
     }
 }
 
@@ -243,11 +356,18 @@ impl State {
                     return status(409, "AlreadyExists", &format!("{p} already exists"));
                 }
                 self.bump(&mut obj, true);
+                self.events
+                    .push((self.next_rv, p.clone(), "ADDED", obj.clone()));
                 self.objects.insert(p, obj.clone());
                 (201, obj)
             }
             ("DELETE", true) => match self.objects.remove(&object_path) {
-                Some(o) => (200, o),
+                Some(o) => {
+                    self.next_rv += 1;
+                    self.events
+                        .push((self.next_rv, object_path, "DELETED", o.clone()));
+                    (200, o)
+                }
                 None => status(404, "NotFound", &format!("{object_path} not found")),
             },
             ("PATCH", true) => {
@@ -319,6 +439,13 @@ impl State {
                         .as_array()
                         .map(|f| f.is_empty())
                         .unwrap_or(true);
+                let kind = match (gone, existing.is_some()) {
+                    (true, _) => "DELETED",
+                    (false, true) => "MODIFIED",
+                    (false, false) => "ADDED",
+                };
+                self.events
+                    .push((self.next_rv, object_path.clone(), kind, obj.clone()));
                 if gone {
                     self.objects.remove(&object_path);
                 } else {
