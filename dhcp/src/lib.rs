@@ -3,9 +3,10 @@
 //! A received datagram flows through the pure stages of [`pipeline`]
 //! (parse → classify → decide → reply → destination) over the in-memory
 //! [`leases::LeaseTable`]; [`server`] owns the socket, the durable
-//! [`lease_store`] (group commit: one fsync per batch, before any ACK of the
-//! batch is sent), reloads and periodic work. [`config`] is the typed config
-//! file, [`metrics`] the Prometheus endpoint.
+//! [`lease_store`] (pipelined group commit: no ACK leaves before an fdatasync
+//! covering its lease, ordering rule in [`commit`]), and periodic work.
+//! [`config`] is the typed config file, [`reload`] watches it, [`metrics`]
+//! the Prometheus endpoint.
 
 pub mod commit;
 pub mod config;

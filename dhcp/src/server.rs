@@ -2,20 +2,24 @@
 //! periodic work. Everything the protocol decides happens in
 //! [`crate::pipeline`]; this module only moves bytes and records.
 //!
-//! Two threads, so that deciding never waits for the disk:
-//! - the **decision loop** waits for datagrams (or 500 ms), drains up to
-//!   [`BATCH`] of them, runs each through the pipeline (the lease table is
-//!   updated as each is decided, so no two requests can get the same
-//!   address), sends the replies that promise nothing durable (OFFER, NAK,
-//!   INFORM's ACK) at once, and hands the batch's lease records with their
-//!   ACKs to the persister;
-//! - the **persister** writes each batch's records to the log at once (one
-//!   writer: records reach the file in decision order) and keeps up to
-//!   [`SYNCS_IN_FLIGHT`] `fdatasync`s running on sync worker threads. A
-//!   batch's ACKs leave as soon as a sync that started after the batch was
-//!   written has finished ([`crate::commit::AckGate`]), never before; while
-//!   syncs run, later batches are decided, written and covered by the next
-//!   sync (group commit), so a burst costs a few flushes, not one per client.
+//! Deciding never waits for the disk:
+//! - the **decision loop** (one thread) waits for datagrams (or 500 ms),
+//!   drains up to [`BATCH`] of them, runs each through the pipeline (the
+//!   lease table is updated as each is decided, so no two requests can get
+//!   the same address), sends the replies that promise nothing durable
+//!   (OFFER, NAK, INFORM's ACK) at once, then writes the batch's lease
+//!   records to the log in one `write` (one writer: records reach the file in
+//!   decision order) and holds the batch's ACKs in the
+//!   [`crate::commit::AckGate`];
+//! - up to [`SYNCS_IN_FLIGHT`] **sync workers** run `fdatasync`s of the log.
+//!   A batch's ACKs leave as soon as a sync that started after the batch was
+//!   written has finished, never before; the worker that finished it sends
+//!   them. While syncs run, later batches are decided, written and covered by
+//!   the next sync (group commit), so a burst costs a few flushes, not one
+//!   per client.
+//!
+//! With [`Durability::Write`] the ACKs leave right after the `write` (Kea
+//! memfile's guarantee) and no sync runs.
 //!
 //! A failed write or sync is fatal: after a failed fsync the page cache can
 //! no longer be trusted (PostgreSQL's "fsyncgate"), so the process exits and
