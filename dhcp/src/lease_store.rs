@@ -64,6 +64,9 @@ pub struct LeaseStore {
     unsynced: bool,
     /// Encoded records not yet handed to the kernel (one `write` per batch).
     buf: Vec<u8>,
+    /// While a background compaction runs: the records appended since its
+    /// snapshot (encoded) and their count.
+    since: Option<(Vec<u8>, usize)>,
 }
 
 fn encode(op: u8, l: &StoredLease) -> Vec<u8> {
@@ -163,6 +166,7 @@ impl LeaseStore {
                 records,
                 unsynced: false,
                 buf: Vec::new(),
+                since: None,
             },
             Recovery {
                 records,
@@ -180,6 +184,10 @@ impl LeaseStore {
 
     fn append(&mut self, rec: &[u8]) -> std::io::Result<()> {
         self.buf.extend_from_slice(rec);
+        if let Some((since, n)) = &mut self.since {
+            since.extend_from_slice(rec);
+            *n += 1;
+        }
         self.records += 1;
         self.unsynced = true;
         Ok(())
@@ -256,6 +264,62 @@ impl LeaseStore {
     /// Records in the log since the last compaction.
     pub fn record_count(&self) -> usize {
         self.records
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Starts a compaction that runs beside appends: returns the live set
+    /// now (write it with [`LeaseStore::write_snapshot`], without holding
+    /// the store) and from now on also keeps every appended record for
+    /// [`LeaseStore::finish_compaction`].
+    pub fn begin_compaction(&mut self) -> Vec<StoredLease> {
+        self.since = Some((Vec::new(), 0));
+        self.leases.values().copied().collect()
+    }
+
+    /// Writes `leases` to the temporary compaction file in `dir` and syncs
+    /// it. Touches only that file, so appends to the log go on meanwhile.
+    pub fn write_snapshot(dir: &Path, leases: &[StoredLease]) -> std::io::Result<File> {
+        let mut f = File::create(dir.join(format!("{LOG_NAME}.tmp")))?;
+        let mut buf = Vec::with_capacity(leases.len() * (8 + PAYLOAD_LEN));
+        for l in leases {
+            buf.extend_from_slice(&encode(OP_COMMIT, l));
+        }
+        f.write_all(&buf)?;
+        f.sync_all()?;
+        Ok(f)
+    }
+
+    /// Ends a compaction: appends the records written since the snapshot
+    /// to `tmp` (from [`LeaseStore::write_snapshot`] of `snapshot_len`
+    /// leases), syncs it, renames it over the log and syncs the directory.
+    /// A crash before the rename leaves the old log in force; after it, the
+    /// new one, which holds everything appended so far (all of it durable).
+    pub fn finish_compaction(&mut self, mut tmp: File, snapshot_len: usize) -> std::io::Result<()> {
+        self.write_out()?;
+        let (since, n) = self.since.take().unwrap_or_default();
+        tmp.write_all(&since)?;
+        tmp.sync_all()?;
+        drop(tmp);
+        std::fs::rename(
+            self.dir.join(format!("{LOG_NAME}.tmp")),
+            self.dir.join(LOG_NAME),
+        )?;
+        sync_dir(&self.dir)?;
+        self.file = OpenOptions::new()
+            .append(true)
+            .open(self.dir.join(LOG_NAME))?;
+        self.records = snapshot_len + n;
+        self.unsynced = false;
+        Ok(())
+    }
+
+    /// Whether a background compaction is running.
+    pub fn compacting(&self) -> bool {
+        self.since.is_some()
     }
 
     /// Rewrites the log to hold only the live leases (atomic rename).
@@ -357,6 +421,47 @@ mod tests {
         assert_eq!(r.records, 2);
         assert_eq!(r.truncated_bytes, 27 * 2);
         assert_eq!(s.leases().len(), 2);
+    }
+
+    #[test]
+    fn background_compaction_keeps_what_was_appended_meanwhile() {
+        let d = tempfile::tempdir().unwrap();
+        let (mut s, _) = LeaseStore::open(d.path()).unwrap();
+        for round in 0..3u64 {
+            for n in 10..20 {
+                let mut l = lease(n);
+                l.expires_unix += round;
+                s.commit(l).unwrap();
+            }
+        }
+        let snap = s.begin_compaction();
+        assert_eq!(snap.len(), 10);
+        // Appends go on while the snapshot is written.
+        s.append_commit(lease(30)).unwrap();
+        s.append_release(lease(10).ip).unwrap();
+        s.write_out().unwrap();
+        let tmp = LeaseStore::write_snapshot(s.dir(), &snap).unwrap();
+        s.append_commit(lease(31)).unwrap();
+        s.sync().unwrap();
+        // A crash here keeps the old log (the temporary file is ignored).
+        let old = LeaseStore::read_only(d.path()).unwrap();
+        assert_eq!(old.len(), 11);
+        s.finish_compaction(tmp, snap.len()).unwrap();
+        assert!(!s.compacting());
+        assert_eq!(s.record_count(), 10 + 3);
+        s.commit(lease(32)).unwrap();
+        drop(s);
+        let (s, r) = LeaseStore::open(d.path()).unwrap();
+        assert_eq!(r.truncated_bytes, 0);
+        assert_eq!(r.records, 14);
+        let mut want: Vec<u8> = (11..20).chain([30, 31, 32]).collect();
+        want.sort();
+        let got: Vec<u8> = s.leases().keys().map(|ip| ip.octets()[3]).collect();
+        assert_eq!(got, want);
+        assert_eq!(
+            s.leases()[&lease(11).ip].expires_unix,
+            lease(11).expires_unix + 2
+        );
     }
 
     #[test]

@@ -231,6 +231,15 @@ struct Sender4 {
 }
 
 impl Sender4 {
+    /// Another sender on the same socket.
+    fn clone_sender(&self) -> std::io::Result<Sender4> {
+        Ok(Sender4 {
+            socket: self.socket.try_clone()?,
+            interface: self.interface.clone(),
+            arp_denied_logged: self.arp_denied_logged,
+        })
+    }
+
     fn send(&mut self, bytes: &[u8], dest: Destination, kind: &str) {
         let to = match dest {
             Destination::Relay(ip) => SocketAddrV4::new(ip, SERVER_PORT),
@@ -339,15 +348,70 @@ fn sync_worker(
     }
 }
 
+/// Starts compacting the log beside the decision loop: the live set is
+/// taken now (under the lock), written and synced to a new file by a
+/// thread without the lock, and the records appended meanwhile are added
+/// before the new file replaces the log (under the lock again, briefly).
+/// The decision loop never waits for the big write. Everything written
+/// before the swap is then durable, so the ACKs waiting for it leave.
+fn start_compaction(
+    shared: &Arc<Mutex<CommitState>>,
+    d: &mut CommitState,
+    out: &Sender4,
+) -> anyhow::Result<()> {
+    let snapshot = d.store.begin_compaction();
+    let dir = d.store.dir().to_path_buf();
+    let shared = shared.clone();
+    let mut out = out.clone_sender()?;
+    std::thread::Builder::new()
+        .name("dhcp-compact".into())
+        .spawn(move || {
+            let t = Instant::now();
+            let written = LeaseStore::write_snapshot(&dir, &snapshot);
+            let Ok(mut d) = shared.lock() else { return };
+            let result = written.and_then(|tmp| {
+                d.store.finish_compaction(tmp, snapshot.len())?;
+                d.store.sync_handle()
+            });
+            match result {
+                Ok(file) => {
+                    d.file = Arc::new(file);
+                    d.unsynced_records = 0;
+                    let last = d.gate.last_written();
+                    let released = if d.failed.is_none() {
+                        d.gate.durable_through(last)
+                    } else {
+                        Vec::new()
+                    };
+                    let leases = d.store.leases().len();
+                    drop(d);
+                    for (bytes, dest, kind) in released {
+                        out.send(&bytes, dest, kind);
+                    }
+                    metrics().store_compactions.inc();
+                    tracing::info!(
+                        leases,
+                        ms = t.elapsed().as_millis() as u64,
+                        "lease log compacted (beside the decision loop)"
+                    );
+                }
+                Err(e) => {
+                    d.failed = Some(format!("lease store compaction failed: {e}"));
+                }
+            }
+        })?;
+    Ok(())
+}
+
 /// Writes a decided batch's records (decision order), holds its ACKs in the
 /// gate and starts syncs the gate allows. Compacts the log when it grew.
 fn write_batch(
-    shared: &Mutex<CommitState>,
+    shared_arc: &Arc<Mutex<CommitState>>,
     jobs: &Sender<SyncJob>,
     batch: Durable,
     out: &mut Sender4,
 ) -> anyhow::Result<()> {
-    let mut d = shared
+    let mut d = shared_arc
         .lock()
         .map_err(|_| anyhow::anyhow!("lease sync worker panicked"))?;
     if let Some(e) = &d.failed {
@@ -371,30 +435,8 @@ fn write_batch(
     } else {
         Vec::new()
     };
-    if d.store.record_count() > 2 * d.store.leases().len() + 1024 {
-        let t = Instant::now();
-        // compact() syncs the old log and the new one before the rename:
-        // everything written so far is then durable.
-        d.store
-            .compact()
-            .map_err(|e| anyhow::anyhow!("lease store compaction failed: {e}"))?;
-        d.file = Arc::new(d.store.sync_handle()?);
-        d.unsynced_records = 0;
-        let last = d.gate.last_written();
-        let mut released = released;
-        released.extend(d.gate.durable_through(last));
-        let leases = d.store.leases().len();
-        drop(d);
-        for (bytes, dest, kind) in released {
-            out.send(&bytes, dest, kind);
-        }
-        metrics().store_compactions.inc();
-        tracing::info!(
-            leases,
-            ms = t.elapsed().as_millis() as u64,
-            "lease log compacted"
-        );
-        return Ok(());
+    if !d.store.compacting() && d.store.record_count() > 2 * d.store.leases().len() + 1024 {
+        start_compaction(shared_arc, &mut d, out)?;
     }
     // In write mode the gate already counts everything as durable, so no
     // sync starts.
@@ -479,7 +521,7 @@ impl Server {
     fn decide_loop(
         &mut self,
         out: &mut Sender4,
-        shared: &Mutex<CommitState>,
+        shared: &Arc<Mutex<CommitState>>,
         jobs: &Sender<SyncJob>,
     ) -> anyhow::Result<()> {
         let mut buf = vec![0u8; 4096];
