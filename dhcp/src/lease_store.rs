@@ -9,9 +9,14 @@
 //!
 //! Record layout: `len: u32 LE | crc32(payload): u32 LE | payload`. The
 //! payload is `op: u8 | ip: [u8;4] | mac: [u8;6] | expires_unix: u64 LE`.
-//! On open, records are replayed until the first short or CRC-failing
-//! record; the file is truncated there and the cut is reported in
-//! [`Recovery`] (the server logs it and counts it in a metric).
+//! The file is extended with zeros 1 MiB at a time (size made durable
+//! then), and records overwrite those zeros: syncing a record is then a
+//! data-only `fdatasync`, with no journal commit for a size change.
+//! On open, records are replayed until the first short, zero-length or
+//! CRC-failing record; zeros after that are preallocated room, anything
+//! else is a torn or corrupt tail: the file is truncated there and the cut
+//! (up to its last non-zero byte) is reported in [`Recovery`] (the server
+//! logs it and counts it in a metric).
 //! [`LeaseStore::compact`] rewrites the live set into a temporary file,
 //! fsyncs it and renames it over the log, so a crash during compaction leaves
 //! either the old or the new log, never a mix.
@@ -28,6 +33,9 @@ const LOG_NAME: &str = "leases.log";
 const PAYLOAD_LEN: usize = 19;
 const OP_COMMIT: u8 = 1;
 const OP_RELEASE: u8 = 2;
+/// Zeros added to the log at a time, ahead of the records (1 MiB: ~38,000
+/// records).
+const PREALLOC: u64 = 1 << 20;
 
 /// The MAC recorded for an address a client DECLINEd: the quarantine then
 /// survives a restart like any lease.
@@ -59,6 +67,10 @@ pub struct Recovery {
 pub struct LeaseStore {
     dir: PathBuf,
     file: File,
+    /// Length of the records in the file (where the next one goes).
+    end: u64,
+    /// Size of the file: records, then zeros preallocated for the next ones.
+    alloc: u64,
     leases: BTreeMap<Ipv4Addr, StoredLease>,
     records: usize,
     unsynced: bool,
@@ -146,22 +158,32 @@ impl LeaseStore {
         let path = dir.join(LOG_NAME);
         let mut file = OpenOptions::new()
             .read(true)
-            .append(true)
+            .write(true)
             .create(true)
+            .truncate(false)
             .open(&path)?;
         let mut buf = Vec::new();
         file.read_to_end(&mut buf)?;
         let (leases, records, valid) = replay(&buf);
-        let truncated_bytes = (buf.len() - valid) as u64;
+        // Zeros after the records are preallocated room, not damage: only
+        // the bytes up to the last non-zero one were a torn or corrupt tail.
+        let truncated_bytes = buf[valid..]
+            .iter()
+            .rposition(|b| *b != 0)
+            .map_or(0, |i| i as u64 + 1);
+        let mut alloc = buf.len() as u64;
         if truncated_bytes > 0 {
             file.set_len(valid as u64)?;
             file.sync_all()?;
+            alloc = valid as u64;
         }
         sync_dir(dir)?;
         Ok((
             LeaseStore {
                 dir: dir.to_path_buf(),
                 file,
+                end: valid as u64,
+                alloc,
                 leases,
                 records,
                 unsynced: false,
@@ -197,10 +219,26 @@ impl LeaseStore {
     /// on they survive a `kill -9` of the process (the page cache has them),
     /// not a node crash: that takes a sync.
     pub fn write_out(&mut self) -> std::io::Result<()> {
-        if !self.buf.is_empty() {
-            self.file.write_all(&self.buf)?;
-            self.buf.clear();
+        use std::os::unix::fs::FileExt;
+        if self.buf.is_empty() {
+            return Ok(());
         }
+        let need = self.end + self.buf.len() as u64;
+        if need > self.alloc {
+            // Extend the file with zeros and make the new size durable now,
+            // once per PREALLOC bytes: records then overwrite allocated
+            // blocks, and an fdatasync of them flushes only data, without a
+            // journal commit (which on a busy ext4 waits for other files'
+            // data: 2-8 ms instead of 0.2-0.6 ms measured here).
+            let new_alloc = need.max(self.alloc + PREALLOC);
+            let zeros = vec![0u8; (new_alloc - self.alloc) as usize];
+            self.file.write_all_at(&zeros, self.alloc)?;
+            self.file.sync_all()?;
+            self.alloc = new_alloc;
+        }
+        self.file.write_all_at(&self.buf, self.end)?;
+        self.end = need;
+        self.buf.clear();
         Ok(())
     }
 
@@ -310,8 +348,11 @@ impl LeaseStore {
         )?;
         sync_dir(&self.dir)?;
         self.file = OpenOptions::new()
-            .append(true)
+            .read(true)
+            .write(true)
             .open(self.dir.join(LOG_NAME))?;
+        self.end = self.file.metadata()?.len();
+        self.alloc = self.end;
         self.records = snapshot_len + n;
         self.unsynced = false;
         Ok(())
@@ -336,8 +377,11 @@ impl LeaseStore {
         std::fs::rename(&tmp, self.dir.join(LOG_NAME))?;
         sync_dir(&self.dir)?;
         self.file = OpenOptions::new()
-            .append(true)
+            .read(true)
+            .write(true)
             .open(self.dir.join(LOG_NAME))?;
+        self.end = self.file.metadata()?.len();
+        self.alloc = self.end;
         self.records = self.leases.len();
         self.unsynced = false;
         Ok(())
@@ -384,17 +428,18 @@ mod tests {
             s.commit(lease(11)).unwrap();
         }
         let path = d.path().join(LOG_NAME);
-        let full = std::fs::metadata(&path).unwrap().len();
-        // A torn write: the last record lost its final 5 bytes.
-        OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_len(full - 5)
-            .unwrap();
+        // The records are followed by preallocated zeros.
+        assert!(std::fs::metadata(&path).unwrap().len() >= PREALLOC);
+        // A torn write into the preallocated room: the last record's final
+        // 8 bytes never arrived (zeros remain).
+        let mut b = std::fs::read(&path).unwrap();
+        b[27 * 2 - 8..27 * 2].fill(0);
+        std::fs::write(&path, &b).unwrap();
         let (mut s, r) = LeaseStore::open(d.path()).unwrap();
         assert_eq!(r.records, 1);
-        assert_eq!(r.truncated_bytes, 27 - 5);
+        // Counted up to the torn record's last non-zero byte (the last
+        // byte of its MAC); the zeros after it are preallocated room.
+        assert_eq!(r.truncated_bytes, 27 - 8);
         assert_eq!(s.leases().len(), 1);
         // Appends after recovery land on a clean boundary.
         s.commit(lease(12)).unwrap();
@@ -419,7 +464,9 @@ mod tests {
         std::fs::write(&path, &b).unwrap();
         let (s, r) = LeaseStore::open(d.path()).unwrap();
         assert_eq!(r.records, 2);
-        assert_eq!(r.truncated_bytes, 27 * 2);
+        // The third record and the fourth up to its last non-zero byte
+        // (expiry 1013 = f5 03 00…: 21 bytes into the record).
+        assert_eq!(r.truncated_bytes, 27 + 21);
         assert_eq!(s.leases().len(), 2);
     }
 
