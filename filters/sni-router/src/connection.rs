@@ -191,7 +191,7 @@ impl Connection {
                     if !select(&table, upstream) {
                         return close();
                     }
-                    metrics::inc_later(metrics::forward(kind));
+                    metrics::inc(metrics::forward(kind));
                     if debug_enabled() {
                         log(
                             LogLevel::Debug,
@@ -284,7 +284,7 @@ impl Connection {
                         return close();
                     }
                     self.finish_head(State::Forwarded);
-                    metrics::inc_later(metrics::forward_host(kind));
+                    metrics::inc(metrics::forward_host(kind));
                     if debug_enabled() {
                         log(
                             LogLevel::Debug,

@@ -2,12 +2,8 @@
 //! (Prometheus: `envoy_wasmcustom_oooi_sni_router_*`).
 //!
 //! Every metric is defined once per VM and its id kept in a thread-local
-//! array indexed by [`Metric`]: no name lookup on the connection path. The
-//! counters every forwarded connection bumps (its forward counter and the
-//! per-build connection counter) are not even a host call: they add up in
-//! the worker's VM and [`flush`] hands them to Envoy on the root context's
-//! tick, so Envoy's stats trail by at most one tick (50 ms). Refusals, pushes
-//! and errors are counted at once.
+//! array indexed by [`Metric`], so counting costs one host call and no name
+//! lookup on the connection path.
 
 use std::cell::Cell;
 
@@ -109,9 +105,6 @@ thread_local! {
     static IDS: [Cell<u32>; NAMES.len()] = const { [const { Cell::new(UNDEFINED) }; NAMES.len()] };
     static REFUSALS: [Cell<u32>; MAX_REFUSALS] = const { [const { Cell::new(UNDEFINED) }; MAX_REFUSALS] };
     static BUILD_CONNECTIONS: Cell<u32> = const { Cell::new(UNDEFINED) };
-    /// Counts not yet handed to Envoy, by [`Metric`] index; the last slot is
-    /// the per-build connection counter.
-    static UNFLUSHED: [Cell<u64>; NAMES.len() + 1] = const { [const { Cell::new(0) }; NAMES.len() + 1] };
 }
 
 /// Defines every metric once per VM (defining again returns the same id).
@@ -171,34 +164,10 @@ pub fn define_build_counter(build: &str) {
     }
 }
 
-/// Counts one connection for this build (handed to Envoy by [`flush`]).
+/// Counts one connection for this build.
 pub fn inc_build_connections() {
-    UNFLUSHED.with(|u| u[NAMES.len()].set(u[NAMES.len()].get() + 1));
-}
-
-/// Adds one to a counter at the next [`flush`] (for the per-connection
-/// forward counters).
-pub fn inc_later(m: Metric) {
-    UNFLUSHED.with(|u| u[m.0].set(u[m.0].get() + 1));
-}
-
-/// Hands the counts gathered by [`inc_later`] and [`inc_build_connections`]
-/// to Envoy.
-pub fn flush() {
-    UNFLUSHED.with(|u| {
-        for (i, cell) in u.iter().enumerate() {
-            let n = cell.replace(0);
-            if n == 0 {
-                continue;
-            }
-            let id = if i == NAMES.len() {
-                BUILD_CONNECTIONS.with(Cell::get)
-            } else {
-                IDS.with(|ids| ids[i].get())
-            };
-            if id != UNDEFINED {
-                let _ = hostcalls::increment_metric(id, n as i64);
-            }
-        }
-    });
+    let id = BUILD_CONNECTIONS.with(Cell::get);
+    if id != UNDEFINED {
+        let _ = hostcalls::increment_metric(id, 1);
+    }
 }

@@ -9,9 +9,9 @@ use crate::config::{PluginConfig, Role};
 use crate::connection::Mode;
 use crate::{api, build_id, cache, connection, metrics};
 
-/// How often each worker checks for a new table (and hands its counts to
-/// Envoy, and closes plain-HTTP connections past their head timeout). A push
-/// reaches the other workers within this time.
+/// How often each worker checks for a new table (and closes plain-HTTP
+/// connections past their head timeout). A push reaches the other workers
+/// within this time.
 const REFRESH_TICK_MS: u64 = 50;
 
 proxy_wasm::main! {{
@@ -74,7 +74,6 @@ impl RootContext for Root {
     fn on_tick(&mut self) {
         cache::refresh();
         connection::refresh_log_level();
-        metrics::flush();
         // Last: it switches the effective context to the connections it closes.
         connection::expire_heads();
     }
