@@ -20,3 +20,5 @@ pub mod push;
 pub mod rbac;
 pub mod reconcile;
 pub mod run;
+// filter rollout: new filter modules checked in wasmtime, then rolled out.
+pub mod rollout;

@@ -59,6 +59,19 @@ pub struct RunArgs {
     /// Bind OpenShift SecurityContextConstraints to the component service accounts.
     #[arg(long, env = "OOOI_OPENSHIFT_SCC", default_value_t = false, action = clap::ArgAction::Set)]
     pub openshift_scc: bool,
+    /// ConfigMap holding the filter module to roll out (the chart's).
+    #[arg(
+        long,
+        env = "OOOI_FILTER_CONFIG_MAP",
+        default_value = "oooi-sni-router"
+    )]
+    pub filter_config_map: String,
+    /// Namespace of that ConfigMap (default: the controller's own, POD_NAMESPACE).
+    #[arg(long, env = "OOOI_FILTER_NAMESPACE")]
+    pub filter_namespace: Option<String>,
+    /// Key of the module in the ConfigMap's binaryData.
+    #[arg(long, env = "OOOI_FILTER_KEY", default_value = "oooi_sni_router.wasm")]
+    pub filter_key: String,
     /// Log format.
     #[arg(long, env = "OOOI_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -244,6 +257,14 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         let settings = crate::reconcile::Settings {
             watch_namespace: args.watch_namespace.clone(),
             openshift_scc: args.openshift_scc,
+            filter_source: crate::rollout::SourceConfig {
+                namespace: args
+                    .filter_namespace
+                    .clone()
+                    .unwrap_or_else(|| args.lease_namespace.clone()),
+                name: args.filter_config_map.clone(),
+                key: args.filter_key.clone(),
+            },
         };
         let controllers = crate::reconcile::run(
             client.clone(),

@@ -213,12 +213,10 @@ fn proxy_children_render_envoy_through_oooi_envoy_with_the_token() {
             .collect::<std::collections::BTreeSet<_>>(),
         expected_files.into_iter().collect()
     );
-    // The module is loaded from the filter ConfigMap mount.
-    assert!(
-        files.values().any(
-            |f| String::from_utf8_lossy(&f.0).contains("/etc/oooi-filter/oooi_sni_router.wasm")
-        )
-    );
+    // The module is loaded through `..data` of the config mount (one atomic swap).
+    assert!(files.values().any(|f| {
+        String::from_utf8_lossy(&f.0).contains("/etc/oooi-envoy/..data/oooi_sni_router.wasm")
+    }));
 
     let internal = &c.services[0];
     assert_eq!(internal.metadata.name.as_deref(), Some("vlan-proxy"));

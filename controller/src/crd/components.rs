@@ -189,6 +189,7 @@ fn default_connect_timeout_ms() -> u32 {
         type_ = "integer",
         json_path = ".status.routesGeneration"
     ),
+    printcolumn(name = "Filter", type_ = "string", json_path = ".status.filterBuildId"),
     printcolumn(
         name = "Age",
         type_ = "date",
@@ -264,6 +265,14 @@ pub struct FilterSource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(r"^[0-9a-f]{64}$"))]
     pub sha256: Option<String>,
+    /// Pins the filter module: SHA-256 (hex) of the module this proxy keeps
+    /// running whatever the source ConfigMap holds. It must be the active or
+    /// the previous module (see `status.filterDigest` and
+    /// `status.previousFilterDigest`) or the source module; a pin to the
+    /// previous one is a rollback. Remove it to follow the source again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(r"^(sha256:)?[0-9a-f]{64}$"))]
+    pub pinned_sha256: Option<String>,
 }
 
 impl Default for FilterSource {
@@ -272,6 +281,7 @@ impl Default for FilterSource {
             config_map: default_filter_config_map(),
             key: default_filter_key(),
             sha256: None,
+            pinned_sha256: None,
         }
     }
 }
@@ -298,9 +308,17 @@ pub struct ProxyServerStatus {
     /// Digest (`sha256:…`) of the table last pushed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routes_digest: Option<String>,
-    /// Digest of the filter module the replicas run.
+    /// SHA-256 (hex) of the filter module the replicas run (the derived
+    /// `<name>-filter` ConfigMap's active module).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter_digest: Option<String>,
+    /// Build id stamped in the active filter module.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter_build_id: Option<String>,
+    /// SHA-256 (hex) of the module that ran before the active one, kept in
+    /// the derived ConfigMap for rollback (pin it to roll back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_filter_digest: Option<String>,
     /// Per-replica table sync.
     #[serde(default)]
     pub replica_status: Vec<ProxyReplicaStatus>,

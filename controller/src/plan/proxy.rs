@@ -33,8 +33,8 @@ use std::path::{Path, PathBuf};
 use ipnet::Ipv4Net;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, EmptyDirVolumeSource, Secret, SecretVolumeSource, Service, ServicePort,
-    ServiceSpec, Volume,
+    ConfigMapProjection, EmptyDirVolumeSource, ProjectedVolumeSource, Secret, SecretProjection,
+    Service, ServicePort, ServiceSpec, Volume, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use oooi_routes::{Cidr, Route, RouteMatch, RouteTable, Upstream};
@@ -276,7 +276,12 @@ pub fn envoy_config(spec: &ProxyServerSpec, push_token: &str) -> oooi_envoy::Pro
         tls_ports: ports,
         api: SocketAddr::new(any, spec.push_port),
         push_token: push_token.to_string(),
-        wasm_path: PathBuf::from(FILTER_DIR).join(&spec.filter.key),
+        // Through `..data` of the config mount, which projects the derived
+        // filter ConfigMap beside the ECDS files: the module and the files
+        // naming it appear in one atomic swap.
+        wasm_path: PathBuf::from(CONFIG_DIR)
+            .join("..data")
+            .join(&spec.filter.key),
         wasm_sha256: spec
             .filter
             .sha256
@@ -416,7 +421,6 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
             volumes,
             mounts: vec![
                 mount("envoy-config", CONFIG_DIR, true),
-                mount("filter", FILTER_DIR, true),
                 mount("tmp", "/tmp", false),
             ],
             caps: if low_port {

@@ -382,8 +382,15 @@ pub async fn reconcile_proxy(obj: Arc<ProxyServer>, ctx: Arc<Context>) -> Result
     };
     let mut planned;
     let requeue;
+    // Filter rollout: the checked module, its derived ConfigMap, the status.
+    let filter = crate::rollout::prepare(&ctx, &obj).await;
     let children = match push_token(&ctx, &obj).await {
-        Ok(token) => crate::plan::proxy::children(&obj, &token).map(|c| (c, token)),
+        Ok(token) => {
+            crate::plan::proxy::children(&filter.proxy_for_children(&obj), &token).map(|mut c| {
+                c.config_map = filter.config_map(&obj);
+                (c, token)
+            })
+        }
         Err(e) => Err(anyhow::anyhow!(e)),
     };
     match children {
@@ -403,6 +410,8 @@ pub async fn reconcile_proxy(obj: Arc<ProxyServer>, ctx: Arc<Context>) -> Result
             planned.push(synced);
         }
     }
+    filter.fill_status(&mut st);
+    planned.push(filter.condition.clone());
     st.conditions = merge_conditions(&existing.conditions, &planned, generation, &now);
     let before = existing
         .conditions

@@ -44,6 +44,8 @@ pub struct Settings {
     /// Grant each component's ServiceAccount the OpenShift SCC its pods
     /// need ([`crate::plan::scc`]).
     pub openshift_scc: bool,
+    /// Where the filter module comes from (filter rollout).
+    pub filter_source: crate::rollout::SourceConfig,
 }
 
 /// Errors of one reconciliation. The variant name is the `reason` label of
@@ -101,6 +103,8 @@ pub struct Context {
     pub observations: Observations,
     /// Event recorder.
     pub recorder: Recorder,
+    /// Filter rollout: the source module and the check verdicts.
+    pub rollout: crate::rollout::Rollouts,
     /// The clock (tests fix it so statuses compare equal).
     pub now: fn() -> Time,
 }
@@ -127,6 +131,7 @@ impl Context {
             },
         );
         Context {
+            rollout: crate::rollout::Rollouts::new(settings.filter_source.clone()),
             pusher: Pusher::new(PushConfig::default(), metrics.clone()),
             client,
             metrics,

@@ -411,7 +411,9 @@ pub async fn controllers(
         .owns_shared_stream(dep4)
         .watches_shared_stream(s.pods, move |pod| {
             component::proxy_of_pod(&proxy_store, &pod)
-        });
+        })
+        // A new filter module in the source ConfigMap: every proxy.
+        .reconcile_all_on(ctx.rollout.source_changes(ctx.client.clone()));
 
     let infra = infra_ctl.graceful_shutdown_on(shutdown.clone()).run(
         infra::reconcile,
