@@ -376,19 +376,31 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
     });
 
     let volumes = vec![
+        // One mount, one `..data` swap: the Envoy files (Secret: the API
+        // filter's config holds the push token) and the filter modules they
+        // name (the derived ConfigMap the filter rollout writes, absent until
+        // a module passed its check) change together.
         Volume {
             name: "envoy-config".to_string(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(secret_name),
-                ..SecretVolumeSource::default()
-            }),
-            ..Volume::default()
-        },
-        Volume {
-            name: "filter".to_string(),
-            config_map: Some(ConfigMapVolumeSource {
-                name: server.spec.filter.config_map.clone(),
-                ..ConfigMapVolumeSource::default()
+            projected: Some(ProjectedVolumeSource {
+                sources: Some(vec![
+                    VolumeProjection {
+                        secret: Some(SecretProjection {
+                            name: secret_name,
+                            ..SecretProjection::default()
+                        }),
+                        ..VolumeProjection::default()
+                    },
+                    VolumeProjection {
+                        config_map: Some(ConfigMapProjection {
+                            name: crate::rollout::plan::config_map_name(&name),
+                            optional: Some(true),
+                            ..ConfigMapProjection::default()
+                        }),
+                        ..VolumeProjection::default()
+                    },
+                ]),
+                ..ProjectedVolumeSource::default()
             }),
             ..Volume::default()
         },
