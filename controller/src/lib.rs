@@ -22,3 +22,5 @@ pub mod reconcile;
 pub mod run;
 // filter rollout: new filter modules checked in wasmtime, then rolled out.
 pub mod rollout;
+// hosted-cluster engineer: apps ingress in the hosted cluster, public DNS (issue 7).
+pub mod hosted;

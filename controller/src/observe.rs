@@ -157,6 +157,8 @@ pub struct Observations {
     pub machines: Option<Store<DynamicObject>>,
     /// KubeVirt VMIs.
     pub vmis: Option<Store<DynamicObject>>,
+    /// The hosted-cluster side: apps VIPs seen by the hosted Service watches.
+    pub hosted: crate::hosted::Hosted,
 }
 
 fn strings(v: &Value) -> Vec<String> {
@@ -289,7 +291,9 @@ impl Observations {
                     .filter(|v| v.namespace().as_deref() == Some(ns.as_str()))
                     .map(|v| vmi(v))
                     .collect(),
-                apps_vip: None,
+                apps_vip: self
+                    .hosted
+                    .vip(&a.namespace().unwrap_or_default(), &a.name_any()),
             };
             // Deterministic order whatever order the cache returns.
             cluster.machines.sort_by(|x, y| x.name.cmp(&y.name));

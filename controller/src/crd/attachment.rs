@@ -70,6 +70,11 @@ pub struct InfraClusterAttachmentSpec {
     /// How far the proxy scopes this cluster's routes to its own workers.
     #[serde(default)]
     pub isolation: Isolation,
+    /// Public DNS for the OAuth (and optionally API) names: a LoadBalancer
+    /// Service in the management cluster in front of the Infra's Envoy pods,
+    /// annotated for ExternalDNS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_dns: Option<PublicDns>,
 }
 
 fn default_hc_namespace() -> String {
@@ -224,7 +229,42 @@ pub struct AppsService {
     /// Extra labels (e.g. for ExternalDNS). Foreign keys are preserved.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
-    /// Extra annotations (e.g. `external-dns.alpha.kubernetes.io/hostname`).
+    /// Extra annotations (e.g. `external-dns.alpha.kubernetes.io/ttl`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Annotate the Service with `external-dns.alpha.kubernetes.io/hostname:
+    /// *.apps.<domain>`, so an ExternalDNS in the hosted cluster publishes
+    /// the apps wildcard at the VIP. Default false.
+    #[serde(default)]
+    pub external_dns_hostname: bool,
+}
+
+/// Public DNS publishing of the OAuth (and optionally API) names through a
+/// LoadBalancer Service in the management cluster, in the Infra's namespace,
+/// selecting that Infra's Envoy pods and exposing only 443. ExternalDNS in the
+/// management cluster publishes the names in its hostname annotation at the
+/// Service's load-balancer address.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PublicDns {
+    /// Create the Service. Default false.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Service name. Default `oooi-public-<attachment>`. Attachments of the
+    /// same Infra naming the same Service share it: its hostname annotation
+    /// lists all their names, sorted and deduplicated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), pattern(concat!("^", dns_label_re!(), "$")))]
+    pub service_name: Option<String>,
+    /// Also publish `api.<domain>` (clients then reach the API on 443, which
+    /// needs an `api` service on port 443 in `spec.services`). Default false.
+    #[serde(default)]
+    pub publish_api: bool,
+    /// Extra labels on the Service (e.g. an ExternalDNS label filter).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Extra annotations on the Service (e.g. `external-dns.alpha.kubernetes.io/ttl`).
+    /// The hostname annotation is managed.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
 }
@@ -269,8 +309,9 @@ pub struct InfraClusterAttachmentStatus {
     /// routes are dropped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conflicting_addresses: Vec<String>,
-    /// Apps ingress progress (issue 7).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Apps ingress progress (issue 7); absent while apps ingress is off.
+    // Serialized as `null` when off, so a merge patch of the status removes it.
+    #[serde(default)]
     pub apps_ingress: Option<AppsIngressStatus>,
 }
 

@@ -121,6 +121,8 @@ async fn apply_attachment(att: &InfraClusterAttachment, ctx: &Context) -> Result
         apply(&api, live.as_deref(), d).await?;
     }
 
+    // Apps ingress in the hosted cluster and public DNS (never fails the reconcile).
+    let st = crate::hosted::reconcile::apply(ctx, att, &plan, st).await;
     let accepted_before = condition_status(
         att.status.as_ref().map(|s| &s.conditions[..]),
         condition::ACCEPTED,
@@ -159,5 +161,6 @@ async fn cleanup(att: &InfraClusterAttachment, ctx: &Context) -> Result<Action> 
     for p in policies_of(ctx, att) {
         delete_policy(ctx, &p).await?;
     }
+    crate::hosted::reconcile::cleanup(ctx, att).await?;
     Ok(Action::await_change())
 }

@@ -378,6 +378,10 @@ pub async fn controllers(
                     .collect::<Vec<_>>()
             }
         });
+    // Hosted apps VIP changes (issue 7) reconcile the Infra and attachment at once.
+    let (infra_trigger, att_trigger) = ctx.observations.hosted.triggers();
+    infra_ctl = infra_ctl.reconcile_on(infra_trigger);
+    att_ctl = att_ctl.reconcile_on(att_trigger);
     for (api, ar, rx_infra, rx_att) in s.observed {
         let store = stores.attachments.clone();
         infra_ctl = infra_ctl.watches_stream_with(
