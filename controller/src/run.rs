@@ -38,7 +38,9 @@ pub enum LogFormat {
 /// Flags of `oooi-controller run` (each also read from the environment).
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
-    /// Address of the HTTP server for /metrics, /healthz and /readyz.
+    /// Address of the HTTP server for /metrics (OpenMetrics), /healthz
+    /// (200 while the process runs) and /readyz (200 once leading or standing
+    /// by, 503 while starting or shutting down).
     #[arg(long, env = "OOOI_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     pub http_addr: SocketAddr,
     /// Elect one active replica through a Lease.
@@ -53,10 +55,15 @@ pub struct RunArgs {
     /// Identity in the Lease (the pod name; default: the host name).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
-    /// Watch only this namespace (default: all namespaces).
+    /// Watch oooi objects and their children only in this namespace (default:
+    /// all namespaces). Control-plane NetworkPolicies are watched in every
+    /// namespace, since they live in the hosted clusters' namespaces.
     #[arg(long, env = "OOOI_WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,
-    /// Bind OpenShift SecurityContextConstraints to the component service accounts.
+    /// Grant each component's ServiceAccount `use` of the least privileged
+    /// OpenShift SecurityContextConstraints its pods need (nonroot-v2, or the
+    /// chart's oooi-net-bind / oooi-net-raw), by a Role and RoleBinding in the
+    /// Infra's namespace.
     #[arg(long, env = "OOOI_OPENSHIFT_SCC", default_value_t = false, action = clap::ArgAction::Set)]
     pub openshift_scc: bool,
     /// ConfigMap holding the filter module to roll out (the chart's).
@@ -257,6 +264,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         let settings = crate::reconcile::Settings {
             watch_namespace: args.watch_namespace.clone(),
             openshift_scc: args.openshift_scc,
+            // The push API of every Envoy admits this namespace only.
+            controller_namespace: Some(args.lease_namespace.clone()),
             filter_source: crate::rollout::SourceConfig {
                 namespace: args
                     .filter_namespace

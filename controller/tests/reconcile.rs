@@ -873,8 +873,56 @@ async fn machine_address_change_is_pushed_to_a_real_envoy() {
 fn scc_settings() -> Settings {
     Settings {
         openshift_scc: true,
+        controller_namespace: Some("oooi-system".into()),
         ..Settings::default()
     }
+}
+
+/// The push API of the Envoy pods admits the controller's namespace only:
+/// a NetworkPolicy owned by the ProxyServer, applied after the Deployment,
+/// not re-applied when unchanged.
+#[tokio::test]
+async fn proxy_push_api_is_reachable_from_the_controller_namespace_only() {
+    let settings = Settings {
+        controller_namespace: Some("oooi-system".into()),
+        ..Settings::default()
+    };
+    let mut h = Harness::converged_with(&["c1"], settings).await;
+    let np = "/apis/networking.k8s.io/v1/namespaces/oooi/networkpolicies/vlan200-proxy-push";
+    let log = h.reconcile_proxy().await;
+    let l = lines(&log);
+    let dep = l
+        .iter()
+        .position(|x| x.ends_with("/deployments/vlan200-proxy"))
+        .unwrap();
+    assert_eq!(l[dep + 1], format!("PATCH {np}"), "{l:#?}");
+    let r = apply_of(&log, np);
+    assert_apply(r);
+    let body = r.body.as_ref().unwrap();
+    assert_eq!(
+        body["metadata"]["ownerReferences"][0]["kind"],
+        "ProxyServer"
+    );
+    assert_eq!(
+        body["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/instance"],
+        "vlan200"
+    );
+    let push = &body["spec"]["ingress"][1];
+    assert_eq!(push["ports"], json!([{"protocol": "TCP", "port": 9445}]));
+    assert_eq!(
+        push["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "oooi-system"
+    );
+    assert_eq!(
+        body["spec"]["ingress"][0]["ports"][0],
+        json!({"protocol": "TCP", "port": 1, "endPort": 9444})
+    );
+    let log = h.reconcile_proxy().await;
+    assert!(
+        !lines(&log).iter().any(|x| x.contains("networkpolicies")),
+        "unchanged policy re-applied: {:#?}",
+        lines(&log)
+    );
 }
 
 /// `--openshift-scc`: each component's ServiceAccount is granted the one SCC
@@ -1022,6 +1070,7 @@ async fn deleting_everything_leaves_no_object_the_controller_created() {
         "/rolebindings/",
         "/namespaces/clusters-c1/networkpolicies/",
         "/namespaces/clusters-c2/networkpolicies/",
+        "/namespaces/oooi/networkpolicies/vlan200-proxy-push",
     ] {
         assert!(made.iter().any(|p| p.contains(kind)), "{kind}: {made:#?}");
     }

@@ -1,4 +1,9 @@
-//! NetworkPolicies the controller keeps outside the Infra's namespace.
+//! NetworkPolicies the controller plans.
+//!
+//! - [`push_api_policy`]: beside each ProxyServer, the Envoy pods' push API
+//!   (the routing-table endpoint) is reachable on the pod network only from
+//!   the controller's namespace; every other port stays open.
+//! - [`proxy_ingress_policy`]: in a hosted cluster's control-plane namespace.
 //!
 //! HyperShift's own policies in a hosted cluster's control-plane namespace
 //! admit only known peers, so each accepted attachment gets one policy there
@@ -10,12 +15,84 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::networking::v1::{
-    NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicySpec,
+    NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
+    NetworkPolicySpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::infra::InfraPlan;
-use super::labels::{Component, labels, selector};
+use super::labels::{Component, child_meta, instance_of, labels, selector};
+use crate::crd::ProxyServer;
+
+/// Label every controller pod of the chart carries.
+pub const CONTROLLER_COMPONENT: &str = "controller";
+
+fn port_range(protocol: &str, from: i32, to: i32) -> NetworkPolicyPort {
+    NetworkPolicyPort {
+        protocol: Some(protocol.to_string()),
+        port: Some(IntOrString::Int(from)),
+        end_port: (to > from).then_some(to),
+    }
+}
+
+/// The NetworkPolicy of a ProxyServer's Envoy pods: the push port only from
+/// pods labelled `app.kubernetes.io/component=controller` in
+/// `controller_namespace`, every other TCP and UDP port from anywhere (the
+/// listeners behind the internal Service; the VLAN leg is a Multus network,
+/// which NetworkPolicy does not cover). Probes come from the node, which
+/// NetworkPolicy always admits. Named `<proxy>-push`, owned by the
+/// ProxyServer.
+pub fn push_api_policy(server: &ProxyServer, controller_namespace: &str) -> NetworkPolicy {
+    let name = server.metadata.name.clone().unwrap_or_default();
+    let instance = instance_of(&server.metadata);
+    let push = i32::from(server.spec.push_port);
+    let mut open = Vec::new();
+    if push > 1 {
+        open.push(port_range("TCP", 1, push - 1));
+    }
+    if push < 65535 {
+        open.push(port_range("TCP", push + 1, 65535));
+    }
+    open.push(port_range("UDP", 1, 65535));
+    NetworkPolicy {
+        metadata: child_meta(server, format!("{name}-push"), &instance, Component::Proxy),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(selector(&instance, Component::Proxy)),
+                ..LabelSelector::default()
+            }),
+            policy_types: Some(vec!["Ingress".to_string()]),
+            ingress: Some(vec![
+                NetworkPolicyIngressRule {
+                    ports: Some(open),
+                    from: None,
+                },
+                NetworkPolicyIngressRule {
+                    ports: Some(vec![port_range("TCP", push, push)]),
+                    from: Some(vec![NetworkPolicyPeer {
+                        namespace_selector: Some(LabelSelector {
+                            match_labels: Some(BTreeMap::from([(
+                                "kubernetes.io/metadata.name".to_string(),
+                                controller_namespace.to_string(),
+                            )])),
+                            ..LabelSelector::default()
+                        }),
+                        pod_selector: Some(LabelSelector {
+                            match_labels: Some(BTreeMap::from([(
+                                "app.kubernetes.io/component".to_string(),
+                                CONTROLLER_COMPONENT.to_string(),
+                            )])),
+                            ..LabelSelector::default()
+                        }),
+                        ..NetworkPolicyPeer::default()
+                    }]),
+                },
+            ]),
+            ..NetworkPolicySpec::default()
+        }),
+    }
+}
 
 /// Label naming the attachment a cross-namespace object belongs to.
 pub const ATTACHMENT_LABEL: &str = "hostedcluster.densityops.com/attachment";
@@ -137,6 +214,95 @@ mod tests {
             pods.match_labels.as_ref().unwrap(),
             &selector("vlan200", Component::Proxy)
         );
+    }
+
+    fn proxy(push_port: u16) -> ProxyServer {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "hostedcluster.densityops.com/v1alpha1", "kind": "ProxyServer",
+            "metadata": {"name": "vlan200-proxy", "namespace": "oooi", "uid": "u1",
+                         "labels": {"hostedcluster.densityops.com/infra": "vlan200"}},
+            "spec": {
+                "vlan": {"networkAttachmentDefinition": "v", "networkAttachmentNamespace": "oooi",
+                         "address": "198.51.100.4/24", "interface": "net1"},
+                "image": "envoy:1", "pushPort": push_port,
+                "pushTokenSecret": {"name": "t"}, "routes": []
+            }
+        }))
+        .expect("fixture ProxyServer")
+    }
+
+    #[test]
+    fn the_push_port_is_open_to_the_controller_namespace_only() {
+        let p = push_api_policy(&proxy(9445), "oooi-system");
+        assert_eq!(p.metadata.name.as_deref(), Some("vlan200-proxy-push"));
+        assert_eq!(p.metadata.namespace.as_deref(), Some("oooi"));
+        let owner = &p.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("ProxyServer", "u1")
+        );
+        let spec = p.spec.unwrap();
+        assert_eq!(
+            spec.pod_selector.unwrap().match_labels.unwrap(),
+            selector("vlan200", Component::Proxy)
+        );
+        let rules = spec.ingress.unwrap();
+        let ranges: Vec<(String, i32, Option<i32>)> = rules[0]
+            .ports
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let IntOrString::Int(from) = p.port.clone().unwrap() else {
+                    panic!("numeric port")
+                };
+                (p.protocol.clone().unwrap(), from, p.end_port)
+            })
+            .collect();
+        assert_eq!(
+            ranges,
+            vec![
+                ("TCP".to_string(), 1, Some(9444)),
+                ("TCP".to_string(), 9446, Some(65535)),
+                ("UDP".to_string(), 1, Some(65535)),
+            ]
+        );
+        assert!(rules[0].from.is_none(), "other ports from anywhere");
+        let push = &rules[1];
+        assert_eq!(
+            push.ports.as_ref().unwrap()[0],
+            NetworkPolicyPort {
+                protocol: Some("TCP".into()),
+                port: Some(IntOrString::Int(9445)),
+                end_port: None
+            }
+        );
+        let peer = &push.from.as_ref().unwrap()[0];
+        assert_eq!(
+            peer.namespace_selector
+                .as_ref()
+                .unwrap()
+                .match_labels
+                .as_ref()
+                .unwrap()["kubernetes.io/metadata.name"],
+            "oooi-system"
+        );
+        assert_eq!(
+            peer.pod_selector
+                .as_ref()
+                .unwrap()
+                .match_labels
+                .as_ref()
+                .unwrap()["app.kubernetes.io/component"],
+            "controller"
+        );
+        // A push port at the top of the range leaves no empty range behind.
+        let top = push_api_policy(&proxy(65535), "c")
+            .spec
+            .unwrap()
+            .ingress
+            .unwrap();
+        assert_eq!(top[0].ports.as_ref().unwrap().len(), 2);
     }
 
     #[test]

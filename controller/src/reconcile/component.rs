@@ -401,6 +401,10 @@ pub async fn reconcile_proxy(obj: Arc<ProxyServer>, ctx: Arc<Context>) -> Result
         }
         Ok((children, token)) => {
             apply_children(&ctx, &ns, &children).await?;
+            if let Some(controller_ns) = &ctx.settings.controller_namespace {
+                let policy = crate::plan::network_policy::push_api_policy(&obj, controller_ns);
+                apply_one(&ctx, &ctx.stores.network_policies, &ns, &policy).await?;
+            }
             let r = rollout(&ctx, &ns, &children.deployment.name_any());
             st.replicas = r.replicas;
             st.ready_replicas = r.ready;

@@ -44,6 +44,10 @@ pub struct Settings {
     /// Grant each component's ServiceAccount the OpenShift SCC its pods
     /// need ([`crate::plan::scc`]).
     pub openshift_scc: bool,
+    /// The controller's own namespace: each ProxyServer gets a
+    /// NetworkPolicy admitting its push API from there only
+    /// ([`crate::plan::network_policy::push_api_policy`]); `None`: no policy.
+    pub controller_namespace: Option<String>,
     /// Where the filter module comes from (filter rollout).
     pub filter_source: crate::rollout::SourceConfig,
 }
