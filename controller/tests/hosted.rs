@@ -827,6 +827,11 @@ async fn an_unreachable_hosted_api_is_reported_without_blocking_the_stack() {
     let log = h.reconcile_infra().await;
     assert!(lines(&log).iter().any(|l| l.contains("proxyservers")));
 
+    // Retried soon (once, however many reconciles fail meanwhile).
+    assert!(h.ctx.observations.hosted.retry_pending(NS, "c1"));
+    h.reconcile("c1").await;
+    assert!(h.ctx.observations.hosted.retry_pending(NS, "c1"));
+
     // Back: the next reconcile installs.
     h.hosted.set_unreachable(false);
     h.reconcile("c1").await;

@@ -73,6 +73,8 @@ struct Inner {
     vips: Mutex<BTreeMap<AttachmentKey, Ipv4Addr>>,
     clients: Mutex<BTreeMap<AttachmentKey, CachedClient>>,
     watches: Mutex<BTreeMap<AttachmentKey, RunningWatch>>,
+    /// Attachments with a retry pending (one at a time each).
+    retries: Mutex<std::collections::BTreeSet<AttachmentKey>>,
     infra_tx: UnboundedSender<ObjectRef<Infra>>,
     attachment_tx: UnboundedSender<ObjectRef<InfraClusterAttachment>>,
     #[allow(clippy::type_complexity)]
@@ -125,6 +127,7 @@ impl Hosted {
                 vips: Mutex::default(),
                 clients: Mutex::default(),
                 watches: Mutex::default(),
+                retries: Mutex::default(),
                 infra_tx,
                 attachment_tx,
                 triggers: Mutex::new(Some((infra_rx, attachment_rx))),
@@ -178,16 +181,28 @@ impl Hosted {
     }
 
     /// Reconciles the attachment again after `delay` (a hosted cluster that
-    /// failed is retried sooner than the resync).
+    /// failed is retried sooner than the resync). At most one retry is
+    /// pending per attachment, however many reconciles failed meanwhile.
     pub fn retry(&self, att: &InfraClusterAttachment, delay: std::time::Duration) {
-        let (ns, name) = key_of(att);
-        let tx = self.inner.attachment_tx.clone();
-        if tokio::runtime::Handle::try_current().is_ok() {
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                let _ = tx.unbounded_send(ObjectRef::new(&name).within(&ns));
-            });
+        let key = key_of(att);
+        if tokio::runtime::Handle::try_current().is_err()
+            || !lock(&self.inner.retries).insert(key.clone())
+        {
+            return;
         }
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            lock(&inner.retries).remove(&key);
+            let _ = inner
+                .attachment_tx
+                .unbounded_send(ObjectRef::new(&key.1).within(&key.0));
+        });
+    }
+
+    /// True while a retry of the attachment is pending.
+    pub fn retry_pending(&self, namespace: &str, name: &str) -> bool {
+        lock(&self.inner.retries).contains(&(namespace.to_string(), name.to_string()))
     }
 
     /// The reconcile triggers, for the Infra and the attachment controllers
@@ -273,4 +288,76 @@ pub fn key_of(att: &InfraClusterAttachment) -> AttachmentKey {
         att.metadata.namespace.clone().unwrap_or_default(),
         att.metadata.name.clone().unwrap_or_default(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn att() -> InfraClusterAttachment {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "hostedcluster.densityops.com/v1alpha1",
+            "kind": "InfraClusterAttachment",
+            "metadata": {"name": "c1", "namespace": "oooi"},
+            "spec": {
+                "infraRef": {"name": "vlan200"},
+                "hostedClusterRef": {"name": "c1"},
+                "dns": {"clusterName": "c1", "baseDomain": "example.com"}
+            }
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_vip_change_triggers_infra_and_attachment_once() {
+        let h = Hosted::default();
+        let (infra, atts) = h.triggers();
+        let (mut infra, mut atts) = (Box::pin(infra), Box::pin(atts));
+        let a = att();
+        assert!(h.set_vip(&a, "198.51.100.50".parse().ok()));
+        assert!(!h.set_vip(&a, "198.51.100.50".parse().ok()), "same VIP");
+        assert_eq!(h.vip("oooi", "c1"), "198.51.100.50".parse().ok());
+        let i = infra.next().await.unwrap();
+        assert_eq!(
+            (i.name.as_str(), i.namespace.as_deref()),
+            ("vlan200", Some("oooi"))
+        );
+        assert_eq!(atts.next().await.unwrap().name, "c1");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(20), infra.next())
+                .await
+                .is_err(),
+            "one trigger per change"
+        );
+        h.forget(&a);
+        assert_eq!(h.vip("oooi", "c1"), None);
+        assert_eq!(infra.next().await.unwrap().name, "vlan200", "VIP gone");
+        // The streams are handed out once.
+        let (mut again, _) = h.triggers();
+        assert!(
+            tokio::time::timeout(Duration::from_millis(20), again.next())
+                .await
+                .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn retries_are_deduplicated_and_fire() {
+        let h = Hosted::default();
+        let (_, atts) = h.triggers();
+        let mut atts = Box::pin(atts);
+        let a = att();
+        h.retry(&a, Duration::from_millis(30));
+        h.retry(&a, Duration::from_millis(30));
+        assert!(h.retry_pending("oooi", "c1"));
+        assert_eq!(atts.next().await.unwrap().name, "c1");
+        assert!(!h.retry_pending("oooi", "c1"));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(80), atts.next())
+                .await
+                .is_err(),
+            "the second retry was folded into the first"
+        );
+    }
 }
