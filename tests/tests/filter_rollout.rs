@@ -111,7 +111,7 @@ async fn rollout_under_a_steady_stream_of_connections() {
         .await
         .expect("lab starts");
     lab.envoy.push_table(&lab.table).expect("first push");
-    let table: &RouteTable = &lab.table;
+    let table: RouteTable = lab.table.clone();
     let digest = table.digest();
     let pid = lab.envoy.pid();
 
