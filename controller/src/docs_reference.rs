@@ -214,6 +214,8 @@ fn number(v: &Value) -> String {
 
 fn compact(v: &Value) -> String {
     match v {
+        // An empty code span would not render: show the empty string as JSON.
+        Value::String(s) if s.is_empty() => "\"\"".to_string(),
         Value::String(s) => s.clone(),
         Value::Number(_) => number(v),
         other => other.to_string(),
@@ -462,6 +464,12 @@ mod tests {
             prose("Default `<ns>-<name>` or `a|b`;\nmatches <x> | *.apps"),
             "Default `<ns>-<name>` or `a|b`; matches &lt;x&gt; \\| \\*.apps"
         );
+    }
+
+    #[test]
+    fn empty_string_default_is_visible() {
+        assert_eq!(code(&compact(&json!(""))), "`\"\"`");
+        assert_eq!(code(&compact(&json!(3600.0))), "`3600`");
     }
 
     #[test]
