@@ -32,7 +32,11 @@ fn module(build: &str) -> Vec<u8> {
 /// the new module beside the running one, and the config naming it, into
 /// the watched mount in one swap. Returns the check's failure, if any.
 fn roll_out(lab: &mut TwoClusters, running: &[u8], new: &[u8]) -> Option<Check> {
-    let report = check_module(new, &[lab.table.clone()], &CheckLimits::default());
+    let report = check_module(
+        new,
+        std::slice::from_ref(&lab.table),
+        &CheckLimits::default(),
+    );
     if let Some(f) = report.failure {
         eprintln!("module refused: {f}");
         return Some(f.check);
