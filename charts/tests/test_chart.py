@@ -102,7 +102,7 @@ ALL_FEATURES = {
         "metricsFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
         "egress": {"enabled": True, "apiServerCIDRs": ["10.0.0.1/32", "fd00::1/128"]},
     },
-    "filter": {"configMapName": "custom-filter", "extraNamespaces": ["infra-a", "oooi-system", "infra-b"]},
+    "filter": {"configMapName": "custom-filter"},
 }
 
 
@@ -260,8 +260,6 @@ def test_all_features_render_is_valid_kubernetes():
         [
             "ClusterRole",
             "ClusterRoleBinding",
-            "ConfigMap",
-            "ConfigMap",
             "ConfigMap",
             "Deployment",
             "NetworkPolicy",
@@ -460,11 +458,14 @@ def test_filter_configmap_holds_the_built_module():
     assert len(data) <= MAX_WASM_BYTES, f"filter module is {len(data)} bytes, over the 512 KiB budget"
     for values, name, namespaces in (
         ({}, "oooi-sni-router", [NAMESPACE]),
-        (ALL_FEATURES, "custom-filter", [NAMESPACE, "infra-a", "infra-b"]),
+        (ALL_FEATURES, "custom-filter", [NAMESPACE]),
     ):
         cms = [o for o in render(values)[0] if o["kind"] == "ConfigMap"]
         assert [(c["metadata"]["name"], c["metadata"]["namespace"]) for c in cms] == [(name, ns) for ns in namespaces], cms
         cm = cms[-1]
+        # The controller is told where the rollout source is.
+        env = {e["name"]: e.get("value") for e in _controller_env(values)}
+        assert env["OOOI_FILTER_CONFIG_MAP"] == name and env["OOOI_FILTER_KEY"] == WASM_KEY, env
         assert list(cm["binaryData"]) == [WASM_KEY], list(cm["binaryData"])
         assert base64.b64decode(cm["binaryData"][WASM_KEY]) == data
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
@@ -473,6 +474,11 @@ def test_filter_configmap_holds_the_built_module():
         # The API server stores at most 1 MiB per object, base64 and metadata included.
         assert len(json.dumps(cm)) < 1024 * 1024, len(json.dumps(cm))
     print(f"    filter module {len(data)} bytes ({len(data) / MAX_WASM_BYTES:.0%} of 512 KiB)")
+
+
+def _controller_env(values):
+    deploy = next(o for o in render(values)[0] if o["kind"] == "Deployment")
+    return deploy["spec"]["template"]["spec"]["containers"][0]["env"]
 
 
 def test_missing_filter_module_fails_clearly():
@@ -514,7 +520,7 @@ BAD_VALUES = [
     ({"filter": {"maxBytes": 1048576}}, "/filter/maxBytes"),
     ({"filter": {"file": "/etc/passwd"}}, "/filter/file"),
     ({"filter": {"configMapName": ""}}, "/filter/configMapName"),
-    ({"filter": {"extraNamespaces": ["Not_NS"]}}, "/filter/extraNamespaces/0"),
+    ({"filter": {"extraNamespaces": ["infra-a"]}}, "extraNamespaces"),
     ({"serviceAccount": {"create": "true"}}, "/serviceAccount/create"),
     ({"nodeSelector": {"zone": 1}}, "/nodeSelector/zone"),
     ({"fullnameOverride": "x" * 53}, "/fullnameOverride"),
