@@ -66,7 +66,7 @@ file is missing or too large. */}}
 {{- define "oooi.filterModule" -}}
 {{- $wasm := .Files.Get .Values.filter.file }}
 {{- if not $wasm }}
-{{- fail (printf "the filter module %s is missing from the chart: build it with `cargo build -p oooi-sni-router --target wasm32-wasip1 --profile wasm` and copy target/wasm32-wasip1/wasm/oooi_sni_router.wasm to charts/oooi/%s (tools/dev test does this)" .Values.filter.file .Values.filter.file) }}
+{{- fail (printf "the filter module %s is missing from the chart: build it with `cargo build -p oooi-sni-router --target wasm32-wasip1 --profile wasm`, finish it with `cargo run -p oooi-filter-finish -- target/wasm32-wasip1/wasm/oooi_sni_router.wasm` and copy target/wasm32-wasip1/wasm/oooi_sni_router.wasm to charts/oooi/%s (tools/dev test does this)" .Values.filter.file .Values.filter.file) }}
 {{- end }}
 {{- if gt (len $wasm) (int .Values.filter.maxBytes) }}
 {{- fail (printf "the filter module %s is %d bytes, over filter.maxBytes (%d)" .Values.filter.file (len $wasm) (int .Values.filter.maxBytes)) }}
