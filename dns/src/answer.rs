@@ -242,6 +242,40 @@ views:
     }
 
     #[test]
+    fn apps_reach_pods_through_the_internal_proxy_only_when_asked() {
+        let with_proxy = CFG.replace("apps_vip:", "internal_proxy: 10.0.0.4\n    apps_vip:");
+        let c = Config::parse(&with_proxy).expect("cfg");
+        // Not asked: the pod view forwards apps names.
+        assert_eq!(
+            q(&c.views[1], "console.apps.c1.example.com.", RecordType::A),
+            Answer::Forward
+        );
+        let asked = with_proxy.replace("apps_vip:", "apps_to_pods: true\n    apps_vip:");
+        let c = Config::parse(&asked).expect("cfg");
+        assert!(
+            matches!(q(&c.views[1], "console.apps.c1.example.com.", RecordType::A), Answer::Records { addrs, .. } if addrs == ip("10.0.0.4"))
+        );
+        assert!(
+            matches!(q(&c.views[1], "a.b.apps.c1.example.com.", RecordType::A), Answer::Records { addrs, .. } if addrs == ip("10.0.0.4"))
+        );
+        // The VLAN view keeps the VIP; the pod view never sees control-plane names.
+        assert!(
+            matches!(q(&c.views[0], "console.apps.c1.example.com.", RecordType::A), Answer::Records { addrs, .. } if addrs == ip("192.0.2.200"))
+        );
+        assert_eq!(
+            q(&c.views[1], "api.c1.example.com.", RecordType::A),
+            Answer::Forward
+        );
+        // Without an internal proxy there is nothing to answer with.
+        let bad = CFG.replace("apps_vip:", "apps_to_pods: true\n    apps_vip:");
+        let err = Config::parse(&bad).expect_err("needs internal_proxy");
+        assert!(
+            err.to_string().contains("clusters[0].apps_to_pods"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn internal_proxy_is_answered_in_pod_view() {
         let cfg = CFG.replace("apps_vip:", "internal_proxy: 10.0.0.4\n    apps_vip:");
         let c = Config::parse(&cfg).expect("cfg");

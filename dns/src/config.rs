@@ -145,6 +145,11 @@ pub struct RawCluster {
     /// Apps ingress VIP for `*.apps.<name>.<base_domain>`. None: no wildcard.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub apps_vip: Option<String>,
+    /// Also publish `*.apps.<name>.<base_domain>` in the pod view, answered
+    /// with `internal_proxy` (which forwards to the VIP). Needs both
+    /// `apps_vip` and `internal_proxy`; default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub apps_to_pods: bool,
     /// Control-plane names (default [`DEFAULT_CONTROL_PLANE_NAMES`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub names: Option<Vec<String>>,
@@ -156,8 +161,9 @@ pub struct RawCluster {
 pub enum ViewKind {
     /// The VLAN: cluster zones, apps wildcard, kubernetes aliases to the proxy.
     Vlan,
-    /// The pod network: only the kubernetes aliases, and only to an internal
-    /// proxy address when one is configured.
+    /// The pod network: only the kubernetes aliases (and `*.apps` where
+    /// `apps_to_pods` is set), and only to an internal proxy address when one
+    /// is configured.
     Pod,
     /// Nothing from `clusters`; only the view's own `zones`.
     #[default]
@@ -450,6 +456,7 @@ impl RawConfig {
             proxy: IpAddr,
             internal_proxy: Option<IpAddr>,
             apps_vip: Option<IpAddr>,
+            apps_to_pods: bool,
             names: Vec<String>,
         }
         let mut clusters = Vec::new();
@@ -484,12 +491,19 @@ impl RawConfig {
             for (j, n) in names.iter().enumerate() {
                 parse_name(&format!("{f}.names[{j}]"), n)?;
             }
+            if c.apps_to_pods && (apps_vip.is_none() || internal_proxy.is_none()) {
+                return Err(invalid(
+                    format!("{f}.apps_to_pods"),
+                    "needs both apps_vip and internal_proxy",
+                ));
+            }
             clusters.push(Cluster {
                 field: f,
                 zone,
                 proxy,
                 internal_proxy,
                 apps_vip,
+                apps_to_pods: c.apps_to_pods,
                 names,
             });
         }
@@ -557,6 +571,18 @@ impl RawConfig {
                         }
                     }
                     ViewKind::Pod => {
+                        if let (true, Some(ip)) = (c.apps_to_pods, c.internal_proxy) {
+                            // Only the apps zone: every other name of the
+                            // cluster stays forwarded in this view.
+                            let apps = join(&format!("{}.apps_to_pods", c.field), "apps", &c.zone)?;
+                            let wild = join(&format!("{}.apps_to_pods", c.field), "*", &apps)?;
+                            let mut records = BTreeMap::new();
+                            add_record(&mut records, &c.field, &wild, v4_set(ip, ttl))?;
+                            zones.push(Zone {
+                                origin: LowerName::new(&apps),
+                                records,
+                            });
+                        }
                         if let Some(ip) = c.internal_proxy {
                             for alias in KUBERNETES_ALIASES {
                                 let name = parse_name(&c.field, alias)?;
