@@ -393,6 +393,18 @@ fn respond(v: &FastView, q: &[u8], out: &mut [u8; MAX_REPLY], fwd: &Forwarder) -
         if qend + 11 + usize::from(rdlen) != q.len() {
             return Fast::Slow;
         }
+        // The options must tile the RDATA exactly; anything else is the
+        // handler's to judge (it answers FORMERR).
+        let mut o = qend + 11;
+        while o < q.len() {
+            let Some(olen) = be16(q, o + 2) else {
+                return Fast::Slow;
+            };
+            o += 4 + usize::from(olen);
+        }
+        if o != q.len() {
+            return Fast::Slow;
+        }
         limit = usize::from(size).clamp(512, MAX_REPLY);
     } else if qend != q.len() {
         return Fast::Slow;
