@@ -737,6 +737,93 @@ fn apps_vip_adds_wildcard_route_and_dns_and_bad_pools_are_reported() {
 }
 
 #[test]
+fn apps_vip_is_routed_on_80_by_host_and_reaches_pods_only_when_published() {
+    let i = infra("oooi", "vlan");
+    let apps = |publish: bool| {
+        format!(
+            "  appsIngress:\n    enabled: true\n    publishToPodNetwork: {publish}\n    metallb: {{mode: External, addresses: [\"192.0.2.200-192.0.2.209\"]}}\n"
+        )
+    };
+    let mut obs = observed(&[]);
+    obs.internal_proxy_ip = Some(ip("172.30.0.10"));
+    let dns_of = |p: &plan::InfraPlan| {
+        p.desired
+            .as_ref()
+            .unwrap()
+            .dns
+            .as_ref()
+            .unwrap()
+            .spec
+            .config
+            .0
+            .clone()
+    };
+
+    // No VIP yet: nothing on 80, nothing published to pods.
+    let atts = [attachment_yaml(
+        "oooi",
+        "c1",
+        "vlan",
+        "c1",
+        "c1",
+        &apps(true),
+    )];
+    let p = plan_infra(&i, &atts, &obs);
+    assert!(table(&p).routes.iter().all(|r| r.port != 80));
+    assert!(!dns_of(&p).clusters[0].apps_to_pods);
+
+    obs.clusters
+        .entry(HostedClusterKey::new("clusters", "c1"))
+        .or_default()
+        .apps_vip = Some(ip("192.0.2.200"));
+    let p = plan_infra(&i, &atts, &obs);
+    let spec = &p.desired.as_ref().unwrap().proxy.as_ref().unwrap().spec;
+    assert!(spec.tls_ports.contains(&80), "{:?}", spec.tls_ports);
+    let router = Router::new(table(&p));
+    let host = "console-openshift-console.apps.c1.example.com";
+    assert_eq!(
+        decide(&router, 80, Some(host), "192.0.2.101"),
+        Ok(addr("192.0.2.200", 80))
+    );
+    assert_eq!(
+        decide(&router, 443, Some(host), "192.0.2.101"),
+        Ok(addr("192.0.2.200", 443))
+    );
+    assert!(decide(&router, 80, Some("api.c1.example.com"), "192.0.2.101").is_err());
+    let dns = dns_of(&p);
+    assert!(dns.clusters[0].apps_to_pods);
+    // The rendered config is one the DNS server accepts.
+    oooi_dns::config::Config::parse(&serde_saphyr::to_string(&dns).unwrap()).expect("dns config");
+
+    // Not published: the pod view keeps forwarding apps names.
+    let atts = [attachment_yaml(
+        "oooi",
+        "c1",
+        "vlan",
+        "c1",
+        "c1",
+        &apps(false),
+    )];
+    assert!(!dns_of(&plan_infra(&i, &atts, &obs)).clusters[0].apps_to_pods);
+    // Published but no internal proxy known: nothing to answer with.
+    let atts = [attachment_yaml(
+        "oooi",
+        "c1",
+        "vlan",
+        "c1",
+        "c1",
+        &apps(true),
+    )];
+    obs.internal_proxy_ip = None;
+    let p = plan_infra(&i, &atts, &obs);
+    let dns = dns_of(&p);
+    assert_eq!(
+        dns.clusters[0].apps_to_pods,
+        dns.clusters[0].internal_proxy.is_some()
+    );
+}
+
+#[test]
 fn strict_isolation_without_known_workers_is_reported_pending() {
     let i = infra("oooi", "vlan");
     let p = plan_infra(

@@ -543,6 +543,8 @@ fn render_of_the_lab_manifests_shows_isolation_and_restricted_routes() {
             "api-int.b.example.com",
             "oauth.b.example.com",
             "konnectivity.b.example.com",
+            // 443 by SNI, then 80 by HTTP Host.
+            "*.apps.b.example.com",
             "*.apps.b.example.com"
         ]
     );

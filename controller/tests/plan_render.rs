@@ -132,7 +132,11 @@ fn two_cluster_example_routes_workers_and_apps() {
         .iter()
         .map(|l| l["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["tls_443", "tls_6443", "tls_22623", "table_api"]);
+    // Port 80 (apps by HTTP Host) comes with the apps VIP.
+    assert_eq!(
+        names,
+        ["http_80", "tls_443", "tls_6443", "tls_22623", "table_api"]
+    );
 }
 
 #[test]

@@ -718,6 +718,7 @@ mod tests {
             conflicting_addresses: Vec::new(),
             reservations: Vec::new(),
             apps_vip: None,
+            apps_to_pods: false,
             isolation: Default::default(),
             apps_ingress_errors: Vec::new(),
         }

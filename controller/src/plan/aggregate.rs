@@ -123,6 +123,9 @@ pub struct AttachmentOutcome {
     pub reservations: Vec<Reservation>,
     /// The apps VIP, when apps ingress is enabled and a VIP is observed.
     pub apps_vip: Option<Ipv4Addr>,
+    /// `appsIngress.publishToPodNetwork`: the DNS pod view answers `*.apps`
+    /// with the internal proxy (only once a VIP is known).
+    pub apps_to_pods: bool,
     /// Isolation mode.
     pub isolation: Isolation,
     /// Problems with `appsIngress` (pool outside the CIDR, overlapping, …).
@@ -331,6 +334,7 @@ fn resolve(att: &InfraClusterAttachment) -> (AttachmentOutcome, Option<FieldErro
         conflicting_addresses: Vec::new(),
         reservations: Vec::new(),
         apps_vip: None,
+        apps_to_pods: false,
         isolation: spec.isolation,
         apps_ingress_errors: Vec::new(),
     };
@@ -666,6 +670,7 @@ fn check_apps_pools(
             .and_then(|c| c.apps_vip)
             .filter(|v| network.is_host(*v));
         outcomes[i].apps_vip = vip;
+        outcomes[i].apps_to_pods = vip.is_some() && apps.publish_to_pod_network;
         outcomes[i].apps_ingress_errors = errors;
     }
 }

@@ -55,6 +55,8 @@ pub fn config(
                     proxy: proxy.to_string(),
                     internal_proxy: internal_proxy.map(|a| a.to_string()),
                     apps_vip: a.apps_vip.map(|v| v.to_string()),
+                    // The pod view can only point at a proxy it knows.
+                    apps_to_pods: a.apps_to_pods && internal_proxy.is_some(),
                     names: Some(
                         a.services
                             .iter()

@@ -5,7 +5,8 @@
 //! - one exact SNI route per exposed service, to
 //!   `<service>.<control-plane namespace>.svc.cluster.local:<port>` through
 //!   Envoy's dynamic forward proxy (an `address` upstream);
-//! - `*.apps.<domain>` on 443 to the apps VIP, once one is observed;
+//! - `*.apps.<domain>` on 443 (by SNI) and on 80 (by HTTP Host) to the same
+//!   port on the apps VIP, once one is observed;
 //! - per worker address (a /32 not claimed by another attachment): a source
 //!   route on 6443 to the kube-apiserver, which carries both the
 //!   `kubernetes[.default…]` aliases and connections without SNI.
@@ -159,15 +160,19 @@ pub fn routes(network: &Network, attachments: &[AttachmentOutcome]) -> Vec<Route
         if let Some(vip) = a.apps_vip
             && let Some(matches) = name_match(format!("*.apps.{}", a.domain), strict.as_ref())
         {
-            out.push(Route {
-                port: 443,
-                matches,
-                upstream: Upstream::Address {
-                    host: vip.to_string(),
-                    port: 443,
-                },
-                owner: owner.clone(),
-            });
+            // 443 by SNI, 80 by HTTP Host (the filter's http role), both to
+            // the same port on the VIP.
+            for port in [443, oooi_envoy::HTTP_HOST_PORT] {
+                out.push(Route {
+                    port,
+                    matches: matches.clone(),
+                    upstream: Upstream::Address {
+                        host: vip.to_string(),
+                        port,
+                    },
+                    owner: owner.clone(),
+                });
+            }
         }
         let api = apiserver_upstream(a);
         for w in &a.worker_addresses {
