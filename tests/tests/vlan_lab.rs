@@ -166,6 +166,10 @@ fn two_clusters_on_a_simulated_vlan_then_down_after_a_crash() {
     );
     // ... refused by the filter for their source, not for another reason.
     step("refusals logged as reason=source_not_allowed", "4");
+    step(
+        "Envoy counter oooi_sni_router_refuse_source_not_allowed",
+        "4",
+    );
     // b's apps VIP: DNS answers it and the proxy routes `*.apps` to it.
     let after = |marker: &str| -> Vec<&String> {
         lines.iter().skip_while(|l| !l.contains(marker)).collect()

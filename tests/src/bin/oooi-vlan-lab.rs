@@ -1106,11 +1106,38 @@ fn run_lab(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
             if got == want { Ok(got) } else { bail!("{got}") }
         })
         .unwrap_or_else(|_| count());
-        println!(
-            "
-the filter's own account:"
-        );
+        println!("\nthe filter's own account:");
         report.step("refusals logged as reason=source_not_allowed", &want, &got);
+        // And the counter an operator alerts on, from Envoy's admin API.
+        let envoy_json = json_file(&envoy_src.join("envoy.json"))?;
+        let admin = &envoy_json["admin"]["address"]["socket_address"];
+        let admin = format!(
+            "{}:{}",
+            admin["address"].as_str().unwrap_or("127.0.0.1"),
+            admin["port_value"].as_u64().unwrap_or(9901)
+        );
+        let stat = "oooi_sni_router_refuse_source_not_allowed";
+        // The value after `<name>: ` (the answer may come chunked).
+        let read = || {
+            lab.me_in(
+                &proxy_ns,
+                &["http", "GET", &admin, &format!("/stats?filter={stat}")],
+            )
+            .map(|s| {
+                s.split(&format!("{stat}:"))
+                    .nth(1)
+                    .and_then(|v| v.split_whitespace().next())
+                    .unwrap_or("not listed")
+                    .to_string()
+            })
+            .unwrap_or_else(|e| format!("{e:#}"))
+        };
+        let got = wait_until(5, "Envoy's counter", || {
+            let got = read();
+            if got == want { Ok(got) } else { bail!("{got}") }
+        })
+        .unwrap_or_else(|_| read());
+        report.step(&format!("Envoy counter {stat}"), &want, &got);
     }
 
     // 7. MetalLB moves an apps VIP: the observed state changes, render runs
