@@ -48,6 +48,10 @@ enum Command {
         /// (default: $OOOI_FILTER_WASM when set, else a zero digest).
         #[arg(long, env = "OOOI_FILTER_WASM")]
         filter_wasm: Option<PathBuf>,
+        /// Namespace the controller runs in: the proxies' push-API
+        /// NetworkPolicy admits only the controller pods there.
+        #[arg(long, default_value = oooi_controller::render::DEFAULT_CONTROLLER_NAMESPACE)]
+        controller_namespace: String,
     },
     /// Run the controller (in cluster, or with $KUBECONFIG).
     ///
@@ -100,10 +104,14 @@ fn render(
     out: Option<PathBuf>,
     token: Option<String>,
     filter_wasm: Option<PathBuf>,
+    controller_namespace: String,
 ) -> anyhow::Result<()> {
     use anyhow::Context;
     use oooi_controller::render;
-    let mut input = render::RenderInput::default();
+    let mut input = render::RenderInput {
+        controller_namespace: Some(controller_namespace),
+        ..render::RenderInput::default()
+    };
     if let Some(path) = filter_wasm {
         let module =
             std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -130,7 +138,8 @@ fn main() -> ExitCode {
             out,
             push_token,
             filter_wasm,
-        } => render(files, out, push_token, filter_wasm),
+            controller_namespace,
+        } => render(files, out, push_token, filter_wasm, controller_namespace),
         Command::Run(args) => oooi_controller::run::main(args),
         Command::Rbac {
             openshift_scc,

@@ -64,7 +64,14 @@ pub struct RenderInput {
     pub internal_proxy_ips: BTreeMap<(String, String), Ipv4Addr>,
     /// SHA-256 (hex) of the filter module, when known (`--filter-wasm`).
     pub filter_sha256: Option<String>,
+    /// Namespace the controller runs in: the push API's NetworkPolicy admits
+    /// only it. Default [`DEFAULT_CONTROLLER_NAMESPACE`].
+    pub controller_namespace: Option<String>,
 }
+
+/// The controller's namespace when the input names none (the chart's
+/// documented install namespace).
+pub const DEFAULT_CONTROLLER_NAMESPACE: &str = "oooi-system";
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -198,6 +205,7 @@ fn render_children(
     dns: Option<&DNSServer>,
     proxy: Option<&ProxyServer>,
     push_token: &str,
+    controller_namespace: &str,
 ) -> anyhow::Result<()> {
     if let Some(d) = dhcp {
         let name = d.metadata.name.clone().unwrap_or_default();
@@ -233,6 +241,12 @@ fn render_children(
                 .with_context(|| format!("ProxyServer {name}"))?
                 .to_values(),
         );
+        // The reconciler applies this beside the children.
+        out.objects
+            .push(object_of(&plan::network_policy::push_api_policy(
+                p,
+                controller_namespace,
+            ))?);
         let table = plan::proxy::table(&p.spec, 1);
         out.files.push((
             dir.join(format!("{name}-routes.json")),
@@ -253,6 +267,10 @@ fn render_children(
 /// Plans every Infra of the input and renders every standalone server.
 pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered> {
     let mut out = Rendered::default();
+    let controller_namespace = input
+        .controller_namespace
+        .as_deref()
+        .unwrap_or(DEFAULT_CONTROLLER_NAMESPACE);
     let mut infras: Vec<&Infra> = input.infras.iter().collect();
     infras.sort_by_key(|i| (i.metadata.namespace.clone(), i.metadata.name.clone()));
     for infra in infras {
@@ -276,7 +294,15 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
                 d.dns.as_ref(),
                 d.proxy.as_ref(),
                 push_token,
+                controller_namespace,
             )?;
+        }
+        // One NetworkPolicy per accepted attachment in its control-plane
+        // namespace, as the attachment reconciler applies it.
+        for a in &p.attachments {
+            if let Some(np) = plan::network_policy::control_plane_policy(&p, &a.name, &ns, &name) {
+                out.objects.push(object_of(&np)?);
+            }
         }
         let routes_digest = p
             .desired
@@ -321,13 +347,37 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
     }
     let dir = PathBuf::from("standalone");
     for d in &input.dhcp_servers {
-        render_children(&mut out, &dir, Some(d), None, None, push_token)?;
+        render_children(
+            &mut out,
+            &dir,
+            Some(d),
+            None,
+            None,
+            push_token,
+            controller_namespace,
+        )?;
     }
     for d in &input.dns_servers {
-        render_children(&mut out, &dir, None, Some(d), None, push_token)?;
+        render_children(
+            &mut out,
+            &dir,
+            None,
+            Some(d),
+            None,
+            push_token,
+            controller_namespace,
+        )?;
     }
     for p in &input.proxy_servers {
-        render_children(&mut out, &dir, None, None, Some(p), push_token)?;
+        render_children(
+            &mut out,
+            &dir,
+            None,
+            None,
+            Some(p),
+            push_token,
+            controller_namespace,
+        )?;
     }
     Ok(out)
 }

@@ -76,9 +76,40 @@ fn two_cluster_example_routes_workers_and_apps() {
             "Service",
             "Service",
             "Deployment",
+            "NetworkPolicy",
+            "NetworkPolicy",
+            "NetworkPolicy",
             "PlanSummary",
         ]
     );
+    // The push API admits only the controller's namespace; each accepted
+    // attachment opens its control-plane namespace to this Infra's proxy.
+    let policies: Vec<(&str, &str)> = out
+        .objects
+        .iter()
+        .filter(|o| o["kind"] == "NetworkPolicy")
+        .map(|o| {
+            (
+                o["metadata"]["namespace"].as_str().unwrap_or(""),
+                o["metadata"]["name"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(policies.len(), 3, "{policies:?}");
+    assert!(policies[0].1.ends_with("-push"), "{policies:?}");
+    let push = &out
+        .objects
+        .iter()
+        .find(|o| o["kind"] == "NetworkPolicy")
+        .unwrap();
+    let from = &push["spec"]["ingress"];
+    assert!(
+        from.to_string()
+            .contains(render::DEFAULT_CONTROLLER_NAMESPACE),
+        "{from}"
+    );
+    let cp: Vec<&str> = policies[1..].iter().map(|p| p.0).collect();
+    assert_eq!(cp, ["clusters-c1", "clusters-c2"], "{policies:?}");
     let routes_file = out
         .files
         .iter()
@@ -196,7 +227,8 @@ fn the_binary_prints_crds_and_writes_a_render_directory() {
     let objects = std::fs::read_dir(dir.path().join("objects"))
         .unwrap()
         .count();
-    assert_eq!(objects, 17);
+    // The 19 objects of the example (three NetworkPolicies) and the PlanSummary.
+    assert_eq!(objects, 20);
 
     // --filter-wasm puts the module's digest into Envoy's filter config.
     let module = dir.path().join("module.wasm");
