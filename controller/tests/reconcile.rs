@@ -61,10 +61,6 @@ fn attachment_json(name: &str) -> Value {
     })
 }
 
-/// The one read an Infra plan makes: the filter module's ConfigMap
-/// (installed by the chart, not cached).
-const FILTER_GET: &str = "GET /api/v1/namespaces/oooi/configmaps/oooi-sni-router";
-
 fn infra_path() -> String {
     format!("{G}/infras/vlan200")
 }
@@ -314,7 +310,6 @@ async fn first_reconcile_adds_the_finalizer_then_applies_derived_objects_and_sta
         lines(&log),
         vec![
             "POST /api/v1/namespaces/oooi/secrets".to_string(),
-            FILTER_GET.to_string(),
             format!("PATCH {G}/dhcpservers/vlan200-dhcp"),
             format!("PATCH {G}/dnsservers/vlan200-dns"),
             format!("PATCH {G}/proxyservers/vlan200-proxy"),
@@ -329,7 +324,7 @@ async fn first_reconcile_adds_the_finalizer_then_applies_derived_objects_and_sta
         secret["metadata"]["labels"]["app.kubernetes.io/managed-by"],
         "oooi-controller"
     );
-    for r in &log[2..5] {
+    for r in &log[1..4] {
         assert_apply(r);
         let body = r.body.as_ref().unwrap();
         assert_eq!(owner_uid(body), "uid-infra", "{}", r.line());
@@ -342,13 +337,13 @@ async fn first_reconcile_adds_the_finalizer_then_applies_derived_objects_and_sta
             "vlan200"
         );
     }
-    let proxy = log[4].body.as_ref().unwrap();
+    let proxy = log[3].body.as_ref().unwrap();
     let routes = proxy["spec"]["routes"].as_array().unwrap();
     assert!(
         routes.iter().any(|r| r["sni"] == "api.c1.example.com"),
         "{proxy}"
     );
-    let status = &log[5].body.as_ref().unwrap()["status"];
+    let status = &log[4].body.as_ref().unwrap()["status"];
     assert_eq!(status["observedGeneration"], 1);
     assert_eq!(
         status["attachments"],
@@ -360,13 +355,13 @@ async fn first_reconcile_adds_the_finalizer_then_applies_derived_objects_and_sta
         condition(status, "WorkersObserved")["reason"],
         "OptionalAPIsMissing"
     );
-    let event = log[6].body.as_ref().unwrap();
+    let event = log[5].body.as_ref().unwrap();
     assert_eq!(event["reason"], "ComponentsNotReady");
     assert_eq!(event["regarding"]["name"], "vlan200");
 
-    // 3: nothing changed: no write, and one read (all else from caches).
+    // 3: nothing changed: no request at all (everything from caches).
     let log = h.reconcile_infra().await;
-    assert_eq!(lines(&log), vec![FILTER_GET], "{log:#?}");
+    assert_eq!(lines(&log), Vec::<String>::new(), "{log:#?}");
 }
 
 #[tokio::test]
@@ -456,12 +451,9 @@ async fn derived_servers_apply_their_children_then_settle() {
     let log = h.reconcile_infra().await;
     assert_eq!(
         lines(&log),
-        vec![
-            FILTER_GET.to_string(),
-            format!("PATCH {G}/infras/vlan200/status")
-        ]
+        vec![format!("PATCH {G}/infras/vlan200/status")]
     );
-    let status = &log[1].body.as_ref().unwrap()["status"];
+    let status = &log[0].body.as_ref().unwrap()["status"];
     assert_eq!(status["components"]["dhcp"]["ready"], true);
     assert_eq!(status["components"]["dns"]["ready"], false);
 }
@@ -504,18 +496,17 @@ async fn spec_change_reapplies_only_what_changed() {
     assert_eq!(
         lines(&log),
         vec![
-            FILTER_GET.to_string(),
             format!("PATCH {G}/dhcpservers/vlan200-dhcp"),
             format!("PATCH {G}/infras/vlan200/status"),
         ]
     );
-    let config = &log[1].body.as_ref().unwrap()["spec"]["config"];
+    let config = &log[0].body.as_ref().unwrap()["spec"]["config"];
     assert_eq!(config["lease_seconds"], 7200, "{config}");
     assert_eq!(
-        log[2].body.as_ref().unwrap()["status"]["observedGeneration"],
+        log[1].body.as_ref().unwrap()["status"]["observedGeneration"],
         2
     );
-    assert_eq!(lines(&h.reconcile_infra().await), vec![FILTER_GET]);
+    assert_eq!(lines(&h.reconcile_infra().await), Vec::<String>::new());
 }
 
 #[tokio::test]
@@ -528,13 +519,12 @@ async fn attachment_added_then_removed_keeps_routes_and_control_plane_policy_in_
     assert_eq!(
         lines(&log),
         vec![
-            FILTER_GET.to_string(),
             format!("PATCH {G}/dnsservers/vlan200-dns"),
             format!("PATCH {G}/proxyservers/vlan200-proxy"),
             format!("PATCH {G}/infras/vlan200/status"),
         ]
     );
-    let routes = log[2].body.as_ref().unwrap()["spec"]["routes"].clone();
+    let routes = log[1].body.as_ref().unwrap()["spec"]["routes"].clone();
     assert!(
         routes
             .as_array()
@@ -543,7 +533,7 @@ async fn attachment_added_then_removed_keeps_routes_and_control_plane_policy_in_
             .any(|r| r["sni"] == "api.c2.example.com")
     );
     assert_eq!(
-        log[3].body.as_ref().unwrap()["status"]["attachments"]["total"],
+        log[2].body.as_ref().unwrap()["status"]["attachments"]["total"],
         2
     );
 
@@ -556,14 +546,13 @@ async fn attachment_added_then_removed_keeps_routes_and_control_plane_policy_in_
     assert_eq!(
         lines(&log),
         vec![
-            FILTER_GET.to_string(),
             format!("PATCH {np}"),
             format!("PATCH {}/status", att_path("c2")),
             "POST /apis/events.k8s.io/v1/namespaces/oooi/events".to_string(),
         ]
     );
-    assert_apply(&log[1]);
-    let policy = log[1].body.as_ref().unwrap();
+    assert_apply(&log[0]);
+    let policy = log[0].body.as_ref().unwrap();
     assert_eq!(
         policy["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
         "oooi"
@@ -572,12 +561,12 @@ async fn attachment_added_then_removed_keeps_routes_and_control_plane_policy_in_
         policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"],
         "proxy"
     );
-    let status = &log[2].body.as_ref().unwrap()["status"];
+    let status = &log[1].body.as_ref().unwrap()["status"];
     assert_eq!(status["domain"], "c2.example.com");
     assert_eq!(condition(status, "Accepted")["status"], "True");
     assert_eq!(
         lines(&h.reconcile_attachment("c2").await),
-        vec![FILTER_GET],
+        Vec::<String>::new(),
         "settled"
     );
 
@@ -600,13 +589,12 @@ async fn attachment_added_then_removed_keeps_routes_and_control_plane_policy_in_
     assert_eq!(
         lines(&log),
         vec![
-            FILTER_GET.to_string(),
             format!("PATCH {G}/dnsservers/vlan200-dns"),
             format!("PATCH {G}/proxyservers/vlan200-proxy"),
             format!("PATCH {G}/infras/vlan200/status"),
         ]
     );
-    let routes = log[2].body.as_ref().unwrap()["spec"]["routes"].clone();
+    let routes = log[1].body.as_ref().unwrap()["spec"]["routes"].clone();
     assert!(
         !routes
             .as_array()
@@ -668,7 +656,7 @@ async fn missing_optional_apis_are_found_reported_and_not_watched() {
             .contains("no worker addresses are observed"),
         "{workers}"
     );
-    assert_eq!(lines(&h.reconcile_infra().await), vec![FILTER_GET]);
+    assert_eq!(lines(&h.reconcile_infra().await), Vec::<String>::new());
 }
 
 #[tokio::test]
@@ -737,12 +725,9 @@ async fn machine_address_change_reaches_the_proxy_routes() {
     let log = h.reconcile_infra().await;
     assert_eq!(
         lines(&log),
-        vec![
-            FILTER_GET.to_string(),
-            format!("PATCH {G}/proxyservers/vlan200-proxy")
-        ]
+        vec![format!("PATCH {G}/proxyservers/vlan200-proxy")]
     );
-    let routes = log[1].body.as_ref().unwrap()["spec"]["routes"].clone();
+    let routes = log[0].body.as_ref().unwrap()["spec"]["routes"].clone();
     let sources: Vec<&str> = routes
         .as_array()
         .unwrap()
@@ -779,7 +764,7 @@ async fn two_hundred_attachments_plan_apply_and_settle() {
     let log = h.reconcile_infra().await;
     let first = started.elapsed();
     assert_eq!(writes(&log).len(), 6, "{:#?}", lines(&log));
-    assert_eq!(log.len(), 7, "one read and six writes: {:#?}", lines(&log));
+    assert_eq!(log.len(), 6, "six writes and no read: {:#?}", lines(&log));
     let proxy = apply_of(&log, &format!("{G}/proxyservers/vlan200-proxy"));
     let routes = proxy.body.as_ref().unwrap()["spec"]["routes"]
         .as_array()
@@ -796,7 +781,7 @@ async fn two_hundred_attachments_plan_apply_and_settle() {
     let again = started.elapsed();
     assert_eq!(
         lines(&log),
-        vec![FILTER_GET],
+        Vec::<String>::new(),
         "re-reconcile with nothing changed"
     );
 
@@ -808,8 +793,8 @@ async fn two_hundred_attachments_plan_apply_and_settle() {
     assert_eq!(writes(&log).len(), 3, "{:#?}", lines(&log));
     eprintln!(
         "scale: 200 attachments, {routes} routes ({body_bytes} bytes ProxyServer apply): \
-         first reconcile {first:?} with 7 requests (6 writes); re-reconcile {again:?} \
-         with 1 request (0 writes); one attachment {one_attachment:?}"
+         first reconcile {first:?} with 6 requests (all writes); re-reconcile {again:?} \
+         with no request; one attachment {one_attachment:?}"
     );
 }
 

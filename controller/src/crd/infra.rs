@@ -184,10 +184,6 @@ pub struct ProxyComponent {
     /// Container image of Envoy (1.40 with the V8 wasm runtime).
     #[schemars(length(min = 1))]
     pub image: String,
-    /// ConfigMap (in the Infra's namespace) holding the filter module.
-    /// Default `oooi-sni-router`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub filter_config_map: Option<String>,
     /// Compute resources. Default: requests 50m CPU / 128Mi, limit 512Mi.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,

@@ -238,10 +238,6 @@ pub fn spec(
             name: push_token_secret_name(&infra_name),
         },
         filter: FilterSource {
-            config_map: comp
-                .filter_config_map
-                .clone()
-                .unwrap_or_else(|| FilterSource::default().config_map),
             sha256: filter_sha256.map(str::to_string),
             ..FilterSource::default()
         },

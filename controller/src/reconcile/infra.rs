@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -106,30 +106,9 @@ async fn internal_proxy_ip(ctx: &Context, infra: &Infra, ns: &str) -> Result<Opt
         .and_then(|ip| ip.parse().ok()))
 }
 
-/// SHA-256 (hex) of the filter module in the Infra's filter ConfigMap
-/// (installed by the chart, so not in the managed-object cache: one GET).
-/// `None` while the proxy is disabled or the ConfigMap or key is missing.
-async fn filter_sha256(ctx: &Context, infra: &Infra, ns: &str) -> Result<Option<String>> {
-    let proxy = &infra.spec.infra_components.proxy;
-    if !proxy.enabled {
-        return Ok(None);
-    }
-    let source = crate::crd::FilterSource::default();
-    let name = proxy.filter_config_map.clone().unwrap_or(source.config_map);
-    let cm = Api::<ConfigMap>::namespaced(ctx.client.clone(), ns)
-        .get_opt(&name)
-        .await?;
-    let module = cm
-        .and_then(|c| c.binary_data)
-        .and_then(|d| d.get(&source.key).cloned());
-    Ok(module.map(|m| {
-        use sha2::Digest;
-        hex::encode(sha2::Sha256::digest(&m.0))
-    }))
-}
-
-/// The plan of `infra` from the caches, the filter ConfigMap and (when the
-/// spec names one outside) the internal proxy Service.
+/// The plan of `infra` from the caches and (when the spec names one outside)
+/// the internal proxy Service. The filter module is the rollout's business
+/// ([`crate::rollout`]), not the plan's.
 pub async fn plan(
     ctx: &Context,
     infra: &Infra,
@@ -138,7 +117,6 @@ pub async fn plan(
     let attachments = attachments_of(ctx, &ns, &infra.name_any());
     let mut observed = ctx.observations.observed(&attachments);
     observed.internal_proxy_ip = internal_proxy_ip(ctx, infra, &ns).await?;
-    observed.filter_sha256 = filter_sha256(ctx, infra, &ns).await?;
     Ok((plan_infra(infra, &attachments, &observed), attachments))
 }
 
