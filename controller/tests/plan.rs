@@ -12,13 +12,6 @@ use oooi_controller::plan::{self, Exclusion, HostedClusterKey, Observed, plan_in
 use oooi_routes::{Decision, MatchKind, Refusal, RouteMatch, RouteTable, Router, Upstream};
 use plan_support::*;
 
-fn table(p: &plan::InfraPlan) -> RouteTable {
-    let proxy = p.desired.as_ref().unwrap().proxy.as_ref().unwrap();
-    let t = plan::proxy::table(&proxy.spec, 1);
-    t.validate().expect("planned table is valid");
-    t
-}
-
 fn decide(router: &Router, port: u16, sni: Option<&str>, src: &str) -> Result<Upstream, Refusal> {
     let src: IpAddr = src.parse().unwrap();
     match router.decide(port, sni, Some(src)) {

@@ -7,9 +7,19 @@ use std::net::Ipv4Addr;
 
 use oooi_controller::crd::{Infra, InfraClusterAttachment};
 use oooi_controller::plan::{
-    HostedClusterKey, Observed, ObservedCluster, ObservedMachine, ObservedVmi,
+    self, HostedClusterKey, Observed, ObservedCluster, ObservedMachine, ObservedVmi,
     observed::ObservedInterface,
 };
+use oooi_routes::RouteTable;
+
+/// The routing table a plan's proxy would get at generation 1, validated
+/// whole as the filter would.
+pub fn table(p: &plan::InfraPlan) -> RouteTable {
+    let proxy = p.desired.as_ref().unwrap().proxy.as_ref().unwrap();
+    let t = plan::proxy::table(&proxy.spec, 1);
+    t.validate().expect("planned table is valid");
+    t
+}
 
 /// An Infra `name` in `ns` on 192.0.2.0/24 with every component enabled.
 pub fn infra(ns: &str, name: &str) -> Infra {
