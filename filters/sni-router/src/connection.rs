@@ -6,7 +6,7 @@ use std::cell::{Cell, RefCell};
 use std::net::{IpAddr, SocketAddr};
 use std::time::UNIX_EPOCH;
 
-use oooi_routes::{Decision, Refusal};
+use oooi_routes::{Decision, MatchKind, Refusal};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, StreamContext};
 use proxy_wasm::types::{Action, BufferType, LogLevel};
@@ -158,6 +158,16 @@ fn select(table: &Compiled, upstream: usize) -> bool {
     true
 }
 
+/// What [`Connection::route`] did.
+enum Routed {
+    /// Upstream selected and counted.
+    Forwarded,
+    /// The decision named an upstream Envoy would not take.
+    NotSelected,
+    /// Refused, with the source address if the decision fetched it.
+    Refused(Refusal, Option<Option<IpAddr>>),
+}
+
 /// Refuses the connection: closes it and stops the filter chain, so
 /// tcp_proxy never connects anywhere.
 fn close() -> Action {
@@ -171,44 +181,12 @@ impl Connection {
         let sni = sni_bytes
             .as_deref()
             .and_then(|b| std::str::from_utf8(b).ok());
-        // The source is fetched only when the decision needs it (or for the
-        // refusal log): most connections are decided by SNI alone.
-        let mut source: Option<Option<IpAddr>> = None;
-        let refusal = match (self.port, cache::current()) {
-            (None, _) => Refusal::UnknownPort,
-            (_, None) => Refusal::NoTable,
-            (Some(port), Some(table)) => match table
-                .router
-                .decide_with(port, sni, || *source.get_or_insert_with(source_address))
-            {
-                Decision::Forward {
-                    upstream,
-                    kind,
-                    route,
-                } => {
-                    // The upstream could not be set: close rather than fall
-                    // through to whatever tcp_proxy would pick.
-                    if !select(&table, upstream) {
-                        return close();
-                    }
-                    metrics::inc(metrics::forward(kind));
-                    if debug_enabled() {
-                        log(
-                            LogLevel::Debug,
-                            &format!(
-                                "forward sni={:?} source={:?} port={port} match={} upstream={} generation={}",
-                                sni.unwrap_or(""),
-                                source.flatten(),
-                                kind.as_str(),
-                                route.upstream,
-                                table.router.generation()
-                            ),
-                        );
-                    }
-                    return Action::Continue;
-                }
-                Decision::Refuse(r) => r,
-            },
+        let (refusal, source) = match self.route("sni", sni, metrics::forward) {
+            Routed::Forwarded => return Action::Continue,
+            // The upstream could not be set: close rather than fall through
+            // to whatever tcp_proxy would pick.
+            Routed::NotSelected => return close(),
+            Routed::Refused(r, source) => (r, source),
         };
         metrics::refuse(refusal);
         let source = source.unwrap_or_else(source_address);
@@ -223,6 +201,54 @@ impl Connection {
             ),
         );
         close()
+    }
+
+    /// Decides `name` (SNI or HTTP host; `what` names it in the debug log)
+    /// on this connection's port and selects the upstream; a forward is
+    /// counted under `forward_metric`. The source address is fetched only
+    /// when the decision needs it: most connections are decided by name alone.
+    fn route(
+        &self,
+        what: &str,
+        name: Option<&str>,
+        forward_metric: fn(MatchKind) -> Metric,
+    ) -> Routed {
+        let mut source: Option<Option<IpAddr>> = None;
+        let (port, table) = match (self.port, cache::current()) {
+            (None, _) => return Routed::Refused(Refusal::UnknownPort, None),
+            (_, None) => return Routed::Refused(Refusal::NoTable, None),
+            (Some(port), Some(table)) => (port, table),
+        };
+        match table
+            .router
+            .decide_with(port, name, || *source.get_or_insert_with(source_address))
+        {
+            Decision::Forward {
+                upstream,
+                kind,
+                route,
+            } => {
+                if !select(&table, upstream) {
+                    return Routed::NotSelected;
+                }
+                metrics::inc(forward_metric(kind));
+                if debug_enabled() {
+                    log(
+                        LogLevel::Debug,
+                        &format!(
+                            "forward {what}={:?} source={:?} port={port} match={} upstream={} generation={}",
+                            name.unwrap_or(""),
+                            source.flatten(),
+                            kind.as_str(),
+                            route.upstream,
+                            table.router.generation()
+                        ),
+                    );
+                }
+                Routed::Forwarded
+            }
+            Decision::Refuse(r) => Routed::Refused(r, source),
+        }
     }
 
     fn refuse_http(&mut self, reason: &str, metric: Option<Metric>, host: &str) -> Action {
@@ -267,41 +293,18 @@ impl Connection {
             }
             Head::Host(h) => h,
         };
-        let mut source: Option<Option<IpAddr>> = None;
-        let refusal = match (self.port, cache::current()) {
-            (None, _) => Refusal::UnknownPort,
-            (_, None) => Refusal::NoTable,
-            (Some(port), Some(table)) => match table.router.decide_with(port, Some(&host), || {
-                *source.get_or_insert_with(source_address)
-            }) {
-                Decision::Forward {
-                    upstream,
-                    kind,
-                    route,
-                } => {
-                    if !select(&table, upstream) {
-                        self.finish_head(State::Refused);
-                        return close();
-                    }
-                    self.finish_head(State::Forwarded);
-                    metrics::inc(metrics::forward_host(kind));
-                    if debug_enabled() {
-                        log(
-                            LogLevel::Debug,
-                            &format!(
-                                "forward host={host:?} port={port} match={} upstream={} generation={}",
-                                kind.as_str(),
-                                route.upstream,
-                                table.router.generation()
-                            ),
-                        );
-                    }
-                    // The filter chain goes on: tcp_proxy connects now and
-                    // forwards the buffered bytes, head included.
-                    return Action::Continue;
-                }
-                Decision::Refuse(r) => r,
-            },
+        let refusal = match self.route("host", Some(&host), metrics::forward_host) {
+            // The filter chain goes on: tcp_proxy connects now and forwards
+            // the buffered bytes, head included.
+            Routed::Forwarded => {
+                self.finish_head(State::Forwarded);
+                return Action::Continue;
+            }
+            Routed::NotSelected => {
+                self.finish_head(State::Refused);
+                return close();
+            }
+            Routed::Refused(r, _) => r,
         };
         let (reason, metric) = if refusal == Refusal::UnknownSni {
             ("unknown_host", Some(metrics::REFUSE_UNKNOWN_HOST))
