@@ -5,78 +5,42 @@
 //! management-side public DNS Service. Management requests are checked
 //! against the controller's RBAC.
 
-mod hosted_mock;
+mod mock_api;
+mod reconcile_support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use hosted_mock::{MockApi, Recorded, assert_rbac, lines, writes};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
+use mock_api::{MockApi, Recorded, assert_rbac, lines, writes};
 use oooi_controller::crd::{Infra, InfraClusterAttachment};
 use oooi_controller::hosted::Hosted;
-use oooi_controller::metrics::Metrics;
 use oooi_controller::observe::{self, Discovered, Observations};
-use oooi_controller::reconcile::{Context, Settings, StoreWriters, Stores, attachment, infra};
+use oooi_controller::reconcile::{Context, Settings, attachment, infra};
+use reconcile_support::{
+    Caches, G, NS, assert_apply, att_path, base64_encode, condition, context, finalized, fixed_now,
+    infra_json, infra_path,
+};
 use serde_json::{Value, json};
 
-const NS: &str = "oooi";
-const G: &str = "/apis/hostedcluster.densityops.com/v1alpha1/namespaces/oooi";
-const FINALIZER: &str = "hostedcluster.densityops.com/cleanup";
 const CRDS: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
 const POOL: &str = "/apis/metallb.io/v1beta1/namespaces/metallb-system/ipaddresspools/oooi-apps";
 const L2: &str = "/apis/metallb.io/v1beta1/namespaces/metallb-system/l2advertisements/oooi-apps";
 const SVC: &str = "/api/v1/namespaces/openshift-ingress/services/oooi-apps-ingress";
 const SECRET: &str = "/api/v1/namespaces/clusters/secrets/c1-admin-kubeconfig";
 
-fn fixed_now() -> Time {
-    Time("2026-12-03T08:00:00Z".parse().unwrap())
-}
-
-fn infra_json() -> Value {
-    json!({
-        "apiVersion": "hostedcluster.densityops.com/v1alpha1", "kind": "Infra",
-        "metadata": {"name": "vlan200", "namespace": NS, "uid": "uid-infra", "generation": 1,
-                     "finalizers": [FINALIZER]},
-        "spec": {
-            "networkConfig": {
-                "cidr": "198.51.100.0/24", "gateway": "198.51.100.1",
-                "networkAttachmentDefinition": "vlan200", "networkAttachmentNamespace": "default",
-                "dnsServers": ["10.0.0.10"]
-            },
-            "infraComponents": {
-                "dhcp": {"serverIP": "198.51.100.2", "rangeStart": "198.51.100.100",
-                         "rangeEnd": "198.51.100.179", "image": "quay.io/oooi/oooi-dhcp:0.1.0"},
-                "dns": {"serverIP": "198.51.100.3", "image": "quay.io/oooi/oooi-dns:0.1.0"},
-                "proxy": {"serverIP": "198.51.100.4", "image": "docker.io/envoyproxy/envoy:v1.40.0"}
-            }
-        }
-    })
-}
-
+/// The attachment `name` (finalized) with `spec.appsIngress` = `apps`.
 fn attachment_json(name: &str, apps: Value) -> Value {
-    json!({
-        "apiVersion": "hostedcluster.densityops.com/v1alpha1", "kind": "InfraClusterAttachment",
-        "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}"), "generation": 1,
-                     "finalizers": [FINALIZER]},
-        "spec": {
-            "infraRef": {"name": "vlan200"},
-            "hostedClusterRef": {"name": name, "namespace": "clusters"},
-            "dns": {"clusterName": name, "baseDomain": "example.com"},
-            "appsIngress": apps
-        }
-    })
+    let mut a = finalized(reconcile_support::attachment_json(name));
+    a["spec"]["appsIngress"] = apps;
+    a
 }
 
 fn apps(mode: &str) -> Value {
     json!({"enabled": true, "metallb": {"mode": mode, "addresses": ["198.51.100.50-198.51.100.59"]}})
-}
-
-fn att_path(name: &str) -> String {
-    format!("{G}/infraclusterattachments/{name}")
 }
 
 fn crd_path(name: &str) -> String {
@@ -103,34 +67,9 @@ fn hosted_cluster(name: &str) -> DynamicObject {
 }
 
 fn kubeconfig_secret(content: &str) -> Value {
-    use base64_engine::encode;
     json!({"apiVersion": "v1", "kind": "Secret",
            "metadata": {"name": "c1-admin-kubeconfig", "namespace": "clusters"},
-           "data": {"kubeconfig": encode(content.as_bytes())}})
-}
-
-/// Minimal base64 (the test needs no extra dependency for one Secret).
-mod base64_engine {
-    pub fn encode(bytes: &[u8]) -> String {
-        const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        let mut out = String::new();
-        for chunk in bytes.chunks(3) {
-            let b = [
-                chunk[0],
-                chunk.get(1).copied().unwrap_or(0),
-                chunk.get(2).copied().unwrap_or(0),
-            ];
-            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-            for i in 0..4 {
-                if i <= chunk.len() {
-                    out.push(T[((n >> (18 - 6 * i)) & 63) as usize] as char);
-                } else {
-                    out.push('=');
-                }
-            }
-        }
-        out
-    }
+           "data": {"kubeconfig": base64_encode(content.as_bytes())}})
 }
 
 fn node(name: &str, ready: bool) -> Value {
@@ -142,9 +81,8 @@ struct Harness {
     mgmt: MockApi,
     hosted: MockApi,
     ctx: Arc<Context>,
-    writers: StoreWriters,
+    caches: Caches,
     hcs: Writer<DynamicObject>,
-    cached: Vec<Value>,
     /// (kubeconfig, control-plane namespace) of every hosted client built.
     connects: Arc<Mutex<Vec<(String, String)>>>,
     infra_triggers: futures::stream::BoxStream<'static, kube::runtime::reflector::ObjectRef<Infra>>,
@@ -156,7 +94,6 @@ impl Harness {
     fn new(crds: bool) -> Harness {
         let mgmt = MockApi::start();
         let hosted = MockApi::start();
-        let (stores, writers) = Stores::new();
         let mut discovered = Discovered::default();
         for api in observe::OPTIONAL_APIS {
             if api == observe::HOSTED_CLUSTERS {
@@ -181,27 +118,18 @@ impl Harness {
             hosted: hosted_state,
             ..Observations::default()
         };
-        let mut ctx = Context::new(
-            mgmt.client.clone(),
-            Metrics::new(),
-            Settings::default(),
-            stores,
-            discovered,
-            observations,
-        );
-        ctx.now = fixed_now;
+        let (ctx, caches) = context(&mgmt, Settings::default(), discovered, observations);
         let (infra_triggers, _att_triggers) = ctx.observations.hosted.triggers();
         let mut h = Harness {
             mgmt,
             hosted,
-            ctx: Arc::new(ctx),
-            writers,
+            ctx,
+            caches,
             hcs,
-            cached: Vec::new(),
             connects,
             infra_triggers: infra_triggers.boxed(),
         };
-        h.mgmt.insert(&format!("{G}/infras/vlan200"), infra_json());
+        h.mgmt.insert(&infra_path(), finalized(infra_json(1)));
         h.mgmt.insert(SECRET, kubeconfig_secret("kubeconfig-v1"));
         h.hcs
             .apply_watcher_event(&watcher::Event::Apply(hosted_cluster("c1")));
@@ -222,34 +150,10 @@ impl Harness {
         }
     }
 
-    /// Copies the management objects into the caches (what the watches do).
-    fn sync(&mut self) {
-        let objects: Vec<Value> = self
-            .mgmt
-            .paths("/")
-            .iter()
-            .filter_map(|p| self.mgmt.get(p))
-            .collect();
-        for old in &self.cached {
-            let still = objects.iter().any(|o| {
-                o["kind"] == old["kind"]
-                    && o["metadata"]["name"] == old["metadata"]["name"]
-                    && o["metadata"]["namespace"] == old["metadata"]["namespace"]
-            });
-            if !still {
-                self.writers.delete_json(old);
-            }
-        }
-        for o in &objects {
-            self.writers.apply_json(o);
-        }
-        self.cached = objects;
-    }
-
     /// Reconciles attachment `name`; returns (management, hosted) requests
     /// (the hosted ones without the background Service watch).
     async fn reconcile(&mut self, name: &str) -> (Vec<Recorded>, Vec<Recorded>) {
-        self.sync();
+        self.caches.sync(&self.mgmt);
         let a: Arc<InfraClusterAttachment> = Arc::new(
             serde_json::from_value(self.mgmt.get(&att_path(name)).expect("attachment")).unwrap(),
         );
@@ -262,10 +166,9 @@ impl Harness {
     }
 
     async fn reconcile_infra(&mut self) -> Vec<Recorded> {
-        self.sync();
-        let i: Arc<Infra> = Arc::new(
-            serde_json::from_value(self.mgmt.get(&format!("{G}/infras/vlan200")).unwrap()).unwrap(),
-        );
+        self.caches.sync(&self.mgmt);
+        let i: Arc<Infra> =
+            Arc::new(serde_json::from_value(self.mgmt.get(&infra_path()).unwrap()).unwrap());
         infra::reconcile(i, self.ctx.clone()).await.expect("infra");
         let m = self.mgmt.take();
         assert_rbac(&m);
@@ -299,19 +202,6 @@ fn phase_reason(status: &Value) -> (String, String) {
         status["phase"].as_str().unwrap_or_default().to_string(),
         status["reason"].as_str().unwrap_or_default().to_string(),
     )
-}
-
-/// A server-side apply by `oooi-controller`, forced.
-fn assert_apply(r: &Recorded) {
-    assert_eq!(r.method, "PATCH", "{}", r.line());
-    assert_eq!(
-        r.content_type.as_deref(),
-        Some("application/apply-patch+yaml"),
-        "{}",
-        r.line()
-    );
-    assert_eq!(r.query("fieldManager").as_deref(), Some("oooi-controller"));
-    assert_eq!(r.query("force").as_deref(), Some("true"));
 }
 
 fn has_event(log: &[Recorded], reason: &str) -> bool {
@@ -817,13 +707,7 @@ async fn an_unreachable_hosted_api_is_reported_without_blocking_the_stack() {
     assert!(has_event(&m, "HostedAPIUnreachable"));
     // The Accepted condition and the Infra are unaffected.
     let status = &h.mgmt.get(&att_path("c1")).unwrap()["status"];
-    let accepted = status["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Accepted")
-        .unwrap();
-    assert_eq!(accepted["status"], "True");
+    assert_eq!(condition(status, "Accepted")["status"], "True");
     let log = h.reconcile_infra().await;
     assert!(lines(&log).iter().any(|l| l.contains("proxyservers")));
 

@@ -4,79 +4,31 @@
 //! `fieldManager=oooi-controller`, status patches, finalizer add and remove.
 //! Every request is also checked against the controller's RBAC rules.
 
-mod reconcile_mock;
+mod mock_api;
+mod reconcile_support;
 
 use std::sync::Arc;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
+use mock_api::{MockApi, Recorded, assert_rbac, assert_rbac_with, created, lines, writes};
 use oooi_controller::crd::{DHCPServer, DNSServer, Infra, InfraClusterAttachment, ProxyServer};
-use oooi_controller::metrics::Metrics;
 use oooi_controller::observe::{self, Discovered, Observations};
-use oooi_controller::reconcile::{
-    Context, Settings, StoreWriters, Stores, attachment, component, infra,
+use oooi_controller::reconcile::{Context, Settings, attachment, component, infra};
+use reconcile_support::{
+    Caches, G, NS, assert_apply, att_path, attachment_json, base64_encode, condition, context,
+    infra_json, infra_path,
 };
-use reconcile_mock::{MockApi, Recorded, assert_rbac, assert_rbac_with, created, writes};
 use serde_json::{Value, json};
-
-const NS: &str = "oooi";
-const G: &str = "/apis/hostedcluster.densityops.com/v1alpha1/namespaces/oooi";
-
-fn fixed_now() -> Time {
-    Time("2026-12-03T08:00:00Z".parse().unwrap())
-}
-
-fn infra_json(generation: i64) -> Value {
-    json!({
-        "apiVersion": "hostedcluster.densityops.com/v1alpha1", "kind": "Infra",
-        "metadata": {"name": "vlan200", "namespace": NS, "uid": "uid-infra", "generation": generation},
-        "spec": {
-            "networkConfig": {
-                "cidr": "198.51.100.0/24", "gateway": "198.51.100.1",
-                "networkAttachmentDefinition": "vlan200", "networkAttachmentNamespace": "default",
-                "dnsServers": ["10.0.0.10"]
-            },
-            "infraComponents": {
-                "dhcp": {"serverIP": "198.51.100.2", "rangeStart": "198.51.100.100",
-                         "rangeEnd": "198.51.100.179", "leaseTime": 3600 * generation,
-                         "image": "quay.io/oooi/oooi-dhcp:0.1.0"},
-                "dns": {"serverIP": "198.51.100.3", "image": "quay.io/oooi/oooi-dns:0.1.0"},
-                "proxy": {"serverIP": "198.51.100.4", "image": "docker.io/envoyproxy/envoy:v1.40.0"}
-            }
-        }
-    })
-}
-
-fn attachment_json(name: &str) -> Value {
-    json!({
-        "apiVersion": "hostedcluster.densityops.com/v1alpha1", "kind": "InfraClusterAttachment",
-        "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}"), "generation": 1},
-        "spec": {
-            "infraRef": {"name": "vlan200"},
-            "hostedClusterRef": {"name": name, "namespace": "clusters"},
-            "dns": {"clusterName": name, "baseDomain": "example.com"}
-        }
-    })
-}
-
-fn infra_path() -> String {
-    format!("{G}/infras/vlan200")
-}
-
-fn att_path(name: &str) -> String {
-    format!("{G}/infraclusterattachments/{name}")
-}
 
 /// The mock, the context over caches the test fills from the mock's store
 /// (standing in for the watches), and the caches' writers.
 struct Harness {
     mock: MockApi,
     ctx: Arc<Context>,
-    writers: StoreWriters,
+    caches: Caches,
     machines: Option<Writer<DynamicObject>>,
-    cached: Vec<Value>,
 }
 
 fn machine_resource() -> ApiResource {
@@ -96,8 +48,7 @@ impl Harness {
     }
 
     fn with_settings(machines: bool, settings: Settings) -> Harness {
-        let (client, mock) = MockApi::start();
-        let (stores, writers) = Stores::new();
+        let mock = MockApi::start();
         let mut discovered = Discovered::default();
         let mut observations = Observations::default();
         let mut machine_writer = None;
@@ -111,46 +62,18 @@ impl Harness {
                 discovered.missing.push(api);
             }
         }
-        let mut ctx = Context::new(
-            client,
-            Metrics::new(),
-            settings,
-            stores,
-            discovered,
-            observations,
-        );
-        ctx.now = fixed_now;
+        let (ctx, caches) = context(&mock, settings, discovered, observations);
         Harness {
             mock,
-            ctx: Arc::new(ctx),
-            writers,
+            ctx,
+            caches,
             machines: machine_writer,
-            cached: Vec::new(),
         }
     }
 
     /// Copies the mock's objects into the caches (what the watches do).
     fn sync(&mut self) {
-        let objects: Vec<Value> = self
-            .mock
-            .paths("/")
-            .iter()
-            .filter_map(|p| self.mock.get(p))
-            .collect();
-        for old in &self.cached {
-            let still = objects.iter().any(|o| {
-                o["kind"] == old["kind"]
-                    && o["metadata"]["name"] == old["metadata"]["name"]
-                    && o["metadata"]["namespace"] == old["metadata"]["namespace"]
-            });
-            if !still {
-                self.writers.delete_json(old);
-            }
-        }
-        for o in &objects {
-            self.writers.apply_json(o);
-        }
-        self.cached = objects;
+        self.caches.sync(&self.mock);
     }
 
     fn typed<K: serde::de::DeserializeOwned>(&self, path: &str) -> Arc<K> {
@@ -244,44 +167,16 @@ impl Harness {
     }
 }
 
-fn lines(log: &[Recorded]) -> Vec<String> {
-    log.iter().map(Recorded::line).collect()
-}
-
 fn apply_of<'a>(log: &'a [Recorded], path: &str) -> &'a Recorded {
     log.iter()
         .find(|r| r.method == "PATCH" && r.path() == path)
         .unwrap_or_else(|| panic!("no PATCH {path} in {:#?}", lines(log)))
 }
 
-/// A server-side apply by `oooi-controller`, forced.
-fn assert_apply(r: &Recorded) {
-    assert_eq!(
-        r.content_type.as_deref(),
-        Some("application/apply-patch+yaml"),
-        "{}",
-        r.line()
-    );
-    assert_eq!(r.query("fieldManager").as_deref(), Some("oooi-controller"));
-    assert_eq!(r.query("force").as_deref(), Some("true"));
-    let body = r.body.as_ref().unwrap();
-    assert!(
-        body["metadata"]["annotations"]["hostedcluster.densityops.com/applied-hash"].is_string(),
-        "{body}"
-    );
-}
-
 fn owner_uid(body: &Value) -> &str {
     body["metadata"]["ownerReferences"][0]["uid"]
         .as_str()
         .unwrap_or("")
-}
-
-fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
-    status["conditions"]
-        .as_array()
-        .and_then(|c| c.iter().find(|c| c["type"] == type_))
-        .unwrap_or(&Value::Null)
 }
 
 #[tokio::test]
@@ -606,7 +501,7 @@ async fn attachment_added_then_removed_keeps_routes_and_control_plane_policy_in_
 
 #[tokio::test]
 async fn missing_optional_apis_are_found_reported_and_not_watched() {
-    let (client, mock) = MockApi::start();
+    let mock = MockApi::start();
     // Only the Machine CRD exists.
     mock.insert(
         "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/machines.cluster.x-k8s.io",
@@ -618,7 +513,7 @@ async fn missing_optional_apis_are_found_reported_and_not_watched() {
                      "versions": [{"name": "v1beta1", "served": true, "storage": true}]}
         }),
     );
-    let d = observe::discover(&client).await.unwrap();
+    let d = observe::discover(&mock.client).await.unwrap();
     let log = mock.take();
     assert_rbac(&log);
     assert_eq!(
@@ -814,7 +709,7 @@ async fn machine_address_change_is_pushed_to_a_real_envoy() {
     // The Envoy stands in for the one pod: its API port, the harness token.
     let token_path = "/api/v1/namespaces/oooi/secrets/vlan200-proxy-push-token";
     let mut secret = h.mock.get(token_path).unwrap();
-    secret["data"]["token"] = json!(base64(oooi_tests::PUSH_TOKEN.as_bytes()));
+    secret["data"]["token"] = base64_encode(oooi_tests::PUSH_TOKEN.as_bytes());
     h.mock.insert(token_path, secret);
     h.mock.insert(
         "/api/v1/namespaces/oooi/pods/vlan200-proxy-0",
@@ -1110,25 +1005,4 @@ async fn deleting_everything_leaves_no_object_the_controller_created() {
         .filter(|p| !p.contains("/events/"))
         .collect();
     assert!(left.is_empty(), "left in the cluster: {left:#?}");
-}
-
-fn base64(bytes: &[u8]) -> String {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }

@@ -2,13 +2,13 @@
 //! absent, taken by the first replica, refused to a second while held, and
 //! handed over when the holder releases it on shutdown.
 
-mod reconcile_mock;
+mod mock_api;
 
 use std::time::Duration;
 
+use mock_api::{MockApi, assert_rbac};
 use oooi_controller::leader::{Leader, LeaderConfig};
 use oooi_controller::metrics::Metrics;
-use reconcile_mock::{MockApi, assert_rbac};
 
 const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/oooi-system/leases/oooi-controller";
 
@@ -28,7 +28,8 @@ fn holder(mock: &MockApi) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_is_created_taken_refused_to_a_second_and_handed_over() {
-    let (client, mock) = MockApi::start();
+    let mock = MockApi::start();
+    let client = mock.client.clone();
     let metrics_a = Metrics::new();
     let mut a = Leader::start(client.clone(), config("pod-a"), metrics_a.clone())
         .await
@@ -71,7 +72,8 @@ async fn lease_is_created_taken_refused_to_a_second_and_handed_over() {
 
 #[tokio::test]
 async fn bad_timing_is_refused_before_touching_the_api() {
-    let (client, mock) = MockApi::start();
+    let mock = MockApi::start();
+    let client = mock.client.clone();
     let cfg = LeaderConfig {
         duration_s: 5,
         grace_s: 5,

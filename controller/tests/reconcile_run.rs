@@ -5,14 +5,14 @@
 //! through its watches, and on SIGTERM stops reconciling, releases the Lease
 //! and exits 0.
 
-mod reconcile_mock;
+mod mock_api;
 
 use std::io::Read;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use reconcile_mock::{MockApi, assert_rbac};
+use mock_api::{MockApi, assert_rbac};
 use serde_json::{Value, json};
 
 const G: &str = "/apis/hostedcluster.densityops.com/v1alpha1/namespaces/oooi";
@@ -79,7 +79,7 @@ impl Drop for Guard {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_starts_without_optional_crds_reconciles_and_shuts_down_on_sigterm() {
-    let mock = MockApi::start().1;
+    let mock = MockApi::start();
     mock.insert(&format!("{G}/infras/vlan200"), infra());
     let api = mock.serve_http().await;
     let dir = tempfile::tempdir().unwrap();
@@ -172,7 +172,7 @@ async fn run_starts_without_optional_crds_reconciles_and_shuts_down_on_sigterm()
         );
     }
     // Never a watch on a type the cluster does not serve.
-    let log = mock.state.lock().unwrap().log.clone();
+    let log = mock.log();
     assert!(
         !log.iter()
             .any(|r| r.path().contains("/apis/cluster.x-k8s.io/")
@@ -225,7 +225,7 @@ async fn run_starts_without_optional_crds_reconciles_and_shuts_down_on_sigterm()
         "released: {lease}"
     );
     // Nothing is written after the Lease is released.
-    let log = mock.state.lock().unwrap().log.clone();
+    let log = mock.log();
     let release = log
         .iter()
         .rposition(|r| r.is_write() && r.path() == LEASE)

@@ -5,30 +5,24 @@
 //! and the Envoy Secret (ECDS files naming the module through `..data`), never
 //! the Deployment (Envoy does not restart), and the status.
 
-mod reconcile_mock;
+mod mock_api;
+mod reconcile_support;
 
 use std::sync::Arc;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use mock_api::{MockApi, Recorded, assert_rbac, lines};
 use oooi_controller::crd::ProxyServer;
-use oooi_controller::metrics::Metrics;
 use oooi_controller::observe::{Discovered, Observations};
-use oooi_controller::reconcile::{Context, Settings, StoreWriters, Stores, component};
+use oooi_controller::reconcile::{Context, Settings, component};
 use oooi_controller::rollout::SourceConfig;
 use oooi_routes::build_id;
-use reconcile_mock::{MockApi, Recorded, assert_rbac};
+use reconcile_support::{Caches, G, NS, base64_decode, condition, context};
 use serde_json::{Value, json};
 
-const NS: &str = "oooi";
-const G: &str = "/apis/hostedcluster.densityops.com/v1alpha1/namespaces/oooi";
 const PROXY: &str =
     "/apis/hostedcluster.densityops.com/v1alpha1/namespaces/oooi/proxyservers/vlan200-proxy";
 const FILTER_CM: &str = "/api/v1/namespaces/oooi/configmaps/vlan200-proxy-filter";
 const ENVOY_SECRET: &str = "/api/v1/namespaces/oooi/secrets/vlan200-proxy-envoy";
-
-fn fixed_now() -> Time {
-    Time("2026-12-03T08:00:00Z".parse().unwrap())
-}
 
 fn module(build: &str) -> Vec<u8> {
     let path = oooi_tests::filter_wasm().expect("the filter module is built");
@@ -75,13 +69,12 @@ fn proxy_json(pinned: Option<&str>) -> Value {
 struct Harness {
     mock: MockApi,
     ctx: Arc<Context>,
-    writers: StoreWriters,
+    caches: Caches,
 }
 
 impl Harness {
     fn new() -> Harness {
-        let (client, mock) = MockApi::start();
-        let (stores, writers) = Stores::new();
+        let mock = MockApi::start();
         let settings = Settings {
             filter_source: SourceConfig {
                 namespace: "oooi-system".into(),
@@ -89,15 +82,12 @@ impl Harness {
             },
             ..Settings::default()
         };
-        let mut ctx = Context::new(
-            client,
-            Metrics::new(),
+        let (ctx, caches) = context(
+            &mock,
             settings,
-            stores,
             Discovered::default(),
             Observations::default(),
         );
-        ctx.now = fixed_now;
         mock.insert(PROXY, proxy_json(None));
         mock.insert(
             "/api/v1/namespaces/oooi/secrets/vlan200-proxy-push-token",
@@ -106,24 +96,11 @@ impl Harness {
                    // "rollout-test-token-0123" in base64
                    "data": {"token": "cm9sbG91dC10ZXN0LXRva2VuLTAxMjM="}}),
         );
-        Harness {
-            mock,
-            ctx: Arc::new(ctx),
-            writers,
-        }
-    }
-
-    /// Copies the mock's objects into the caches (what the watches do).
-    fn sync(&mut self) {
-        for p in self.mock.paths("/") {
-            if let Some(o) = self.mock.get(&p) {
-                self.writers.apply_json(&o);
-            }
-        }
+        Harness { mock, ctx, caches }
     }
 
     async fn reconcile(&mut self) -> Vec<Recorded> {
-        self.sync();
+        self.caches.sync(&self.mock);
         let p: ProxyServer = serde_json::from_value(self.mock.get(PROXY).unwrap()).unwrap();
         component::reconcile_proxy(Arc::new(p), self.ctx.clone())
             .await
@@ -170,7 +147,7 @@ impl Harness {
             if !name.starts_with("ecds_") {
                 continue;
             }
-            let text = String::from_utf8(base64_decode(b64.as_str().unwrap())).unwrap();
+            let text = String::from_utf8(base64_decode(b64)).unwrap();
             let doc: Value = serde_json::from_str(&text).unwrap();
             let vm = &doc["resources"][0]["typed_config"]["config"]["vm_config"];
             refs.insert(
@@ -187,33 +164,6 @@ impl Harness {
         );
         refs.into_iter().next().unwrap()
     }
-}
-
-fn base64_decode(s: &str) -> Vec<u8> {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = Vec::new();
-    let (mut acc, mut bits) = (0u32, 0);
-    for c in s.bytes().filter(|c| *c != b'=') {
-        let v = A.iter().position(|a| *a == c).expect("base64") as u32;
-        acc = (acc << 6) | v;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-        }
-    }
-    out
-}
-
-fn lines(log: &[Recorded]) -> Vec<String> {
-    log.iter().map(Recorded::line).collect()
-}
-
-fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
-    status["conditions"]
-        .as_array()
-        .and_then(|c| c.iter().find(|c| c["type"] == type_))
-        .unwrap_or_else(|| panic!("no {type_} in {status}"))
 }
 
 fn file_name(m: &[u8]) -> String {
