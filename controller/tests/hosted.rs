@@ -22,7 +22,7 @@ use oooi_controller::observe::{self, Discovered, Observations};
 use oooi_controller::reconcile::{Context, Settings, attachment, infra};
 use reconcile_support::{
     Caches, G, NS, assert_apply, att_path, base64_encode, condition, context, finalized, fixed_now,
-    infra_json, infra_path,
+    infra_json, infra_path, reconcile_at,
 };
 use serde_json::{Value, json};
 
@@ -152,24 +152,33 @@ impl Harness {
 
     /// Reconciles attachment `name`; returns (management, hosted) requests
     /// (the hosted ones without the background Service watch).
+    /// (The attachment reconcile never fails on the hosted cluster's
+    /// account: `reconcile_at` asserts it succeeds.)
     async fn reconcile(&mut self, name: &str) -> (Vec<Recorded>, Vec<Recorded>) {
-        self.caches.sync(&self.mgmt);
-        let a: Arc<InfraClusterAttachment> = Arc::new(
-            serde_json::from_value(self.mgmt.get(&att_path(name)).expect("attachment")).unwrap(),
-        );
-        attachment::reconcile(a, self.ctx.clone())
-            .await
-            .expect("the attachment reconcile never fails on the hosted cluster");
+        let path = att_path(name);
+        reconcile_at(
+            &self.mgmt,
+            &mut self.caches,
+            &self.ctx,
+            &path,
+            attachment::reconcile,
+        )
+        .await;
         let m = self.mgmt.take();
         assert_rbac(&m);
         (m, self.hosted.take_reconcile())
     }
 
     async fn reconcile_infra(&mut self) -> Vec<Recorded> {
-        self.caches.sync(&self.mgmt);
-        let i: Arc<Infra> =
-            Arc::new(serde_json::from_value(self.mgmt.get(&infra_path()).unwrap()).unwrap());
-        infra::reconcile(i, self.ctx.clone()).await.expect("infra");
+        let path = infra_path();
+        reconcile_at(
+            &self.mgmt,
+            &mut self.caches,
+            &self.ctx,
+            &path,
+            infra::reconcile,
+        )
+        .await;
         let m = self.mgmt.take();
         assert_rbac(&m);
         m

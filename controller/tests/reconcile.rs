@@ -10,16 +10,18 @@ mod reconcile_support;
 use std::sync::Arc;
 
 use kube::api::{ApiResource, DynamicObject};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
 use mock_api::{MockApi, Recorded, assert_rbac, assert_rbac_with, created, lines, writes};
-use oooi_controller::crd::{DHCPServer, DNSServer, Infra, InfraClusterAttachment, ProxyServer};
+use oooi_controller::crd::ProxyServer;
 use oooi_controller::observe::{self, Discovered, Observations};
 use oooi_controller::reconcile::{Context, Settings, attachment, component, infra};
 use reconcile_support::{
     Caches, G, NS, assert_apply, att_path, attachment_json, base64_encode, condition, context,
-    infra_json, infra_path,
+    infra_json, infra_path, reconcile_at,
 };
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 /// The mock, the context over caches the test fills from the mock's store
@@ -76,53 +78,40 @@ impl Harness {
         self.caches.sync(&self.mock);
     }
 
-    fn typed<K: serde::de::DeserializeOwned>(&self, path: &str) -> Arc<K> {
-        Arc::new(serde_json::from_value(self.mock.get(path).expect(path)).unwrap())
+    /// Runs `reconcile` on the object at `path`; returns its requests.
+    async fn run<K: DeserializeOwned, Fut>(
+        &mut self,
+        path: &str,
+        reconcile: impl FnOnce(Arc<K>, Arc<Context>) -> Fut,
+    ) -> Vec<Recorded>
+    where
+        Fut: Future<Output = oooi_controller::reconcile::Result<Action>>,
+    {
+        reconcile_at(&self.mock, &mut self.caches, &self.ctx, path, reconcile).await;
+        self.take()
     }
 
     async fn reconcile_infra(&mut self) -> Vec<Recorded> {
-        self.sync();
-        let infra: Arc<Infra> = self.typed(&infra_path());
-        infra::reconcile(infra, self.ctx.clone())
-            .await
-            .expect("reconcile");
-        self.take()
+        self.run(&infra_path(), infra::reconcile).await
     }
 
     async fn reconcile_attachment(&mut self, name: &str) -> Vec<Recorded> {
-        self.sync();
-        let a: Arc<InfraClusterAttachment> = self.typed(&att_path(name));
-        attachment::reconcile(a, self.ctx.clone())
-            .await
-            .expect("reconcile");
-        self.take()
+        self.run(&att_path(name), attachment::reconcile).await
     }
 
     async fn reconcile_dhcp(&mut self) -> Vec<Recorded> {
-        self.sync();
-        let o: Arc<DHCPServer> = self.typed(&format!("{G}/dhcpservers/vlan200-dhcp"));
-        component::reconcile_dhcp(o, self.ctx.clone())
-            .await
-            .expect("reconcile");
-        self.take()
+        let path = format!("{G}/dhcpservers/vlan200-dhcp");
+        self.run(&path, component::reconcile_dhcp).await
     }
 
     async fn reconcile_dns(&mut self) -> Vec<Recorded> {
-        self.sync();
-        let o: Arc<DNSServer> = self.typed(&format!("{G}/dnsservers/vlan200-dns"));
-        component::reconcile_dns(o, self.ctx.clone())
-            .await
-            .expect("reconcile");
-        self.take()
+        let path = format!("{G}/dnsservers/vlan200-dns");
+        self.run(&path, component::reconcile_dns).await
     }
 
     async fn reconcile_proxy(&mut self) -> Vec<Recorded> {
-        self.sync();
-        let o: Arc<ProxyServer> = self.typed(&format!("{G}/proxyservers/vlan200-proxy"));
-        component::reconcile_proxy(o, self.ctx.clone())
-            .await
-            .expect("reconcile");
-        self.take()
+        let path = format!("{G}/proxyservers/vlan200-proxy");
+        self.run(&path, component::reconcile_proxy).await
     }
 
     /// The requests since the last call, checked against the RBAC rules of

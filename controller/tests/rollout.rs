@@ -11,12 +11,11 @@ mod reconcile_support;
 use std::sync::Arc;
 
 use mock_api::{MockApi, Recorded, assert_rbac, lines};
-use oooi_controller::crd::ProxyServer;
 use oooi_controller::observe::{Discovered, Observations};
 use oooi_controller::reconcile::{Context, Settings, component};
 use oooi_controller::rollout::SourceConfig;
 use oooi_routes::build_id;
-use reconcile_support::{Caches, G, NS, base64_decode, condition, context};
+use reconcile_support::{Caches, G, NS, base64_decode, condition, context, reconcile_at};
 use serde_json::{Value, json};
 
 const PROXY: &str =
@@ -100,11 +99,14 @@ impl Harness {
     }
 
     async fn reconcile(&mut self) -> Vec<Recorded> {
-        self.caches.sync(&self.mock);
-        let p: ProxyServer = serde_json::from_value(self.mock.get(PROXY).unwrap()).unwrap();
-        component::reconcile_proxy(Arc::new(p), self.ctx.clone())
-            .await
-            .expect("reconcile");
+        reconcile_at(
+            &self.mock,
+            &mut self.caches,
+            &self.ctx,
+            PROXY,
+            component::reconcile_proxy,
+        )
+        .await;
         let log = self.mock.take();
         assert_rbac(&log);
         log

@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+use std::fmt::Debug;
 use std::sync::Arc;
 
 use k8s_openapi::ByteString;
@@ -12,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use oooi_controller::metrics::Metrics;
 use oooi_controller::observe::{Discovered, Observations};
 use oooi_controller::reconcile::{Context, Settings, StoreWriters, Stores};
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::mock_api::{MockApi, Recorded};
@@ -79,6 +81,30 @@ pub fn context(
         cached: Vec::new(),
     };
     (Arc::new(ctx), caches)
+}
+
+/// Runs `reconcile` (one of the controller's reconcile functions) on the
+/// object at `path` in `mock`, after filling `caches` from `mock` (as the
+/// controller runs it once its watches caught up); panics when it fails.
+pub async fn reconcile_at<K, T, E, Fut>(
+    mock: &MockApi,
+    caches: &mut Caches,
+    ctx: &Arc<Context>,
+    path: &str,
+    reconcile: impl FnOnce(Arc<K>, Arc<Context>) -> Fut,
+) where
+    K: DeserializeOwned,
+    E: Debug,
+    Fut: Future<Output = Result<T, E>>,
+{
+    caches.sync(mock);
+    let object = mock
+        .get(path)
+        .unwrap_or_else(|| panic!("no object at {path}"));
+    let object: K = serde_json::from_value(object).expect(path);
+    if let Err(e) = reconcile(Arc::new(object), ctx.clone()).await {
+        panic!("the reconcile of {path} failed: {e:?}");
+    }
 }
 
 /// The path of the Infra `vlan200`.
