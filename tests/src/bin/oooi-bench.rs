@@ -57,7 +57,8 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 #[derive(Parser, Debug)]
 #[command(
-    about = "Benchmark native SNI routing, an empty proxy-wasm filter and the oooi wasm filter in one Envoy (loopback only)"
+    about = "Benchmark native SNI routing, an empty proxy-wasm filter and the oooi wasm filter in one Envoy (loopback only)",
+    after_help = "A default run (both kinds, 10 and 10,000 routes, 3 rounds, one load fraction) takes about 3 minutes: per kind and table size 4 paths x 3 rounds x --seconds of rate runs, then at most --phase-seconds of latency per load fraction."
 )]
 struct Args {
     /// Seconds per closed-loop rate measurement (per path and round).
@@ -305,6 +306,11 @@ async fn hello_backend(name: String) -> Result<SocketAddr> {
                         break;
                     }
                 }
+                // Answer Envoy's close with a reset: its upstream socket then
+                // ends without TIME_WAIT, so tens of thousands of them do not
+                // pile up on Envoy's source ports over a run (the clients
+                // reset their side for the same reason).
+                let _ = s.set_zero_linger();
             });
         }
     });
