@@ -264,6 +264,8 @@ pub fn render(cfg: &ProxyConfig, config_dir: &Path) -> Rendered {
                     "typed_config": {
                         "@type": "type.googleapis.com/envoy.extensions.filters.network.sni_dynamic_forward_proxy.v3.FilterConfig",
                         "dns_cache_config": dns_cache_config(),
+                        // The default upstream port: the filter names a port
+                        // only when it differs from the listener's.
                         "port_value": port,
                     },
                 },
@@ -272,7 +274,8 @@ pub fn render(cfg: &ProxyConfig, config_dir: &Path) -> Rendered {
                     "typed_config": {
                         "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
                         "stat_prefix": format!("tls_{port}"),
-                        "cluster": UNROUTED_CLUSTER,
+                        "cluster": std::env::var("OOOI_TCP_CLUSTER").unwrap_or_else(|_| UNROUTED_CLUSTER.into()),
+                        "max_early_data_bytes": 65536,
                     },
                 },
             ]}],
@@ -644,6 +647,26 @@ mod tests {
                 .unwrap()
                 .contains("tls_inspector")
         );
+    }
+
+    /// The filter leaves `envoy.upstream.dynamic_port` out when the upstream
+    /// port is the listener's: sni_dynamic_forward_proxy must default to it.
+    #[test]
+    fn dynamic_forward_proxy_defaults_to_the_listener_port() {
+        let mut c = cfg();
+        c.tls_ports = vec![443, 6443, HTTP_HOST_PORT];
+        let r = render(&c, Path::new("/etc/envoy"));
+        let mut seen = 0;
+        for l in r.listeners["resources"].as_array().unwrap() {
+            let port = &l["address"]["socket_address"]["port_value"];
+            for f in l["filter_chains"][0]["filters"].as_array().unwrap() {
+                if f["name"] == "envoy.filters.network.sni_dynamic_forward_proxy" {
+                    assert_eq!(&f["typed_config"]["port_value"], port, "{}", l["name"]);
+                    seen += 1;
+                }
+            }
+        }
+        assert_eq!(seen, 3);
     }
 
     #[test]

@@ -75,6 +75,41 @@ async fn exact_sni_reaches_each_control_plane_service() {
     }
 }
 
+/// The filter leaves the port out when the upstream port is the listener's
+/// (kube-apiserver's 6443 behind 6443, the apps VIP's 443 behind 443), and
+/// sni_dynamic_forward_proxy's default port takes its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_on_the_listener_port_is_reached_by_the_default_port() {
+    let lab = lab(1).await;
+    // Envoy listens on 127.0.0.1:<kube>; this backend on 127.0.0.2:<kube>.
+    let same_port = SocketAddr::new(ip("127.0.0.2"), lab.kube.port());
+    let _backend = oooi_tests::Backend::start_on("c1-same-port", same_port)
+        .await
+        .expect("backend on the listener's port number");
+    let mut table = lab.table.clone();
+    table.routes.push(oooi_routes::Route {
+        port: lab.kube.port(),
+        matches: RouteMatch::Sni("same-port.c1.example.com".into()),
+        upstream: oooi_routes::Upstream::Address {
+            host: "127.0.0.2".into(),
+            port: lab.kube.port(),
+        },
+        owner: Some("clusters/c1".into()),
+    });
+    lab.envoy.push_table(&table).expect("push");
+    assert_eq!(
+        lab.who(lab.kube, Some("same-port.c1.example.com"), STRANGER)
+            .await,
+        "c1-same-port"
+    );
+    // A route to another port on the same listener still names it.
+    assert_eq!(
+        lab.who(lab.kube, Some("api.c1.example.com"), STRANGER)
+            .await,
+        "c1-kube-apiserver"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wildcard_apps_routes_any_depth() {
     let lab = Lab::pushed(1).await;

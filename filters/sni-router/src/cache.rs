@@ -17,14 +17,14 @@ use oooi_routes::{Router, compact};
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::LogLevel;
 
-use crate::filter_state::calls_for;
+use crate::filter_state::{Calls, calls_for};
 use crate::{GENERATION_KEY, TABLE_KEY, log, metrics};
 
 /// A compiled table plus, per distinct upstream, the encoded foreign-function
 /// calls that select it.
 pub struct Compiled {
     pub router: Router,
-    pub calls: Vec<Vec<Vec<u8>>>,
+    pub calls: Vec<Calls>,
 }
 
 thread_local! {

@@ -143,9 +143,14 @@ fn source_address() -> Option<IpAddr> {
 }
 
 /// Names the upstream through `set_envoy_filter_state`, with the calls
-/// encoded when the table was compiled. False (and counted) if one failed.
-fn select(table: &Compiled, upstream: usize) -> bool {
-    for call in table.calls.get(upstream).map(Vec::as_slice).unwrap_or(&[]) {
+/// encoded when the table was compiled, for a connection on `port`. False
+/// (and counted) if one failed.
+fn select(table: &Compiled, upstream: usize, port: u16) -> bool {
+    let calls = table
+        .calls
+        .get(upstream)
+        .map_or(&[][..], |c| c.for_port(port));
+    for call in calls {
         if let Err(e) = hostcalls::call_foreign_function("set_envoy_filter_state", Some(call)) {
             metrics::inc(metrics::ROUTE_ERRORS);
             log(
@@ -228,7 +233,7 @@ impl Connection {
                 kind,
                 route,
             } => {
-                if !select(&table, upstream) {
+                if !select(&table, upstream, port) {
                     return Routed::NotSelected;
                 }
                 metrics::inc(forward_metric(kind));

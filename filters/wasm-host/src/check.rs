@@ -411,20 +411,35 @@ fn refusal_probes(router: &Router, ports: &BTreeMap<u16, u32>) -> Vec<Probe> {
 /// What Envoy would do with a connection the module decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Seen {
-    /// Forwarded with these filter-state values.
-    Forward(BTreeMap<String, String>),
+    /// Forwarded to this upstream.
+    Forward(Target),
     /// Closed without routing.
     Refuse,
-    /// Anything else (e.g. routed and closed, or paused without closing).
+    /// Anything else (e.g. routed and closed, paused without closing, or
+    /// filter state Envoy would not route by).
     Odd(String),
+}
+
+/// Where Envoy sends a forwarded connection, from the filter state the
+/// module set (the contract between the filter and the rendered Envoy
+/// config, see `oooi-envoy`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Target {
+    /// `envoy.tcp_proxy.cluster` names a static cluster, and the dynamic
+    /// host is empty so that `sni_dynamic_forward_proxy` steps aside.
+    Cluster(String),
+    /// The dynamic-forward-proxy cluster with this host and port; the port
+    /// is `sni_dynamic_forward_proxy`'s default, the listener's own, when
+    /// `envoy.upstream.dynamic_port` is not set.
+    Address { host: String, port: u16 },
 }
 
 impl fmt::Display for Seen {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Seen::Forward(state) => {
-                let parts: Vec<String> = state.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
-                write!(f, "forward ({})", parts.join(", "))
+            Seen::Forward(Target::Cluster(name)) => write!(f, "forward to cluster {name:?}"),
+            Seen::Forward(Target::Address { host, port }) => {
+                write!(f, "forward to {host}:{port}")
             }
             Seen::Refuse => f.write_str("refuse"),
             Seen::Odd(what) => f.write_str(what),
@@ -432,36 +447,72 @@ impl fmt::Display for Seen {
     }
 }
 
-/// The filter state Envoy needs to send a connection to `up` (the contract
-/// between the filter and the rendered Envoy config, see `oooi-envoy`).
+/// What the router's decision must look like to Envoy.
 fn expected(decision: &Decision<'_>, router: &Router) -> Seen {
     match decision {
         Decision::Refuse(_) => Seen::Refuse,
-        Decision::Forward { upstream, .. } => {
-            let mut state = BTreeMap::new();
-            match router.upstreams().get(*upstream) {
-                Some(Upstream::Cluster(name)) => {
-                    state.insert("envoy.tcp_proxy.cluster".to_owned(), name.clone());
-                    state.insert("envoy.upstream.dynamic_host".to_owned(), String::new());
-                }
-                Some(Upstream::Address { host, port }) => {
-                    state.insert(
-                        "envoy.tcp_proxy.cluster".to_owned(),
-                        DYNAMIC_CLUSTER.to_owned(),
-                    );
-                    state.insert("envoy.upstream.dynamic_host".to_owned(), host.clone());
-                    state.insert("envoy.upstream.dynamic_port".to_owned(), port.to_string());
-                }
-                None => return Seen::Odd("the router named no upstream".into()),
-            }
-            Seen::Forward(state)
-        }
+        Decision::Forward { upstream, .. } => match router.upstreams().get(*upstream) {
+            Some(Upstream::Cluster(name)) => Seen::Forward(Target::Cluster(name.clone())),
+            Some(Upstream::Address { host, port }) => Seen::Forward(Target::Address {
+                host: host.clone(),
+                port: *port,
+            }),
+            None => Seen::Odd("the router named no upstream".into()),
+        },
     }
 }
 
-fn seen(o: &ConnectionOutcome) -> Seen {
+const CLUSTER_KEY: &str = "envoy.tcp_proxy.cluster";
+const HOST_KEY: &str = "envoy.upstream.dynamic_host";
+const PORT_KEY: &str = "envoy.upstream.dynamic_port";
+
+/// Where Envoy would send a connection on `listener_port` with this filter
+/// state, or why it would not route it as intended.
+fn target(state: &BTreeMap<String, String>, listener_port: u16) -> Result<Target, String> {
+    if let Some(k) = state
+        .keys()
+        .find(|k| ![CLUSTER_KEY, HOST_KEY, PORT_KEY].contains(&k.as_str()))
+    {
+        return Err(format!(
+            "filter state {k:?}, which the Envoy config does not use"
+        ));
+    }
+    let cluster = state
+        .get(CLUSTER_KEY)
+        .ok_or("no cluster named: tcp_proxy would take its unrouted placeholder")?;
+    let host = state
+        .get(HOST_KEY)
+        .ok_or("no dynamic host: sni_dynamic_forward_proxy would resolve the SNI itself")?;
+    let port = state.get(PORT_KEY);
+    if cluster != DYNAMIC_CLUSTER {
+        return match (host.is_empty(), port) {
+            (true, None) => Ok(Target::Cluster(cluster.clone())),
+            _ => Err(format!(
+                "cluster {cluster:?} with a dynamic host {host:?} or port {port:?}"
+            )),
+        };
+    }
+    if host.is_empty() {
+        return Err("the dynamic-forward-proxy cluster without a host".into());
+    }
+    let port = match port {
+        None => listener_port,
+        Some(p) => p
+            .parse::<u16>()
+            .map_err(|_| format!("dynamic port {p:?} is not a port"))?,
+    };
+    Ok(Target::Address {
+        host: host.clone(),
+        port,
+    })
+}
+
+fn seen(o: &ConnectionOutcome, listener_port: u16) -> Seen {
     match (o.action, o.closed, o.filter_state.is_empty()) {
-        (Action::Continue, false, false) => Seen::Forward(o.filter_state.clone()),
+        (Action::Continue, false, false) => match target(&o.filter_state, listener_port) {
+            Ok(t) => Seen::Forward(t),
+            Err(why) => Seen::Odd(why),
+        },
         (Action::Pause, true, true) => Seen::Refuse,
         _ => Seen::Odd(format!(
             "action {:?}, closed {}, filter state {:?}",
@@ -625,7 +676,7 @@ impl Vm {
                 local,
             )
             .map_err(|e| trapped(check, &probe.to_string(), e))?;
-        let got = seen(&outcome);
+        let got = seen(&outcome, probe.port);
         if got != want {
             return fail(
                 check,
@@ -633,5 +684,84 @@ impl Vm {
             );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn address(host: &str, port: u16) -> Result<Target, String> {
+        Ok(Target::Address {
+            host: host.into(),
+            port,
+        })
+    }
+
+    #[test]
+    fn an_address_takes_the_named_port_or_the_listener_port() {
+        let named = state(&[
+            (CLUSTER_KEY, DYNAMIC_CLUSTER),
+            (HOST_KEY, "kube-apiserver.ns.svc"),
+            (PORT_KEY, "6443"),
+        ]);
+        // A module that names the port even where the listener's is the same
+        // (builds before the shortcut) means the same upstream.
+        assert_eq!(target(&named, 6443), address("kube-apiserver.ns.svc", 6443));
+        assert_eq!(target(&named, 443), address("kube-apiserver.ns.svc", 6443));
+        let unnamed = state(&[(CLUSTER_KEY, DYNAMIC_CLUSTER), (HOST_KEY, "192.0.2.200")]);
+        assert_eq!(target(&unnamed, 443), address("192.0.2.200", 443));
+    }
+
+    #[test]
+    fn a_cluster_needs_an_empty_dynamic_host_and_no_port() {
+        let ok = state(&[(CLUSTER_KEY, "c1_api"), (HOST_KEY, "")]);
+        assert_eq!(target(&ok, 443), Ok(Target::Cluster("c1_api".into())));
+        for bad in [
+            state(&[(CLUSTER_KEY, "c1_api")]),
+            state(&[(CLUSTER_KEY, "c1_api"), (HOST_KEY, "x.example.com")]),
+            state(&[(CLUSTER_KEY, "c1_api"), (HOST_KEY, ""), (PORT_KEY, "443")]),
+        ] {
+            assert!(target(&bad, 443).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn filter_state_envoy_would_not_route_by_is_named() {
+        let cases = [
+            (state(&[(HOST_KEY, "h"), (PORT_KEY, "1")]), "no cluster"),
+            (state(&[(CLUSTER_KEY, DYNAMIC_CLUSTER)]), "no dynamic host"),
+            (
+                state(&[(CLUSTER_KEY, DYNAMIC_CLUSTER), (HOST_KEY, "")]),
+                "without a host",
+            ),
+            (
+                state(&[
+                    (CLUSTER_KEY, DYNAMIC_CLUSTER),
+                    (HOST_KEY, "h"),
+                    (PORT_KEY, "x"),
+                ]),
+                "not a port",
+            ),
+            (
+                state(&[
+                    (CLUSTER_KEY, DYNAMIC_CLUSTER),
+                    (HOST_KEY, "h"),
+                    ("envoy.upstream.dynamic_porx", "6443"),
+                ]),
+                "does not use",
+            ),
+        ];
+        for (s, why) in cases {
+            let e = target(&s, 443).expect_err(why);
+            assert!(e.contains(why), "{e} should say {why}");
+        }
     }
 }

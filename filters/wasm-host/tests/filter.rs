@@ -154,8 +154,10 @@ fn table(generation: u64) -> RouteTable {
     t
 }
 
-/// The upstream a forwarded connection was sent to, as Envoy would see it.
-fn routed_to(o: &ConnectionOutcome) -> String {
+/// The upstream a connection on `listener_port` was sent to, as Envoy would
+/// see it: without `envoy.upstream.dynamic_port`, sni_dynamic_forward_proxy
+/// takes the listener's port (its rendered `port_value`).
+fn routed_to(listener_port: u16, o: &ConnectionOutcome) -> String {
     assert_eq!(o.action, Action::Continue, "{o:?}");
     assert!(!o.closed, "{o:?}");
     let cluster = o
@@ -168,10 +170,17 @@ fn routed_to(o: &ConnectionOutcome) -> String {
         .cloned()
         .unwrap_or_default();
     if cluster == DYNAMIC_CLUSTER {
-        let port = o
-            .filter_state
-            .get("envoy.upstream.dynamic_port")
-            .expect("port set");
+        let port = match o.filter_state.get("envoy.upstream.dynamic_port") {
+            Some(p) => {
+                assert_ne!(
+                    p.parse::<u16>().expect("a port"),
+                    listener_port,
+                    "the listener's own port is left to the default: {o:?}"
+                );
+                p.clone()
+            }
+            None => listener_port.to_string(),
+        };
         format!("{host}:{port}")
     } else {
         // An empty dynamic host keeps sni_dynamic_forward_proxy from resolving the SNI.
@@ -246,45 +255,63 @@ fn decisions_follow_the_pushed_table() {
     let c2_api = "kube-apiserver.clusters-c2.svc:6443";
     // Exact SNI (case and a trailing dot do not matter).
     assert_eq!(
-        routed_to(&w.connect(KUBE, Some("api.c1.example.com"), STRANGER)),
+        routed_to(KUBE, &w.connect(KUBE, Some("api.c1.example.com"), STRANGER)),
         c1_api
     );
     assert_eq!(
-        routed_to(&w.connect(KUBE, Some("API.C2.example.com."), STRANGER)),
+        routed_to(
+            KUBE,
+            &w.connect(KUBE, Some("API.C2.example.com."), STRANGER)
+        ),
         c2_api
     );
     assert_eq!(
-        routed_to(&w.connect(HTTPS, Some("oauth.c1.example.com"), STRANGER)),
+        routed_to(
+            HTTPS,
+            &w.connect(HTTPS, Some("oauth.c1.example.com"), STRANGER)
+        ),
         "oauth.clusters-c1.svc:6443"
     );
     // Wildcards: any depth, the longest suffix wins, exact beats wildcard.
     assert_eq!(
-        routed_to(&w.connect(HTTPS, Some("console.apps.c1.example.com"), STRANGER)),
+        routed_to(
+            HTTPS,
+            &w.connect(HTTPS, Some("console.apps.c1.example.com"), STRANGER)
+        ),
         "cluster c1_apps"
     );
     assert_eq!(
-        routed_to(&w.connect(HTTPS, Some("a.b.apps.c1.example.com"), STRANGER)),
+        routed_to(
+            HTTPS,
+            &w.connect(HTTPS, Some("a.b.apps.c1.example.com"), STRANGER)
+        ),
         "cluster c1_apps"
     );
     assert_eq!(
-        routed_to(&w.connect(HTTPS, Some("grafana.c1.example.com"), STRANGER)),
+        routed_to(
+            HTTPS,
+            &w.connect(HTTPS, Some("grafana.c1.example.com"), STRANGER)
+        ),
         "cluster c1_other"
     );
     // Kubernetes-service aliases and no SNI: by source (a /32 and a /28).
     for alias in oooi_routes::KUBERNETES_ALIASES {
         assert_eq!(
-            routed_to(&w.connect(KUBE, Some(alias), WORKER_C1)),
+            routed_to(KUBE, &w.connect(KUBE, Some(alias), WORKER_C1)),
             c1_api,
             "{alias}"
         );
         assert_eq!(
-            routed_to(&w.connect(KUBE, Some(alias), WORKER_C2)),
+            routed_to(KUBE, &w.connect(KUBE, Some(alias), WORKER_C2)),
             c2_api,
             "{alias}"
         );
     }
-    assert_eq!(routed_to(&w.connect(KUBE, None, WORKER_C1)), c1_api);
-    assert_eq!(routed_to(&w.connect(KUBE, None, "192.0.2.30")), c2_api);
+    assert_eq!(routed_to(KUBE, &w.connect(KUBE, None, WORKER_C1)), c1_api);
+    assert_eq!(
+        routed_to(KUBE, &w.connect(KUBE, None, "192.0.2.30")),
+        c2_api
+    );
     // Counted per outcome.
     assert_eq!(w.counter("oooi_sni_router_forward_exact_sni"), 3);
     assert_eq!(w.counter("oooi_sni_router_forward_wildcard_sni"), 3);
@@ -363,7 +390,10 @@ fn stale_malformed_or_oversized_pushes_leave_the_table_unchanged() {
     assert_eq!(v["generation"], 5);
     assert_eq!(v["digest"], good.digest());
     assert_eq!(
-        routed_to(&w.connect(HTTPS, Some("oauth.c1.example.com"), STRANGER)),
+        routed_to(
+            HTTPS,
+            &w.connect(HTTPS, Some("oauth.c1.example.com"), STRANGER)
+        ),
         "oauth.clusters-c1.svc:6443"
     );
     assert_eq!(w.counter("oooi_sni_router_push_rejected"), 8);
@@ -371,7 +401,10 @@ fn stale_malformed_or_oversized_pushes_leave_the_table_unchanged() {
     other.generation = 6;
     assert_eq!(w.push(&other.to_json()).status, 200);
     assert_eq!(
-        routed_to(&w.connect(HTTPS, Some("oauth.c1.example.com"), STRANGER)),
+        routed_to(
+            HTTPS,
+            &w.connect(HTTPS, Some("oauth.c1.example.com"), STRANGER)
+        ),
         "elsewhere.example.com:443"
     );
 }
@@ -385,7 +418,10 @@ fn two_workers_share_one_table() {
     assert_eq!(pusher.push(&table(1).to_json()).status, 200);
     // The other VM never saw the push; it reads the table from shared data.
     assert_eq!(
-        routed_to(&other.connect(HTTPS, Some("oauth.c1.example.com"), STRANGER)),
+        routed_to(
+            HTTPS,
+            &other.connect(HTTPS, Some("oauth.c1.example.com"), STRANGER)
+        ),
         "oauth.clusters-c1.svc:6443"
     );
     assert_eq!(other.routes()["generation"], 1);
@@ -409,7 +445,10 @@ fn two_workers_share_one_table() {
         other.host.logs()
     );
     assert_eq!(
-        routed_to(&other.connect(HTTPS, Some("oauth.c1.example.com"), STRANGER)),
+        routed_to(
+            HTTPS,
+            &other.connect(HTTPS, Some("oauth.c1.example.com"), STRANGER)
+        ),
         "oauth-v2.clusters-c1.svc:6443"
     );
     // Either VM refuses a push the other already superseded.
@@ -417,7 +456,10 @@ fn two_workers_share_one_table() {
     // A VM built later (a reload after a fault) finds the table at once.
     let mut reloaded = Worker::new(shared);
     assert_eq!(
-        routed_to(&reloaded.connect(HTTPS, Some("oauth.c1.example.com"), STRANGER)),
+        routed_to(
+            HTTPS,
+            &reloaded.connect(HTTPS, Some("oauth.c1.example.com"), STRANGER)
+        ),
         "oauth-v2.clusters-c1.svc:6443"
     );
 }
@@ -499,4 +541,28 @@ fn a_stamped_build_reports_its_id() {
     // The unstamped module calls itself `dev`.
     let mut dev = Worker::new(SharedData::default());
     assert_eq!(dev.routes()["build"], build_id::DEFAULT);
+}
+
+#[test]
+fn the_port_is_left_to_the_listener_default_only_when_it_is_the_same() {
+    let mut w = Worker::new(SharedData::default());
+    assert_eq!(w.push(&table(1).to_json()).status, 200);
+    // 6443 to kube-apiserver's 6443: cluster and host only.
+    let same = w.connect(KUBE, Some("api.c1.example.com"), STRANGER);
+    assert_eq!(
+        same.filter_state.keys().collect::<Vec<_>>(),
+        ["envoy.tcp_proxy.cluster", "envoy.upstream.dynamic_host"],
+        "{same:?}"
+    );
+    assert_eq!(
+        same.filter_state["envoy.upstream.dynamic_host"],
+        "kube-apiserver.clusters-c1.svc"
+    );
+    // 443 to oauth's 6443: the port is named.
+    let other = w.connect(HTTPS, Some("oauth.c1.example.com"), STRANGER);
+    assert_eq!(other.filter_state["envoy.upstream.dynamic_port"], "6443");
+    assert_eq!(
+        other.filter_state["envoy.upstream.dynamic_host"],
+        "oauth.clusters-c1.svc"
+    );
 }
