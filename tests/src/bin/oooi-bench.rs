@@ -31,14 +31,16 @@
 //!   offered rate, `--load-fractions` of native's best (default 10 %), in
 //!   which consecutive connections cycle through direct, native, empty wasm
 //!   and oooi wasm, so every path sees the same machine noise and, at low
-//!   load, no queueing. `--samples` connections per path and round, over
-//!   `--rounds` rounds; p50/p90/p99/p99.9 per path over all rounds, and the
-//!   p99 added over native per round, whose median the summary shows.
+//!   load, no queueing. `--samples` connections per path and round (fewer
+//!   when the phase would outlast `--phase-seconds`; the report says how
+//!   many), over `--rounds` rounds; p50/p90/p99/p99.9 per path over all
+//!   rounds, and the p99 added over native per round, whose median the
+//!   summary shows.
 //!
 //! Envoy runs `--workers` worker(s) pinned to `--envoy-cpus`, the clients and
 //! backends on `--client-cpus`. Traffic stays on loopback. The run ends with
 //! one summary table and the target verdict (oooi wasm >= 90 % of native's
-//! rate, p99 added <= 100 us).
+//! rate, p99 added <= 100 us). A default run takes about 3 minutes.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
