@@ -44,10 +44,23 @@ enum Command {
         /// clearly fake one; the controller generates the real one).
         #[arg(long, env = "OOOI_PUSH_TOKEN", hide_env_values = true)]
         push_token: Option<String>,
-        /// The filter module, to render its SHA-256 into Envoy's config
-        /// (default: $OOOI_FILTER_WASM when set, else a zero digest).
+        /// The filter module (the built `oooi_sni_router.wasm`). Render then
+        /// emits each proxy's `<proxy>-filter` ConfigMap as the controller's
+        /// filter rollout writes it on a fresh cluster (the module under its
+        /// versioned key `oooi-sni-router-<12 hex>.wasm`), and Envoy's config
+        /// names that module and its SHA-256. The module must first pass the
+        /// controller's wasmtime check against every rendered routing table;
+        /// a refused module fails the render, naming the check. Default:
+        /// $OOOI_FILTER_WASM when set. Without a module the output lacks the
+        /// filter ConfigMap (a note on stderr says so): its Envoy pods start
+        /// but load no filter, reset every TLS connection and answer the
+        /// table API (and readiness) with 500 until the ConfigMap exists.
         #[arg(long, env = "OOOI_FILTER_WASM")]
         filter_wasm: Option<PathBuf>,
+        /// Render the --filter-wasm module without the wasmtime check (the
+        /// controller never skips it).
+        #[arg(long, requires = "filter_wasm")]
+        skip_filter_check: bool,
         /// Namespace the controller runs in: the proxies' push-API
         /// NetworkPolicy admits only the controller pods there.
         #[arg(long, default_value = oooi_controller::render::DEFAULT_CONTROLLER_NAMESPACE)]
@@ -104,6 +117,7 @@ fn render(
     out: Option<PathBuf>,
     token: Option<String>,
     filter_wasm: Option<PathBuf>,
+    skip_filter_check: bool,
     controller_namespace: String,
 ) -> anyhow::Result<()> {
     use anyhow::Context;
@@ -115,13 +129,18 @@ fn render(
     if let Some(path) = filter_wasm {
         let module =
             std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-        input.filter_sha256 = Some(oooi_envoy::module_sha256(&module));
+        let mut filter = render::FilterInput::new(module);
+        filter.check = !skip_filter_check;
+        input.filter = Some(filter);
     }
     for f in &files {
         input.add_file(f)?;
     }
     let token = token.unwrap_or_else(|| render::OFFLINE_PUSH_TOKEN.to_string());
     let rendered = render::render(&input, &token)?;
+    for note in &rendered.notes {
+        eprintln!("note: {note}");
+    }
     match out {
         None => print!("{}", render::to_yaml(&rendered)?),
         Some(dir) => render::write_out(&rendered, &dir)?,
@@ -138,8 +157,16 @@ fn main() -> ExitCode {
             out,
             push_token,
             filter_wasm,
+            skip_filter_check,
             controller_namespace,
-        } => render(files, out, push_token, filter_wasm, controller_namespace),
+        } => render(
+            files,
+            out,
+            push_token,
+            filter_wasm,
+            skip_filter_check,
+            controller_namespace,
+        ),
         Command::Run(args) => oooi_controller::run::main(args),
         Command::Rbac {
             openshift_scc,

@@ -29,6 +29,15 @@
 //! With `--out DIR` every object is a file, and the component configs are
 //! written as plain files too (`<ns>/<infra>/dhcp.yaml`, `dns.yaml`,
 //! `routes.json`, `envoy/*.json`), for the lab.
+//!
+//! With a filter module ([`RenderInput::filter`], `--filter-wasm`) each
+//! proxy also gets its `<proxy>-filter` ConfigMap as the filter rollout
+//! writes it on a fresh cluster (built by the rollout's own planner,
+//! [`crate::rollout::plan`]), and Envoy's config names that module. The
+//! module first passes the rollout's wasmtime check against every rendered
+//! routing table, as in the controller; a refused module fails the render.
+//! Without one, Envoy's projected config volume names a ConfigMap the output
+//! lacks, and [`Rendered::notes`] says so.
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -38,8 +47,12 @@ use anyhow::{Context, bail};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use oooi_routes::RouteTable;
+use oooi_wasm_host::check::{CheckLimits, check_module};
+
 use crate::crd::{DHCPServer, DNSServer, Infra, InfraClusterAttachment, ProxyServer};
 use crate::plan::{self, HostedClusterKey, Observed, ObservedCluster};
+use crate::rollout::plan::{self as rollout_plan, Deployed, FilterPlan, Module, Verdict};
 
 /// Push token used when none is given: rendering is deterministic, and the
 /// controller makes the real one (a random Secret) in the cluster.
@@ -62,8 +75,9 @@ pub struct RenderInput {
     pub clusters: BTreeMap<HostedClusterKey, ObservedCluster>,
     /// Internal proxy ClusterIP per Infra (namespace, name).
     pub internal_proxy_ips: BTreeMap<(String, String), Ipv4Addr>,
-    /// SHA-256 (hex) of the filter module, when known (`--filter-wasm`).
-    pub filter_sha256: Option<String>,
+    /// The filter module (`--filter-wasm`): rendered into each proxy's
+    /// `<proxy>-filter` ConfigMap and named by its Envoy config.
+    pub filter: Option<FilterInput>,
     /// Namespace the controller runs in: the push API's NetworkPolicy admits
     /// only it. Default [`DEFAULT_CONTROLLER_NAMESPACE`].
     pub controller_namespace: Option<String>,
@@ -72,6 +86,29 @@ pub struct RenderInput {
 /// The controller's namespace when the input names none (the chart's
 /// documented install namespace).
 pub const DEFAULT_CONTROLLER_NAMESPACE: &str = "oooi-system";
+
+/// The filter module render rolls out.
+#[derive(Debug, Clone)]
+pub struct FilterInput {
+    /// The module (as the source ConfigMap would hold it).
+    pub module: Module,
+    /// Run the controller's pre-rollout wasmtime check first (default on;
+    /// the controller never skips it).
+    pub check: bool,
+    /// Bounds of the check.
+    pub limits: CheckLimits,
+}
+
+impl FilterInput {
+    /// A module to check with the controller's default limits.
+    pub fn new(bytes: Vec<u8>) -> FilterInput {
+        FilterInput {
+            module: Module::new(bytes),
+            check: true,
+            limits: CheckLimits::default(),
+        }
+    }
+}
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -192,10 +229,20 @@ pub struct Rendered {
     pub objects: Vec<Value>,
     /// Plain config files (relative path, content).
     pub files: Vec<(PathBuf, String)>,
+    /// What the output lacks or did not check, for the user (stderr).
+    pub notes: Vec<String>,
 }
 
 fn object_of<T: serde::Serialize>(o: &T) -> anyhow::Result<Value> {
     Ok(serde_json::to_value(o)?)
+}
+
+/// What every component of one render shares.
+struct Common<'a> {
+    push_token: &'a str,
+    controller_namespace: &'a str,
+    /// The filter module and the check's verdict on it.
+    filter: Option<(&'a Module, &'a Verdict)>,
 }
 
 fn render_children(
@@ -204,8 +251,7 @@ fn render_children(
     dhcp: Option<&DHCPServer>,
     dns: Option<&DNSServer>,
     proxy: Option<&ProxyServer>,
-    push_token: &str,
-    controller_namespace: &str,
+    common: &Common<'_>,
 ) -> anyhow::Result<()> {
     if let Some(d) = dhcp {
         let name = d.metadata.name.clone().unwrap_or_default();
@@ -236,16 +282,26 @@ fn render_children(
     if let Some(p) = proxy {
         let name = p.metadata.name.clone().unwrap_or_default();
         out.objects.push(object_of(p)?);
-        out.objects.extend(
-            plan::proxy::children(p, push_token)
-                .with_context(|| format!("ProxyServer {name}"))?
-                .to_values(),
-        );
+        // As the ProxyServer reconcile plans them: the children from the
+        // proxy as the filter rollout points it at its module, plus the
+        // rollout's derived ConfigMap.
+        let filter = match common.filter {
+            Some((module, verdict)) => Some(first_rollout(p, module, verdict)?),
+            None => None,
+        };
+        let child_proxy = match &filter {
+            Some(f) => f.proxy_for_children(p),
+            None => p.clone(),
+        };
+        let mut children = plan::proxy::children(&child_proxy, common.push_token)
+            .with_context(|| format!("ProxyServer {name}"))?;
+        children.config_map = filter.as_ref().and_then(|f| f.config_map(p));
+        out.objects.extend(children.to_values());
         // The reconciler applies this beside the children.
         out.objects
             .push(object_of(&plan::network_policy::push_api_policy(
                 p,
-                controller_namespace,
+                common.controller_namespace,
             ))?);
         let table = plan::proxy::table(&p.spec, 1);
         out.files.push((
@@ -253,7 +309,7 @@ fn render_children(
             String::from_utf8(table.to_json())?,
         ));
         let envoy_dir = Path::new(plan::proxy::CONFIG_DIR);
-        let cfg = plan::proxy::envoy_config(&p.spec, push_token);
+        let cfg = plan::proxy::envoy_config(&child_proxy.spec, common.push_token);
         for (file, bytes) in oooi_envoy::files(&cfg, envoy_dir)? {
             out.files.push((
                 dir.join(format!("{name}-envoy")).join(file),
@@ -262,6 +318,87 @@ fn render_children(
         }
     }
     Ok(())
+}
+
+fn proxy_key(p: &ProxyServer) -> String {
+    format!(
+        "{}/{}",
+        p.metadata.namespace.as_deref().unwrap_or_default(),
+        p.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The filter rollout's plan for `proxy` in a cluster where nothing runs
+/// yet and `module` is the source: the rollout's own pure planner, so the
+/// ConfigMap and the Envoy config are exactly what the controller writes.
+/// An error when the plan activates no module (a failed check, a pin to
+/// another module), with the rollout's own condition words.
+fn first_rollout(
+    proxy: &ProxyServer,
+    module: &Module,
+    verdict: &Verdict,
+) -> anyhow::Result<FilterPlan> {
+    let target = rollout_plan::target(
+        &Deployed::default(),
+        Some(module),
+        proxy.spec.filter.pinned_sha256.as_deref(),
+    );
+    let planned = rollout_plan::plan(Deployed::default(), target, Some(verdict.clone()));
+    if planned.deployed.active.is_none() {
+        bail!(
+            "ProxyServer {}: the filter rollout would write no module ({}: {})",
+            proxy_key(proxy),
+            planned.condition.reason,
+            planned.condition.message
+        );
+    }
+    Ok(planned)
+}
+
+/// The routing tables the controller checks a new module against: each
+/// proxy's next table (generation 1 on a fresh cluster), the valid ones,
+/// each once.
+fn check_tables(proxies: &[&ProxyServer]) -> Vec<RouteTable> {
+    let mut seen = std::collections::BTreeSet::new();
+    proxies
+        .iter()
+        .map(|p| plan::proxy::table(&p.spec, 1))
+        .filter(|t| t.validate().is_ok() && seen.insert(t.digest()))
+        .collect()
+}
+
+/// The controller's pre-rollout check of the module against every rendered
+/// routing table (`oooi_wasm_host::check::check_module`, the same limits).
+/// A refused module is an error naming the failed check.
+fn check_filter(
+    filter: &FilterInput,
+    proxies: &[&ProxyServer],
+    notes: &mut Vec<String>,
+) -> anyhow::Result<Verdict> {
+    let m = &filter.module;
+    let what = format!(
+        "filter module sha256:{}{}",
+        m.sha256,
+        m.build_id
+            .as_deref()
+            .map(|b| format!(" (build {b})"))
+            .unwrap_or_default()
+    );
+    if !filter.check {
+        notes.push(format!(
+            "{what} was not checked (--skip-filter-check): the controller would run the wasmtime check before rolling it out"
+        ));
+        return Ok(Verdict::Passed);
+    }
+    let report = check_module(&m.bytes, &check_tables(proxies), &filter.limits);
+    match report.failure {
+        None => Ok(Verdict::Passed),
+        Some(f) => bail!(
+            "{what} refused by the pre-rollout check `{}`: {} (the controller would not roll it out; no filter ConfigMap rendered)",
+            f.check.as_str(),
+            f.detail
+        ),
+    }
 }
 
 /// Plans every Infra of the input and renders every standalone server.
@@ -273,19 +410,65 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
         .unwrap_or(DEFAULT_CONTROLLER_NAMESPACE);
     let mut infras: Vec<&Infra> = input.infras.iter().collect();
     infras.sort_by_key(|i| (i.metadata.namespace.clone(), i.metadata.name.clone()));
-    for infra in infras {
-        let ns = infra.metadata.namespace.clone().unwrap_or_default();
-        let name = infra.metadata.name.clone().unwrap_or_default();
-        let observed = Observed {
-            clusters: input.clusters.clone(),
-            internal_proxy_ip: input
-                .internal_proxy_ips
-                .get(&(ns.clone(), name.clone()))
-                .copied(),
-            filter_sha256: input.filter_sha256.clone(),
-        };
-        let p = plan::plan_infra(infra, &input.attachments, &observed);
-        let dir = PathBuf::from(&ns);
+    // Every plan first: the filter check runs once, against every proxy.
+    let plans: Vec<(String, String, plan::InfraPlan)> = infras
+        .into_iter()
+        .map(|infra| {
+            let ns = infra.metadata.namespace.clone().unwrap_or_default();
+            let name = infra.metadata.name.clone().unwrap_or_default();
+            let observed = Observed {
+                clusters: input.clusters.clone(),
+                internal_proxy_ip: input
+                    .internal_proxy_ips
+                    .get(&(ns.clone(), name.clone()))
+                    .copied(),
+                // As the Infra reconcile: the module is the rollout's.
+                filter_sha256: None,
+            };
+            let p = plan::plan_infra(infra, &input.attachments, &observed);
+            (ns, name, p)
+        })
+        .collect();
+    let proxies: Vec<&ProxyServer> = plans
+        .iter()
+        .filter_map(|(_, _, p)| p.desired.as_ref().and_then(|d| d.proxy.as_ref()))
+        .chain(input.proxy_servers.iter())
+        .collect();
+    let verdict = match &input.filter {
+        Some(f) if !proxies.is_empty() => Some(check_filter(f, &proxies, &mut out.notes)?),
+        _ => None,
+    };
+    if input.filter.is_some() && proxies.is_empty() {
+        out.notes.push(
+            "--filter-wasm: the input holds no proxy, so no filter ConfigMap is rendered"
+                .to_string(),
+        );
+    }
+    if input.filter.is_none() && !proxies.is_empty() {
+        let names: Vec<String> = proxies
+            .iter()
+            .map(|p| rollout_plan::config_map_name(&proxy_key(p)))
+            .collect();
+        out.notes.push(format!(
+            "the filter ConfigMap{} {} (the Wasm module Envoy loads) {} not included: pass --filter-wasm PATH (the built oooi_sni_router.wasm) to render {} as the controller's filter rollout writes {}, after the same check",
+            if names.len() == 1 { "" } else { "s" },
+            names.join(", "),
+            if names.len() == 1 { "is" } else { "are" },
+            if names.len() == 1 { "it" } else { "them" },
+            if names.len() == 1 { "it" } else { "them" },
+        ));
+    }
+    let common = Common {
+        push_token,
+        controller_namespace,
+        filter: input
+            .filter
+            .as_ref()
+            .map(|f| &f.module)
+            .zip(verdict.as_ref()),
+    };
+    for (ns, name, p) in &plans {
+        let dir = PathBuf::from(ns);
         if let Some(d) = &p.desired {
             render_children(
                 &mut out,
@@ -293,14 +476,13 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
                 d.dhcp.as_ref(),
                 d.dns.as_ref(),
                 d.proxy.as_ref(),
-                push_token,
-                controller_namespace,
+                &common,
             )?;
         }
         // One NetworkPolicy per accepted attachment in its control-plane
         // namespace, as the attachment reconciler applies it.
         for a in &p.attachments {
-            if let Some(np) = plan::network_policy::control_plane_policy(&p, &a.name, &ns, &name) {
+            if let Some(np) = plan::network_policy::control_plane_policy(p, &a.name, ns, name) {
                 out.objects.push(object_of(&np)?);
             }
         }
@@ -347,37 +529,13 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
     }
     let dir = PathBuf::from("standalone");
     for d in &input.dhcp_servers {
-        render_children(
-            &mut out,
-            &dir,
-            Some(d),
-            None,
-            None,
-            push_token,
-            controller_namespace,
-        )?;
+        render_children(&mut out, &dir, Some(d), None, None, &common)?;
     }
     for d in &input.dns_servers {
-        render_children(
-            &mut out,
-            &dir,
-            None,
-            Some(d),
-            None,
-            push_token,
-            controller_namespace,
-        )?;
+        render_children(&mut out, &dir, None, Some(d), None, &common)?;
     }
     for p in &input.proxy_servers {
-        render_children(
-            &mut out,
-            &dir,
-            None,
-            None,
-            Some(p),
-            push_token,
-            controller_namespace,
-        )?;
+        render_children(&mut out, &dir, None, None, Some(p), &common)?;
     }
     Ok(out)
 }
