@@ -108,6 +108,15 @@ struct Args {
     /// Routes in the large table.
     #[arg(long, default_value_t = 10_000)]
     large: usize,
+    /// How the oooi table names its upstreams: `cluster` (a static Envoy
+    /// cluster: two filter-state calls per connection), `address` (host and
+    /// port through the dynamic forward proxy, as the controller writes them,
+    /// to a port other than the listener's, like oauth 443 -> 6443: three
+    /// calls) or `same-port` (an address on the listener's own port, like
+    /// api 6443 -> 6443 and the apps VIP: two calls; the backends then listen
+    /// on 127.0.0.2-7 at the oooi listener's port number).
+    #[arg(long, value_enum, default_value_t = Upstreams::Cluster)]
+    upstreams: Upstreams,
 }
 
 const HELLO_BACKENDS: usize = 4;
@@ -267,6 +276,14 @@ impl Path {
     }
 }
 
+/// How the oooi table names its upstreams (see `--upstreams`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Upstreams {
+    Cluster,
+    Address,
+    SamePort,
+}
+
 /// Where each proxied path listens.
 struct Listeners {
     native: SocketAddr,
@@ -279,8 +296,8 @@ struct Listeners {
 
 /// A backend that answers `backend=<name>\n` once the first TLS record (the
 /// ClientHello) has arrived, without doing any TLS itself.
-async fn hello_backend(name: String) -> Result<SocketAddr> {
-    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+async fn hello_backend(name: String, bind: SocketAddr) -> Result<SocketAddr> {
+    let listener = TcpListener::bind(bind).await?;
     let addr = listener.local_addr()?;
     let banner = format!("backend={name}\n").into_bytes();
     tokio::spawn(async move {
@@ -645,11 +662,24 @@ fn pin_self(cpus: &str) {
     }
 }
 
-fn cluster_route(port: u16, sni: &str, cluster: &str) -> Route {
+/// The upstream the oooi table names for a bench cluster: the cluster
+/// itself, or its backend's address (see `--upstreams`).
+struct UpstreamOf(HashMap<String, Upstream>);
+
+impl UpstreamOf {
+    fn get(&self, cluster: &str) -> Upstream {
+        self.0
+            .get(cluster)
+            .cloned()
+            .unwrap_or_else(|| Upstream::Cluster(cluster.to_owned()))
+    }
+}
+
+fn cluster_route(port: u16, sni: &str, cluster: &str, up: &UpstreamOf) -> Route {
     Route {
         port,
         matches: RouteMatch::Sni(sni.to_owned()),
-        upstream: Upstream::Cluster(cluster.to_owned()),
+        upstream: up.get(cluster),
         owner: None,
     }
 }
@@ -663,10 +693,11 @@ fn bench_table(
     names: &[(String, String)],
     total: usize,
     fresh: Option<(&str, &str)>,
+    up: &UpstreamOf,
 ) -> Result<RouteTable> {
     let mut routes: Vec<Route> = names
         .iter()
-        .map(|(sni, cluster)| cluster_route(port, sni, cluster))
+        .map(|(sni, cluster)| cluster_route(port, sni, cluster, up))
         .collect();
     let first_cluster = names[0].1.clone();
     for i in 0..2u32 {
@@ -676,12 +707,12 @@ fn bench_table(
                 Cidr::new(IpAddr::from([192, 0, 2, 10 + i as u8]), 32)
                     .map_err(anyhow::Error::msg)?,
             ),
-            upstream: Upstream::Cluster(first_cluster.clone()),
+            upstream: up.get(&first_cluster),
             owner: None,
         });
     }
     if let Some((sni, cluster)) = fresh {
-        routes.push(cluster_route(port, sni, cluster));
+        routes.push(cluster_route(port, sni, cluster, up));
     }
     let mut i = 0u32;
     while routes.len() < total {
@@ -690,8 +721,14 @@ fn bench_table(
                 port,
                 &format!("svc{i}.c{}.filler.test", i % 97),
                 &first_cluster,
+                up,
             ),
-            6..=8 => cluster_route(port, &format!("*.apps.c{i}.filler.test"), &first_cluster),
+            6..=8 => cluster_route(
+                port,
+                &format!("*.apps.c{i}.filler.test"),
+                &first_cluster,
+                up,
+            ),
             _ => Route {
                 port,
                 matches: RouteMatch::Source(
@@ -701,7 +738,7 @@ fn bench_table(
                     )
                     .map_err(anyhow::Error::msg)?,
                 ),
-                upstream: Upstream::Cluster(first_cluster.clone()),
+                upstream: up.get(&first_cluster),
                 owner: None,
             },
         };
@@ -761,10 +798,30 @@ async fn run(args: Args, multi_core: bool) -> Result<()> {
     let mut names: Vec<(String, String)> = Vec::new();
     let mut targets: HashMap<&'static str, Vec<Target>> = HashMap::new();
     let mut tls_backends = Vec::new();
+    // The oooi listener's port comes first: `--upstreams same-port` puts the
+    // backends on its port number (on other loopback addresses).
+    let oooi_port = free_port(lo);
+    let bind = |i: usize| match args.upstreams {
+        Upstreams::SamePort => SocketAddr::new(IpAddr::from([127, 0, 0, 2 + i as u8]), oooi_port),
+        Upstreams::Cluster | Upstreams::Address => SocketAddr::new(lo, 0),
+    };
+    let mut upstream_of = HashMap::new();
+    let mut name_upstream = |cluster: &str, addr: SocketAddr| {
+        if args.upstreams != Upstreams::Cluster {
+            upstream_of.insert(
+                cluster.to_owned(),
+                Upstream::Address {
+                    host: addr.ip().to_string(),
+                    port: addr.port(),
+                },
+            );
+        }
+    };
     for i in 0..HELLO_BACKENDS {
         let name = format!("bench-h{i}");
-        let addr = hello_backend(name.clone()).await?;
+        let addr = hello_backend(name.clone(), bind(i)).await?;
         let cluster = format!("bench_h{i}");
+        name_upstream(&cluster, addr);
         clusters.push(StaticCluster {
             name: cluster.clone(),
             endpoints: vec![addr],
@@ -788,8 +845,9 @@ async fn run(args: Args, multi_core: bool) -> Result<()> {
     }
     for i in 0..TLS_BACKENDS {
         let name = format!("bench-t{i}");
-        let b = Backend::start(&name, lo).await?;
+        let b = Backend::start_on(&name, bind(HELLO_BACKENDS + i)).await?;
         let cluster = format!("bench_t{i}");
+        name_upstream(&cluster, b.addr);
         clusters.push(StaticCluster {
             name: cluster.clone(),
             endpoints: vec![b.addr],
@@ -823,7 +881,7 @@ async fn run(args: Args, multi_core: bool) -> Result<()> {
     )?;
     let listeners = Listeners {
         native: SocketAddr::new(lo, free_port(lo)),
-        oooi: SocketAddr::new(lo, free_port(lo)),
+        oooi: SocketAddr::new(lo, oooi_port),
         empty_hello: SocketAddr::new(lo, free_port(lo)),
         empty_tls: SocketAddr::new(lo, free_port(lo)),
     };
@@ -864,7 +922,11 @@ async fn run(args: Args, multi_core: bool) -> Result<()> {
         load_start,
         started,
     };
-    let result = measure(&mut envoy, args, kinds, names, targets, listeners, setup).await;
+    let up = UpstreamOf(upstream_of);
+    let result = measure(
+        &mut envoy, args, kinds, names, targets, listeners, setup, &up,
+    )
+    .await;
     if result.is_err() {
         let mut envoy = envoy;
         let log = std::fs::read_to_string(&envoy_log).unwrap_or_default();
@@ -1013,6 +1075,7 @@ async fn measure(
     targets: HashMap<&'static str, Vec<Target>>,
     listeners: Listeners,
     setup: Setup,
+    up: &UpstreamOf,
 ) -> Result<()> {
     let mut hellos = HashMap::new();
     for t in targets.values().flatten() {
@@ -1035,6 +1098,16 @@ async fn measure(
     };
     println!("oooi data-path benchmark");
     println!(
+        "oooi table upstreams: {}",
+        match bench.args.upstreams {
+            Upstreams::Cluster => "static clusters (2 filter-state calls per connection)",
+            Upstreams::Address =>
+                "addresses on another port, through the dynamic forward proxy (3 calls)",
+            Upstreams::SamePort =>
+                "addresses on the listener's port, through the dynamic forward proxy (2 calls)",
+        }
+    );
+    println!(
         "envoy {} worker(s) on CPUs {}, clients+backends on CPUs {client_cpus}; rate: {} s per path and round, {} parallel; latency: interleaved open loop at {} of native's best, up to {} connections per path and round; {} rounds",
         setup.workers,
         setup.envoy_cpus.as_deref().unwrap_or("any"),
@@ -1052,7 +1125,7 @@ async fn measure(
     );
     println!("load average at start: {}", setup.load_start);
 
-    let small = bench_table(1, wasm_port, &names, 10, None)?;
+    let small = bench_table(1, wasm_port, &names, 10, None, up)?;
     let put = Instant::now();
     push(envoy, &small).await?;
     println!("PUT 10 routes: {:.1} ms", put.elapsed().as_secs_f64() * 1e3);
@@ -1072,7 +1145,7 @@ async fn measure(
                 generation += 1;
                 push(
                     envoy,
-                    &bench_table(generation, wasm_port, &names, routes, None)?,
+                    &bench_table(generation, wasm_port, &names, routes, None, up)?,
                 )
                 .await?;
                 generation += 1;
@@ -1083,6 +1156,7 @@ async fn measure(
                     &names,
                     routes,
                     Some(("fresh.bench.test", &fresh_cluster)),
+                    up,
                 )?;
                 let body = table.to_json();
                 let fresh = Target {
@@ -1168,7 +1242,8 @@ async fn measure(
     }
     println!();
     println!(
-        "summary: envoy {} worker(s) on CPUs {}, clients+backends on CPUs {client_cpus}; load average at start {}, at end {}; run took {:.0} s",
+        "summary: oooi upstreams {:?}; envoy {} worker(s) on CPUs {}, clients+backends on CPUs {client_cpus}; load average at start {}, at end {}; run took {:.0} s",
+        bench.args.upstreams,
         setup.workers,
         setup.envoy_cpus.as_deref().unwrap_or("any"),
         setup.load_start,
