@@ -675,6 +675,13 @@ impl UpstreamOf {
     }
 }
 
+/// The names the bench routes, (SNI, cluster), and how the oooi table
+/// names each cluster's upstream.
+struct Routing {
+    names: Vec<(String, String)>,
+    up: UpstreamOf,
+}
+
 fn cluster_route(port: u16, sni: &str, cluster: &str, up: &UpstreamOf) -> Route {
     Route {
         port,
@@ -922,11 +929,11 @@ async fn run(args: Args, multi_core: bool) -> Result<()> {
         load_start,
         started,
     };
-    let up = UpstreamOf(upstream_of);
-    let result = measure(
-        &mut envoy, args, kinds, names, targets, listeners, setup, &up,
-    )
-    .await;
+    let routing = Routing {
+        names,
+        up: UpstreamOf(upstream_of),
+    };
+    let result = measure(&mut envoy, args, kinds, routing, targets, listeners, setup).await;
     if result.is_err() {
         let mut envoy = envoy;
         let log = std::fs::read_to_string(&envoy_log).unwrap_or_default();
@@ -1071,12 +1078,13 @@ async fn measure(
     envoy: &mut Envoy,
     args: Args,
     kinds: Vec<Kind>,
-    names: Vec<(String, String)>,
+    routing: Routing,
     targets: HashMap<&'static str, Vec<Target>>,
     listeners: Listeners,
     setup: Setup,
-    up: &UpstreamOf,
 ) -> Result<()> {
+    let Routing { names, up } = routing;
+    let up = &up;
     let mut hellos = HashMap::new();
     for t in targets.values().flatten() {
         hellos.insert(t.sni.clone(), client_hello(&t.sni)?);
