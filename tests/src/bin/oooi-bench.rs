@@ -15,7 +15,11 @@
 //!   backend serves. What any proxy-wasm network filter costs in this Envoy:
 //!   the VM calls, no host calls;
 //! - `oooi wasm`: the listener `oooi-envoy` renders for the module that
-//!   `OOOI_FILTER_WASM` names, routing by the pushed table.
+//!   `OOOI_FILTER_WASM` names, routing by the pushed table. Its routes name
+//!   the static clusters by default; `--upstreams address` and `--upstreams
+//!   same-port` name the backends' addresses instead, as the controller does,
+//!   through the dynamic forward proxy (three filter-state calls per
+//!   connection, or two when the upstream port is the listener's).
 //!
 //! Two connection kinds, both new TLS connections as the proxy sees them:
 //! - `hello`: the client sends a real ClientHello (made by rustls) and the
