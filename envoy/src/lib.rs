@@ -17,10 +17,12 @@
 //! new connections without touching the listeners, so established connections
 //! keep their filter and are never drained. Each extension file names the
 //! module's SHA-256 (in `vm_config`, which is part of Envoy's VM key), so a new
-//! module always changes the config, even under an unchanged file name. Until
-//! an extension config has loaded, its listener stays warming: nothing is
-//! routed without the filter. A module that fails to load is rejected by
-//! Envoy and the previous one keeps serving.
+//! module always changes the config, even under an unchanged file name.
+//! Nothing is routed without the filter: while no extension config has
+//! loaded (at start, a module file that is missing or does not load), Envoy
+//! 1.40 activates the listener anyway but resets its connections, and the
+//! table API answers 500, so the pod never turns ready. A later module that
+//! fails to load is rejected by Envoy and the previous one keeps serving.
 //!
 //! All output is JSON (which Envoy reads as YAML as well).
 
