@@ -44,7 +44,9 @@
 //! Envoy runs `--workers` worker(s) pinned to `--envoy-cpus`, the clients and
 //! backends on `--client-cpus`. Traffic stays on loopback. The run ends with
 //! one summary table and the target verdict (oooi wasm >= 90 % of native's
-//! rate, p99 added <= 100 us). A default run takes about 3 minutes.
+//! rate, p99 added <= 100 us; the empty filter is the p99 control: its worst
+//! round sets the noise, within which p99 is reported as unresolved). A
+//! default run takes about 3 minutes.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -1409,6 +1411,12 @@ async fn measure_kind(
                 phase.p99_added_median(Path::EmptyWasm),
                 phase.p99_added_median(Path::OooiWasm),
             ],
+            p99_noise: worst_abs(
+                phase
+                    .p99_added_rounds
+                    .get(&Path::EmptyWasm)
+                    .map_or(&[], |v| v.as_slice()),
+            ),
         });
     }
     Ok(rows)
@@ -1429,6 +1437,38 @@ struct Row {
     p50_added: [f64; 2],
     /// p99 added over native, median of the rounds: empty wasm, oooi wasm.
     p99_added: [f64; 2],
+    /// How far the control (the empty filter, which adds next to nothing)
+    /// strayed from native at p99 in its worst round: the noise floor.
+    p99_noise: f64,
+}
+
+/// The p99 part of the verdict: the oooi filter's median p99 added, judged
+/// against the target with the noise floor the control measured. Met only
+/// when even the noise cannot lift it over the target, missed only when
+/// even the noise cannot bring it under. A filter cannot make connections
+/// faster, so a negative median counts as zero: it shows noise, not a gain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum P99Verdict {
+    Met,
+    Missed,
+    Unresolved,
+}
+
+fn p99_verdict(added: f64, noise: f64, target_us: f64) -> P99Verdict {
+    if !(added.is_finite() && noise.is_finite()) {
+        P99Verdict::Unresolved
+    } else if added.max(0.0) + noise <= target_us {
+        P99Verdict::Met
+    } else if added - noise > target_us {
+        P99Verdict::Missed
+    } else {
+        P99Verdict::Unresolved
+    }
+}
+
+/// The largest absolute value (the control's worst round), NaN when empty.
+fn worst_abs(values: &[f64]) -> f64 {
+    values.iter().map(|v| v.abs()).fold(f64::NAN, f64::max)
 }
 
 fn print_table(rows: &[Row], rounds: usize) {
@@ -1449,12 +1489,15 @@ fn print_table(rows: &[Row], rounds: usize) {
     for r in rows {
         let ratio = |rate: f64| rate / r.native_rate * 100.0;
         let rate_met = ratio(r.oooi_rate) >= 90.0;
-        let p99_met = r.p99_added[1] <= 100.0;
-        let verdict = match (rate_met, p99_met) {
-            (true, true) => "met",
-            (false, true) => "MISSED (rate)",
-            (true, false) => "MISSED (p99)",
-            (false, false) => "MISSED (rate, p99)",
+        let p99 = p99_verdict(r.p99_added[1], r.p99_noise, 100.0);
+        let noise = format!("p99 unresolved, noise +-{:.0} us", r.p99_noise);
+        let verdict = match (rate_met, p99) {
+            (true, P99Verdict::Met) => "met".to_owned(),
+            (false, P99Verdict::Met) => "MISSED (rate)".to_owned(),
+            (true, P99Verdict::Missed) => "MISSED (p99)".to_owned(),
+            (false, P99Verdict::Missed) => "MISSED (rate, p99)".to_owned(),
+            (true, P99Verdict::Unresolved) => format!("rate met; {noise}"),
+            (false, P99Verdict::Unresolved) => format!("MISSED (rate); {noise}"),
         };
         println!(
             "  {:<5} {:>6} {:>9.0} {:>9.0} {:>9.0} {:>5.0}% {:>5.0}% {:>16} {:>14} {:>12} {:>12}  {verdict}",
@@ -1485,7 +1528,7 @@ fn print_table(rows: &[Row], rounds: usize) {
         );
     }
     println!(
-        "  (empty, oooi: rate as % of native's. CPU: Envoy µs per connection for native / empty wasm / oooi wasm. p50+, p99+: µs added over native in the interleaved run, empty wasm / oooi wasm; p99+ is the median of {rounds} rounds. Target: oooi wasm >= 90 % of native's rate and p99 added <= 100 us)"
+        "  (empty, oooi: rate as % of native's. CPU: Envoy µs per connection for native / empty wasm / oooi wasm. p50+, p99+: µs added over native in the interleaved run, empty wasm / oooi wasm; p99+ is the median of {rounds} rounds. Target: oooi wasm >= 90 % of native's rate and p99 added <= 100 us. The empty filter is the control: its worst round's |p99 added| is the noise; p99 counts as met only if oooi's p99+ (at least 0) plus that noise is <= 100 us, as missed only if minus it is > 100 us)"
     );
 }
 
@@ -1578,5 +1621,29 @@ mod tests {
         );
         assert_eq!(filters[1]["typed_config"]["cluster"], "bench_h0");
         assert_eq!(l["address"]["socket_address"]["port_value"], 4000);
+    }
+
+    #[test]
+    fn the_p99_verdict_allows_for_the_controls_noise() {
+        // Quiet machine: the control stays within 20 us.
+        assert_eq!(p99_verdict(60.0, 20.0, 100.0), P99Verdict::Met);
+        assert_eq!(p99_verdict(150.0, 20.0, 100.0), P99Verdict::Missed);
+        assert_eq!(p99_verdict(90.0, 20.0, 100.0), P99Verdict::Unresolved);
+        // This VM: the control strays by milliseconds, so a negative median
+        // proves nothing either way.
+        assert_eq!(p99_verdict(-357.0, 840.0, 100.0), P99Verdict::Unresolved);
+        // A median far below zero is noise too, not a filter that speeds
+        // connections up.
+        assert_eq!(p99_verdict(-1643.0, 1500.0, 100.0), P99Verdict::Unresolved);
+        assert_eq!(p99_verdict(-40.0, 30.0, 100.0), P99Verdict::Met);
+        assert_eq!(p99_verdict(5178.0, 840.0, 100.0), P99Verdict::Missed);
+        assert_eq!(p99_verdict(f64::NAN, 10.0, 100.0), P99Verdict::Unresolved);
+        assert_eq!(p99_verdict(50.0, f64::NAN, 100.0), P99Verdict::Unresolved);
+    }
+
+    #[test]
+    fn the_noise_is_the_controls_worst_round() {
+        assert_eq!(worst_abs(&[69.0, -142.0, -41.0]), 142.0);
+        assert!(worst_abs(&[]).is_nan());
     }
 }
