@@ -707,21 +707,12 @@ mod tests {
     }
 
     fn outcome(a: &InfraClusterAttachment) -> AttachmentOutcome {
-        AttachmentOutcome {
-            name: "c1".into(),
-            hosted_cluster: crate::plan::HostedClusterKey::new("clusters", "c1"),
-            domain: a.spec.domain(),
-            control_plane_namespace: "clusters-c1".into(),
-            exclusion: None,
-            services: Vec::new(),
-            worker_addresses: Vec::new(),
-            conflicting_addresses: Vec::new(),
-            reservations: Vec::new(),
-            apps_vip: None,
-            apps_to_pods: false,
-            isolation: Default::default(),
-            apps_ingress_errors: Vec::new(),
-        }
+        let o = AttachmentOutcome::from_spec(a);
+        assert_eq!(
+            (o.owner().as_str(), o.control_plane_namespace.as_str()),
+            ("clusters/c1", "clusters-c1")
+        );
+        o
     }
 
     fn go(g: Gate) -> Resolved {

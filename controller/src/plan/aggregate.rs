@@ -133,6 +133,30 @@ pub struct AttachmentOutcome {
 }
 
 impl AttachmentOutcome {
+    /// What the spec alone says (names, domain, namespace, isolation), with
+    /// nothing resolved or observed yet and no verdict.
+    pub fn from_spec(att: &InfraClusterAttachment) -> AttachmentOutcome {
+        let spec = &att.spec;
+        AttachmentOutcome {
+            name: att.metadata.name.clone().unwrap_or_default(),
+            hosted_cluster: HostedClusterKey::new(
+                spec.hosted_cluster_ref.namespace.trim(),
+                spec.hosted_cluster_ref.name.trim(),
+            ),
+            domain: spec.domain(),
+            control_plane_namespace: spec.control_plane_namespace(),
+            exclusion: None,
+            services: Vec::new(),
+            worker_addresses: Vec::new(),
+            conflicting_addresses: Vec::new(),
+            reservations: Vec::new(),
+            apps_vip: None,
+            apps_to_pods: false,
+            isolation: spec.isolation,
+            apps_ingress_errors: Vec::new(),
+        }
+    }
+
     /// True when the attachment is in the routes, DNS and DHCP config.
     pub fn accepted(&self) -> bool {
         self.exclusion.is_none()
@@ -317,27 +341,11 @@ fn resolve_services(
 
 fn resolve(att: &InfraClusterAttachment) -> (AttachmentOutcome, Option<FieldError>) {
     let spec = &att.spec;
-    let hc = HostedClusterKey::new(
-        spec.hosted_cluster_ref.namespace.trim(),
-        spec.hosted_cluster_ref.name.trim(),
+    let mut outcome = AttachmentOutcome::from_spec(att);
+    let (domain, cpns) = (
+        outcome.domain.clone(),
+        outcome.control_plane_namespace.clone(),
     );
-    let domain = spec.domain();
-    let cpns = spec.control_plane_namespace();
-    let mut outcome = AttachmentOutcome {
-        name: att.metadata.name.clone().unwrap_or_default(),
-        hosted_cluster: hc,
-        domain: domain.clone(),
-        control_plane_namespace: cpns.clone(),
-        exclusion: None,
-        services: Vec::new(),
-        worker_addresses: Vec::new(),
-        conflicting_addresses: Vec::new(),
-        reservations: Vec::new(),
-        apps_vip: None,
-        apps_to_pods: false,
-        isolation: spec.isolation,
-        apps_ingress_errors: Vec::new(),
-    };
     let check = || -> Result<Vec<ResolvedService>, FieldError> {
         if !is_dns_label(&outcome.hosted_cluster.name) {
             return Err(field_error(
