@@ -293,16 +293,7 @@ fn duplicate_domain_excludes_both() {
         );
     }
     assert!(table_or_empty(&p).is_empty());
-    let dns = &p
-        .desired
-        .as_ref()
-        .unwrap()
-        .dns
-        .as_ref()
-        .unwrap()
-        .spec
-        .config
-        .0;
+    let dns = dns_config(&p);
     assert!(
         dns.clusters.is_empty(),
         "excluded clusters get no DNS names"
@@ -715,16 +706,7 @@ fn apps_vip_adds_wildcard_route_and_dns_and_bad_pools_are_reported() {
         ),
         Ok(addr("192.0.2.200", 443))
     );
-    let dns = &p
-        .desired
-        .as_ref()
-        .unwrap()
-        .dns
-        .as_ref()
-        .unwrap()
-        .spec
-        .config
-        .0;
+    let dns = dns_config(&p);
     assert_eq!(dns.clusters[0].apps_vip.as_deref(), Some("192.0.2.200"));
     assert_eq!(dns.clusters[1].apps_vip, None);
 }
@@ -739,18 +721,6 @@ fn apps_vip_is_routed_on_80_by_host_and_reaches_pods_only_when_published() {
     };
     let mut obs = observed(&[]);
     obs.internal_proxy_ip = Some(ip("172.30.0.10"));
-    let dns_of = |p: &plan::InfraPlan| {
-        p.desired
-            .as_ref()
-            .unwrap()
-            .dns
-            .as_ref()
-            .unwrap()
-            .spec
-            .config
-            .0
-            .clone()
-    };
 
     // No VIP yet: nothing on 80, nothing published to pods.
     let atts = [attachment_yaml(
@@ -763,7 +733,7 @@ fn apps_vip_is_routed_on_80_by_host_and_reaches_pods_only_when_published() {
     )];
     let p = plan_infra(&i, &atts, &obs);
     assert!(table(&p).routes.iter().all(|r| r.port != 80));
-    assert!(!dns_of(&p).clusters[0].apps_to_pods);
+    assert!(!dns_config(&p).clusters[0].apps_to_pods);
 
     obs.clusters
         .entry(HostedClusterKey::new("clusters", "c1"))
@@ -783,7 +753,7 @@ fn apps_vip_is_routed_on_80_by_host_and_reaches_pods_only_when_published() {
         Ok(addr("192.0.2.200", 443))
     );
     assert!(decide(&router, 80, Some("api.c1.example.com"), "192.0.2.101").is_err());
-    let dns = dns_of(&p);
+    let dns = dns_config(&p);
     assert!(dns.clusters[0].apps_to_pods);
     // The rendered config is one the DNS server accepts.
     oooi_dns::config::Config::parse(&serde_saphyr::to_string(&dns).unwrap()).expect("dns config");
@@ -797,7 +767,7 @@ fn apps_vip_is_routed_on_80_by_host_and_reaches_pods_only_when_published() {
         "c1",
         &apps(false),
     )];
-    assert!(!dns_of(&plan_infra(&i, &atts, &obs)).clusters[0].apps_to_pods);
+    assert!(!dns_config(&plan_infra(&i, &atts, &obs)).clusters[0].apps_to_pods);
     // Published but no internal proxy known: nothing to answer with.
     let atts = [attachment_yaml(
         "oooi",
@@ -809,7 +779,7 @@ fn apps_vip_is_routed_on_80_by_host_and_reaches_pods_only_when_published() {
     )];
     obs.internal_proxy_ip = None;
     let p = plan_infra(&i, &atts, &obs);
-    let dns = dns_of(&p);
+    let dns = dns_config(&p);
     assert_eq!(
         dns.clusters[0].apps_to_pods,
         dns.clusters[0].internal_proxy.is_some()

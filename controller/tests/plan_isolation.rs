@@ -290,16 +290,7 @@ fn strict_apps_wildcard_follows_the_vip_and_is_limited_to_workers() {
         decide(&router, 443, Some(console), "192.0.2.101"),
         Ok("192.0.2.205:443".into())
     );
-    let dns = &p
-        .desired
-        .as_ref()
-        .unwrap()
-        .dns
-        .as_ref()
-        .unwrap()
-        .spec
-        .config
-        .0;
+    let dns = dns_config(&p);
     assert_eq!(dns.clusters[0].apps_vip.as_deref(), Some("192.0.2.205"));
 
     // No VIP (MetalLB withdrew it): no apps route and no apps answer.
@@ -310,16 +301,7 @@ fn strict_apps_wildcard_follows_the_vip_and_is_limited_to_workers() {
             .iter()
             .all(|r| r.matches.sni() != Some("*.apps.c1.example.com"))
     );
-    let dns = &p
-        .desired
-        .as_ref()
-        .unwrap()
-        .dns
-        .as_ref()
-        .unwrap()
-        .spec
-        .config
-        .0;
+    let dns = dns_config(&p);
     assert_eq!(dns.clusters[0].apps_vip, None);
 }
 
@@ -440,16 +422,7 @@ fn removing_an_attachment_removes_its_routes_and_records() {
             .all(|r| r.owner.as_deref() == Some("clusters/c1")),
         "{t:?}"
     );
-    let dns = &p
-        .desired
-        .as_ref()
-        .unwrap()
-        .dns
-        .as_ref()
-        .unwrap()
-        .spec
-        .config
-        .0;
+    let dns = dns_config(&p);
     let names: Vec<&str> = dns.clusters.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, ["c1"]);
     let router = Router::new(t);

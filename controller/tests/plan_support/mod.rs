@@ -21,6 +21,19 @@ pub fn table(p: &plan::InfraPlan) -> RouteTable {
     t
 }
 
+/// The DNS config a plan's DNS server would get.
+pub fn dns_config(p: &plan::InfraPlan) -> &oooi_dns::config::RawConfig {
+    &p.desired
+        .as_ref()
+        .unwrap()
+        .dns
+        .as_ref()
+        .unwrap()
+        .spec
+        .config
+        .0
+}
+
 /// An Infra `name` in `ns` on 192.0.2.0/24 with every component enabled.
 pub fn infra(ns: &str, name: &str) -> Infra {
     infra_yaml(ns, name, "")
