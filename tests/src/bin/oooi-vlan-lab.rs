@@ -1041,30 +1041,26 @@ fn run_lab(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
                     format!("clusters-{other}/{svc}")
                 }
             };
-            let got = probe(
-                lab,
-                &ns,
-                &proxy_ip,
-                6443,
-                Some(&format!("api.{other}.{base}")),
-            );
-            report.step(
-                &format!("cross-cluster: api.{other}.{base} ({})", isolation(other)),
-                &want("kube-apiserver"),
-                &got,
-            );
-            let got = probe(
-                lab,
-                &ns,
-                &proxy_ip,
-                443,
-                Some(&format!("oauth.{other}.{base}")),
-            );
-            report.step(
-                &format!("cross-cluster: oauth.{other}.{base} ({})", isolation(other)),
-                &want("oauth-openshift"),
-                &got,
-            );
+            for (port, name, svc) in [
+                (6443, "api", "kube-apiserver"),
+                (443, "oauth", "oauth-openshift"),
+            ] {
+                let got = probe(
+                    lab,
+                    &ns,
+                    &proxy_ip,
+                    port,
+                    Some(&format!("{name}.{other}.{base}")),
+                );
+                report.step(
+                    &format!(
+                        "cross-cluster: {name}.{other}.{base} ({})",
+                        isolation(other)
+                    ),
+                    &want(svc),
+                    &got,
+                );
+            }
             if let Some((old, _)) = apps_vips.get(other.as_str()) {
                 let got = probe(
                     lab,
