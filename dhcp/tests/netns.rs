@@ -223,6 +223,15 @@ fn server_restart_keeps_every_lease_and_renewal_still_acks() {
 // ---- relay-style client (the path perfdhcp uses) ----
 
 const RELAY: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 9);
+
+/// A client namespace with MAC `mac` that also holds [`RELAY`], to send
+/// relayed (giaddr) requests from; returns its name.
+fn add_relay(lab: &mut Lab, mac: &str) -> String {
+    let ns = lab.add_client(mac);
+    let addr = format!("{RELAY}/24");
+    lab::sh(&["ip", "-n", &ns, "addr", "add", &addr, "dev", "c0"]);
+    ns
+}
 const SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
 
 fn mac_of(n: u16) -> [u8; 6] {
@@ -350,17 +359,7 @@ fn junk() -> Vec<Vec<u8>> {
 #[test]
 fn malformed_packets_never_crash_and_kill_9_during_a_burst_loses_no_committed_lease() {
     let mut lab = Lab::new(&config(250, 50));
-    let relay_ns = lab.add_client("02:00:00:00:03:ff");
-    lab::sh(&[
-        "ip",
-        "-n",
-        &relay_ns,
-        "addr",
-        "add",
-        "192.0.2.9/24",
-        "dev",
-        "c0",
-    ]);
+    let relay_ns = add_relay(&mut lab, "02:00:00:00:03:ff");
     lab.start_server();
 
     // Malformed datagrams first: the server keeps serving.
@@ -482,17 +481,7 @@ fn flood(ids: Vec<u16>, forty: std::sync::mpsc::Sender<bool>) -> Vec<(u16, Ipv4A
 fn kill_9_during_a_flood_loses_no_acked_lease(durability: &str) {
     let mut lab = Lab::new(&config(250, 50));
     lab.serve_args = vec!["--durability".into(), durability.into()];
-    let relay_ns = lab.add_client("02:00:00:00:03:fe");
-    lab::sh(&[
-        "ip",
-        "-n",
-        &relay_ns,
-        "addr",
-        "add",
-        "192.0.2.9/24",
-        "dev",
-        "c0",
-    ]);
+    let relay_ns = add_relay(&mut lab, "02:00:00:00:03:fe");
     lab.start_server();
     let (tx, rx) = std::sync::mpsc::channel();
     let t = spawn_in_netns(&relay_ns, move || flood((1..=140).collect(), tx));
@@ -538,17 +527,7 @@ fn kill_9_during_a_pipelined_flood_loses_no_acked_lease_write() {
 #[test]
 fn compaction_beside_traffic_then_kill_9_loses_no_acked_lease() {
     let mut lab = Lab::new(&config(250, 50));
-    let relay_ns = lab.add_client("02:00:00:00:03:fd");
-    lab::sh(&[
-        "ip",
-        "-n",
-        &relay_ns,
-        "addr",
-        "add",
-        "192.0.2.9/24",
-        "dev",
-        "c0",
-    ]);
+    let relay_ns = add_relay(&mut lab, "02:00:00:00:03:fd");
     lab.start_server();
     let mut acked: HashMap<u16, Ipv4Addr> = HashMap::new();
     for _ in 0..14 {
