@@ -400,6 +400,18 @@ mod tests {
         }
     }
 
+    /// `rounds` renewals of leases 10..20, each round's a second later:
+    /// the log holds 10 × `rounds` records for 10 live leases.
+    fn commit_rounds(s: &mut LeaseStore, rounds: u64) {
+        for round in 0..rounds {
+            for n in 10..20 {
+                let mut l = lease(n);
+                l.expires_unix += round;
+                s.commit(l).unwrap();
+            }
+        }
+    }
+
     #[test]
     fn committed_leases_survive_reopen() {
         let d = tempfile::tempdir().unwrap();
@@ -474,13 +486,7 @@ mod tests {
     fn background_compaction_keeps_what_was_appended_meanwhile() {
         let d = tempfile::tempdir().unwrap();
         let (mut s, _) = LeaseStore::open(d.path()).unwrap();
-        for round in 0..3u64 {
-            for n in 10..20 {
-                let mut l = lease(n);
-                l.expires_unix += round;
-                s.commit(l).unwrap();
-            }
-        }
+        commit_rounds(&mut s, 3);
         let snap = s.begin_compaction();
         assert_eq!(snap.len(), 10);
         // Appends go on while the snapshot is written.
@@ -515,13 +521,7 @@ mod tests {
     fn compaction_keeps_only_live_leases() {
         let d = tempfile::tempdir().unwrap();
         let (mut s, _) = LeaseStore::open(d.path()).unwrap();
-        for round in 0..5u64 {
-            for n in 10..20 {
-                let mut l = lease(n);
-                l.expires_unix += round;
-                s.commit(l).unwrap();
-            }
-        }
+        commit_rounds(&mut s, 5);
         s.release(lease(10).ip).unwrap();
         s.compact().unwrap();
         assert_eq!(s.record_count(), 9);
