@@ -36,6 +36,24 @@ impl Probe for Lab {
     }
 }
 
+/// `table` with oauth.c1 pointed at c2's oauth backend (same generation).
+fn oauth_c1_to_c2(table: &oooi_routes::RouteTable) -> oooi_routes::RouteTable {
+    let mut t = table.clone();
+    let c2_oauth = t
+        .routes
+        .iter()
+        .find(|r| r.matches == RouteMatch::Sni("oauth.c2.example.com".into()))
+        .unwrap()
+        .upstream
+        .clone();
+    for r in t.routes.iter_mut() {
+        if r.matches == RouteMatch::Sni("oauth.c1.example.com".into()) {
+            r.upstream = c2_oauth.clone();
+        }
+    }
+    t
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_is_false_until_the_first_push() {
     let lab = lab(1).await;
@@ -205,20 +223,8 @@ async fn unknown_sni_unknown_source_and_foreign_alias_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_malformed_or_unauthorised_pushes_leave_routing_unchanged() {
     let lab = Lab::pushed(1).await;
-    let mut other = lab.table.clone();
     // Point oauth.c1 at c2's oauth: it must never take effect.
-    let c2_oauth = other
-        .routes
-        .iter()
-        .find(|r| r.matches == RouteMatch::Sni("oauth.c2.example.com".into()))
-        .unwrap()
-        .upstream
-        .clone();
-    for r in other.routes.iter_mut() {
-        if r.matches == RouteMatch::Sni("oauth.c1.example.com".into()) {
-            r.upstream = c2_oauth.clone();
-        }
-    }
+    let mut other = oauth_c1_to_c2(&lab.table);
     // Same generation: refused.
     let (status, body) = lab.envoy.push(&other.to_json()).unwrap();
     assert_eq!(status, 409, "{body}");
@@ -309,20 +315,8 @@ async fn a_later_push_reaches_every_worker_within_a_tick() {
             "c1-oauth"
         );
     }
-    let mut next = lab.table.clone();
+    let mut next = oauth_c1_to_c2(&lab.table);
     next.generation = 2;
-    let c2_oauth = next
-        .routes
-        .iter()
-        .find(|r| r.matches == RouteMatch::Sni("oauth.c2.example.com".into()))
-        .unwrap()
-        .upstream
-        .clone();
-    for r in next.routes.iter_mut() {
-        if r.matches == RouteMatch::Sni("oauth.c1.example.com".into()) {
-            r.upstream = c2_oauth.clone();
-        }
-    }
     lab.envoy.push_table(&next).unwrap();
     // The worker that took the push switches at once, the other on its next
     // 50 ms tick.
