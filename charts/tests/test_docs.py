@@ -19,7 +19,7 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
-from test_chart import CHART, GROUP, KUBE_VERSION, ROOT, controller_bin
+from test_chart import CHART_SRC as CHART, GROUP, KUBE_VERSION, ROOT, controller_bin
 
 DOCS = ROOT / "docs"
 RENDER_ONLY = ("ObservedCluster", "ObservedInfra")
