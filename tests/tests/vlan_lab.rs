@@ -102,7 +102,9 @@ fn two_clusters_on_a_simulated_vlan_then_down_after_a_crash() {
         .expect("podman ps");
     let containers = String::from_utf8_lossy(&containers.stdout).into_owned();
     assert!(
-        !containers.lines().any(|n| n.starts_with(&format!("{prefix}-"))),
+        !containers
+            .lines()
+            .any(|n| n.starts_with(&format!("{prefix}-"))),
         "containers left after down: {containers}"
     );
 

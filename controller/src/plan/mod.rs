@@ -14,6 +14,7 @@ pub mod aggregate;
 pub mod conditions;
 pub mod dhcp;
 pub mod dns;
+pub mod images;
 pub mod infra;
 pub mod labels;
 pub mod network;

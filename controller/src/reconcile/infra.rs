@@ -117,7 +117,8 @@ pub async fn plan(
     let attachments = attachments_of(ctx, &ns, &infra.name_any());
     let mut observed = ctx.observations.observed(&attachments);
     observed.internal_proxy_ip = internal_proxy_ip(ctx, infra, &ns).await?;
-    Ok((plan_infra(infra, &attachments, &observed), attachments))
+    let infra = ctx.settings.images.apply(infra);
+    Ok((plan_infra(&infra, &attachments, &observed), attachments))
 }
 
 /// Creates the push-token Secret when it does not exist. Created, not
@@ -199,6 +200,8 @@ async fn apply_infra(infra: &Infra, ctx: &Context) -> Result<Action> {
         ensure_push_token(ctx, infra, &ns).await?;
     }
     let (plan, _) = plan(ctx, infra).await?;
+    ctx.metrics
+        .set_attachments_excluded(&format!("{ns}/{name}"), plan.totals.excluded);
     let mut written = 0;
     // An invalid spec keeps the last good derived objects running: they are
     // neither updated nor deleted until the spec is fixed.

@@ -19,7 +19,9 @@ const STRANGER: &str = "192.0.2.99";
 
 fn filter_wasm() -> Vec<u8> {
     let Ok(path) = std::env::var("OOOI_FILTER_WASM") else {
-        panic!("OOOI_FILTER_WASM is not set: run `tools/dev test` (it builds the filter module and sets it)");
+        panic!(
+            "OOOI_FILTER_WASM is not set: run `tools/dev test` (it builds the filter module and sets it)"
+        );
     };
     std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read OOOI_FILTER_WASM={path}: {e}"))
 }
