@@ -2,6 +2,8 @@
 //! least privilege), ConfigMaps holding the configs, Services, PVC, and the
 //! Envoy config rendered by oooi-envoy. Plus the statuses.
 
+#![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
+
 mod plan_support;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
