@@ -120,8 +120,11 @@ pub fn response_edns(req: &Edns) -> Edns {
     e
 }
 
+/// Which configured string answers a CHAOS identity name.
+type ChaosString = fn(&Chaos) -> Option<&String>;
+
 /// The CHAOS-class identity names and which configured string answers each.
-const CHAOS_NAMES: [(&str, fn(&Chaos) -> Option<&String>); 4] = [
+const CHAOS_NAMES: [(&str, ChaosString); 4] = [
     ("version.bind.", |c| c.version.as_ref()),
     ("version.server.", |c| c.version.as_ref()),
     ("hostname.bind.", |c| c.hostname.as_ref()),

@@ -2,6 +2,7 @@
 //! asked with `dig` and with raw packets: EDNS (BADVERS, the DO bit, UDP
 //! size limits), query classes and CHAOS identity queries, the client's
 //! spelling in cached forwarded answers, and the metrics that count them.
+#![allow(clippy::unwrap_used)]
 
 mod support;
 
@@ -355,7 +356,7 @@ fn metrics_start_at_zero_use_rcode_mnemonics_and_count_formerr() {
     ];
     let r = udp_exchange(&format!("127.0.0.2:{port}"), &bad).expect("an answer");
     assert_eq!(r[..2], [0x12, 0x34]);
-    assert_eq!(r[3] & 0x0f, u8::from(ResponseCode::FormErr.low()));
+    assert_eq!(r[3] & 0x0f, ResponseCode::FormErr.low());
     let m = http_get(&addr, "/metrics");
     for series in [
         r#"oooi_dns_queries_total{view="vlan",qtype="A",rcode="NXDOMAIN"} 2"#,
