@@ -1,4 +1,4 @@
-//! The hosted-cluster side of attachments (issue 7) against two mocked APIs:
+//! The hosted-cluster side of attachments against two mocked APIs:
 //! the management cluster and the hosted cluster. Scenarios drive the real
 //! attachment and Infra reconcilers and assert the exact hosted requests,
 //! the apps ingress status, the observed VIP, the reconcile triggers and the

@@ -1,6 +1,6 @@
 //! Children of the derived kinds: Deployments (Multus, probes, resources,
 //! least privilege), ConfigMaps holding the configs, Services, PVC, and the
-//! Envoy config rendered by oooi-envoy. Plus status helpers.
+//! Envoy config rendered by oooi-envoy. Plus the statuses.
 
 mod plan_support;
 
