@@ -73,6 +73,7 @@ pub fn config(
     Some(RawConfig {
         http: Some(format!("0.0.0.0:{HTTP_PORT}")),
         ttl: None,
+        chaos: None,
         upstreams: RawUpstreams {
             servers: network.upstreams.iter().map(|a| a.to_string()).collect(),
             ..RawUpstreams::default()
