@@ -161,7 +161,7 @@ fn dns_children_serve_the_pod_view_through_a_cluster_ip() {
         ]
     );
     let text = &c.config_map.as_ref().unwrap().data.as_ref().unwrap()["config.yaml"];
-    oooi_dns::config::Config::parse(text).expect("oooi-dns loads the ConfigMap");
+    oooi_dns_config::Config::parse(text).expect("oooi-dns loads the ConfigMap");
     let args = container(&c.deployment).args.clone().unwrap();
     assert_eq!(args, ["serve", "--config", "/etc/oooi-dns/config.yaml"]);
 }
