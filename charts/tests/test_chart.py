@@ -131,7 +131,7 @@ ALL_FEATURES = {
 
 
 # --------------------------------------------------------------------------
-# helpers
+# shared by the tests
 
 
 def chart_path():

@@ -1,6 +1,8 @@
 //! Children of the derived kinds: Deployments (Multus, probes, resources,
 //! least privilege), ConfigMaps holding the configs, Services, PVC, and the
-//! Envoy config rendered by oooi-envoy. Plus status helpers.
+//! Envoy config rendered by oooi-envoy. Plus the statuses.
+
+#![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
 
 mod plan_support;
 
@@ -159,7 +161,7 @@ fn dns_children_serve_the_pod_view_through_a_cluster_ip() {
         ]
     );
     let text = &c.config_map.as_ref().unwrap().data.as_ref().unwrap()["config.yaml"];
-    oooi_dns::config::Config::parse(text).expect("oooi-dns loads the ConfigMap");
+    oooi_dns_config::Config::parse(text).expect("oooi-dns loads the ConfigMap");
     let args = container(&c.deployment).args.clone().unwrap();
     assert_eq!(args, ["serve", "--config", "/etc/oooi-dns/config.yaml"]);
 }
