@@ -90,7 +90,10 @@ struct Netns(Vec<String>);
 impl Netns {
     fn add(&mut self, name: &str) -> String {
         let ns = format!("oim{}{name}", std::process::id());
-        let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &ns])
+            .stderr(Stdio::null())
+            .status();
         sh(&["ip", "netns", "add", &ns]);
         sh(&["ip", "-n", &ns, "link", "set", "lo", "up"]);
         self.0.push(ns.clone());

@@ -316,13 +316,6 @@ impl Lab {
         Ok(())
     }
 
-    /// Starts `args` in `ns`, logging to `<dir>/<log>.log`; records the pid.
-    fn spawn(&mut self, ns: &str, log: &str, args: &[&str]) -> Result<()> {
-        let mut argv = vec!["ip", "netns", "exec", ns];
-        argv.extend_from_slice(args);
-        self.spawn_argv(log, &argv)
-    }
-
     /// Starts the data-plane program `p` in `ns` with `launcher`, logging to
     /// `<dir>/<log>.log`.
     fn launch(&mut self, launcher: &Launcher, ns: &str, log: &str, p: &Program) -> Result<()> {
