@@ -20,7 +20,7 @@ fn preserved_object(description: &str) -> Schema {
 }
 
 /// The DHCP server's config file (`oooi_dhcp::config::RawConfig`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct DhcpConfigDocument(pub oooi_dhcp::config::RawConfig);
 
