@@ -12,6 +12,8 @@ pub mod commit;
 pub mod lease_store;
 pub mod leases;
 pub mod metrics;
+pub mod pair;
+pub mod peer;
 pub mod pipeline;
 pub mod reload;
 pub mod server;
