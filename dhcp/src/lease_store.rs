@@ -794,6 +794,7 @@ mod tests {
         }
 
         proptest! {
+            // OOOI_LEASE_LOG_CASES sets a longer run (the short one runs in the test command).
             #![proptest_config(ProptestConfig {
                 cases: std::env::var("OOOI_LEASE_LOG_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2000),
                 ..ProptestConfig::default()

@@ -1134,7 +1134,11 @@ reservations:
         }
 
         proptest! {
-            #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+            // OOOI_PACKET_CASES sets a longer run (the short one runs in the test command).
+            #![proptest_config(ProptestConfig {
+                cases: std::env::var("OOOI_PACKET_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2000),
+                ..ProptestConfig::default()
+            })]
 
             #[test]
             fn arbitrary_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..600)) {
