@@ -2,6 +2,8 @@
 //! least privilege), ConfigMaps holding the configs, Services, PVC, and the
 //! Envoy config rendered by oooi-envoy. Plus the statuses.
 
+#![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
+
 mod plan_support;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
@@ -160,7 +162,7 @@ fn dns_children_serve_the_pod_view_through_a_cluster_ip() {
         ]
     );
     let text = &c.config_map.as_ref().unwrap().data.as_ref().unwrap()["config.yaml"];
-    let cfg = oooi_dns::config::Config::parse(text).expect("oooi-dns loads the ConfigMap");
+    let cfg = oooi_dns_config::Config::parse(text).expect("oooi-dns loads the ConfigMap");
     assert_eq!(
         cfg.http, None,
         "the shared ConfigMap names no metrics address"

@@ -36,10 +36,10 @@ impl JsonSchema for DhcpConfigDocument {
     }
 }
 
-/// The DNS server's config file (`oooi_dns::config::RawConfig`).
+/// The DNS server's config file (`oooi_dns_config::RawConfig`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct DnsConfigDocument(pub oooi_dns::config::RawConfig);
+pub struct DnsConfigDocument(pub oooi_dns_config::RawConfig);
 
 impl JsonSchema for DnsConfigDocument {
     fn schema_name() -> Cow<'static, str> {

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Service, ServicePort, ServiceSpec, Volume,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use oooi_dns::config::{RawCluster, RawConfig, RawUpstreams, RawView, ViewKind};
+use oooi_dns_config::{RawCluster, RawConfig, RawUpstreams, RawView, ViewKind};
 
 use super::attachments::AttachmentOutcome;
 use super::labels::{Component, child_meta, instance_of, selector};

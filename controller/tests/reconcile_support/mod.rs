@@ -4,6 +4,7 @@
 //! attachment fixtures, and assertions on the controller's requests.
 
 #![allow(dead_code)]
+#![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
 
 use std::fmt::Debug;
 use std::sync::Arc;
