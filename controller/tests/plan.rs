@@ -2,6 +2,8 @@
 //! addresses and alias routes, reservations, label selection, determinism,
 //! and that every rendered config passes its component's own validator.
 
+#![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
+
 mod plan_support;
 
 use std::net::IpAddr;
@@ -756,7 +758,7 @@ fn apps_vip_is_routed_on_80_by_host_and_reaches_pods_only_when_published() {
     let dns = dns_config(&p);
     assert!(dns.clusters[0].apps_to_pods);
     // The rendered config is one the DNS server accepts.
-    oooi_dns::config::Config::parse(&serde_saphyr::to_string(&dns).unwrap()).expect("dns config");
+    oooi_dns_config::Config::parse(&serde_saphyr::to_string(&dns).unwrap()).expect("dns config");
 
     // Not published: the pod view keeps forwarding apps names.
     let atts = [attachment_yaml(

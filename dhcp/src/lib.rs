@@ -6,7 +6,8 @@
 //! [`lease_store`] (pipelined group commit: no ACK leaves before an fdatasync
 //! covering its lease, ordering rule in [`commit`]), and periodic work.
 //! [`config`] is the config file (the `oooi-dhcp-config` crate,
-//! re-exported), [`reload`] watches it, [`metrics`] the Prometheus endpoint.
+//! re-exported; reloaded by `oooi-reload`), [`metrics`] the Prometheus
+//! endpoint, [`pair`] and [`peer`] a pair of servers sharing one pool.
 
 pub mod commit;
 pub mod lease_store;
@@ -15,7 +16,6 @@ pub mod metrics;
 pub mod pair;
 pub mod peer;
 pub mod pipeline;
-pub mod reload;
 pub mod server;
 
 /// The config file format and its rules (the `oooi-dhcp-config` crate).

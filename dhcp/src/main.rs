@@ -8,9 +8,10 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use oooi_dhcp::config::Config;
 use oooi_dhcp::lease_store::{DECLINED_MAC, LeaseStore};
-use oooi_dhcp::metrics::serve_http;
+use oooi_dhcp::metrics::{ResultLabels, metrics, serve_http};
 use oooi_dhcp::peer::{self, Pair};
 use oooi_dhcp::server::{self, Durability, Server};
+use oooi_reload::{Outcome, Reloader, Settings};
 
 /// DHCPv4 server for the oooi isolated VLAN.
 ///
@@ -36,8 +37,10 @@ enum Command {
         /// Directory of the lease log (a PVC in the cluster).
         #[arg(long, env = "OOOI_DHCP_DATA_DIR")]
         data_dir: PathBuf,
-        /// Address of the /metrics and /healthz endpoint.
-        #[arg(long, env = "OOOI_DHCP_METRICS_ADDR", default_value = "0.0.0.0:9067")]
+        /// Address of the /metrics and /healthz endpoint. The default is
+        /// loopback: 0.0.0.0 would expose it on the VLAN. In a pod, give the
+        /// pod's own address.
+        #[arg(long, env = "OOOI_DHCP_METRICS_ADDR", default_value = "127.0.0.1:9067")]
         metrics_addr: SocketAddr,
         /// When an ACK may leave: `fsync` (default) after an fdatasync
         /// covering its lease, so an ACKed lease survives kill -9 and power
@@ -105,14 +108,28 @@ async fn serve(
     metrics_addr: SocketAddr,
     durability: Durability,
 ) -> anyhow::Result<()> {
-    let c = Config::load(&config).map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
+    let (c, reloader) = Reloader::start(&config, Settings::default(), Config::from_yaml)?;
     let (store, recovery) = LeaseStore::open(&data_dir)
         .map_err(|e| anyhow::anyhow!("cannot open lease store {}: {e}", data_dir.display()))?;
     server::report_recovery(&data_dir, &recovery, store.leases().len());
     let socket = server::open_socket(c.interface.as_deref(), server::SERVER_PORT)
         .map_err(|e| anyhow::anyhow!("cannot open UDP 0.0.0.0:67: {e}"))?;
     let (tx, rx) = std::sync::mpsc::channel();
-    let _watcher = oooi_dhcp::reload::watch(&config, tx, || {})?;
+    let _watch = reloader.spawn(move |outcome| {
+        let result = match outcome {
+            Outcome::Accepted(c) => {
+                let _ = tx.send(c);
+                "ok"
+            }
+            Outcome::Rejected(_) => "rejected",
+        };
+        metrics()
+            .reloads
+            .get_or_create(&ResultLabels {
+                result: result.to_string(),
+            })
+            .inc();
+    });
     let pair = match &c.peer {
         Some(p) => Some(Pair::new(p.clone())?),
         None => None,

@@ -1,4 +1,4 @@
-//! Schema helpers: component config documents embedded in the derived kinds.
+//! Schemas of the component config documents embedded in the derived kinds.
 //!
 //! The config formats belong to their crates (`oooi-dhcp`, `oooi-dns`,
 //! `oooi-routes`), which validate them; the CRD only says "an object" and keeps
@@ -36,10 +36,10 @@ impl JsonSchema for DhcpConfigDocument {
     }
 }
 
-/// The DNS server's config file (`oooi_dns::config::RawConfig`).
+/// The DNS server's config file (`oooi_dns_config::RawConfig`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct DnsConfigDocument(pub oooi_dns::config::RawConfig);
+pub struct DnsConfigDocument(pub oooi_dns_config::RawConfig);
 
 impl JsonSchema for DnsConfigDocument {
     fn schema_name() -> Cow<'static, str> {

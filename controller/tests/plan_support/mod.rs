@@ -2,6 +2,7 @@
 //! apply exactly as in the cluster) and observed workers in one line.
 
 #![allow(dead_code)]
+#![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
 
 use std::net::Ipv4Addr;
 
@@ -22,7 +23,7 @@ pub fn table(p: &plan::InfraPlan) -> RouteTable {
 }
 
 /// The DNS config a plan's DNS server would get.
-pub fn dns_config(p: &plan::InfraPlan) -> &oooi_dns::config::RawConfig {
+pub fn dns_config(p: &plan::InfraPlan) -> &oooi_dns_config::RawConfig {
     &p.desired
         .as_ref()
         .unwrap()
