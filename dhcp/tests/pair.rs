@@ -521,7 +521,9 @@ fn perfdhcp_against_the_pair_with_kill_9_mid_burst_three_times_never_holds_an_ad
     p.both_balancing();
     for round in 0..3 {
         let perf = Command::new("ip")
-            .args(["netns", "exec", &ns, "perfdhcp", "-4", "-l", "c0", "-r", "300", "-R", "80"])
+            .args([
+                "netns", "exec", &ns, "perfdhcp", "-4", "-l", "c0", "-r", "300", "-R", "80",
+            ])
             .args(["-p", "4", "-d", "1", "-b", "mac=02:0f:00:00:00:00"])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -542,7 +544,10 @@ fn perfdhcp_against_the_pair_with_kill_9_mid_burst_three_times_never_holds_an_ad
             .unwrap_or("no rate line")
             .trim()
             .to_string();
-        eprintln!("round {round}: killed {} mid-burst; perfdhcp {rate}", if kill_a { "A" } else { "B" });
+        eprintln!(
+            "round {round}: killed {} mid-burst; perfdhcp {rate}",
+            if kill_a { "A" } else { "B" }
+        );
         let exchanges: f64 = rate
             .split_whitespace()
             .nth(1)
@@ -551,7 +556,10 @@ fn perfdhcp_against_the_pair_with_kill_9_mid_burst_three_times_never_holds_an_ad
         assert!(exchanges > 0.0, "round {round}: the burst ran: {text}");
         p.duplicate_scan();
         let acked: usize = p.leases(!kill_a).len();
-        assert!(acked > 0, "the survivor holds leases after round {round}\n{text}");
+        assert!(
+            acked > 0,
+            "the survivor holds leases after round {round}\n{text}"
+        );
         if kill_a {
             p.lab.start_server();
         } else {
