@@ -36,8 +36,10 @@ enum Command {
         /// Directory of the lease log (a PVC in the cluster).
         #[arg(long, env = "OOOI_DHCP_DATA_DIR")]
         data_dir: PathBuf,
-        /// Address of the /metrics and /healthz endpoint.
-        #[arg(long, env = "OOOI_DHCP_METRICS_ADDR", default_value = "0.0.0.0:9067")]
+        /// Address of the /metrics and /healthz endpoint. The default is
+        /// loopback: 0.0.0.0 would expose it on the VLAN. In a pod, give the
+        /// pod's own address.
+        #[arg(long, env = "OOOI_DHCP_METRICS_ADDR", default_value = "127.0.0.1:9067")]
         metrics_addr: SocketAddr,
         /// When an ACK may leave: `fsync` (default) after an fdatasync
         /// covering its lease, so an ACKed lease survives kill -9 and power

@@ -13,7 +13,7 @@ use super::attachments::AttachmentOutcome;
 use super::labels::{Component, child_meta, instance_of};
 use super::network::Network;
 use super::workload::{
-    Children, PodPlan, deployment, http_probe, mount, port, resources, service_account,
+    Children, PodPlan, deployment, http_probe, mount, pod_address, port, resources, service_account,
 };
 use crate::crd::{
     DHCPServer, DHCPServerSpec, DhcpConfigDocument, Infra, LeaseStorage, VlanInterface,
@@ -25,7 +25,8 @@ pub const CONFIG_DIR: &str = "/etc/oooi-dhcp";
 pub const CONFIG_FILE: &str = "config.yaml";
 /// Lease store directory (the PVC).
 pub const DATA_DIR: &str = "/var/lib/oooi-dhcp";
-/// Health and metrics port of oooi-dhcp (`serve --metrics-addr`).
+/// Health and metrics port of oooi-dhcp (`serve --metrics-addr`, on the pod
+/// address).
 pub const HTTP_PORT: i32 = 9067;
 /// Capabilities: port 67 and SO_BINDTODEVICE on the VLAN interface.
 pub const CAPABILITIES: [&str; 2] = ["NET_BIND_SERVICE", "NET_RAW"];
@@ -184,7 +185,7 @@ pub fn children(server: &DHCPServer) -> anyhow::Result<Children> {
                 "--data-dir".to_string(),
                 DATA_DIR.to_string(),
                 "--metrics-addr".to_string(),
-                format!("0.0.0.0:{HTTP_PORT}"),
+                pod_address(HTTP_PORT),
             ],
             ports: vec![port("dhcp", 67, "UDP"), port("http", HTTP_PORT, "TCP")],
             volumes,

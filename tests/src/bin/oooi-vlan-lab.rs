@@ -742,6 +742,8 @@ fn run_lab(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
             "serve",
             "--config",
             dns_mounted.to_str().unwrap_or_default(),
+            "--metrics-addr",
+            "127.0.0.1:9153",
         ],
     )?;
     // The ConfigMap and filter mounts of the proxy pod, as directories.
