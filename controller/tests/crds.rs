@@ -158,7 +158,11 @@ fn the_dns_config_schema_is_the_config_crates_so_typos_are_refused_at_admission(
     assert_eq!(config["required"], serde_json::json!(["views"]));
     let view = &props["views"]["items"];
     assert_eq!(view["type"], "object");
-    assert!(view["properties"].as_object().is_some_and(|p| !p.is_empty()));
+    assert!(
+        view["properties"]
+            .as_object()
+            .is_some_and(|p| !p.is_empty())
+    );
     let text = serde_json::to_string(&dns).unwrap();
     assert!(!text.contains("$ref"), "every subschema is inlined");
 }
