@@ -122,7 +122,7 @@ pub fn strict_sources(network: &Network, a: &AttachmentOutcome) -> Vec<Cidr> {
     a.worker_addresses
         .iter()
         .filter_map(|w| Cidr::new(IpAddr::V4(*w), 32).ok())
-        .chain(outside(network.cidr))
+        .chain(outside(network.cidr.net()))
         .collect()
 }
 

@@ -790,6 +790,8 @@ fn run_lab(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
                 "serve".into(),
                 "--config".into(),
                 dns_mounted.to_string_lossy().into_owned(),
+                "--metrics-addr".into(),
+                "127.0.0.1:9153".into(),
             ],
         },
     )?;
