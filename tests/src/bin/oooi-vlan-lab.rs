@@ -751,8 +751,9 @@ fn run_lab(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
     let launcher = args.launcher();
     println!("data plane: {}", launcher.describe());
     launcher.check()?;
-    // The lease store is the pod's volume, owned by the image's user.
-    run(&["chown", "65532:65532", data.to_str().unwrap_or_default()])?;
+    // The lease store stays owned by root: the container runs as UID 0 with
+    // every capability but the pod's dropped (no CAP_DAC_OVERRIDE), so it
+    // writes only a directory it owns.
     lab.launch(
         &launcher,
         &dhcp_ns,
