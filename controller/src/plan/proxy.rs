@@ -276,6 +276,17 @@ pub fn envoy_config(spec: &ProxyServerSpec, push_token: &str) -> oooi_envoy::Pro
         listen_address: any,
         tls_ports: ports,
         api: SocketAddr::new(any, spec.push_port),
+        // The table API listens on all addresses (the controller reaches
+        // the pod IP) but refuses everything from or to the VLAN leg.
+        vlan: spec
+            .vlan
+            .address
+            .parse::<Ipv4Net>()
+            .ok()
+            .map(|n| oooi_envoy::VlanLeg {
+                address: IpAddr::V4(n.addr()),
+                prefix_len: n.prefix_len(),
+            }),
         push_token: push_token.to_string(),
         // Through `..data` of the config mount, which projects the derived
         // filter ConfigMap beside the ECDS files: the module and the files
