@@ -6,6 +6,8 @@
 //! cargo run -p oooi-controller --release --example plan_scale -- 200
 //! ```
 
+#![allow(clippy::unwrap_used)] // a measurement program: a failed unwrap is its answer
+
 use std::time::Instant;
 
 use oooi_controller::crd::{Infra, InfraClusterAttachment};

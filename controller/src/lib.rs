@@ -1,26 +1,36 @@
 //! oooi-controller: turns `Infra` and `InfraClusterAttachment` custom resources
 //! into the VLAN stack (DHCP, DNS, Envoy proxy) and keeps it converged.
 //!
+//! The modules read top-down, each using only those below it:
+//!
+//! - [`run`], [`controllers`]: the process (HTTP, leader election) and the
+//!   wiring of every controller to its triggers and reconciler.
+//! - [`reconcile`]: the reconcilers, one `observe → plan → apply → status`
+//!   step each, over the caches and the planners; [`rollout`] (filter
+//!   module checks) and [`push`] (route pushes) are the I/O they call.
+//! - [`cache`], [`observe`], [`hosted`]: watch caches of the controller's own
+//!   kinds, of the optional APIs (HyperShift, CAPI, KubeVirt) and of the
+//!   hosted clusters. They know no reconciler.
+//! - [`plan`]: pure planners, (CRs + observed state) → desired objects,
+//!   configs, routing tables, readiness and conditions. No I/O. [`render`]
+//!   (the offline `render` command) calls the same planners.
 //! - [`crd`]: the custom resource types; CRD YAML is generated from them.
-//! - [`plan`]: pure planners, (CRs + observed state) → desired objects, configs
-//!   and the routing table. No I/O.
-//! - [`render`]: the offline `render` command over manifest files.
-//! - [`docs_reference`]: the CR reference pages of the docs, from the CRD schemas.
+//! - [`metrics`], [`leader`], [`rbac`], [`docs_reference`]: the metrics
+//!   registry, leader election, the RBAC the controller needs, and the CR
+//!   reference pages of the docs.
 
+pub mod cache;
+pub mod controllers;
 pub mod crd;
 pub mod docs_reference;
-pub mod plan;
-pub mod render;
-// ctrl-reconcile: the I/O half (reconcilers, route pusher, observation of
-// HyperShift/CAPI/KubeVirt, metrics, leader election, `run` and `rbac`).
+pub mod hosted;
 pub mod leader;
 pub mod metrics;
 pub mod observe;
+pub mod plan;
 pub mod push;
 pub mod rbac;
 pub mod reconcile;
-pub mod run;
-// filter rollout: new filter modules checked in wasmtime, then rolled out.
+pub mod render;
 pub mod rollout;
-// hosted-cluster engineer: apps ingress in the hosted cluster, public DNS (issue 7).
-pub mod hosted;
+pub mod run;

@@ -87,11 +87,24 @@ pub enum Failure {
     Connect(String),
     /// The replica answered a status other than 200 or 409 (e.g. 400 with the
     /// entry named, 401/403 for a token mismatch).
-    Refused { status: u16, message: String },
+    Refused {
+        /// The HTTP status.
+        status: u16,
+        /// The error the replica gave.
+        message: String,
+    },
     /// The replica holds a different table at a generation at or above ours.
-    Stale { generation: u64, digest: String },
+    Stale {
+        /// The replica's generation.
+        generation: u64,
+        /// The replica's digest.
+        digest: String,
+    },
     /// The replica accepted the table but reports another digest.
-    DigestMismatch { digest: String },
+    DigestMismatch {
+        /// The digest the replica reports.
+        digest: String,
+    },
     /// The answer was not the JSON the API documents.
     BadResponse(String),
 }

@@ -33,7 +33,7 @@
 //! With a filter module ([`RenderInput::filter`], `--filter-wasm`) each
 //! proxy also gets its `<proxy>-filter` ConfigMap as the filter rollout
 //! writes it on a fresh cluster (built by the rollout's own planner,
-//! [`crate::rollout::plan`]), and Envoy's config names that module. The
+//! [`crate::plan::filter`]), and Envoy's config names that module. The
 //! module first passes the rollout's wasmtime check against every rendered
 //! routing table, as in the controller; a refused module fails the render.
 //! Without one, Envoy's projected config volume names a ConfigMap the output
@@ -47,12 +47,11 @@ use anyhow::{Context, bail};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use oooi_routes::RouteTable;
 use oooi_wasm_host::check::{CheckLimits, check_module};
 
 use crate::crd::{DHCPServer, DNSServer, Infra, InfraClusterAttachment, ProxyServer};
+use crate::plan::filter::{self as rollout_plan, Deployed, FilterPlan, Module, Verdict};
 use crate::plan::{self, HostedClusterKey, Observed, ObservedCluster};
-use crate::rollout::plan::{self as rollout_plan, Deployed, FilterPlan, Module, Verdict};
 
 /// Push token used when none is given: rendering is deterministic, and the
 /// controller makes the real one (a random Secret) in the cluster.
@@ -282,27 +281,23 @@ fn render_children(
     if let Some(p) = proxy {
         let name = p.metadata.name.clone().unwrap_or_default();
         out.objects.push(object_of(p)?);
-        // As the ProxyServer reconcile plans them: the children from the
-        // proxy as the filter rollout points it at its module, plus the
-        // rollout's derived ConfigMap.
+        // As the ProxyServer reconcile plans them (the same planner).
         let filter = match common.filter {
             Some((module, verdict)) => Some(first_rollout(p, module, verdict)?),
             None => None,
         };
+        let objects = plan::proxy::objects(
+            p,
+            common.push_token,
+            filter.as_ref(),
+            Some(common.controller_namespace),
+        )
+        .with_context(|| format!("ProxyServer {name}"))?;
+        out.objects.extend(objects.to_values());
         let child_proxy = match &filter {
             Some(f) => f.proxy_for_children(p),
             None => p.clone(),
         };
-        let mut children = plan::proxy::children(&child_proxy, common.push_token)
-            .with_context(|| format!("ProxyServer {name}"))?;
-        children.config_map = filter.as_ref().and_then(|f| f.config_map(p));
-        out.objects.extend(children.to_values());
-        // The reconciler applies this beside the children.
-        out.objects
-            .push(object_of(&plan::network_policy::push_api_policy(
-                p,
-                common.controller_namespace,
-            ))?);
         let table = plan::proxy::table(&p.spec, 1);
         out.files.push((
             dir.join(format!("{name}-routes.json")),
@@ -355,18 +350,6 @@ fn first_rollout(
     Ok(planned)
 }
 
-/// The routing tables the controller checks a new module against: each
-/// proxy's next table (generation 1 on a fresh cluster), the valid ones,
-/// each once.
-fn check_tables(proxies: &[&ProxyServer]) -> Vec<RouteTable> {
-    let mut seen = std::collections::BTreeSet::new();
-    proxies
-        .iter()
-        .map(|p| plan::proxy::table(&p.spec, 1))
-        .filter(|t| t.validate().is_ok() && seen.insert(t.digest()))
-        .collect()
-}
-
 /// The controller's pre-rollout check of the module against every rendered
 /// routing table (`oooi_wasm_host::check::check_module`, the same limits).
 /// A refused module is an error naming the failed check.
@@ -390,7 +373,11 @@ fn check_filter(
         ));
         return Ok(Verdict::Passed);
     }
-    let report = check_module(&m.bytes, &check_tables(proxies), &filter.limits);
+    let report = check_module(
+        &m.bytes,
+        &plan::proxy::check_tables(proxies.iter().copied()),
+        &filter.limits,
+    );
     match report.failure {
         None => Ok(Verdict::Passed),
         Some(f) => bail!(

@@ -2,7 +2,7 @@
 //!
 //! Starts the HTTP server (`/metrics`, `/healthz`, `/readyz`), waits for the
 //! leader Lease (unless `--leader-election=false`), runs the controllers
-//! ([`crate::reconcile::run`]) and shuts down gracefully on SIGTERM or SIGINT:
+//! ([`crate::controllers::run`]) and shuts down gracefully on SIGTERM or SIGINT:
 //! in-flight reconciliations finish, the Lease is released so a standby takes
 //! over at once, and the HTTP server stops last.
 //!
@@ -275,7 +275,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 key: args.filter_key.clone(),
             },
         };
-        let controllers = crate::reconcile::run(
+        let controllers = crate::controllers::run(
             client.clone(),
             settings,
             metrics.clone(),

@@ -1,9 +1,11 @@
-//! The hosted-cluster side of attachments (issue 7) against two mocked APIs:
+//! The hosted-cluster side of attachments against two mocked APIs:
 //! the management cluster and the hosted cluster. Scenarios drive the real
 //! attachment and Infra reconcilers and assert the exact hosted requests,
 //! the apps ingress status, the observed VIP, the reconcile triggers and the
 //! management-side public DNS Service. Management requests are checked
 //! against the controller's RBAC.
+
+#![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
 
 mod mock_api;
 mod reconcile_support;

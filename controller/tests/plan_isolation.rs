@@ -4,6 +4,8 @@
 //! changes and removed attachments, decided with the routing table's own
 //! matcher.
 
+#![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
+
 mod plan_support;
 
 use std::net::IpAddr;

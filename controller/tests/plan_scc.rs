@@ -2,6 +2,8 @@
 //! least privileged SCC that admits it, through a Role and RoleBinding owned
 //! like the Deployment.
 
+#![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
+
 mod plan_support;
 
 use oooi_controller::plan::scc::{

@@ -3,6 +3,8 @@
 //! restarted Envoy, a replica ahead of us, concurrent pushes, and replicas
 //! that refuse or do not answer.
 
+#![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
+
 use std::net::{IpAddr, SocketAddr};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

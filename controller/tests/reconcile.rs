@@ -4,6 +4,8 @@
 //! `fieldManager=oooi-controller`, status patches, finalizer add and remove.
 //! Every request is also checked against the controller's RBAC rules.
 
+#![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
+
 mod mock_api;
 mod reconcile_support;
 

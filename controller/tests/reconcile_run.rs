@@ -5,6 +5,8 @@
 //! through its watches, and on SIGTERM stops reconciling, releases the Lease
 //! and exits 0.
 
+#![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
+
 mod mock_api;
 
 use std::io::Read;

@@ -9,8 +9,8 @@ use std::process::{Command, Output};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use oooi_controller::crd::ProxyServer;
+use oooi_controller::plan::filter::{self as rollout, Deployed, Module, Target, Verdict};
 use oooi_controller::render::{self, FilterInput, RenderInput};
-use oooi_controller::rollout::plan::{self as rollout, Deployed, Module, Target, Verdict};
 use serde_json::Value;
 
 const NS: &str = "oooi";

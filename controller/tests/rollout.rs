@@ -5,6 +5,8 @@
 //! and the Envoy Secret (ECDS files naming the module through `..data`), never
 //! the Deployment (Envoy does not restart), and the status.
 
+#![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
+
 mod mock_api;
 mod reconcile_support;
 

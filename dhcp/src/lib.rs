@@ -5,8 +5,8 @@
 //! [`leases::LeaseTable`]; [`server`] owns the socket, the durable
 //! [`lease_store`] (pipelined group commit: no ACK leaves before an fdatasync
 //! covering its lease, ordering rule in [`commit`]), and periodic work.
-//! [`config`] is the typed config file, [`reload`] watches it, [`metrics`]
-//! the Prometheus endpoint.
+//! [`config`] is the typed config file (reloaded by `oooi-reload`),
+//! [`metrics`] the Prometheus endpoint.
 
 pub mod commit;
 pub mod config;
@@ -14,5 +14,4 @@ pub mod lease_store;
 pub mod leases;
 pub mod metrics;
 pub mod pipeline;
-pub mod reload;
 pub mod server;

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use oooi_dhcp::config::Config;
 use oooi_dhcp::lease_store::{DECLINED_MAC, LeaseStore};
-use oooi_dhcp::metrics::serve_http;
+use oooi_dhcp::metrics::{ResultLabels, metrics, serve_http};
 use oooi_dhcp::server::{self, Durability, Server};
+use oooi_reload::{Outcome, Reloader, Settings};
 
 /// DHCPv4 server for the oooi isolated VLAN.
 ///
@@ -104,14 +105,28 @@ async fn serve(
     metrics_addr: SocketAddr,
     durability: Durability,
 ) -> anyhow::Result<()> {
-    let c = Config::load(&config).map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
+    let (c, reloader) = Reloader::start(&config, Settings::default(), Config::from_yaml)?;
     let (store, recovery) = LeaseStore::open(&data_dir)
         .map_err(|e| anyhow::anyhow!("cannot open lease store {}: {e}", data_dir.display()))?;
     server::report_recovery(&data_dir, &recovery, store.leases().len());
     let socket = server::open_socket(c.interface.as_deref(), server::SERVER_PORT)
         .map_err(|e| anyhow::anyhow!("cannot open UDP 0.0.0.0:67: {e}"))?;
     let (tx, rx) = std::sync::mpsc::channel();
-    let _watcher = oooi_dhcp::reload::watch(&config, tx, || {})?;
+    let _watch = reloader.spawn(move |outcome| {
+        let result = match outcome {
+            Outcome::Accepted(c) => {
+                let _ = tx.send(c);
+                "ok"
+            }
+            Outcome::Rejected(_) => "rejected",
+        };
+        metrics()
+            .reloads
+            .get_or_create(&ResultLabels {
+                result: result.to_string(),
+            })
+            .inc();
+    });
     let server = Server::new(socket, store, Arc::new(c), rx, durability);
     let dhcp = tokio::task::spawn_blocking(move || server.run());
     tokio::select! {

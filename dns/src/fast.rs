@@ -21,6 +21,7 @@ use prometheus_client::metrics::counter::Counter;
 use crate::answer::{Answer, SOA_MNAME, SOA_RNAME, SOA_TIMERS, answer, from_set, negative_ttl};
 use crate::config::{Config, View};
 use crate::forward::Forwarder;
+use crate::metrics::{qtype_label, query_counter};
 
 /// Largest reply the fast path writes: the EDNS buffer we advertise.
 pub const MAX_REPLY: usize = 1232;
@@ -158,14 +159,7 @@ fn build_reply(view: &View, a: &Answer, qtype: RecordType) -> Option<Reply> {
         }
         Answer::Forward => return None,
     };
-    let counter = crate::metrics::metrics()
-        .queries
-        .get_or_create(&crate::metrics::QueryLabels {
-            view: view.name.clone(),
-            qtype: qtype.to_string(),
-            rcode: rcode.to_string(),
-        })
-        .clone();
+    let counter = query_counter(&view.name, qtype_label(qtype), rcode);
     Some(Reply {
         rcode: u16::from(rcode) as u8,
         answers,
@@ -292,6 +286,15 @@ pub fn answerable(query: &[u8]) -> bool {
     query.len() >= 12 && query[2] & 0x80 == 0
 }
 
+/// The OPT record of a fast reply.
+#[derive(Debug, Clone, Copy)]
+struct Opt {
+    /// The buffer size we advertise.
+    size: u16,
+    /// The client's DNSSEC OK bit, echoed.
+    dnssec_ok: bool,
+}
+
 /// Writes the header, the question and `body`, then the OPT; returns the
 /// reply length. The caller checked the size.
 #[allow(clippy::too_many_arguments)]
@@ -303,7 +306,7 @@ fn write_reply(
     rcode: u8,
     counts: [u16; 3],
     body: &[u8],
-    edns: Option<u16>,
+    edns: Option<Opt>,
 ) -> usize {
     out[0] = q[0];
     out[1] = q[1];
@@ -318,10 +321,14 @@ fn write_reply(
     out[12..qend].copy_from_slice(&q[12..qend]);
     let mut w = qend + body.len();
     out[qend..w].copy_from_slice(body);
-    if let Some(size) = edns {
-        // Our OPT: root owner, buffer size, no extended rcode, version 0.
+    if let Some(opt) = edns {
+        // Our OPT: root owner, buffer size, no extended rcode, version 0,
+        // the client's DO bit (RFC 3225), no options.
         out[w..w + 11].copy_from_slice(&[0, 0, 41, 0, 0, 0, 0, 0, 0, 0, 0]);
-        out[w + 3..w + 5].copy_from_slice(&size.to_be_bytes());
+        out[w + 3..w + 5].copy_from_slice(&opt.size.to_be_bytes());
+        if opt.dnssec_ok {
+            out[w + 7] = 0x80;
+        }
         w += 11;
     }
     w
@@ -379,13 +386,15 @@ fn respond(v: &FastView, q: &[u8], out: &mut [u8; MAX_REPLY], fwd: &Forwarder) -
     }
     // EDNS(0): a root-owned OPT filling the rest of the packet.
     let mut limit = 512usize;
-    let edns = counts[3] == Some(1);
-    if edns {
-        let (Some(&0), Some(41), Some(size), Some(&0), Some(rdlen)) = (
+    let mut edns = None;
+    if counts[3] == Some(1) {
+        // Version 0 only: others get BADVERS from the handler.
+        let (Some(&0), Some(41), Some(size), Some(&0), Some(&flags), Some(rdlen)) = (
             q.get(qend),
             be16(q, qend + 1),
             be16(q, qend + 3),
             q.get(qend + 6),
+            q.get(qend + 7),
             be16(q, qend + 9),
         ) else {
             return Fast::Slow;
@@ -406,10 +415,13 @@ fn respond(v: &FastView, q: &[u8], out: &mut [u8; MAX_REPLY], fwd: &Forwarder) -
             return Fast::Slow;
         }
         limit = usize::from(size).clamp(512, MAX_REPLY);
+        edns = Some(Opt {
+            size: limit as u16,
+            dnssec_ok: flags & 0x80 != 0,
+        });
     } else if qend != q.len() {
         return Fast::Slow;
     }
-    let edns = edns.then_some(limit as u16);
     let opt = if edns.is_some() { 11 } else { 0 };
     let Some(entry) = v.lookup(&name[..len], &labels[..n]) else {
         // Forwarded: answer from the cache when it holds this name.
@@ -431,14 +443,8 @@ fn respond(v: &FastView, q: &[u8], out: &mut [u8; MAX_REPLY], fwd: &Forwarder) -
             let rcode = out[3] & 0x0f;
             v.forwarded[t][usize::from(rcode)]
                 .get_or_init(|| {
-                    crate::metrics::metrics()
-                        .queries
-                        .get_or_create(&crate::metrics::QueryLabels {
-                            view: v.name.clone(),
-                            qtype: if t == 1 { "AAAA" } else { "A" }.to_string(),
-                            rcode: ResponseCode::from(0, rcode).to_string(),
-                        })
-                        .clone()
+                    let qtype = if t == 1 { "AAAA" } else { "A" };
+                    query_counter(&v.name, qtype, ResponseCode::from(0, rcode))
                 })
                 .inc();
         }

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Message, OpCode, Query, ResponseCode};
-use hickory_proto::rr::{LowerName, Name};
+use hickory_proto::rr::{LowerName, Name, Record};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::config::Upstreams;
@@ -78,14 +78,21 @@ fn wire_answer(query: &Query, m: &Message) -> Option<WireAnswer> {
     if rcode > 15 {
         return None;
     }
+    let qname = Name::from(&LowerName::new(query.name()));
+    // Owners spelled like the question (in any case) are written as a
+    // pointer to it, so that each client reads back its own spelling.
+    let owned = |r: &Record| {
+        let mut r = r.clone();
+        if r.name == qname {
+            r.name = qname.clone();
+        }
+        r
+    };
     let mut msg = Message::response(0, OpCode::Query);
-    msg.add_query(Query::query(
-        Name::from(&LowerName::new(query.name())),
-        query.query_type(),
-    ));
-    msg.add_answers(m.answers.iter().cloned());
-    msg.add_authorities(m.authorities.iter().cloned());
-    msg.add_additionals(m.additionals.iter().cloned());
+    msg.add_query(Query::query(qname.clone(), query.query_type()));
+    msg.add_answers(m.answers.iter().map(owned));
+    msg.add_authorities(m.authorities.iter().map(owned));
+    msg.add_additionals(m.additionals.iter().map(owned));
     let bytes = msg.to_vec().ok()?;
     let qend = skip_name(&bytes, 12)? + 4;
     let count = |at: usize| u16::from_be_bytes([bytes[at], bytes[at + 1]]);

@@ -3,20 +3,25 @@
 
 use std::sync::OnceLock;
 
+use hickory_proto::op::ResponseCode;
+use hickory_proto::rr::RecordType;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::config::Config;
+
 /// Labels of `oooi_dns_queries_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QueryLabels {
     /// View name, or `none` when no view matched.
     pub view: String,
-    /// Query type, e.g. `A`.
+    /// Query type, e.g. `A` (see [`qtype_label`]).
     pub qtype: String,
-    /// Response code, e.g. `NXDomain`.
+    /// Response code mnemonic, e.g. `NXDOMAIN` (see [`rcode_label`]).
     pub rcode: String,
 }
 
@@ -115,6 +120,118 @@ pub fn metrics() -> &'static Metrics {
             reloads,
         }
     })
+}
+
+/// The label of a response code: its IANA mnemonic (`NOERROR`,
+/// `NXDOMAIN`, `SERVFAIL`, ...).
+pub fn rcode_label(rc: ResponseCode) -> &'static str {
+    match u16::from(rc) {
+        0 => "NOERROR",
+        1 => "FORMERR",
+        2 => "SERVFAIL",
+        3 => "NXDOMAIN",
+        4 => "NOTIMP",
+        5 => "REFUSED",
+        6 => "YXDOMAIN",
+        7 => "YXRRSET",
+        8 => "NXRRSET",
+        9 => "NOTAUTH",
+        10 => "NOTZONE",
+        16 => "BADVERS",
+        17 => "BADKEY",
+        18 => "BADTIME",
+        23 => "BADCOOKIE",
+        _ => "OTHER",
+    }
+}
+
+/// The label of a query type: its name for the common types, `OTHER` for
+/// the rest (a client choosing arbitrary types cannot grow the label set).
+pub fn qtype_label(t: RecordType) -> &'static str {
+    match t {
+        RecordType::A => "A",
+        RecordType::AAAA => "AAAA",
+        RecordType::ANY => "ANY",
+        RecordType::CAA => "CAA",
+        RecordType::CNAME => "CNAME",
+        RecordType::DNSKEY => "DNSKEY",
+        RecordType::DS => "DS",
+        RecordType::HTTPS => "HTTPS",
+        RecordType::MX => "MX",
+        RecordType::NS => "NS",
+        RecordType::PTR => "PTR",
+        RecordType::SOA => "SOA",
+        RecordType::SRV => "SRV",
+        RecordType::SVCB => "SVCB",
+        RecordType::TXT => "TXT",
+        _ => "OTHER",
+    }
+}
+
+/// Counts one answered query.
+pub fn count_query(view: &str, qtype: &str, rc: ResponseCode) {
+    query_counter(view, qtype, rc).inc();
+}
+
+/// The counter of queries of `view` and `qtype` answered with `rc`.
+pub fn query_counter(view: &str, qtype: &str, rc: ResponseCode) -> Counter {
+    metrics()
+        .queries
+        .get_or_create(&QueryLabels {
+            view: view.to_string(),
+            qtype: qtype.to_string(),
+            rcode: rcode_label(rc).to_string(),
+        })
+        .clone()
+}
+
+/// Creates, at 0, the counters a config will move, so that every series
+/// exists from the start: queries per view for the usual types and
+/// outcomes, undecodable queries, failures per upstream and per listener,
+/// and reloads by result.
+pub fn prime(config: &Config) {
+    let m = metrics();
+    let views = config.views.iter().map(|v| v.name.as_str()).chain(["none"]);
+    for view in views {
+        for qtype in ["A", "AAAA"] {
+            for rc in [
+                ResponseCode::NoError,
+                ResponseCode::NXDomain,
+                ResponseCode::ServFail,
+                ResponseCode::Refused,
+            ] {
+                query_counter(view, qtype, rc);
+            }
+        }
+        query_counter(view, "unknown", ResponseCode::FormErr);
+    }
+    for server in &config.upstreams.servers {
+        let labels = UpstreamLabels {
+            upstream: server.to_string(),
+        };
+        let _ = m.upstream_failures.get_or_create(&labels);
+        let _ = m.upstream_duration.get_or_create(&labels);
+    }
+    for addr in config.listen_addresses() {
+        let _ = m.listen_failures.get_or_create(&ListenLabels {
+            address: addr.to_string(),
+        });
+    }
+    for result in ["ok", "rejected"] {
+        let _ = m.reloads.get_or_create(&ReloadLabels {
+            result: result.to_string(),
+        });
+    }
+}
+
+/// Counts one config reload with `result` `ok` or `rejected`.
+pub fn count_reload(result: &str) {
+    metrics()
+        .reloads
+        .get_or_create(&ReloadLabels {
+            result: result.to_string(),
+        })
+        .inc();
 }
 
 /// Text exposition of every metric.

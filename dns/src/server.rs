@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use hickory_proto::op::{Header, HeaderCounts, Message, ResponseCode};
 use hickory_proto::rr::Record;
 use hickory_proto::serialize::binary::BinEncoder;
 use hickory_server::net::NetError;
@@ -46,6 +47,7 @@ pub struct Engine {
 impl Engine {
     /// An engine serving `config`.
     pub fn new(config: Config) -> Self {
+        crate::metrics::prime(&config);
         Engine {
             state: Arc::new(ArcSwap::from_pointee(State::new(config))),
             forwarder: Arc::new(Forwarder::default()),
@@ -55,6 +57,7 @@ impl Engine {
 
     /// Puts `config` in force for every following query.
     pub fn replace(&self, config: Config) {
+        crate::metrics::prime(&config);
         self.state.store(Arc::new(State::new(config)));
     }
 
@@ -81,7 +84,7 @@ impl Engine {
             return Fast::Drop;
         }
         let state = self.state.load();
-        match state.config.select_view_index(local, client) {
+        match crate::views::select_index(&state.config, local, client) {
             Some(view) => state.fast.respond(view, query, out, &self.forwarder),
             None => Fast::Slow,
         }
@@ -112,6 +115,10 @@ impl Engine {
             }
             Err(e) => {
                 tracing::debug!(%src, error = %e, "undecodable query");
+                let state = self.state.load();
+                let view = crate::views::select(&state.config, local, src.ip())
+                    .map_or("none", |v| v.name.as_str());
+                crate::metrics::count_query(view, "unknown", ResponseCode::FormErr);
                 Some(formerr(&head))
             }
         }
@@ -142,6 +149,28 @@ pub fn formerr(head: &[u8; 12]) -> Vec<u8> {
     r[2] = 0x80 | (head[2] & 0x79);
     r[3] = (head[3] & 0x10) | 1;
     r
+}
+
+/// The truncated form of a reply too large for the client's UDP buffer:
+/// the header with TC set, the question and the OPT record, no records
+/// (RFC 2181 section 9: the client retries over TCP).
+pub fn truncated(full: &[u8]) -> Result<(Vec<u8>, Header), NetError> {
+    let mut m = Message::from_vec(full)?;
+    m.answers.clear();
+    m.authorities.clear();
+    m.additionals.clear();
+    m.metadata.truncation = true;
+    let bytes = m.to_vec()?;
+    let header = Header {
+        metadata: m.metadata,
+        counts: HeaderCounts {
+            queries: u16::try_from(m.queries.len()).unwrap_or(u16::MAX),
+            answers: 0,
+            authorities: 0,
+            additionals: u16::from(m.edns.is_some()),
+        },
+    };
+    Ok((bytes, header))
 }
 
 /// A `ResponseHandler` that encodes the response, as hickory's does (the
@@ -184,8 +213,14 @@ impl ResponseHandler for Capture {
         };
         let mut bytes = Vec::with_capacity(512);
         let mut encoder = BinEncoder::new(&mut bytes);
-        encoder.set_max_size(max);
-        let info = response.destructive_emit(&mut encoder)?;
+        let mut info = response.destructive_emit(&mut encoder)?;
+        if bytes.len() > usize::from(max) {
+            // hickory's own size limit leaves the bytes of the record that
+            // did not fit behind the last one; the answer is rebuilt here.
+            let (short, header) = truncated(&bytes)?;
+            bytes = short;
+            info = ResponseInfo::from(header);
+        }
         if let Ok(mut o) = self.out.lock() {
             *o = Some(bytes);
         }
@@ -329,15 +364,17 @@ impl Listeners {
 }
 
 /// Serves the engine's config: binds every listener (failing if one cannot
-/// be bound), serves `/metrics` and `/healthz`, and re-applies the listener
-/// set each time `changed` fires (after a reload).
+/// be bound), serves `/metrics` and `/healthz` on `metrics` or else the
+/// config's `http` address, and re-applies the listener set each time
+/// `changed` fires (after a reload).
 pub async fn serve(
     engine: Arc<Engine>,
     mut changed: tokio::sync::watch::Receiver<()>,
+    metrics: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
     let (addrs, http) = {
         let s = engine.config();
-        (s.config.listen_addresses(), s.config.http)
+        (s.config.listen_addresses(), metrics.or(s.config.http))
     };
     if let Some(http) = http {
         let listener = tokio::net::TcpListener::bind(http).await?;

@@ -1,37 +1,11 @@
 //! Real queries over loopback with `dig` against the `oooi-dns` binary.
 
-use std::process::{Child, Command};
+mod support;
+
+use std::process::Command;
 use std::time::Duration;
 
-struct Server(Child);
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start(dir: &std::path::Path, yaml: &str) -> Server {
-    let path = dir.join("config.yaml");
-    std::fs::write(&path, yaml).expect("write config");
-    let child = Command::new(env!("CARGO_BIN_EXE_oooi-dns"))
-        .args(["serve", "--config"])
-        .arg(&path)
-        .spawn()
-        .expect("start oooi-dns");
-    std::thread::sleep(Duration::from_millis(500));
-    Server(child)
-}
-
-fn dig(server: &str, port: u16, args: &[&str]) -> String {
-    let out = Command::new("dig")
-        .arg(format!("@{server}"))
-        .args(["-p", &port.to_string(), "+time=2", "+tries=1"])
-        .args(args)
-        .output()
-        .expect("dig is required: install dnsutils (tools/dev does)");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use support::{dig, spawn_upstream, start, start_at, wait_for};
 
 const PORT: u16 = 25353;
 
@@ -108,26 +82,6 @@ fn dig_sees_views_records_nodata_nxdomain_and_servfail() {
     );
 }
 
-fn start_at(path: &std::path::Path) -> Server {
-    let child = Command::new(env!("CARGO_BIN_EXE_oooi-dns"))
-        .args(["serve", "--config"])
-        .arg(path)
-        .spawn()
-        .expect("start oooi-dns");
-    std::thread::sleep(Duration::from_millis(500));
-    Server(child)
-}
-
-fn wait_for(mut f: impl FnMut() -> bool) -> bool {
-    for _ in 0..40 {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    false
-}
-
 #[test]
 fn configmap_symlink_swap_reloads_and_bad_file_keeps_last_good() {
     let port = 25354;
@@ -199,38 +153,6 @@ fn configmap_symlink_swap_reloads_and_bad_file_keeps_last_good() {
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .expect("curl is required");
     assert_eq!(health, "ok 200");
-}
-
-/// A tiny upstream on loopback: answers every A query with 203.0.113.7.
-fn spawn_upstream(addr: &str) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
-    use hickory_proto::op::Message;
-    use hickory_proto::rr::{RData, Record, rdata::A};
-    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let c = count.clone();
-    let sock = std::net::UdpSocket::bind(addr).expect("bind upstream");
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok((n, from)) = sock.recv_from(&mut buf) {
-            let Ok(q) = Message::from_vec(&buf[..n]) else {
-                continue;
-            };
-            c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let mut r = Message::response(q.metadata.id, q.metadata.op_code);
-            r.metadata.recursion_available = true;
-            for query in &q.queries {
-                r.add_query(query.clone());
-                r.add_answer(Record::from_rdata(
-                    query.name().clone(),
-                    60,
-                    RData::A(A::new(203, 0, 113, 7)),
-                ));
-            }
-            if let Ok(bytes) = r.to_vec() {
-                let _ = sock.send_to(&bytes, from);
-            }
-        }
-    });
-    count
 }
 
 #[test]

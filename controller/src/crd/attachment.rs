@@ -141,7 +141,7 @@ pub enum Isolation {
     Strict,
 }
 
-/// Apps ingress settings (issue 7): a MetalLB VIP in the hosted cluster in
+/// Apps ingress settings: a MetalLB VIP in the hosted cluster in
 /// front of an IngressController, published in DNS and routed by the proxy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -309,7 +309,7 @@ pub struct InfraClusterAttachmentStatus {
     /// routes are dropped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conflicting_addresses: Vec<String>,
-    /// Apps ingress progress (issue 7); absent while apps ingress is off.
+    /// Apps ingress progress; absent while apps ingress is off.
     // Serialized as `null` when off, so a merge patch of the status removes it.
     #[serde(default)]
     pub apps_ingress: Option<AppsIngressStatus>,

@@ -1,4 +1,4 @@
-//! Schema helpers: component config documents embedded in the derived kinds.
+//! Schemas of the component config documents embedded in the derived kinds.
 //!
 //! The config formats belong to their crates (`oooi-dhcp`, `oooi-dns`,
 //! `oooi-routes`), which validate them; the CRD only says "an object" and keeps

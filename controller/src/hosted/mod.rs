@@ -1,24 +1,29 @@
-//! The hosted-cluster side of an attachment (issue 7).
+//! The hosted-cluster side of an attachment.
 //!
 //! - [`client`]: a kube client for the hosted cluster, from the admin
 //!   kubeconfig the HostedCluster's status names, pointed at the
 //!   control-plane API Service inside the management cluster while keeping
 //!   the kubeconfig's TLS server name.
-//! - [`plan`]: pure planners. The hosted objects of apps ingress (OLM
+//! - [`metallb`]: pure planner of apps ingress: the hosted objects (OLM
 //!   install of MetalLB in `Managed` mode, the `IPAddressPool`, the
-//!   `L2Advertisement`, the apps LoadBalancer Service) and its status; the
-//!   management-side public Service for ExternalDNS.
-//! - [`reconcile`]: the I/O, called from the attachment reconciler. Hosted
-//!   cluster errors never fail that reconcile: they land in
-//!   `status.appsIngress` and the rest of the VLAN stack keeps converging.
+//!   `L2Advertisement`, the apps LoadBalancer Service) and its status.
+//! - [`public_dns`]: pure planner of the management-side public Service for
+//!   ExternalDNS.
+//! - [`kinds`]: the API kinds written in a hosted cluster and the labels of
+//!   everything written there.
+//! - The I/O lives with the reconcilers ([`crate::reconcile::hosted`]),
+//!   called from the attachment reconciler. Hosted cluster errors never fail
+//!   that reconcile: they land in `status.appsIngress` and the rest of the
+//!   VLAN stack keeps converging.
 //! - [`watch`]: one watch per attachment on the apps Service in the hosted
 //!   cluster; a new or changed VIP goes into [`Hosted::vip`] (which
 //!   [`crate::observe::Observations::observed`] reads) and triggers the
 //!   Infra reconcile at once.
 
 pub mod client;
-pub mod plan;
-pub mod reconcile;
+pub mod kinds;
+pub mod metallb;
+pub mod public_dns;
 pub mod watch;
 
 use std::collections::BTreeMap;

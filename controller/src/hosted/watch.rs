@@ -14,7 +14,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tracing::{debug, warn};
 
 use super::Hosted;
-use super::plan::vip_of;
+use super::metallb::vip_of;
 use crate::crd::InfraClusterAttachment;
 
 /// What one watch event means for the VIP: `Some(vip)` to record (`None`

@@ -40,6 +40,14 @@ impl PlannedCondition {
     }
 }
 
+/// Status of condition `type_` in `conditions`, if present.
+pub fn condition_status<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a str> {
+    conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.as_str())
+}
+
 /// Merges planned conditions into the existing list: a condition whose status
 /// did not change keeps its `lastTransitionTime`, so re-applying an unchanged
 /// status is a no-op. Conditions not planned are dropped. The result is in

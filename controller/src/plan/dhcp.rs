@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use oooi_dhcp::config::{RawConfig, RawRange, RawReservation};
 
-use super::aggregate::AttachmentOutcome;
+use super::attachments::AttachmentOutcome;
 use super::labels::{Component, child_meta, instance_of};
 use super::network::Network;
 use super::workload::{

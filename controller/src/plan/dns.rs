@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use oooi_dns::config::{RawCluster, RawConfig, RawUpstreams, RawView, ViewKind};
 
-use super::aggregate::AttachmentOutcome;
+use super::attachments::AttachmentOutcome;
 use super::labels::{Component, child_meta, instance_of, selector};
 use super::network::Network;
 use super::workload::{
@@ -73,6 +73,7 @@ pub fn config(
     Some(RawConfig {
         http: Some(format!("0.0.0.0:{HTTP_PORT}")),
         ttl: None,
+        chaos: None,
         upstreams: RawUpstreams {
             servers: network.upstreams.iter().map(|a| a.to_string()).collect(),
             ..RawUpstreams::default()

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
-use super::aggregate::{AttachmentOutcome, aggregate};
+use super::aggregate::aggregate;
+use super::attachments::AttachmentOutcome;
 use super::conditions::{PlannedCondition, merge_conditions};
 use super::labels::{Component, INFRA_LABEL, owner_refs};
 use super::network::{FieldError, field_error, parse_network};
@@ -184,18 +185,14 @@ pub fn component_status(enabled: bool, deployment: Option<&Deployment>) -> Compo
             ..ComponentStatus::default()
         };
     };
-    let desired = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-    let st = d.status.clone().unwrap_or_default();
-    let ready_replicas = st.ready_replicas.unwrap_or(0);
-    let updated = st.updated_replicas.unwrap_or(0);
-    let current_gen = st.observed_generation >= d.metadata.generation;
-    let ready = current_gen && ready_replicas >= desired && updated >= desired;
+    let r = super::readiness::readiness(d);
+    let (desired, ready_replicas, updated) = (r.replicas, r.ready, r.updated);
     ComponentStatus {
         enabled: true,
-        ready,
+        ready: r.complete,
         replicas: desired,
         ready_replicas,
-        message: (!ready)
+        message: (!r.complete)
             .then(|| format!("{ready_replicas}/{desired} ready, {updated} up to date")),
     }
 }

@@ -11,20 +11,28 @@
 //!    object → its Deployment, ConfigMap/Secret, ServiceAccount, Services, PVC.
 
 pub mod aggregate;
+pub mod apps_pools;
+pub mod attachments;
 pub mod conditions;
 pub mod dhcp;
 pub mod dns;
+pub mod filter;
+#[cfg(test)]
+pub(crate) mod fixtures;
 pub mod infra;
 pub mod labels;
 pub mod network;
 pub mod network_policy;
 pub mod observed;
 pub mod proxy;
+pub mod readiness;
+pub mod reservations;
 pub mod scc;
+pub mod workers;
 pub mod workload;
 
-pub use aggregate::{AttachmentOutcome, Exclusion};
-pub use conditions::{PlannedCondition, merge_conditions};
+pub use attachments::{AttachmentOutcome, Exclusion};
+pub use conditions::{PlannedCondition, condition_status, merge_conditions};
 pub use infra::{DesiredComponents, InfraPlan, plan_infra};
 pub use observed::{HostedClusterKey, Observed, ObservedCluster, ObservedMachine, ObservedVmi};
 pub use workload::Children;

@@ -58,7 +58,7 @@ pub struct ObservedCluster {
     /// KubeVirt VirtualMachineInstances of those NodePools.
     #[serde(default)]
     pub vmis: Vec<ObservedVmi>,
-    /// The apps ingress VIP (issue 7), once MetalLB assigned one.
+    /// The apps ingress VIP, once MetalLB assigned one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub apps_vip: Option<Ipv4Addr>,
 }

@@ -40,9 +40,13 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use oooi_routes::{Cidr, Route, RouteMatch, RouteTable, Upstream};
 
-use super::aggregate::{AttachmentOutcome, ResolvedService};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+
+use super::attachments::{AttachmentOutcome, ResolvedService};
+use super::filter::FilterPlan;
 use super::labels::{Component, child_meta, instance_of, push_token_secret_name, selector};
 use super::network::Network;
+use super::network_policy::push_api_policy;
 use super::workload::{
     Children, PodPlan, deployment, http_probe, mount, port, resources, service_account, tcp_probe,
 };
@@ -208,6 +212,32 @@ pub fn table(spec: &ProxyServerSpec, generation: u64) -> RouteTable {
     }
 }
 
+/// The table to push to `proxy`'s replicas: its spec's routes under the
+/// generation last pushed (from its status) when they are the same routes,
+/// else under the next generation (1 on a fresh proxy).
+pub fn next_table(proxy: &ProxyServer) -> RouteTable {
+    let st = proxy.status.clone().unwrap_or_default();
+    let last = st.routes_generation.unwrap_or(0).max(0) as u64;
+    if last > 0 {
+        let same = table(&proxy.spec, last);
+        if st.routes_digest.as_deref() == Some(same.digest().as_str()) {
+            return same;
+        }
+    }
+    table(&proxy.spec, last + 1)
+}
+
+/// The tables a new filter module is checked against before any Envoy may
+/// load it: the next table of every proxy, the valid ones, each once.
+pub fn check_tables<'a>(proxies: impl IntoIterator<Item = &'a ProxyServer>) -> Vec<RouteTable> {
+    let mut seen = BTreeSet::new();
+    proxies
+        .into_iter()
+        .map(next_table)
+        .filter(|t| t.validate().is_ok() && seen.insert(t.digest()))
+        .collect()
+}
+
 /// The ProxyServer spec derived from an Infra (None when the proxy is disabled).
 pub fn spec(
     infra: &Infra,
@@ -320,6 +350,51 @@ pub fn validate(spec: &ProxyServerSpec) -> Result<(), String> {
     Ok(())
 }
 
+/// Everything a ProxyServer owns, as its reconciler applies it and `render`
+/// prints it.
+#[derive(Debug, Clone)]
+pub struct ProxyObjects {
+    /// The children, with the filter rollout's ConfigMap.
+    pub children: Children,
+    /// The NetworkPolicy that admits the push API from the controller's
+    /// namespace only (none when that namespace is unknown).
+    pub push_policy: Option<NetworkPolicy>,
+}
+
+impl ProxyObjects {
+    /// Every object as JSON, in apply order.
+    pub fn to_values(&self) -> Vec<serde_json::Value> {
+        let mut out = self.children.to_values();
+        out.extend(
+            self.push_policy
+                .iter()
+                .filter_map(|p| serde_json::to_value(p).ok()),
+        );
+        out
+    }
+}
+
+/// The objects of `proxy`: its children planned from the proxy as the
+/// filter rollout points it at its module ([`FilterPlan::proxy_for_children`]),
+/// the rollout's derived ConfigMap, and the push API's NetworkPolicy.
+pub fn objects(
+    proxy: &ProxyServer,
+    push_token: &str,
+    filter: Option<&FilterPlan>,
+    controller_namespace: Option<&str>,
+) -> anyhow::Result<ProxyObjects> {
+    let child_proxy = match filter {
+        Some(f) => f.proxy_for_children(proxy),
+        None => proxy.clone(),
+    };
+    let mut children = children(&child_proxy, push_token)?;
+    children.config_map = filter.and_then(|f| f.config_map(proxy));
+    Ok(ProxyObjects {
+        children,
+        push_policy: controller_namespace.map(|ns| push_api_policy(proxy, ns)),
+    })
+}
+
 /// The children of a ProxyServer: ServiceAccount, the Envoy config Secret
 /// (it holds the push token), the internal ClusterIP Service, the headless
 /// push API Service (publishing not-ready pods, so the controller can push to
@@ -405,7 +480,7 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
                     },
                     VolumeProjection {
                         config_map: Some(ConfigMapProjection {
-                            name: crate::rollout::plan::config_map_name(&name),
+                            name: super::filter::config_map_name(&name),
                             optional: Some(true),
                             ..ConfigMapProjection::default()
                         }),

@@ -17,17 +17,18 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 
 use super::apply::apply;
-use super::infra::{condition_status, plan};
-use super::stores::cached;
+use super::step::{Announce, observe_infra, write_status};
 use super::{Context, Error, Result};
+use crate::cache::cached;
 use crate::crd::{
     AttachmentTotals, FINALIZER, Infra, InfraClusterAttachment, ProxyServer, condition, status,
 };
+use crate::plan::condition_status;
 use crate::plan::infra::{InfraPlan, attachment_status};
 use crate::plan::labels::Component;
 use crate::plan::network_policy::control_plane_policy;
@@ -86,7 +87,7 @@ async fn apply_attachment(att: &InfraClusterAttachment, ctx: &Context) -> Result
     let infra_name = &att.spec.infra_ref.name;
     let infra = cached::<Infra>(&ctx.stores.infras, &ns, infra_name);
     let plan = match &infra {
-        Some(i) => plan(ctx, i).await?.0,
+        Some(i) => observe_infra(ctx, i).await?,
         None => empty_plan(),
     };
     let proxy = cached::<ProxyServer>(
@@ -95,11 +96,8 @@ async fn apply_attachment(att: &InfraClusterAttachment, ctx: &Context) -> Result
         &Component::Proxy.derived_name(infra_name),
     );
     let routes_synced = proxy.as_ref().and_then(|p| {
-        condition_status(
-            p.status.as_ref().map(|s| &s.conditions[..]),
-            condition::ROUTES_SYNCED,
-        )
-        .map(|s| s == status::TRUE)
+        let st = p.status.as_ref()?;
+        condition_status(&st.conditions, condition::ROUTES_SYNCED).map(|s| s == status::TRUE)
     });
     let st = attachment_status(att, &plan, routes_synced, &(ctx.now)());
 
@@ -122,36 +120,12 @@ async fn apply_attachment(att: &InfraClusterAttachment, ctx: &Context) -> Result
     }
 
     // Apps ingress in the hosted cluster and public DNS (never fails the reconcile).
-    let st = crate::hosted::reconcile::apply(ctx, att, &plan, st).await;
-    let accepted_before = condition_status(
-        att.status.as_ref().map(|s| &s.conditions[..]),
-        condition::ACCEPTED,
-    );
-    let accepted_after = st
-        .conditions
-        .iter()
-        .find(|c| c.type_ == condition::ACCEPTED)
-        .cloned();
-    if att.status.as_ref() != Some(&st) {
-        let api: Api<InfraClusterAttachment> = Api::namespaced(ctx.client.clone(), &ns);
-        api.patch_status(
-            &att.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({ "status": st })),
-        )
-        .await?;
-    }
-    if let Some(c) = accepted_after
-        && accepted_before.as_deref() != Some(c.status.as_str())
-    {
-        let warning = c.status != status::TRUE;
-        let note = if c.message.is_empty() {
-            c.reason.clone()
-        } else {
-            c.message.clone()
-        };
-        ctx.event(att, warning, &c.reason, "Reconcile", note).await;
-    }
+    let st = super::hosted::apply(ctx, att, &plan, st).await;
+    let announce = Announce {
+        condition: condition::ACCEPTED,
+        action: "Reconcile",
+    };
+    write_status(ctx, att, att.status.as_ref(), &st, Some(announce)).await?;
     ctx.metrics
         .reconciled("InfraClusterAttachment", started.elapsed());
     Ok(Action::requeue(RESYNC))
@@ -161,6 +135,6 @@ async fn cleanup(att: &InfraClusterAttachment, ctx: &Context) -> Result<Action> 
     for p in policies_of(ctx, att) {
         delete_policy(ctx, &p).await?;
     }
-    crate::hosted::reconcile::cleanup(ctx, att).await?;
+    super::hosted::cleanup(ctx, att).await?;
     Ok(Action::await_change())
 }

@@ -10,27 +10,28 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Pod, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{Api, Patch, PatchParams};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
-use oooi_routes::RouteTable;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::json;
-use sha2::{Digest, Sha256};
 use tracing::info;
 
 use super::apply::{Applied, apply};
-use super::stores::cached;
+use super::step::{Announce, namespace, write_status};
 use super::{Context, Error, Result};
+use crate::cache::cached;
 use crate::crd::{
     DHCPServer, DNSServer, ProxyReplicaStatus, ProxyServer, ProxyServerStatus, ServerStatus,
-    condition, status,
+    condition,
 };
 use crate::plan::labels::instance_of;
+use crate::plan::proxy::next_table;
+use crate::plan::readiness::{
+    Rollout, config_digest, invalid_conditions, rollout, rollout_conditions, server_status,
+};
 use crate::plan::{Children, PlannedCondition, merge_conditions};
 use crate::push::{Outcome, Replica};
 
@@ -41,13 +42,6 @@ const RETRY_PUSH: Duration = Duration::from_secs(5);
 /// Periodic check of in-sync replicas (catches an Envoy restart the pod
 /// watch did not show, e.g. a crash loop between two watch events).
 const CHECK_PUSH: Duration = Duration::from_secs(60);
-
-fn namespace<K: Resource>(obj: &K) -> Result<String> {
-    obj.meta()
-        .namespace
-        .clone()
-        .ok_or(Error::MissingField("metadata.namespace"))
-}
 
 async fn apply_one<K>(ctx: &Context, store: &Store<K>, ns: &str, desired: &K) -> Result<Applied>
 where
@@ -95,117 +89,10 @@ pub async fn apply_children(ctx: &Context, ns: &str, c: &Children) -> Result<usi
     Ok(written.iter().filter(|w| **w == Applied::Written).count())
 }
 
-/// Replicas and readiness of a Deployment, from the cache.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Rollout {
-    /// Desired replicas.
-    pub replicas: i32,
-    /// Ready replicas.
-    pub ready: i32,
-    /// All desired replicas are ready and run the current template.
-    pub complete: bool,
-    /// Why not, when not.
-    pub message: String,
-}
-
-/// Reads the rollout state of Deployment `name`.
-pub fn rollout(ctx: &Context, ns: &str, name: &str) -> Rollout {
-    let Some(d) = cached::<Deployment>(&ctx.stores.deployments, ns, name) else {
-        return Rollout {
-            message: format!("Deployment {name} not created yet"),
-            ..Rollout::default()
-        };
-    };
-    let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-    let st = d.status.clone().unwrap_or_default();
-    let ready = st.ready_replicas.unwrap_or(0);
-    let updated = st.updated_replicas.unwrap_or(0);
-    let observed = st.observed_generation.unwrap_or(0) >= d.metadata.generation.unwrap_or(0);
-    let complete = observed && ready >= want && updated >= want && want > 0;
-    let message = if complete {
-        format!("{ready}/{want} replicas ready")
-    } else if !observed {
-        format!("Deployment {name}: new spec not observed yet")
-    } else {
-        format!("Deployment {name}: {ready}/{want} ready, {updated}/{want} updated")
-    };
-    Rollout {
-        replicas: want,
-        ready,
-        complete,
-        message,
-    }
-}
-
-fn rollout_conditions(r: &Rollout) -> Vec<PlannedCondition> {
-    if r.complete {
-        vec![
-            PlannedCondition::yes(condition::READY, "DeploymentReady", r.message.clone()),
-            PlannedCondition::no(condition::PROGRESSING, "RolloutComplete", r.message.clone()),
-        ]
-    } else {
-        vec![
-            PlannedCondition::no(condition::READY, "DeploymentNotReady", r.message.clone()),
-            PlannedCondition::yes(condition::PROGRESSING, "RollingOut", r.message.clone()),
-        ]
-    }
-}
-
-fn invalid_conditions(e: &anyhow::Error) -> Vec<PlannedCondition> {
-    vec![
-        PlannedCondition::no(condition::READY, "InvalidSpec", format!("{e:#}")),
-        PlannedCondition::yes(condition::DEGRADED, "InvalidSpec", format!("{e:#}")),
-    ]
-}
-
-fn config_digest(c: &Children) -> Option<String> {
-    let data = match (&c.config_map, &c.secret) {
-        (Some(cm), _) => serde_json::to_vec(&cm.data).ok()?,
-        (None, Some(s)) => serde_json::to_vec(&s.data).ok()?,
-        (None, None) => return None,
-    };
-    Some(format!("sha256:{}", hex::encode(Sha256::digest(&data))))
-}
-
-/// Patches `status` when it differs from the current one.
-async fn patch_status<K, S>(ctx: &Context, obj: &K, current: Option<&S>, new: &S) -> Result<bool>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + DeserializeOwned
-        + Clone
-        + std::fmt::Debug,
-    S: Serialize + PartialEq,
-{
-    if current == Some(new) {
-        return Ok(false);
-    }
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace(obj)?);
-    api.patch_status(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(json!({ "status": new })),
-    )
-    .await?;
-    Ok(true)
-}
-
-/// Status of a DHCP or DNS server.
-fn server_status(
-    existing: Option<&ServerStatus>,
-    generation: Option<i64>,
-    planned: &[PlannedCondition],
-    r: &Rollout,
-    digest: Option<String>,
-    ctx: &Context,
-) -> ServerStatus {
-    let old: &[Condition] = existing.map(|s| s.conditions.as_slice()).unwrap_or(&[]);
-    ServerStatus {
-        observed_generation: generation,
-        conditions: merge_conditions(old, planned, generation, &(ctx.now)()),
-        replicas: r.replicas,
-        ready_replicas: r.ready,
-        config_digest: digest,
-    }
+/// The rollout of Deployment `name`, from the cache.
+fn rollout_of(ctx: &Context, ns: &str, name: &str) -> Rollout {
+    let d = cached::<Deployment>(&ctx.stores.deployments, ns, name);
+    rollout(name, d.as_deref())
 }
 
 /// Reconciles a DHCPServer.
@@ -253,30 +140,15 @@ where
     let (planned, digest, rollout) = match plan(obj) {
         Ok(children) => {
             apply_children(ctx, &ns, &children).await?;
-            let r = rollout(ctx, &ns, &children.deployment.name_any());
+            let r = rollout_of(ctx, &ns, &children.deployment.name_any());
             (rollout_conditions(&r), config_digest(&children), r)
         }
         Err(e) => (invalid_conditions(&e), None, Rollout::default()),
     };
-    let st = server_status(status, generation, &planned, &rollout, digest, ctx);
-    patch_status(ctx, obj, status, &st).await?;
+    let st = server_status(status, generation, &planned, &rollout, digest, &(ctx.now)());
+    write_status(ctx, obj, status, &st, None).await?;
     ctx.metrics.reconciled(kind, started.elapsed());
     Ok(Action::requeue(RESYNC))
-}
-
-/// The ProxyServers whose Envoy `pod` is (same namespace and instance).
-pub fn proxy_of_pod(store: &Store<ProxyServer>, pod: &Pod) -> Vec<ObjectRef<ProxyServer>> {
-    let ns = pod.namespace().unwrap_or_default();
-    let Some(instance) = pod.labels().get("app.kubernetes.io/instance").cloned() else {
-        return Vec::new();
-    };
-    store
-        .state_filter(|p| {
-            p.namespace().as_deref() == Some(ns.as_str()) && instance_of(&p.metadata) == instance
-        })
-        .iter()
-        .map(|p| ObjectRef::from_obj(&**p))
-        .collect()
 }
 
 /// The Envoy pods of a ProxyServer that can take a push: running, with an
@@ -344,27 +216,6 @@ async fn push_token(ctx: &Context, proxy: &ProxyServer) -> Result<String> {
     Ok(token)
 }
 
-/// The table to push: the spec's routes under the generation last pushed
-/// when they are the same routes, else under the next generation.
-pub fn next_table(proxy: &ProxyServer) -> RouteTable {
-    let routes = proxy.spec.routes.0.clone();
-    let st = proxy.status.clone().unwrap_or_default();
-    let last = st.routes_generation.unwrap_or(0).max(0) as u64;
-    if last > 0 {
-        let same = RouteTable {
-            generation: last,
-            routes: routes.clone(),
-        };
-        if st.routes_digest.as_deref() == Some(same.digest().as_str()) {
-            return same;
-        }
-    }
-    RouteTable {
-        generation: last + 1,
-        routes,
-    }
-}
-
 /// Reconciles a ProxyServer: children, then the route push, then status.
 pub async fn reconcile_proxy(obj: Arc<ProxyServer>, ctx: Arc<Context>) -> Result<Action> {
     let started = Instant::now();
@@ -383,29 +234,29 @@ pub async fn reconcile_proxy(obj: Arc<ProxyServer>, ctx: Arc<Context>) -> Result
     let mut planned;
     let requeue;
     // Filter rollout: the checked module, its derived ConfigMap, the status.
-    let filter = crate::rollout::prepare(&ctx, &obj).await;
-    let children = match push_token(&ctx, &obj).await {
-        Ok(token) => {
-            crate::plan::proxy::children(&filter.proxy_for_children(&obj), &token).map(|mut c| {
-                c.config_map = filter.config_map(&obj);
-                (c, token)
-            })
-        }
+    let filter = crate::rollout::prepare(&ctx.rollout, &ctx.stores, &obj).await;
+    let objects = match push_token(&ctx, &obj).await {
+        Ok(token) => crate::plan::proxy::objects(
+            &obj,
+            &token,
+            Some(&filter),
+            ctx.settings.controller_namespace.as_deref(),
+        )
+        .map(|o| (o, token)),
         Err(e) => Err(anyhow::anyhow!(e)),
     };
-    match children {
+    match objects {
         Err(e) => {
             planned = invalid_conditions(&e);
             // A missing token Secret or a bad spec: look again later.
             requeue = RETRY_PUSH * 6;
         }
-        Ok((children, token)) => {
-            apply_children(&ctx, &ns, &children).await?;
-            if let Some(controller_ns) = &ctx.settings.controller_namespace {
-                let policy = crate::plan::network_policy::push_api_policy(&obj, controller_ns);
-                apply_one(&ctx, &ctx.stores.network_policies, &ns, &policy).await?;
+        Ok((objects, token)) => {
+            apply_children(&ctx, &ns, &objects.children).await?;
+            if let Some(policy) = &objects.push_policy {
+                apply_one(&ctx, &ctx.stores.network_policies, &ns, policy).await?;
             }
-            let r = rollout(&ctx, &ns, &children.deployment.name_any());
+            let r = rollout_of(&ctx, &ns, &objects.children.deployment.name_any());
             st.replicas = r.replicas;
             st.ready_replicas = r.ready;
             planned = rollout_conditions(&r);
@@ -417,24 +268,11 @@ pub async fn reconcile_proxy(obj: Arc<ProxyServer>, ctx: Arc<Context>) -> Result
     filter.fill_status(&mut st);
     planned.push(filter.condition.clone());
     st.conditions = merge_conditions(&existing.conditions, &planned, generation, &now);
-    let before = existing
-        .conditions
-        .iter()
-        .find(|c| c.type_ == condition::ROUTES_SYNCED)
-        .map(|c| c.status.clone());
-    let after = st
-        .conditions
-        .iter()
-        .find(|c| c.type_ == condition::ROUTES_SYNCED)
-        .cloned();
-    patch_status(&ctx, &*obj, obj.status.as_ref(), &st).await?;
-    if let Some(c) = after
-        && before.as_deref() != Some(c.status.as_str())
-    {
-        let warning = c.status != status::TRUE;
-        ctx.event(&*obj, warning, &c.reason, "PushRoutes", c.message)
-            .await;
-    }
+    let announce = Announce {
+        condition: condition::ROUTES_SYNCED,
+        action: "PushRoutes",
+    };
+    write_status(&ctx, &*obj, obj.status.as_ref(), &st, Some(announce)).await?;
     ctx.metrics.reconciled("ProxyServer", started.elapsed());
     Ok(Action::requeue(requeue))
 }

@@ -13,13 +13,12 @@
 //! objects) and goes with it.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -28,15 +27,15 @@ use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Resource, ResourceExt};
 
 use super::apply::apply;
-use super::stores::cached;
+use super::step::{Announce, observe_infra, write_status};
 use super::{Context, Error, Result};
+use crate::cache::cached;
 use crate::crd::{
-    ComponentsStatus, DHCPServer, DNSServer, FINALIZER, Infra, InfraClusterAttachment, ProxyServer,
-    condition, status,
+    ComponentsStatus, DHCPServer, DNSServer, FINALIZER, Infra, ProxyServer, condition,
 };
-use crate::plan::infra::{InfraPlan, component_status, infra_status};
+use crate::plan::infra::{component_status, infra_status};
 use crate::plan::labels::{Component, INFRA_LABEL, labels, owner_refs, push_token_secret_name};
-use crate::plan::{PlannedCondition, merge_conditions, plan_infra};
+use crate::plan::{PlannedCondition, merge_conditions};
 
 /// Resync period.
 const RESYNC: Duration = Duration::from_secs(300);
@@ -57,67 +56,6 @@ pub async fn reconcile(infra: Arc<Infra>, ctx: Arc<Context>) -> Result<Action> {
     })
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)))
-}
-
-/// The attachments that name `infra`, not being deleted, by name.
-pub fn attachments_of(ctx: &Context, ns: &str, infra: &str) -> Vec<InfraClusterAttachment> {
-    let mut out: Vec<InfraClusterAttachment> = ctx
-        .stores
-        .attachments
-        .state_filter(|a| {
-            a.namespace().as_deref() == Some(ns)
-                && a.spec.infra_ref.name == infra
-                && a.metadata.deletion_timestamp.is_none()
-        })
-        .iter()
-        .map(|a| (**a).clone())
-        .collect();
-    out.sort_by_key(|a| a.name_any());
-    out
-}
-
-/// ClusterIP of the internal proxy Service: the one oooi makes (named like
-/// the ProxyServer), or the `name.namespace.svc` the spec names.
-async fn internal_proxy_ip(ctx: &Context, infra: &Infra, ns: &str) -> Result<Option<Ipv4Addr>> {
-    let proxy = &infra.spec.infra_components.proxy;
-    if !proxy.enabled {
-        return Ok(None);
-    }
-    let svc: Option<Service> = match proxy.internal_proxy_service.as_deref() {
-        None => cached::<Service>(
-            &ctx.stores.services,
-            ns,
-            &Component::Proxy.derived_name(&infra.name_any()),
-        )
-        .map(|s| (*s).clone()),
-        Some(named) if named.parse::<Ipv4Addr>().is_ok() => return Ok(None),
-        Some(named) => {
-            let mut parts = named.split('.');
-            let name = parts.next().unwrap_or_default();
-            let svc_ns = parts.next().unwrap_or(ns);
-            Api::<Service>::namespaced(ctx.client.clone(), svc_ns)
-                .get_opt(name)
-                .await?
-        }
-    };
-    Ok(svc
-        .and_then(|s| s.spec)
-        .and_then(|s| s.cluster_ip)
-        .and_then(|ip| ip.parse().ok()))
-}
-
-/// The plan of `infra` from the caches and (when the spec names one outside)
-/// the internal proxy Service. The filter module is the rollout's business
-/// ([`crate::rollout`]), not the plan's.
-pub async fn plan(
-    ctx: &Context,
-    infra: &Infra,
-) -> Result<(InfraPlan, Vec<InfraClusterAttachment>)> {
-    let ns = infra.namespace().unwrap_or_default();
-    let attachments = attachments_of(ctx, &ns, &infra.name_any());
-    let mut observed = ctx.observations.observed(&attachments);
-    observed.internal_proxy_ip = internal_proxy_ip(ctx, infra, &ns).await?;
-    Ok((plan_infra(infra, &attachments, &observed), attachments))
 }
 
 /// Creates the push-token Secret when it does not exist. Created, not
@@ -198,7 +136,7 @@ async fn apply_infra(infra: &Infra, ctx: &Context) -> Result<Action> {
     if comps.proxy.enabled {
         ensure_push_token(ctx, infra, &ns).await?;
     }
-    let (plan, _) = plan(ctx, infra).await?;
+    let plan = observe_infra(ctx, infra).await?;
     let mut written = 0;
     // An invalid spec keeps the last good derived objects running: they are
     // neither updated nor deleted until the spec is fixed.
@@ -248,51 +186,16 @@ async fn apply_infra(infra: &Infra, ctx: &Context) -> Result<Action> {
         infra.metadata.generation,
         &now,
     ));
-    let ready_before = condition_status(
-        infra.status.as_ref().map(|s| &s.conditions[..]),
-        condition::READY,
-    );
-    let ready_after = st
-        .conditions
-        .iter()
-        .find(|c| c.type_ == condition::READY)
-        .cloned();
-    if infra.status.as_ref() != Some(&st) {
-        let api: Api<Infra> = Api::namespaced(ctx.client.clone(), &ns);
-        api.patch_status(
-            &name,
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(serde_json::json!({ "status": st })),
-        )
-        .await?;
+    let announce = Announce {
+        condition: condition::READY,
+        action: "Reconcile",
+    };
+    if write_status(ctx, infra, infra.status.as_ref(), &st, Some(announce)).await? {
         written += 1;
-    }
-    if let Some(c) = ready_after
-        && ready_before.as_deref() != Some(c.status.as_str())
-    {
-        let warning = c.status != status::TRUE;
-        let note = if c.message.is_empty() {
-            c.reason.clone()
-        } else {
-            c.message.clone()
-        };
-        ctx.event(infra, warning, &c.reason, "Reconcile", note)
-            .await;
     }
     tracing::debug!(infra = %name, written, "infra reconciled");
     ctx.metrics.reconciled("Infra", started.elapsed());
     Ok(Action::requeue(RESYNC))
-}
-
-/// Status of condition `type_`, if present.
-pub fn condition_status(
-    conds: Option<&[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition]>,
-    type_: &str,
-) -> Option<String> {
-    conds?
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| c.status.clone())
 }
 
 /// NetworkPolicies labelled for this Infra outside its namespace (owner

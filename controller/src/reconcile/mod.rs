@@ -1,25 +1,35 @@
-//! The reconcilers: the I/O half of the controller.
+//! The reconcilers: the I/O half of the controller. They read the watch
+//! caches ([`crate::cache`]), decide with the pure planners
+//! ([`crate::plan`]) and write; none of them knows the wiring
+//! ([`crate::controllers`]).
+//!
+//! Each one runs the same step: observe (caches, [`step::observe_infra`]) →
+//! plan (a pure planner) → apply ([`apply`]) → status
+//! ([`step::write_status`], the one status writer).
 //!
 //! - [`infra`]: Infra → the derived DHCPServer, DNSServer and ProxyServer
 //!   (planned by [`crate::plan::plan_infra`], owned by the Infra), the push
 //!   token Secret, and the Infra's status; cleanup of what garbage
 //!   collection cannot reach.
 //! - [`attachment`]: InfraClusterAttachment → its status (from the same
-//!   plan) and its finalizer.
+//!   plan), its control-plane NetworkPolicy and its finalizer; the hosted
+//!   cluster side ([`hosted`]: apps ingress, public DNS).
 //! - [`component`]: each derived kind → its children (Deployment, ConfigMap,
 //!   Services, …) and status; for ProxyServer also the route push to every
-//!   Envoy replica ([`crate::push`]).
+//!   Envoy replica ([`crate::push`]) and the filter rollout
+//!   ([`crate::rollout`]).
 //!
 //! Every write is a server-side apply under `oooi-controller` that is skipped
-//! when the live object (from the watch caches in [`Stores`]) already
-//! matches ([`apply`]), and every status is patched only when it changed, so
-//! a reconcile with nothing to do sends no write at all.
+//! when the live object (from the watch caches) already matches ([`apply`]),
+//! and every status is patched only when it changed, so a reconcile with
+//! nothing to do sends no write at all.
 
 pub mod apply;
 pub mod attachment;
 pub mod component;
+pub mod hosted;
 pub mod infra;
-pub mod stores;
+pub mod step;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,12 +39,12 @@ use kube::Client;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Resource, ResourceExt};
-use tracing::{info, warn};
+use tracing::warn;
 
+use crate::cache::Stores;
 use crate::metrics::Metrics;
 use crate::observe::{Discovered, Observations};
 use crate::push::{PushConfig, Pusher};
-pub use stores::{StoreWriters, Stores};
 
 /// Settings from the command line.
 #[derive(Debug, Clone, Default)]
@@ -184,38 +194,4 @@ where
         "reconcile failed: {error}"
     );
     Action::requeue(Duration::from_secs(5))
-}
-
-/// Runs every controller until `shutdown` resolves; in-flight
-/// reconciliations finish first.
-pub async fn run(
-    client: Client,
-    settings: Settings,
-    metrics: Metrics,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) -> anyhow::Result<()> {
-    let discovered = crate::observe::discover(&client).await?;
-    for api in crate::observe::OPTIONAL_APIS {
-        metrics.set_optional_api(&api.crd_name(), discovered.get(api).is_some());
-    }
-    if let Some(summary) = discovered.summary() {
-        warn!("{summary}");
-    }
-    let (stores, writers) = Stores::new();
-    let (observations, observers) = stores::observations(&discovered);
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        metrics,
-        settings.clone(),
-        stores,
-        discovered,
-        observations,
-    ));
-    let streams = stores::start(&client, &settings, writers, observers);
-    info!("waiting for the watch caches");
-    ctx.stores.wait_until_ready().await;
-    info!("caches ready; reconciling");
-    let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
-    stores::controllers(ctx.clone(), streams, shutdown).await;
-    Ok(())
 }

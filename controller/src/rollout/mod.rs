@@ -5,17 +5,19 @@
 //!   `--filter-namespace`, key `--filter-key`). [`Rollouts::source_changes`]
 //!   watches it; a new module digest triggers every ProxyServer.
 //! - The ProxyServer reconcile calls [`prepare`]: it reads what the derived
-//!   `<proxy>-filter` ConfigMap holds, picks the target ([`plan::target`]:
+//!   `<proxy>-filter` ConfigMap holds, picks the target ([`crate::plan::filter::target`]:
 //!   the pinned digest, else the source module), and for a switch runs
-//!   [`oooi_wasm_host::check::check_module`] against the live table of every
-//!   ProxyServer on a blocking thread, bounded in time and memory. The
-//!   verdict is cached per module digest (and per table digest for passes).
+//!   [`oooi_wasm_host::check::check_module`] against the next table of every
+//!   ProxyServer ([`crate::plan::proxy::check_tables`]) on a blocking thread,
+//!   bounded in time and memory. The verdict is cached per module digest (and
+//!   per table digest for passes).
+//!
+//! The decisions themselves are pure and live in [`crate::plan::filter`]
+//! (its types re-exported here); this module holds the I/O around them.
 //! - A module that passed is written with the previous one into the derived
 //!   ConfigMap, which Envoy's config mount projects beside the ECDS files
 //!   that name it; Envoy swaps the filter without a restart. A module that
 //!   failed changes nothing and the status says `FilterRejected`.
-
-pub mod plan;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -29,9 +31,9 @@ use oooi_routes::RouteTable;
 use oooi_wasm_host::check::{CheckLimits, check_module};
 use tracing::{info, warn};
 
+use crate::cache::{Stores, cached};
 use crate::crd::ProxyServer;
-use crate::reconcile::Context;
-use crate::reconcile::stores::cached;
+use crate::plan::filter as plan;
 pub use plan::{Deployed, FilterPlan, Module, Target, Verdict};
 
 /// Where the filter module comes from.
@@ -237,12 +239,11 @@ impl Rollouts {
 
 /// The filter plan of `proxy`: what its derived ConfigMap holds now (from
 /// the cache), the target, and for a switch the verdict of the check
-/// against the live table of every ProxyServer.
-pub async fn prepare(ctx: &Context, proxy: &ProxyServer) -> FilterPlan {
-    let rollouts = &ctx.rollout;
+/// against the next table of every ProxyServer.
+pub async fn prepare(rollouts: &Rollouts, stores: &Stores, proxy: &ProxyServer) -> FilterPlan {
     let ns = proxy.namespace().unwrap_or_default();
     let deployed = cached::<ConfigMap>(
-        &ctx.stores.config_maps,
+        &stores.config_maps,
         &ns,
         &plan::config_map_name(&proxy.name_any()),
     )
@@ -256,16 +257,10 @@ pub async fn prepare(ctx: &Context, proxy: &ProxyServer) -> FilterPlan {
     );
     let verdict = match &target {
         Target::Switch(module) => {
-            let mut tables: Vec<RouteTable> = ctx
-                .stores
-                .proxy_servers
-                .state()
-                .iter()
-                .map(|p| crate::reconcile::component::next_table(p))
-                .collect();
+            let cached = stores.proxy_servers.state();
             // This proxy as reconciled now (the cache may lag behind).
-            tables.push(crate::reconcile::component::next_table(proxy));
-            tables.retain(|t| t.validate().is_ok());
+            let proxies = cached.iter().map(|p| &**p).chain([proxy]);
+            let tables = crate::plan::proxy::check_tables(proxies);
             Some(rollouts.verdict(module, &tables).await)
         }
         _ => None,

@@ -24,6 +24,7 @@
 //!   controller process with a kubeconfig.
 
 #![allow(dead_code)]
+#![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};

@@ -2,6 +2,7 @@
 //! apply exactly as in the cluster) and observed workers in one line.
 
 #![allow(dead_code)]
+#![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
 
 use std::net::Ipv4Addr;
 

@@ -4,15 +4,17 @@
 //! attachment fixtures, and assertions on the controller's requests.
 
 #![allow(dead_code)]
+#![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
 
 use std::fmt::Debug;
 use std::sync::Arc;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use oooi_controller::cache::{StoreWriters, Stores};
 use oooi_controller::metrics::Metrics;
 use oooi_controller::observe::{Discovered, Observations};
-use oooi_controller::reconcile::{Context, Settings, StoreWriters, Stores};
+use oooi_controller::reconcile::{Context, Settings};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 

@@ -1,14 +1,15 @@
-//! Watch caches shared by every controller, and the controllers' wiring.
+//! Watch caches: every kind the controller reads, watched once.
 //!
 //! Each kind is watched once (a shared reflector); the controllers subscribe
-//! to the same streams and read the caches, so a reconcile reads the cluster
-//! without a request. Children are watched by the label
+//! to the same streams ([`Streams`]) and read the caches ([`Stores`]), so a
+//! reconcile reads the cluster without a request. Nothing here knows the
+//! reconcilers: [`crate::controllers`] wires the streams to them. Children are watched by the label
 //! `app.kubernetes.io/managed-by=oooi-controller`, Envoy pods by
 //! `app.kubernetes.io/name=oooi,app.kubernetes.io/component=proxy`.
 
 use std::sync::Arc;
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
     ConfigMap, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount,
@@ -16,19 +17,16 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, ApiResource, DynamicObject};
-use kube::runtime::controller::Controller;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{self, ObjectRef, ReflectHandle, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tracing::warn;
 
-use super::{Context, attachment, component, error_policy, infra};
 use crate::crd::{DHCPServer, DNSServer, Infra, InfraClusterAttachment, ProxyServer};
 use crate::observe::{self, Discovered, Observations};
-use crate::plan::labels::{INFRA_LABEL, MANAGED_BY};
 
 /// Label selecting every child the controller writes.
 pub const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=oooi-controller";
@@ -179,31 +177,49 @@ where
     }
 }
 
-type DynamicRx = futures::channel::mpsc::UnboundedReceiver<Result<DynamicObject, watcher::Error>>;
+/// Changes of one optional kind, as a controller input.
+pub type DynamicRx =
+    futures::channel::mpsc::UnboundedReceiver<Result<DynamicObject, watcher::Error>>;
 
 /// One subscription per cache whose changes trigger reconciles.
 pub struct Streams {
-    infras: ReflectHandle<Infra>,
-    attachments: ReflectHandle<InfraClusterAttachment>,
-    dhcp_servers: ReflectHandle<DHCPServer>,
-    dns_servers: ReflectHandle<DNSServer>,
-    proxy_servers: ReflectHandle<ProxyServer>,
-    deployments: ReflectHandle<Deployment>,
-    services: ReflectHandle<Service>,
-    secrets: ReflectHandle<Secret>,
-    pods: ReflectHandle<Pod>,
-    observed: Vec<(observe::OptionalApi, ApiResource, DynamicRx, DynamicRx)>,
+    /// Infras.
+    pub infras: ReflectHandle<Infra>,
+    /// Attachments.
+    pub attachments: ReflectHandle<InfraClusterAttachment>,
+    /// DHCPServers.
+    pub dhcp_servers: ReflectHandle<DHCPServer>,
+    /// DNSServers.
+    pub dns_servers: ReflectHandle<DNSServer>,
+    /// ProxyServers.
+    pub proxy_servers: ReflectHandle<ProxyServer>,
+    /// Managed Deployments.
+    pub deployments: ReflectHandle<Deployment>,
+    /// Managed Services.
+    pub services: ReflectHandle<Service>,
+    /// Managed Secrets.
+    pub secrets: ReflectHandle<Secret>,
+    /// Envoy pods.
+    pub pods: ReflectHandle<Pod>,
+    /// Per served optional API: its changes, once for the Infra controller
+    /// and once for the attachment controller.
+    pub observed: Vec<(observe::OptionalApi, ApiResource, DynamicRx, DynamicRx)>,
+}
+
+/// What to watch: the namespace of the oooi kinds, and whether Roles are
+/// watched (only with `--openshift-scc` may the controller list them).
+#[derive(Debug, Clone, Default)]
+pub struct Scope {
+    /// Watch the oooi kinds only in this namespace.
+    pub namespace: Option<String>,
+    /// Watch Roles and RoleBindings.
+    pub roles: bool,
 }
 
 /// Starts every watch. Children are watched in all namespaces (cleanup finds
 /// cross-namespace ones); the oooi kinds in `--watch-namespace` if given.
-pub fn start(
-    client: &Client,
-    settings: &super::Settings,
-    w: StoreWriters,
-    observers: Observers,
-) -> Streams {
-    let ns = &settings.watch_namespace;
+pub fn start(client: &Client, scope: &Scope, w: StoreWriters, observers: Observers) -> Streams {
+    let ns = &scope.namespace;
     let managed = || watcher::Config::default().labels(MANAGED_SELECTOR);
     let plain = watcher::Config::default;
     // Caches that only answer lookups still need their watch driven.
@@ -227,7 +243,7 @@ pub fn start(
     // controller's RBAC let it watch Roles: otherwise the caches stay empty
     // and count as listed.
     let (mut roles, mut role_bindings) = (w.roles, w.role_bindings);
-    if settings.openshift_scc {
+    if scope.roles {
         let _ = spawn_watch(scoped::<Role>(client, ns), managed(), roles);
         let _ = spawn_watch(scoped::<RoleBinding>(client, ns), managed(), role_bindings);
     } else {
@@ -276,191 +292,5 @@ pub fn start(
             w.pods,
         ),
         observed,
-    }
-}
-
-/// The Infra a labelled child belongs to.
-fn infra_of<K: Resource>(obj: &K) -> Option<ObjectRef<Infra>> {
-    let infra = obj.meta().labels.as_ref()?.get(INFRA_LABEL)?;
-    let ns = obj.meta().namespace.as_ref()?;
-    if obj
-        .meta()
-        .labels
-        .as_ref()?
-        .get("app.kubernetes.io/managed-by")?
-        != MANAGED_BY
-    {
-        return None;
-    }
-    Some(ObjectRef::new(infra).within(ns))
-}
-
-/// Attachments whose hosted cluster lives in control-plane namespace `ns`.
-fn attachments_in_cp(
-    store: &Store<InfraClusterAttachment>,
-    ns: &str,
-) -> Vec<Arc<InfraClusterAttachment>> {
-    store.state_filter(|a| observe::control_plane_namespace(a) == ns)
-}
-
-/// Attachments of the HostedCluster or NodePool `obj` (same namespace as
-/// the HostedCluster; a NodePool names it in `spec.clusterName`).
-fn attachments_of_hc(
-    store: &Store<InfraClusterAttachment>,
-    obj: &DynamicObject,
-) -> Vec<Arc<InfraClusterAttachment>> {
-    let ns = obj.namespace().unwrap_or_default();
-    let name = obj.data["spec"]["clusterName"]
-        .as_str()
-        .map(str::to_string)
-        .unwrap_or_else(|| obj.name_any());
-    store.state_filter(|a| {
-        a.spec.hosted_cluster_ref.namespace == ns && a.spec.hosted_cluster_ref.name == name
-    })
-}
-
-/// The attachments an optional object concerns.
-fn attachments_for(
-    api: observe::OptionalApi,
-    store: &Store<InfraClusterAttachment>,
-    obj: &DynamicObject,
-) -> Vec<Arc<InfraClusterAttachment>> {
-    if api == observe::MACHINES || api == observe::VMIS {
-        attachments_in_cp(store, &obj.namespace().unwrap_or_default())
-    } else {
-        attachments_of_hc(store, obj)
-    }
-}
-
-fn infra_ref(a: &InfraClusterAttachment) -> Option<ObjectRef<Infra>> {
-    Some(ObjectRef::new(&a.spec.infra_ref.name).within(a.namespace().as_ref()?))
-}
-
-/// Runs every controller until `shutdown` resolves and in-flight
-/// reconciliations are done.
-pub async fn controllers(
-    ctx: Arc<Context>,
-    s: Streams,
-    shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
-) {
-    let stores = ctx.stores.clone();
-    // Fresh subscriptions for the second consumer of a stream.
-    let infra_sub2 = s.infras.clone();
-    let att_sub2 = s.attachments.clone();
-    let (dep1, dep2, dep3, dep4) = (
-        s.deployments.clone(),
-        s.deployments.clone(),
-        s.deployments.clone(),
-        s.deployments,
-    );
-
-    let mut infra_ctl = Controller::for_shared_stream(s.infras, stores.infras.clone())
-        .owns_shared_stream(s.dhcp_servers.clone())
-        .owns_shared_stream(s.dns_servers.clone())
-        .owns_shared_stream(s.proxy_servers.clone())
-        .watches_shared_stream(s.attachments, |a| infra_ref(&a))
-        .watches_shared_stream(dep1, |d| infra_of(&*d))
-        .watches_shared_stream(s.services, |svc| infra_of(&*svc))
-        .watches_shared_stream(s.secrets, |sec| infra_of(&*sec));
-    let mut att_ctl = Controller::for_shared_stream(att_sub2, stores.attachments.clone())
-        .watches_shared_stream(infra_sub2, {
-            let store = stores.attachments.clone();
-            move |infra| {
-                let ns = infra.namespace().unwrap_or_default();
-                let name = infra.name_any();
-                store
-                    .state_filter(|a| {
-                        a.namespace().as_deref() == Some(ns.as_str())
-                            && a.spec.infra_ref.name == name
-                    })
-                    .into_iter()
-                    .map(|a| ObjectRef::from_obj(&*a))
-                    .collect::<Vec<_>>()
-            }
-        });
-    // Hosted apps VIP changes (issue 7) reconcile the Infra and attachment at once.
-    let (infra_trigger, att_trigger) = ctx.observations.hosted.triggers();
-    infra_ctl = infra_ctl.reconcile_on(infra_trigger);
-    att_ctl = att_ctl.reconcile_on(att_trigger);
-    for (api, ar, rx_infra, rx_att) in s.observed {
-        let store = stores.attachments.clone();
-        infra_ctl = infra_ctl.watches_stream_with(
-            rx_infra,
-            move |obj| {
-                attachments_for(api, &store, &obj)
-                    .iter()
-                    .filter_map(|a| infra_ref(a))
-                    .collect::<Vec<_>>()
-            },
-            ar.clone(),
-        );
-        let store = stores.attachments.clone();
-        att_ctl = att_ctl.watches_stream_with(
-            rx_att,
-            move |obj| {
-                attachments_for(api, &store, &obj)
-                    .iter()
-                    .map(|a| ObjectRef::from_obj(&**a))
-                    .collect::<Vec<_>>()
-            },
-            ar,
-        );
-    }
-    let dhcp_ctl = Controller::for_shared_stream(s.dhcp_servers, stores.dhcp_servers.clone())
-        .owns_shared_stream(dep2);
-    let dns_ctl = Controller::for_shared_stream(s.dns_servers, stores.dns_servers.clone())
-        .owns_shared_stream(dep3);
-    let proxy_store = stores.proxy_servers.clone();
-    let proxy_ctl = Controller::for_shared_stream(s.proxy_servers, stores.proxy_servers.clone())
-        .owns_shared_stream(dep4)
-        .watches_shared_stream(s.pods, move |pod| {
-            component::proxy_of_pod(&proxy_store, &pod)
-        })
-        // A new filter module in the source ConfigMap: every proxy.
-        .reconcile_all_on(ctx.rollout.source_changes(ctx.client.clone()));
-
-    let infra = infra_ctl.graceful_shutdown_on(shutdown.clone()).run(
-        infra::reconcile,
-        error_policy,
-        ctx.clone(),
-    );
-    let att = att_ctl.graceful_shutdown_on(shutdown.clone()).run(
-        attachment::reconcile,
-        error_policy,
-        ctx.clone(),
-    );
-    let dhcp = dhcp_ctl.graceful_shutdown_on(shutdown.clone()).run(
-        component::reconcile_dhcp,
-        error_policy,
-        ctx.clone(),
-    );
-    let dns = dns_ctl.graceful_shutdown_on(shutdown.clone()).run(
-        component::reconcile_dns,
-        error_policy,
-        ctx.clone(),
-    );
-    let proxy =
-        proxy_ctl
-            .graceful_shutdown_on(shutdown)
-            .run(component::reconcile_proxy, error_policy, ctx);
-    futures::future::join5(
-        drain("Infra", infra),
-        drain("InfraClusterAttachment", att),
-        drain("DHCPServer", dhcp),
-        drain("DNSServer", dns),
-        drain("ProxyServer", proxy),
-    )
-    .await;
-}
-
-/// Runs a controller's result stream to its end (shutdown). Reconcile
-/// errors are already logged and counted by [`error_policy`]; what is left
-/// here (queue and watch errors) is logged at debug.
-async fn drain<T, E: std::fmt::Display>(kind: &'static str, s: impl Stream<Item = Result<T, E>>) {
-    let mut s = std::pin::pin!(s);
-    while let Some(r) = s.next().await {
-        if let Err(e) = r {
-            tracing::debug!(kind, "controller: {e}");
-        }
     }
 }

@@ -1,6 +1,5 @@
-//! Pure planners of the hosted-cluster side (no I/O).
-//!
-//! Apps ingress, in the order the reconciler walks it:
+//! Apps ingress in the hosted cluster (no I/O): MetalLB and the apps
+//! LoadBalancer Service, in the order the reconciler walks it:
 //!
 //! 1. [`gate`]: is apps ingress enabled, is the attachment accepted by its
 //!    Infra, are its pool ranges valid (the Infra planner checks them: inside
@@ -14,40 +13,28 @@
 //!    apps Service draws from it), its `L2Advertisement`, and the
 //!    LoadBalancer Service in front of the IngressController's router pods.
 //! 5. [`status`]: Ready once the Service has a VIP; otherwise why not.
-//!
-//! Public DNS: [`public_service`] plans the management-side LoadBalancer
-//! Service for ExternalDNS, shared by the attachments that name it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{ApiResource, DynamicObject};
 use serde_json::{Value, json};
 
-use super::{ATTACHMENT_LABEL, ATTACHMENT_NAMESPACE_LABEL};
+use super::kinds::{
+    ADVERTISEMENTS_CRD, HostedObject, POOLS_CRD, hosted_labels, ip_address_pools,
+    l2_advertisements, metallbs, namespaces, object, operator_groups, services, subscriptions,
+};
+use super::public_dns::EXTERNAL_DNS_HOSTNAME;
 use crate::crd::{AppsIngressStatus, InfraClusterAttachment, MetalLbMode};
-use crate::plan::aggregate::AttachmentOutcome;
-use crate::plan::labels::{APP_NAME, Component, INFRA_LABEL, MANAGED_BY, selector};
+use crate::plan::attachments::AttachmentOutcome;
 
 /// MetalLB's annotation choosing the pool of a LoadBalancer Service.
 pub const POOL_ANNOTATION: &str = "metallb.universe.tf/address-pool";
-/// ExternalDNS's hostname annotation.
-pub const EXTERNAL_DNS_HOSTNAME: &str = "external-dns.alpha.kubernetes.io/hostname";
 /// Label of an IngressController's router pods.
 pub const ROUTER_LABEL: &str =
     "ingresscontroller.operator.openshift.io/deployment-ingresscontroller";
-/// Label marking a management-side public DNS Service.
-pub const PUBLIC_DNS_LABEL: &str = "hostedcluster.densityops.com/public-dns";
-/// CRD of MetalLB's address pools.
-pub const POOLS_CRD: &str = "ipaddresspools.metallb.io";
-/// CRD of MetalLB's L2 advertisements.
-pub const ADVERTISEMENTS_CRD: &str = "l2advertisements.metallb.io";
-/// CRD of the MetalLB operator's `MetalLB` kind.
-pub const OPERATOR_CRD: &str = "metallbs.metallb.io";
-
 /// `status.appsIngress.phase` values.
 pub mod phase {
     /// Progressing normally (waiting for something that should come).
@@ -261,126 +248,6 @@ pub fn gate(att: &InfraClusterAttachment, outcome: Option<&AttachmentOutcome>) -
     Gate::Go(Box::new(r))
 }
 
-/// An object to apply in the hosted cluster.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HostedObject {
-    /// Its API resource.
-    pub resource: ApiResource,
-    /// The object (namespaced when `metadata.namespace` is set).
-    pub object: DynamicObject,
-}
-
-impl HostedObject {
-    /// `Kind namespace/name`, for logs and messages.
-    pub fn describe(&self) -> String {
-        format!(
-            "{} {}/{}",
-            self.resource.kind,
-            self.object.metadata.namespace.as_deref().unwrap_or(""),
-            self.object.metadata.name.as_deref().unwrap_or("")
-        )
-    }
-}
-
-fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: group.into(),
-        version: version.into(),
-        api_version: if group.is_empty() {
-            version.into()
-        } else {
-            format!("{group}/{version}")
-        },
-        kind: kind.into(),
-        plural: plural.into(),
-    }
-}
-
-/// `v1 Namespace`.
-pub fn namespaces() -> ApiResource {
-    resource("", "v1", "Namespace", "namespaces")
-}
-/// `v1 Service`.
-pub fn services() -> ApiResource {
-    resource("", "v1", "Service", "services")
-}
-/// OLM OperatorGroups.
-pub fn operator_groups() -> ApiResource {
-    resource(
-        "operators.coreos.com",
-        "v1",
-        "OperatorGroup",
-        "operatorgroups",
-    )
-}
-/// OLM Subscriptions.
-pub fn subscriptions() -> ApiResource {
-    resource(
-        "operators.coreos.com",
-        "v1alpha1",
-        "Subscription",
-        "subscriptions",
-    )
-}
-/// The MetalLB operator's `MetalLB` kind.
-pub fn metallbs() -> ApiResource {
-    resource("metallb.io", "v1beta1", "MetalLB", "metallbs")
-}
-/// MetalLB IPAddressPools.
-pub fn ip_address_pools() -> ApiResource {
-    resource("metallb.io", "v1beta1", "IPAddressPool", "ipaddresspools")
-}
-/// MetalLB L2Advertisements.
-pub fn l2_advertisements() -> ApiResource {
-    resource(
-        "metallb.io",
-        "v1beta1",
-        "L2Advertisement",
-        "l2advertisements",
-    )
-}
-
-/// Labels of everything oooi creates in the hosted cluster for one attachment.
-pub fn hosted_labels(attachment: &(String, String)) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        ("app.kubernetes.io/name".to_string(), APP_NAME.to_string()),
-        (
-            "app.kubernetes.io/component".to_string(),
-            "apps-ingress".to_string(),
-        ),
-        (
-            "app.kubernetes.io/managed-by".to_string(),
-            MANAGED_BY.to_string(),
-        ),
-        (ATTACHMENT_LABEL.to_string(), attachment.1.clone()),
-        (ATTACHMENT_NAMESPACE_LABEL.to_string(), attachment.0.clone()),
-    ])
-}
-
-/// Label selector of [`hosted_labels`] (what cleanup lists by).
-pub fn hosted_selector(attachment: &(String, String)) -> String {
-    format!(
-        "app.kubernetes.io/managed-by={MANAGED_BY},{ATTACHMENT_LABEL}={},{ATTACHMENT_NAMESPACE_LABEL}={}",
-        attachment.1, attachment.0
-    )
-}
-
-fn object(
-    ar: ApiResource,
-    namespace: Option<&str>,
-    name: &str,
-    labels: BTreeMap<String, String>,
-    body: Value,
-) -> HostedObject {
-    let mut o = DynamicObject::new(name, &ar).data(body);
-    o.metadata.namespace = namespace.map(str::to_string);
-    o.metadata.labels = Some(labels);
-    HostedObject {
-        resource: ar,
-        object: o,
-    }
-}
-
 /// Step 2: the OLM install of MetalLB (`Managed` mode only); the `MetalLB`
 /// CR only once its CRD exists (`operator_crd`).
 pub fn install_objects(r: &Resolved, operator_crd: bool) -> Vec<HostedObject> {
@@ -579,110 +446,12 @@ pub fn status(r: &Resolved, vip: Option<Ipv4Addr>, ready_nodes: usize) -> AppsIn
     }
 }
 
-/// The public Service name of an attachment with public DNS enabled.
-pub fn public_service_name(att: &InfraClusterAttachment) -> Option<String> {
-    let p = att.spec.public_dns.as_ref().filter(|p| p.enabled)?;
-    Some(p.service_name.clone().unwrap_or_else(|| {
-        let name = format!(
-            "oooi-public-{}",
-            att.metadata.name.as_deref().unwrap_or_default()
-        );
-        if name.len() <= 63 {
-            name
-        } else {
-            use sha2::Digest;
-            let h = hex::encode(sha2::Sha256::digest(name.as_bytes()));
-            format!("oooi-public-{}", &h[..20])
-        }
-    }))
-}
-
-/// The hostnames the members publish: `oauth.<domain>` each, `api.<domain>`
-/// with `publishApi`; sorted, without duplicates.
-pub fn public_hostnames(members: &[&InfraClusterAttachment]) -> Vec<String> {
-    let mut names = BTreeSet::new();
-    for a in members {
-        let Some(p) = a.spec.public_dns.as_ref().filter(|p| p.enabled) else {
-            continue;
-        };
-        let domain = a.spec.domain();
-        names.insert(format!("oauth.{domain}"));
-        if p.publish_api {
-            names.insert(format!("api.{domain}"));
-        }
-    }
-    names.into_iter().collect()
-}
-
-/// The management-side public Service `name` in the Infra's namespace,
-/// shared by `members` (attachments of that Infra naming it, accepted):
-/// LoadBalancer, the Infra's Envoy pods, port 443 only, the hostname
-/// annotation listing every member's names. Extra labels and annotations of
-/// the members merge in member-name order (the last wins on a clash).
-pub fn public_service(
-    infra_namespace: &str,
-    infra: &str,
-    owner: Option<Vec<OwnerReference>>,
-    name: &str,
-    members: &[&InfraClusterAttachment],
-) -> Service {
-    let mut members: Vec<&InfraClusterAttachment> = members.to_vec();
-    members.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    let mut labels = BTreeMap::new();
-    let mut annotations = BTreeMap::new();
-    for m in &members {
-        if let Some(p) = &m.spec.public_dns {
-            labels.extend(p.labels.clone());
-            annotations.extend(p.annotations.clone());
-        }
-    }
-    labels.extend([
-        ("app.kubernetes.io/name".to_string(), APP_NAME.to_string()),
-        (
-            "app.kubernetes.io/component".to_string(),
-            "public-dns".to_string(),
-        ),
-        ("app.kubernetes.io/instance".to_string(), infra.to_string()),
-        (
-            "app.kubernetes.io/managed-by".to_string(),
-            MANAGED_BY.to_string(),
-        ),
-        (INFRA_LABEL.to_string(), infra.to_string()),
-        (PUBLIC_DNS_LABEL.to_string(), "true".to_string()),
-    ]);
-    annotations.insert(
-        EXTERNAL_DNS_HOSTNAME.to_string(),
-        public_hostnames(&members).join(","),
-    );
-    Service {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            namespace: Some(infra_namespace.to_string()),
-            labels: Some(labels),
-            annotations: Some(annotations),
-            owner_references: owner,
-            ..ObjectMeta::default()
-        },
-        spec: Some(ServiceSpec {
-            type_: Some("LoadBalancer".into()),
-            selector: Some(selector(infra, Component::Proxy)),
-            ports: Some(vec![ServicePort {
-                name: Some("tls-443".into()),
-                port: 443,
-                target_port: Some(IntOrString::Int(443)),
-                protocol: Some("TCP".into()),
-                ..ServicePort::default()
-            }]),
-            ..ServiceSpec::default()
-        }),
-        status: None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::aggregate::Exclusion;
+    use crate::hosted::ATTACHMENT_LABEL;
+    use crate::plan::attachments::Exclusion;
+    use crate::plan::labels::MANAGED_BY;
     use kube::ResourceExt;
 
     fn att(apps: Value) -> InfraClusterAttachment {
@@ -953,60 +722,5 @@ mod tests {
             (s.phase.as_str(), s.reason.as_deref()),
             ("Pending", Some("WaitingForVIP"))
         );
-    }
-
-    fn public(
-        name: &str,
-        domain: &str,
-        service: Option<&str>,
-        api: bool,
-    ) -> InfraClusterAttachment {
-        let mut a = enabled("External");
-        a.metadata.name = Some(name.into());
-        a.spec.dns.cluster_name = domain.into();
-        a.spec.public_dns = Some(crate::crd::PublicDns {
-            enabled: true,
-            service_name: service.map(str::to_string),
-            publish_api: api,
-            labels: BTreeMap::from([("l".to_string(), name.to_string())]),
-            annotations: BTreeMap::new(),
-        });
-        a
-    }
-
-    #[test]
-    fn public_service_merges_hostnames_sorted_and_deduplicated() {
-        let a = public("b", "zeta", Some("shared"), true);
-        let b = public("a", "alpha", Some("shared"), false);
-        let c = public("c", "alpha", Some("shared"), false);
-        assert_eq!(public_service_name(&a).as_deref(), Some("shared"));
-        assert_eq!(
-            public_service_name(&public("c1", "c1", None, false)).as_deref(),
-            Some("oooi-public-c1")
-        );
-        let s1 = public_service("oooi", "vlan200", None, "shared", &[&a, &b, &c]);
-        let s2 = public_service("oooi", "vlan200", None, "shared", &[&c, &a, &b]);
-        assert_eq!(s1, s2, "order of members does not matter");
-        let ann = s1.metadata.annotations.clone().unwrap();
-        assert_eq!(
-            ann[EXTERNAL_DNS_HOSTNAME],
-            "api.zeta.example.com,oauth.alpha.example.com,oauth.zeta.example.com"
-        );
-        let spec = s1.spec.unwrap();
-        assert_eq!(spec.type_.as_deref(), Some("LoadBalancer"));
-        let ports = spec.ports.unwrap();
-        assert_eq!(ports.len(), 1, "only 443");
-        assert_eq!(ports[0].port, 443);
-        assert_eq!(
-            spec.selector.unwrap(),
-            selector("vlan200", Component::Proxy)
-        );
-        let labels = s1.metadata.labels.unwrap();
-        assert_eq!(labels[PUBLIC_DNS_LABEL], "true");
-        assert_eq!(labels[INFRA_LABEL], "vlan200");
-        assert_eq!(labels["l"], "c", "member labels merge in name order");
-        let mut off = public("d", "d", None, false);
-        off.spec.public_dns.as_mut().unwrap().enabled = false;
-        assert_eq!(public_service_name(&off), None);
     }
 }

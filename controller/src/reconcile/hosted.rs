@@ -1,5 +1,6 @@
-//! The I/O of the hosted-cluster side, called from the attachment
-//! reconciler ([`apply`] on every reconcile, [`cleanup`] from the finalizer).
+//! The I/O of the hosted-cluster side ([`crate::hosted`]), called from the
+//! attachment reconciler ([`apply`] on every reconcile, [`cleanup`] from the
+//! finalizer).
 //!
 //! Nothing here fails the attachment reconcile: a hosted cluster that is
 //! unreachable, lacks MetalLB or has no node ends up in
@@ -11,7 +12,7 @@
 //! `oooi-controller` (only the fields oooi sets are owned: a foreign
 //! annotation on the apps Service stays), skipped when the live object
 //! already matches. Everything created carries the attachment's labels
-//! ([`plan::hosted_labels`]), so cleanup finds it even after a rename.
+//! ([`kinds::hosted_labels`]), so cleanup finds it even after a rename.
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
@@ -22,14 +23,17 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams};
 use kube::{Client, ResourceExt};
 use tracing::{info, warn};
 
-use super::plan::{self, Gate, HostedObject, Resolved, phase, reason};
-use super::{CachedClient, key_of};
+use super::apply::apply as apply_object;
+use super::step::observe_infra;
+use super::{Context, Error, Result};
+use crate::cache::cached;
 use crate::crd::{AppsIngressStatus, Infra, InfraClusterAttachment, InfraClusterAttachmentStatus};
+use crate::hosted::kinds::{self, HostedObject};
+use crate::hosted::metallb::{self, Gate, Resolved, phase, reason};
+use crate::hosted::public_dns;
+use crate::hosted::{ATTACHMENT_LABEL, ATTACHMENT_NAMESPACE_LABEL, CachedClient, key_of};
 use crate::plan::infra::InfraPlan;
 use crate::plan::labels::{INFRA_LABEL, owner_refs};
-use crate::reconcile::Context;
-use crate::reconcile::apply::apply as apply_object;
-use crate::reconcile::stores::cached;
 
 /// Delay before retrying an attachment whose hosted cluster failed.
 pub const RETRY: Duration = Duration::from_secs(20);
@@ -59,8 +63,8 @@ pub async fn apply(
 /// cluster or kubeconfig already gone is logged and skipped) and takes the
 /// attachment out of its public DNS Service. Errors only while the hosted
 /// cluster still exists and cannot be reached, so the finalizer retries.
-pub async fn cleanup(ctx: &Context, att: &InfraClusterAttachment) -> crate::reconcile::Result<()> {
-    let enabled = plan::resolve(att).is_some();
+pub async fn cleanup(ctx: &Context, att: &InfraClusterAttachment) -> Result<()> {
+    let enabled = metallb::resolve(att).is_some();
     let had = att
         .status
         .as_ref()
@@ -88,7 +92,7 @@ pub async fn cleanup(ctx: &Context, att: &InfraClusterAttachment) -> crate::reco
     }
     let infra = cached::<Infra>(&ctx.stores.infras, &ns, &att.spec.infra_ref.name);
     let plan = match &infra {
-        Some(i) => Some(crate::reconcile::infra::plan(ctx, i).await?.0),
+        Some(i) => Some(observe_infra(ctx, i).await?),
         None => None,
     };
     public_dns(ctx, att, plan.as_ref()).await?;
@@ -96,8 +100,8 @@ pub async fn cleanup(ctx: &Context, att: &InfraClusterAttachment) -> crate::reco
 }
 
 /// A cleanup failure the finalizer retries, as a reconcile error.
-fn retry_error(msg: String) -> crate::reconcile::Error {
-    crate::reconcile::Error::Kube(kube::Error::Service(Box::new(std::io::Error::other(
+fn retry_error(msg: String) -> Error {
+    Error::Kube(kube::Error::Service(Box::new(std::io::Error::other(
         format!("hosted cluster cleanup: {msg}"),
     ))))
 }
@@ -108,7 +112,7 @@ async fn apps_ingress(
     outcome: Option<&crate::plan::AttachmentOutcome>,
 ) -> Option<AppsIngressStatus> {
     let old = att.status.as_ref().and_then(|s| s.apps_ingress.clone());
-    let st = match plan::gate(att, outcome) {
+    let st = match metallb::gate(att, outcome) {
         Gate::Disabled => {
             let key = key_of(att);
             if old.is_none() && !ctx.observations.hosted.watching(&key.0, &key.1) {
@@ -118,7 +122,7 @@ async fn apps_ingress(
                 Ok(()) => return None,
                 Err(e) => {
                     ctx.observations.hosted.retry(att, RETRY);
-                    plan::apps_status(
+                    metallb::apps_status(
                         phase::DEGRADED,
                         reason::HOSTED_API_UNREACHABLE,
                         format!("apps ingress is disabled but its objects cannot be removed: {e}"),
@@ -161,16 +165,16 @@ impl Unavailable {
     fn status(&self) -> AppsIngressStatus {
         match self {
             Unavailable::NoCluster(m) => {
-                plan::apps_status(phase::PENDING, reason::HOSTED_CLUSTER_NOT_FOUND, m, None)
+                metallb::apps_status(phase::PENDING, reason::HOSTED_CLUSTER_NOT_FOUND, m, None)
             }
             Unavailable::NoKubeconfig(m) => {
-                plan::apps_status(phase::PENDING, reason::KUBECONFIG_NOT_READY, m, None)
+                metallb::apps_status(phase::PENDING, reason::KUBECONFIG_NOT_READY, m, None)
             }
             Unavailable::Invalid(m) => {
-                plan::apps_status(phase::DEGRADED, reason::KUBECONFIG_INVALID, m, None)
+                metallb::apps_status(phase::DEGRADED, reason::KUBECONFIG_INVALID, m, None)
             }
             Unavailable::Api(m) => {
-                plan::apps_status(phase::DEGRADED, reason::HOSTED_API_UNREACHABLE, m, None)
+                metallb::apps_status(phase::DEGRADED, reason::HOSTED_API_UNREACHABLE, m, None)
             }
         }
     }
@@ -235,12 +239,12 @@ async fn hosted_client(ctx: &Context, att: &InfraClusterAttachment) -> Result<Cl
     let bytes = secret
         .data
         .as_ref()
-        .and_then(|d| d.get(super::client::KUBECONFIG_KEY))
+        .and_then(|d| d.get(crate::hosted::client::KUBECONFIG_KEY))
         .map(|b| b.0.clone())
         .ok_or_else(|| {
             Unavailable::Invalid(format!(
                 "Secret {hc_ns}/{secret_name} has no key `{}`",
-                super::client::KUBECONFIG_KEY
+                crate::hosted::client::KUBECONFIG_KEY
             ))
         })?;
     let cp_ns = att.spec.control_plane_namespace();
@@ -277,13 +281,13 @@ async fn hosted_client(ctx: &Context, att: &InfraClusterAttachment) -> Result<Cl
 /// an answer refusing the request is "rejected".
 fn hosted_error(what: &str, e: &kube::Error) -> AppsIngressStatus {
     match e {
-        kube::Error::Api(s) => plan::apps_status(
+        kube::Error::Api(s) => metallb::apps_status(
             phase::DEGRADED,
             reason::HOSTED_API_REJECTED,
             format!("{what}: {} ({})", s.message, s.code),
             None,
         ),
-        other => plan::apps_status(
+        other => metallb::apps_status(
             phase::DEGRADED,
             reason::HOSTED_API_UNREACHABLE,
             format!("{what}: {other}"),
@@ -327,8 +331,8 @@ async fn put(
 
 /// True when the object carries this attachment's labels.
 fn ours(o: &DynamicObject, r: &Resolved) -> bool {
-    o.labels().get(super::ATTACHMENT_LABEL) == Some(&r.attachment.1)
-        && o.labels().get(super::ATTACHMENT_NAMESPACE_LABEL) == Some(&r.attachment.0)
+    o.labels().get(ATTACHMENT_LABEL) == Some(&r.attachment.1)
+        && o.labels().get(ATTACHMENT_NAMESPACE_LABEL) == Some(&r.attachment.0)
 }
 
 /// The OLM objects to apply, minus those that would clash with a MetalLB
@@ -340,11 +344,11 @@ async fn install_plan(
     r: &Resolved,
     operator_crd: bool,
 ) -> Result<Vec<HostedObject>, AppsIngressStatus> {
-    let mut objects = plan::install_objects(r, operator_crd);
+    let mut objects = metallb::install_objects(r, operator_crd);
     if objects.is_empty() {
         return Ok(objects);
     }
-    let ns = dynamic_api(client, &plan::namespaces(), None)
+    let ns = dynamic_api(client, &kinds::namespaces(), None)
         .get_opt(&r.metallb_namespace)
         .await
         .map_err(|e| hosted_error("reading the MetalLB namespace", &e))?;
@@ -352,10 +356,14 @@ async fn install_plan(
         objects.retain(|o| o.resource.kind != "Namespace");
     }
     if ns.is_some() {
-        let groups = dynamic_api(client, &plan::operator_groups(), Some(&r.metallb_namespace))
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| hosted_error("listing OperatorGroups", &e))?;
+        let groups = dynamic_api(
+            client,
+            &kinds::operator_groups(),
+            Some(&r.metallb_namespace),
+        )
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| hosted_error("listing OperatorGroups", &e))?;
         if groups.items.iter().any(|g| !ours(g, r)) {
             objects.retain(|o| o.resource.kind != "OperatorGroup");
         }
@@ -401,16 +409,16 @@ async fn converge(
 ) -> Result<AppsIngressStatus, AppsIngressStatus> {
     let client = hosted_client(ctx, att).await.map_err(|u| u.status())?;
     let managed = r.mode == crate::crd::MetalLbMode::Managed;
-    let operator_crd = managed && crd_served(&client, plan::OPERATOR_CRD).await?;
+    let operator_crd = managed && crd_served(&client, kinds::OPERATOR_CRD).await?;
     for o in install_plan(&client, r, operator_crd).await? {
         put(&client, &o).await?;
     }
-    let pools_crd = crd_served(&client, plan::POOLS_CRD).await?
-        && crd_served(&client, plan::ADVERTISEMENTS_CRD).await?;
-    if let Some(s) = plan::crds_missing(r, pools_crd) {
+    let pools_crd = crd_served(&client, kinds::POOLS_CRD).await?
+        && crd_served(&client, kinds::ADVERTISEMENTS_CRD).await?;
+    if let Some(s) = metallb::crds_missing(r, pools_crd) {
         return if managed { Ok(s) } else { Err(s) };
     }
-    let objects = plan::pool_objects(r);
+    let objects = metallb::pool_objects(r);
     let mut live_service = None;
     for o in &objects {
         let live = put(&client, o).await?;
@@ -418,11 +426,11 @@ async fn converge(
             live_service = live;
         }
     }
-    let selector = plan::hosted_selector(&r.attachment);
+    let selector = kinds::hosted_selector(&r.attachment);
     for ar in [
-        plan::services(),
-        plan::l2_advertisements(),
-        plan::ip_address_pools(),
+        kinds::services(),
+        kinds::l2_advertisements(),
+        kinds::ip_address_pools(),
     ] {
         let keep: Vec<(Option<String>, String)> = objects
             .iter()
@@ -435,7 +443,7 @@ async fn converge(
     }
     let vip: Option<Ipv4Addr> = live_service
         .as_ref()
-        .and_then(|s| plan::vip_of(&serde_json::to_value(s).unwrap_or_default()));
+        .and_then(|s| metallb::vip_of(&serde_json::to_value(s).unwrap_or_default()));
     let hosted = &ctx.observations.hosted;
     hosted.set_vip(att, vip);
     let key = key_of(att);
@@ -448,7 +456,7 @@ async fn converge(
         r.service_name.clone(),
     );
     hosted.ensure_watch(key, target, || {
-        super::watch::start(
+        crate::hosted::watch::start(
             hosted.clone(),
             att.clone(),
             client.clone(),
@@ -468,22 +476,22 @@ async fn converge(
             .iter()
             .filter_map(|n| serde_json::to_value(n).ok())
             .collect();
-        plan::ready_nodes(&values)
+        metallb::ready_nodes(&values)
     };
-    Ok(plan::status(r, vip, ready))
+    Ok(metallb::status(r, vip, ready))
 }
 
 /// Kinds oooi creates in the hosted cluster, in deletion order: the
 /// Service first (MetalLB releases the VIP), the MetalLB namespace last.
 fn owned_kinds() -> [ApiResource; 7] {
     [
-        plan::services(),
-        plan::l2_advertisements(),
-        plan::ip_address_pools(),
-        plan::metallbs(),
-        plan::subscriptions(),
-        plan::operator_groups(),
-        plan::namespaces(),
+        kinds::services(),
+        kinds::l2_advertisements(),
+        kinds::ip_address_pools(),
+        kinds::metallbs(),
+        kinds::subscriptions(),
+        kinds::operator_groups(),
+        kinds::namespaces(),
     ]
 }
 
@@ -516,7 +524,7 @@ async fn remove_all(ctx: &Context, att: &InfraClusterAttachment) -> Result<(), S
             return Ok(());
         }
     };
-    let selector = plan::hosted_selector(&key);
+    let selector = kinds::hosted_selector(&key);
     for ar in owned_kinds() {
         if let Err(e) = prune(&client, &ar, &selector, &[]).await {
             // A hosted cluster being torn down takes its objects with it.
@@ -540,7 +548,10 @@ async fn remove_all(ctx: &Context, att: &InfraClusterAttachment) -> Result<(), S
 fn public_services(ctx: &Context, ns: &str, infra: &str) -> Vec<std::sync::Arc<Service>> {
     ctx.stores.services.state_filter(|s| {
         s.namespace().as_deref() == Some(ns)
-            && s.labels().get(plan::PUBLIC_DNS_LABEL).map(String::as_str) == Some("true")
+            && s.labels()
+                .get(public_dns::PUBLIC_DNS_LABEL)
+                .map(String::as_str)
+                == Some("true")
             && s.labels().get(INFRA_LABEL).map(String::as_str) == Some(infra)
     })
 }
@@ -553,7 +564,7 @@ async fn public_dns(
     ctx: &Context,
     att: &InfraClusterAttachment,
     plan: Option<&InfraPlan>,
-) -> crate::reconcile::Result<()> {
+) -> Result<()> {
     let ns = att.namespace().unwrap_or_default();
     let infra_name = att.spec.infra_ref.name.clone();
     let infra = cached::<Infra>(&ctx.stores.infras, &ns, &infra_name);
@@ -572,12 +583,12 @@ async fn public_dns(
                 && a.spec.infra_ref.name == infra_name
                 && a.metadata.deletion_timestamp.is_none()
                 && accepted.contains(&a.name_any().as_str())
-                && plan::public_service_name(a).is_some()
+                && public_dns::public_service_name(a).is_some()
         });
     let mut wanted: std::collections::BTreeMap<String, Vec<&InfraClusterAttachment>> =
         Default::default();
     for m in &members {
-        if let Some(name) = plan::public_service_name(m) {
+        if let Some(name) = public_dns::public_service_name(m) {
             wanted.entry(name).or_default().push(m);
         }
     }
@@ -612,7 +623,8 @@ async fn public_dns(
             .await;
             continue;
         }
-        let desired = plan::public_service(&ns, &infra_name, owner_refs(&*infra), &name, &members);
+        let desired =
+            public_dns::public_service(&ns, &infra_name, owner_refs(&*infra), &name, &members);
         apply_object(&api, live.as_deref(), desired).await?;
     }
     Ok(())

@@ -1,0 +1,139 @@
+//! The API kinds oooi writes in a hosted cluster, and how everything it
+//! writes there is labelled (so cleanup finds it even after a rename).
+
+use std::collections::BTreeMap;
+
+use kube::api::{ApiResource, DynamicObject};
+use serde_json::Value;
+
+use super::{ATTACHMENT_LABEL, ATTACHMENT_NAMESPACE_LABEL};
+use crate::plan::labels::{APP_NAME, MANAGED_BY};
+
+/// CRD of MetalLB's address pools.
+pub const POOLS_CRD: &str = "ipaddresspools.metallb.io";
+/// CRD of MetalLB's L2 advertisements.
+pub const ADVERTISEMENTS_CRD: &str = "l2advertisements.metallb.io";
+/// CRD of the MetalLB operator's `MetalLB` kind.
+pub const OPERATOR_CRD: &str = "metallbs.metallb.io";
+
+/// An object to apply in the hosted cluster.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostedObject {
+    /// Its API resource.
+    pub resource: ApiResource,
+    /// The object (namespaced when `metadata.namespace` is set).
+    pub object: DynamicObject,
+}
+
+impl HostedObject {
+    /// `Kind namespace/name`, for logs and messages.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} {}/{}",
+            self.resource.kind,
+            self.object.metadata.namespace.as_deref().unwrap_or(""),
+            self.object.metadata.name.as_deref().unwrap_or("")
+        )
+    }
+}
+
+fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: if group.is_empty() {
+            version.into()
+        } else {
+            format!("{group}/{version}")
+        },
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// `v1 Namespace`.
+pub fn namespaces() -> ApiResource {
+    resource("", "v1", "Namespace", "namespaces")
+}
+/// `v1 Service`.
+pub fn services() -> ApiResource {
+    resource("", "v1", "Service", "services")
+}
+/// OLM OperatorGroups.
+pub fn operator_groups() -> ApiResource {
+    resource(
+        "operators.coreos.com",
+        "v1",
+        "OperatorGroup",
+        "operatorgroups",
+    )
+}
+/// OLM Subscriptions.
+pub fn subscriptions() -> ApiResource {
+    resource(
+        "operators.coreos.com",
+        "v1alpha1",
+        "Subscription",
+        "subscriptions",
+    )
+}
+/// The MetalLB operator's `MetalLB` kind.
+pub fn metallbs() -> ApiResource {
+    resource("metallb.io", "v1beta1", "MetalLB", "metallbs")
+}
+/// MetalLB IPAddressPools.
+pub fn ip_address_pools() -> ApiResource {
+    resource("metallb.io", "v1beta1", "IPAddressPool", "ipaddresspools")
+}
+/// MetalLB L2Advertisements.
+pub fn l2_advertisements() -> ApiResource {
+    resource(
+        "metallb.io",
+        "v1beta1",
+        "L2Advertisement",
+        "l2advertisements",
+    )
+}
+
+/// Labels of everything oooi creates in the hosted cluster for one attachment.
+pub fn hosted_labels(attachment: &(String, String)) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), APP_NAME.to_string()),
+        (
+            "app.kubernetes.io/component".to_string(),
+            "apps-ingress".to_string(),
+        ),
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            MANAGED_BY.to_string(),
+        ),
+        (ATTACHMENT_LABEL.to_string(), attachment.1.clone()),
+        (ATTACHMENT_NAMESPACE_LABEL.to_string(), attachment.0.clone()),
+    ])
+}
+
+/// Label selector of [`hosted_labels`] (what cleanup lists by).
+pub fn hosted_selector(attachment: &(String, String)) -> String {
+    format!(
+        "app.kubernetes.io/managed-by={MANAGED_BY},{ATTACHMENT_LABEL}={},{ATTACHMENT_NAMESPACE_LABEL}={}",
+        attachment.1, attachment.0
+    )
+}
+
+/// One object of kind `ar` with `labels` and `body` (its fields besides
+/// `metadata`).
+pub fn object(
+    ar: ApiResource,
+    namespace: Option<&str>,
+    name: &str,
+    labels: BTreeMap<String, String>,
+    body: Value,
+) -> HostedObject {
+    let mut o = DynamicObject::new(name, &ar).data(body);
+    o.metadata.namespace = namespace.map(str::to_string);
+    o.metadata.labels = Some(labels);
+    HostedObject {
+        resource: ar,
+        object: o,
+    }
+}

@@ -1,0 +1,95 @@
+//! Inputs the planners' unit tests share: the Infra network
+//! 192.0.2.0/24 (gateway .1, DHCP .2 with pool .100-.199, DNS .3, proxy .4)
+//! and attachments built from JSON, so serde defaults apply as in the
+//! cluster.
+
+#![allow(clippy::unwrap_used)]
+
+use std::net::Ipv4Addr;
+
+use serde_json::json;
+
+use super::network::{Ipv4Range, Network};
+use super::observed::ObservedInterface;
+use super::observed::{HostedClusterKey, ObservedCluster, ObservedMachine, ObservedVmi};
+use crate::crd::InfraClusterAttachment;
+
+/// An address of 192.0.2.0/24.
+pub fn ip(last: u8) -> Ipv4Addr {
+    Ipv4Addr::new(192, 0, 2, last)
+}
+
+/// The Infra network every unit test plans on.
+pub fn network() -> Network {
+    Network {
+        cidr: "192.0.2.0/24".parse().unwrap(),
+        gateway: ip(1),
+        nad: "vlan".into(),
+        nad_namespace: "oooi".into(),
+        upstreams: vec!["10.0.0.10:53".parse().unwrap()],
+        dhcp: Some((
+            ip(2),
+            Ipv4Range {
+                start: ip(100),
+                end: ip(199),
+            },
+        )),
+        dns: Some(ip(3)),
+        proxy: Some(ip(4)),
+    }
+}
+
+/// Attachment `name` of Infra `vlan200` in namespace `oooi`, for
+/// HostedCluster `clusters/<cluster>`, domain `<cluster>.example.com`, with
+/// `extra` merged into its spec.
+pub fn attachment(name: &str, cluster: &str, extra: serde_json::Value) -> InfraClusterAttachment {
+    let mut spec = json!({
+        "infraRef": {"name": "vlan200"},
+        "hostedClusterRef": {"name": cluster},
+        "dns": {"clusterName": cluster, "baseDomain": "example.com"}
+    });
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        s.extend(e.clone());
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "hostedcluster.densityops.com/v1alpha1",
+        "kind": "InfraClusterAttachment",
+        "metadata": {"name": name, "namespace": "oooi"},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+/// The key of HostedCluster `clusters/<name>`.
+pub fn cluster_key(name: &str) -> HostedClusterKey {
+    HostedClusterKey::new("clusters", name)
+}
+
+/// A Machine with `addresses`.
+pub fn machine(name: &str, addresses: &[&str]) -> ObservedMachine {
+    ObservedMachine {
+        name: name.into(),
+        addresses: addresses.iter().map(|a| a.to_string()).collect(),
+    }
+}
+
+/// A VMI with one interface (`mac`, `addresses`).
+pub fn vmi(name: &str, mac: Option<&str>, addresses: &[&str]) -> ObservedVmi {
+    ObservedVmi {
+        name: name.into(),
+        interfaces: vec![ObservedInterface {
+            name: Some("vlan".into()),
+            mac: mac.map(str::to_string),
+            ip_addresses: addresses.iter().map(|a| a.to_string()).collect(),
+        }],
+    }
+}
+
+/// A cluster with these Machines and VMIs.
+pub fn cluster(machines: Vec<ObservedMachine>, vmis: Vec<ObservedVmi>) -> ObservedCluster {
+    ObservedCluster {
+        machines,
+        vmis,
+        ..ObservedCluster::default()
+    }
+}

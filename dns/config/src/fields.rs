@@ -1,0 +1,98 @@
+//! Parsing single fields into typed values. Every error names the field and
+//! quotes the bad value.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::str::FromStr;
+
+use hickory_proto::rr::{LowerName, Name};
+
+use crate::error::{ConfigError, invalid};
+use crate::model::RecordSet;
+
+pub(crate) fn socket(field: &str, s: &str, default_port: u16) -> Result<SocketAddr, ConfigError> {
+    if let Ok(a) = SocketAddr::from_str(s) {
+        return Ok(a);
+    }
+    if let Ok(ip) = IpAddr::from_str(s) {
+        return Ok(SocketAddr::new(ip, default_port));
+    }
+    Err(invalid(field, format!("`{s}` is not an ip:port address")))
+}
+
+pub(crate) fn v4(field: &str, s: &str) -> Result<Ipv4Addr, ConfigError> {
+    Ipv4Addr::from_str(s).map_err(|_| invalid(field, format!("`{s}` is not an IPv4 address")))
+}
+
+pub(crate) fn v6(field: &str, s: &str) -> Result<Ipv6Addr, ConfigError> {
+    Ipv6Addr::from_str(s).map_err(|_| invalid(field, format!("`{s}` is not an IPv6 address")))
+}
+
+pub(crate) fn ip(field: &str, s: &str) -> Result<IpAddr, ConfigError> {
+    IpAddr::from_str(s).map_err(|_| invalid(field, format!("`{s}` is not an IP address")))
+}
+
+/// A fully qualified name.
+pub(crate) fn name(field: &str, s: &str) -> Result<Name, ConfigError> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Err(invalid(field, "empty name"));
+    }
+    let mut name =
+        Name::from_str(s).map_err(|e| invalid(field, format!("`{s}` is not a DNS name: {e}")))?;
+    name.set_fqdn(true);
+    Ok(name)
+}
+
+/// `label` (one or more labels) under `origin`.
+pub(crate) fn join(field: &str, label: &str, origin: &Name) -> Result<Name, ConfigError> {
+    let rel = name(field, label)?;
+    rel.append_domain(origin)
+        .map_err(|e| invalid(field, format!("`{label}` under `{origin}`: {e}")))
+}
+
+/// Adds `set` under `name`. The same address twice is fine (several clusters
+/// sharing a proxy); different addresses for one name is a conflict.
+pub(crate) fn add_record(
+    records: &mut BTreeMap<LowerName, RecordSet>,
+    field: &str,
+    name: &Name,
+    set: RecordSet,
+) -> Result<(), ConfigError> {
+    let key = LowerName::new(name);
+    if let Some(old) = records.get_mut(&key) {
+        if (!old.a.is_empty() && !set.a.is_empty() && old.a != set.a)
+            || (!old.aaaa.is_empty() && !set.aaaa.is_empty() && old.aaaa != set.aaaa)
+        {
+            return Err(invalid(
+                field,
+                format!("`{name}` already has different addresses"),
+            ));
+        }
+        if old.a.is_empty() {
+            old.a = set.a;
+        }
+        if old.aaaa.is_empty() {
+            old.aaaa = set.aaaa;
+        }
+        return Ok(());
+    }
+    records.insert(key, set);
+    Ok(())
+}
+
+/// The record set of one address.
+pub(crate) fn single(ip: IpAddr, ttl: u32) -> RecordSet {
+    match ip {
+        IpAddr::V4(a) => RecordSet {
+            a: vec![a],
+            aaaa: vec![],
+            ttl,
+        },
+        IpAddr::V6(a) => RecordSet {
+            a: vec![],
+            aaaa: vec![a],
+            ttl,
+        },
+    }
+}

@@ -1,0 +1,161 @@
+//! The config file as written (YAML or JSON): plain strings and numbers,
+//! checked by [`RawConfig::validate`](crate::RawConfig::validate). The JSON
+//! schema of these types is what the `DNSServer` CRD embeds.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The config file as written (YAML or JSON). Unknown fields are rejected.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// Address (`ip:port`) of the HTTP server for `/healthz` and `/metrics`.
+    /// Unset: off, unless the `--metrics-addr` flag names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<String>,
+    /// TTL in seconds of static answers (default 30, at most 86400).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<u32>,
+    /// Resolvers for every name that no view owns.
+    #[serde(default)]
+    pub upstreams: RawUpstreams,
+    /// Answers to the CHAOS-class identity queries (`version.bind`,
+    /// `hostname.bind`, `version.server`, `id.server`). Unset: REFUSED.
+    /// These queries are never forwarded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chaos: Option<RawChaos>,
+    /// Hosted clusters whose names are published.
+    #[serde(default)]
+    pub clusters: Vec<RawCluster>,
+    /// Views, tried in order. At least one.
+    pub views: Vec<RawView>,
+}
+
+/// Upstream resolvers and the forwarding cache.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstreams {
+    /// `ip:port` (or `ip`, port 53) of each resolver, tried in order.
+    #[serde(default)]
+    pub servers: Vec<String>,
+    /// Time to wait for one upstream, in milliseconds (default 800, within
+    /// 1..=30000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Maximum number of cached answers (default 10000; 0 disables the cache).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_entries: Option<usize>,
+    /// Upper bound of the TTL of cached answers, in seconds (default 300).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cache_ttl: Option<u32>,
+    /// After every upstream failed, answer SERVFAIL at once for this many
+    /// milliseconds before trying again (default 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down_backoff_ms: Option<u64>,
+}
+
+/// The strings answered to CHAOS-class TXT identity queries. A name left
+/// unset is answered REFUSED.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawChaos {
+    /// Answer to `version.bind` and `version.server` (at most 255 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Answer to `hostname.bind` and `id.server` (at most 255 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+}
+
+/// One hosted cluster.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawCluster {
+    /// Cluster name (one DNS label): names live under `<name>.<base_domain>`.
+    pub name: String,
+    /// Base domain.
+    pub base_domain: String,
+    /// VLAN address of the proxy (Envoy) for the control-plane names.
+    pub proxy: String,
+    /// Address of the proxy reachable from the pod network. When set, the
+    /// pod view answers the `kubernetes` aliases with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub internal_proxy: Option<String>,
+    /// Apps ingress VIP for `*.apps.<name>.<base_domain>`. Unset: no wildcard.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apps_vip: Option<String>,
+    /// Also publish `*.apps.<name>.<base_domain>` in the pod view, answered
+    /// with `internal_proxy` (which forwards to the VIP). Needs both
+    /// `apps_vip` and `internal_proxy`; default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub apps_to_pods: bool,
+    /// Control-plane names (default `api`, `api-int`, `oauth`, `ignition`,
+    /// `konnectivity`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub names: Option<Vec<String>>,
+}
+
+/// What a view publishes from `clusters`.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ViewKind {
+    /// The VLAN: cluster zones, apps wildcard, kubernetes aliases to the proxy.
+    Vlan,
+    /// The pod network: only the kubernetes aliases (and `*.apps` where
+    /// `apps_to_pods` is set), and only to an internal proxy address when one
+    /// is configured.
+    Pod,
+    /// Nothing from `clusters`; only the view's own `zones`.
+    #[default]
+    Custom,
+}
+
+/// One view.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawView {
+    /// Name, used in logs and metrics.
+    pub name: String,
+    /// What it publishes from `clusters`.
+    #[serde(default)]
+    pub kind: ViewKind,
+    /// `ip:port` addresses it serves on (UDP and TCP). At least one.
+    pub listen: Vec<String>,
+    /// Client subnets (CIDR). Empty: any client on these listeners. A query
+    /// goes to the first view that lists its listener and matches its source.
+    #[serde(default)]
+    pub source_subnets: Vec<String>,
+    /// Explicit zones.
+    #[serde(default)]
+    pub zones: Vec<RawZone>,
+}
+
+/// An explicit zone: every name under `origin` is answered here (NXDOMAIN
+/// when not listed), never forwarded.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawZone {
+    /// Zone apex, e.g. `c1.example.com`.
+    pub origin: String,
+    /// Records. Names are relative to `origin` (`@` is the apex), or
+    /// absolute with a trailing dot. `*.x` is a wildcard matching any depth.
+    #[serde(default)]
+    pub records: Vec<RawRecord>,
+}
+
+/// Addresses of one name.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawRecord {
+    /// Owner name.
+    pub name: String,
+    /// IPv4 addresses.
+    #[serde(default)]
+    pub a: Vec<String>,
+    /// IPv6 addresses.
+    #[serde(default)]
+    pub aaaa: Vec<String>,
+    /// TTL in seconds (default: the top-level `ttl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<u32>,
+}

@@ -1,0 +1,202 @@
+//! The `oooi-dns` config file: its format ([`RawConfig`], YAML or JSON, with a
+//! JSON schema for the `DNSServer` CRD) and the validated model ([`Config`])
+//! that the answer logic runs on. The server and the controller both check a
+//! config with [`RawConfig::validate`], so they agree on what is valid.
+//!
+//! The file is parsed once, at the edge, into typed values. Every error names
+//! the field path (for example `views[1].listen[0]`) and the bad value.
+//!
+//! Two ways to describe static answers, which can be mixed:
+//! - `clusters`: one entry per hosted cluster. It expands, per view `kind`,
+//!   into the control-plane names, the `*.apps` wildcard and the
+//!   `kubernetes[.default[.svc[.cluster.local]]]` aliases ([`clusters`]).
+//! - `views[].zones`: explicit zones and records, for anything else.
+//!
+//! ```yaml
+//! upstreams:
+//!   servers: ["10.0.0.10:53"]
+//! clusters:
+//!   - name: c1
+//!     base_domain: example.com
+//!     proxy: 192.0.2.4
+//!     apps_vip: 192.0.2.200
+//! views:
+//!   - name: vlan
+//!     kind: vlan
+//!     listen: ["192.0.2.3:53"]
+//!   - name: default
+//!     kind: pod
+//!     listen: ["10.128.0.5:53"]
+//! ```
+
+pub mod clusters;
+mod error;
+mod fields;
+mod file;
+mod model;
+mod validate;
+
+pub use clusters::DEFAULT_CONTROL_PLANE_NAMES;
+pub use error::ConfigError;
+pub use file::{
+    RawChaos, RawCluster, RawConfig, RawRecord, RawUpstreams, RawView, RawZone, ViewKind,
+};
+pub use model::{Chaos, Config, RecordSet, Upstreams, View, Zone};
+pub use validate::{DEFAULT_HTTP_PORT, DEFAULT_TTL, MAX_CHAOS_BYTES, MAX_TTL};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, SocketAddr};
+
+    const SAMPLE: &str = r#"
+upstreams:
+  servers: ["127.0.0.1:5399"]
+clusters:
+  - name: c1
+    base_domain: example.com
+    proxy: 192.0.2.4
+    internal_proxy: 10.0.0.4
+    apps_vip: 192.0.2.200
+views:
+  - name: vlan
+    kind: vlan
+    listen: ["127.0.0.2:5353"]
+  - name: default
+    kind: pod
+    listen: ["127.0.0.3:5353"]
+"#;
+
+    #[test]
+    fn sample_config_expands_clusters_per_view_kind() {
+        let c = Config::parse(SAMPLE).expect("valid");
+        assert_eq!(c.views.len(), 2);
+        let vlan = &c.views[0];
+        assert_eq!(vlan.zones.len(), 1);
+        assert_eq!(vlan.zones[0].records.len(), 6);
+        assert_eq!(vlan.hosts.len(), 4);
+        let pod = &c.views[1];
+        assert!(pod.zones.is_empty());
+        assert_eq!(
+            pod.hosts.values().next().expect("alias").a.first().copied(),
+            Some(Ipv4Addr::new(10, 0, 0, 4))
+        );
+        assert_eq!(c.upstreams.servers[0].port(), 5399);
+    }
+
+    #[test]
+    fn the_aliases_are_the_routing_tables_aliases() {
+        let c = Config::parse(SAMPLE).expect("valid");
+        let names: Vec<String> = c.views[0].hosts.keys().map(|n| n.to_string()).collect();
+        for alias in oooi_routes::KUBERNETES_ALIASES {
+            assert!(names.contains(&format!("{alias}.")), "{alias} in {names:?}");
+        }
+    }
+
+    #[test]
+    fn json_is_accepted() {
+        let c =
+            Config::parse(r#"{"views":[{"name":"v","listen":["127.0.0.1:53"]}]}"#).expect("json");
+        assert_eq!(c.views[0].name, "v");
+    }
+
+    #[test]
+    fn bad_listen_address_names_the_field() {
+        let text = SAMPLE.replace("127.0.0.3:5353", "nope");
+        let err = Config::parse(&text).expect_err("invalid").to_string();
+        assert!(err.starts_with("views[1].listen[0]"), "{err}");
+        assert!(err.contains("nope"), "{err}");
+    }
+
+    #[test]
+    fn bad_proxy_names_the_field() {
+        let text = SAMPLE.replace("192.0.2.4", "192.0.2.999");
+        let err = Config::parse(&text).expect_err("invalid").to_string();
+        assert!(err.starts_with("clusters[0].proxy"), "{err}");
+    }
+
+    #[test]
+    fn unknown_field_is_rejected() {
+        let text = SAMPLE.replace("apps_vip:", "apps_vipp:");
+        assert!(Config::parse(&text).is_err());
+    }
+
+    #[test]
+    fn record_outside_zone_is_rejected() {
+        let text = r#"
+views:
+  - name: v
+    listen: ["127.0.0.1:53"]
+    zones:
+      - origin: a.test
+        records:
+          - { name: "x.b.test.", a: ["1.2.3.4"] }
+"#;
+        let err = Config::parse(text).expect_err("invalid").to_string();
+        assert!(
+            err.starts_with("views[0].zones[0].records[0].name"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn listen_addresses_are_distinct_in_order() {
+        let text = r#"
+views:
+  - name: lab
+    listen: ["127.0.0.2:53"]
+    source_subnets: ["127.0.0.128/25"]
+  - name: vlan
+    listen: ["127.0.0.2:53"]
+  - name: pods
+    listen: ["127.0.0.3:53"]
+"#;
+        let c = Config::parse(text).expect("valid");
+        let l2: SocketAddr = "127.0.0.2:53".parse().expect("addr");
+        let l3: SocketAddr = "127.0.0.3:53".parse().expect("addr");
+        assert_eq!(c.listen_addresses(), vec![l2, l3]);
+        assert_eq!(c.views[0].source_subnets[0].to_string(), "127.0.0.128/25");
+    }
+
+    #[test]
+    fn chaos_strings_are_optional_and_bounded() {
+        let c = Config::parse(SAMPLE).expect("valid");
+        assert_eq!(c.chaos, Chaos::default());
+        let with = format!("chaos: {{ version: \"oooi\" }}\n{SAMPLE}");
+        let c = Config::parse(&with).expect("valid");
+        assert_eq!(c.chaos.version.as_deref(), Some("oooi"));
+        assert_eq!(c.chaos.hostname, None);
+        let long = "x".repeat(256);
+        let bad = format!("chaos: {{ hostname: \"{long}\" }}\n{SAMPLE}");
+        let err = Config::parse(&bad).expect_err("too long").to_string();
+        assert!(err.starts_with("chaos.hostname"), "{err}");
+        assert!(err.contains("256 bytes"), "{err}");
+    }
+
+    #[test]
+    fn default_http_port_applies_to_a_bare_address() {
+        let c = Config::parse(&format!("http: 10.1.2.3\n{SAMPLE}")).expect("valid");
+        assert_eq!(c.http, Some("10.1.2.3:9153".parse().expect("addr")));
+        let err = Config::parse(&format!("http: any\n{SAMPLE}")).expect_err("bad");
+        assert!(err.to_string().starts_with("http: `any`"), "{err}");
+    }
+
+    /// The schema the CRD embeds: closed objects, required fields, and the
+    /// view kinds as an enum.
+    #[test]
+    fn json_schema_describes_the_file() {
+        let schema = serde_json::to_value(schemars::schema_for!(RawConfig)).expect("schema");
+        assert_eq!(schema["additionalProperties"], false, "{schema}");
+        assert_eq!(schema["required"], serde_json::json!(["views"]));
+        let defs = &schema["$defs"];
+        assert_eq!(
+            defs["RawView"]["required"],
+            serde_json::json!(["name", "listen"])
+        );
+        let kind = defs["ViewKind"].to_string();
+        for k in ["vlan", "pod", "custom"] {
+            assert!(kind.contains(k), "{kind}");
+        }
+        assert!(defs["RawChaos"]["properties"]["version"].is_object());
+    }
+}
