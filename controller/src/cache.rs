@@ -7,6 +7,7 @@
 //! `app.kubernetes.io/managed-by=oooi-controller`, Envoy pods by
 //! `app.kubernetes.io/name=oooi,app.kubernetes.io/component=proxy`.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -16,6 +17,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{self, ObjectRef, ReflectHandle, Store};
@@ -99,9 +101,9 @@ macro_rules! caches {
 caches! {
     infras: Infra,
     attachments: InfraClusterAttachment,
-    dhcp_servers: DHCPServer,
-    dns_servers: DNSServer,
-    proxy_servers: ProxyServer,
+    dhcp_servers: Decoded<DHCPServer>,
+    dns_servers: Decoded<DNSServer>,
+    proxy_servers: Decoded<ProxyServer>,
     deployments: Deployment,
     config_maps: ConfigMap,
     secrets: Secret,
@@ -112,6 +114,99 @@ caches! {
     pods: Pod,
     roles: Role,
     role_bindings: RoleBinding,
+}
+
+/// An object of kind `K` as the API server holds it: decoded into `K` when
+/// its body fits the type, else why not. The derived kinds (whose embedded
+/// configs the API server checks less strictly than the controller does)
+/// are watched this way, so one object that cannot be decoded neither stops
+/// the watch of its kind nor the reconciles of the other objects: it is
+/// reconciled on its own and reports the error in its status.
+#[derive(Debug, Clone)]
+pub struct Decoded<K> {
+    /// The metadata (always decodable: the API server checks it).
+    pub metadata: ObjectMeta,
+    /// The typed object, or the decode error naming the field.
+    pub object: Result<K, String>,
+    /// The status as stored, for an object that cannot be decoded.
+    pub status: Option<Value>,
+}
+
+impl<K> Decoded<K> {
+    /// The typed object, when it decoded.
+    pub fn get(&self) -> Option<&K> {
+        self.object.as_ref().ok()
+    }
+
+    /// Decodes `v`; only malformed metadata is an error.
+    pub fn from_value(v: Value) -> Result<Decoded<K>, serde_json::Error>
+    where
+        K: DeserializeOwned,
+    {
+        let metadata: ObjectMeta =
+            serde_json::from_value(v.get("metadata").cloned().unwrap_or(Value::Null))?;
+        let status = v.get("status").cloned();
+        let object = serde_path_to_error::deserialize(v).map_err(|e| {
+            let path = e.path().to_string();
+            if path.is_empty() || path == "." {
+                e.into_inner().to_string()
+            } else {
+                format!("{path}: {}", e.into_inner())
+            }
+        });
+        Ok(Decoded {
+            metadata,
+            object,
+            status,
+        })
+    }
+}
+
+impl<K> From<K> for Decoded<K>
+where
+    K: Resource,
+{
+    fn from(obj: K) -> Decoded<K> {
+        Decoded {
+            metadata: obj.meta().clone(),
+            object: Ok(obj),
+            status: None,
+        }
+    }
+}
+
+impl<'de, K: DeserializeOwned> serde::Deserialize<'de> for Decoded<K> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        Decoded::from_value(v).map_err(serde::de::Error::custom)
+    }
+}
+
+impl<K> Resource for Decoded<K>
+where
+    K: Resource<DynamicType = ()>,
+{
+    type DynamicType = ();
+    type Scope = K::Scope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        K::kind(dt)
+    }
+    fn group(dt: &()) -> Cow<'_, str> {
+        K::group(dt)
+    }
+    fn version(dt: &()) -> Cow<'_, str> {
+        K::version(dt)
+    }
+    fn plural(dt: &()) -> Cow<'_, str> {
+        K::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
 }
 
 /// Looks an object up in a cache.
@@ -188,11 +283,11 @@ pub struct Streams {
     /// Attachments.
     pub attachments: ReflectHandle<InfraClusterAttachment>,
     /// DHCPServers.
-    pub dhcp_servers: ReflectHandle<DHCPServer>,
+    pub dhcp_servers: ReflectHandle<Decoded<DHCPServer>>,
     /// DNSServers.
-    pub dns_servers: ReflectHandle<DNSServer>,
+    pub dns_servers: ReflectHandle<Decoded<DNSServer>>,
     /// ProxyServers.
-    pub proxy_servers: ReflectHandle<ProxyServer>,
+    pub proxy_servers: ReflectHandle<Decoded<ProxyServer>>,
     /// Managed Deployments.
     pub deployments: ReflectHandle<Deployment>,
     /// Managed Services.

@@ -13,7 +13,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
-use crate::cache::{self, Scope, Streams};
+use crate::cache::{self, Decoded, Scope, Streams};
 use crate::crd::{Infra, InfraClusterAttachment, ProxyServer};
 use crate::metrics::Metrics;
 use crate::observe;
@@ -59,7 +59,10 @@ pub async fn run(
 }
 
 /// The ProxyServers whose Envoy `pod` is (same namespace and instance).
-pub fn proxy_of_pod(store: &Store<ProxyServer>, pod: &Pod) -> Vec<ObjectRef<ProxyServer>> {
+pub fn proxy_of_pod(
+    store: &Store<Decoded<ProxyServer>>,
+    pod: &Pod,
+) -> Vec<ObjectRef<Decoded<ProxyServer>>> {
     let ns = pod.namespace().unwrap_or_default();
     let Some(instance) = pod.labels().get("app.kubernetes.io/instance").cloned() else {
         return Vec::new();

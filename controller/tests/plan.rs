@@ -553,7 +553,7 @@ fn dhcp_reservations_come_from_vmi_macs_and_conflicts_are_dropped() {
     let got: Vec<(String, String, Option<String>)> = dhcp
         .reservations
         .iter()
-        .map(|r| (r.mac.clone(), r.ip.clone(), r.hostname.clone()))
+        .map(|r| (r.mac.to_string(), r.ip.to_string(), r.hostname.clone()))
         .collect();
     assert_eq!(
         got,
@@ -760,7 +760,7 @@ fn apps_vip_is_routed_on_80_by_host_and_reaches_pods_only_when_published() {
     let dns = dns_config(&p);
     assert!(dns.clusters[0].apps_to_pods);
     // The rendered config is one the DNS server accepts.
-    oooi_dns::config::Config::parse(&serde_saphyr::to_string(&dns).unwrap()).expect("dns config");
+    oooi_dns_config::Config::parse(&serde_saphyr::to_string(&dns).unwrap()).expect("dns config");
 
     // Not published: the pod view keeps forwarding apps names.
     let atts = [attachment_yaml(

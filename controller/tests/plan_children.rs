@@ -96,9 +96,10 @@ fn dhcp_children_carry_config_pvc_and_raw_socket_capability() {
             "--data-dir",
             "/var/lib/oooi-dhcp",
             "--metrics-addr",
-            "0.0.0.0:9067"
+            "$(POD_IP):9067"
         ]
     );
+    assert_metrics_on_the_pod_address(ctr);
     assert!(ctr.readiness_probe.as_ref().unwrap().http_get.is_some());
     assert!(ctr.liveness_probe.is_some());
     assert!(ctr.resources.as_ref().unwrap().requests.is_some());
@@ -161,9 +162,53 @@ fn dns_children_serve_the_pod_view_through_a_cluster_ip() {
         ]
     );
     let text = &c.config_map.as_ref().unwrap().data.as_ref().unwrap()["config.yaml"];
-    oooi_dns::config::Config::parse(text).expect("oooi-dns loads the ConfigMap");
-    let args = container(&c.deployment).args.clone().unwrap();
-    assert_eq!(args, ["serve", "--config", "/etc/oooi-dns/config.yaml"]);
+    let cfg = oooi_dns_config::Config::parse(text).expect("oooi-dns loads the ConfigMap");
+    assert_eq!(
+        cfg.http, None,
+        "the shared ConfigMap names no metrics address"
+    );
+    let ctr = container(&c.deployment);
+    assert_eq!(
+        ctr.args.clone().unwrap(),
+        [
+            "serve",
+            "--config",
+            "/etc/oooi-dns/config.yaml",
+            "--metrics-addr",
+            "$(POD_IP):9153"
+        ]
+    );
+    assert_metrics_on_the_pod_address(ctr);
+}
+
+/// The metrics and health endpoint binds the pod-network address (the
+/// downward API's `status.podIP`), never 0.0.0.0, which would include the
+/// VLAN interface; the probes use the same port.
+fn assert_metrics_on_the_pod_address(ctr: &k8s_openapi::api::core::v1::Container) {
+    let env = ctr.env.as_ref().unwrap();
+    let pod_ip = env.iter().find(|e| e.name == "POD_IP").expect("POD_IP env");
+    let field = pod_ip
+        .value_from
+        .as_ref()
+        .unwrap()
+        .field_ref
+        .as_ref()
+        .unwrap();
+    assert_eq!(field.field_path, "status.podIP");
+    let args = ctr.args.as_ref().unwrap();
+    let at = args.iter().position(|a| a == "--metrics-addr").unwrap();
+    let port = args[at + 1]
+        .strip_prefix("$(POD_IP):")
+        .expect("pod address");
+    assert!(!args.iter().any(|a| a.contains("0.0.0.0")), "{args:?}");
+    let probe = ctr
+        .readiness_probe
+        .as_ref()
+        .unwrap()
+        .http_get
+        .as_ref()
+        .unwrap();
+    assert_eq!(serde_json::to_value(&probe.port).unwrap().to_string(), port);
 }
 
 #[test]

@@ -141,7 +141,7 @@ fn two_cluster_example_routes_workers_and_apps() {
         .iter()
         .find(|(p, _)| p.ends_with("vlan200-dns.yaml"))
         .unwrap();
-    let cfg = oooi_dns::config::Config::parse(&dns.1).unwrap();
+    let cfg = oooi_dns_config::Config::parse(&dns.1).unwrap();
     assert_eq!(cfg.views.len(), 2);
     let dhcp = out
         .files

@@ -717,7 +717,11 @@ async fn machine_address_change_is_pushed_to_a_real_envoy() {
         let mut p: ProxyServer = serde_json::from_value(h.mock.get(&proxy_path).unwrap()).unwrap();
         p.spec.push_port = port;
         let ctx = h.ctx.clone();
-        async move { component::reconcile_proxy(Arc::new(p), ctx).await.unwrap() }
+        async move {
+            component::reconcile_proxy(Arc::new(p.into()), ctx)
+                .await
+                .unwrap()
+        }
     };
     reconcile_proxy(&mut h).await;
     let st = &h.mock.get(&proxy_path).unwrap()["status"];

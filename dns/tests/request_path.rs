@@ -260,9 +260,31 @@ proptest! {
     ) {
         let rig = RIG.with(|r| r.clone());
         let name = name_wire(&labels);
-        let packet = query(id, flags, &name, qtype, qclass, edns);
+        let packet = query(id, flags, &name, qtype, qclass, edns.clone());
         if let Some(reply) = rig.run(client.0, client.1, &packet) {
             prop_assert_eq!(reply.metadata.id, id);
+            let opcode = (flags >> 11) & 0x0f;
+            let rcode = u16::from(reply.metadata.response_code);
+            match (&edns, &reply.edns) {
+                (Some(_), None) => prop_assert!(false, "no OPT in the reply to an EDNS query"),
+                (None, Some(_)) => prop_assert!(false, "an OPT in the reply to a query without"),
+                (Some((_, version, _)), Some(opt)) => {
+                    // Version 0 answered, the query's DO bit (always set
+                    // here) copied; a higher version gets BADVERS.
+                    prop_assert_eq!(opt.version(), 0);
+                    prop_assert!(opt.flags().dnssec_ok, "DO bit not copied");
+                    if opcode == 0 {
+                        prop_assert_eq!(rcode == 16, *version > 0, "rcode {}", rcode);
+                    }
+                }
+                (None, None) => {}
+            }
+            let badvers = edns.as_ref().is_some_and(|(_, v, _)| *v > 0);
+            if opcode == 0 && !badvers && qclass != 1 {
+                // Only IN is answered or forwarded.
+                prop_assert_eq!(reply.metadata.response_code, ResponseCode::Refused);
+                prop_assert!(reply.answers.is_empty());
+            }
         }
     }
 

@@ -1,19 +1,20 @@
 //! The DHCP server: its config from the Infra and attachments, and its children.
 
 use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
 
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, PersistentVolumeClaim, PersistentVolumeClaimSpec,
     PersistentVolumeClaimVolumeSource, Volume, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use oooi_dhcp::config::{RawConfig, RawRange, RawReservation};
+use oooi_dhcp::config::{Mac, RawConfig, RawRange, RawReservation};
 
 use super::attachments::AttachmentOutcome;
 use super::labels::{Component, child_meta, instance_of};
 use super::network::Network;
 use super::workload::{
-    Children, PodPlan, deployment, http_probe, mount, port, resources, service_account,
+    Children, PodPlan, deployment, http_probe, mount, pod_address, port, resources, service_account,
 };
 use crate::crd::{
     DHCPServer, DHCPServerSpec, DhcpConfigDocument, Infra, LeaseStorage, VlanInterface,
@@ -25,7 +26,8 @@ pub const CONFIG_DIR: &str = "/etc/oooi-dhcp";
 pub const CONFIG_FILE: &str = "config.yaml";
 /// Lease store directory (the PVC).
 pub const DATA_DIR: &str = "/var/lib/oooi-dhcp";
-/// Health and metrics port of oooi-dhcp (`serve --metrics-addr`).
+/// Health and metrics port of oooi-dhcp (`serve --metrics-addr`, on the pod
+/// address).
 pub const HTTP_PORT: i32 = 9067;
 /// Capabilities: port 67 and SO_BINDTODEVICE on the VLAN interface.
 pub const CAPABILITIES: [&str; 2] = ["NET_BIND_SERVICE", "NET_RAW"];
@@ -39,46 +41,55 @@ pub fn config(
     attachments: &[AttachmentOutcome],
 ) -> Option<RawConfig> {
     let (server_ip, pool) = network.dhcp?;
-    let mut excluded: Vec<String> = Vec::new();
-    excluded.extend(network.dns.map(|a| a.to_string()));
-    excluded.extend(network.proxy.map(|a| a.to_string()));
+    let mut excluded: Vec<Ipv4Addr> = Vec::new();
+    excluded.extend(network.dns);
+    excluded.extend(network.proxy);
     let dns_servers = match network.dns {
-        Some(dns) => vec![dns.to_string()],
+        Some(dns) => vec![dns],
         None => network
             .upstreams
             .iter()
-            .filter(|a| a.port() == 53 && a.is_ipv4())
-            .map(|a| a.ip().to_string())
+            .filter(|a| a.port() == 53)
+            .filter_map(|a| match a.ip() {
+                IpAddr::V4(ip) => Some(ip),
+                IpAddr::V6(_) => None,
+            })
             .collect(),
     };
     let mut reservations: Vec<RawReservation> = attachments
         .iter()
         .filter(|a| a.accepted())
         .flat_map(|a| a.reservations.iter())
-        .map(|r| RawReservation {
-            mac: r.mac.clone(),
-            ip: r.ip.to_string(),
-            hostname: r.hostname.clone(),
+        .filter_map(|r| {
+            Some(RawReservation {
+                mac: Mac::parse(&r.mac)?,
+                ip: r.ip,
+                hostname: r.hostname.clone(),
+            })
         })
         .collect();
-    reservations.sort_by(|a, b| a.mac.cmp(&b.mac));
+    reservations.sort_by_key(|r| r.mac);
     let nc = &infra.spec.network_config;
     Some(RawConfig {
         interface: Some(default_interface()),
-        server_ip: server_ip.to_string(),
-        subnet: network.cidr.to_string(),
-        gateway: Some(network.gateway.to_string()),
+        server_ip,
+        subnet: network.cidr,
+        gateway: Some(network.gateway),
         range: RawRange {
-            start: pool.start.to_string(),
-            end: pool.end.to_string(),
+            start: pool.start,
+            end: pool.end,
         },
         excluded,
         dns_servers,
         domain: nc.domain.clone(),
         lease_seconds: Some(infra.spec.infra_components.dhcp.lease_time),
+        t1_seconds: None,
+        t2_seconds: None,
         mtu: nc.mtu,
+        classless_routes: Vec::new(),
         reservations,
-        ..RawConfig::default()
+        decline_quarantine_seconds: None,
+        peer: None,
     })
 }
 
@@ -105,7 +116,8 @@ pub fn spec(
             address: network.with_prefix(server_ip),
             interface: default_interface(),
         },
-        image: comp.image.clone(),
+        // Set: plan_infra reports an unset image instead of planning.
+        image: comp.image.clone().unwrap_or_default(),
         config: DhcpConfigDocument(cfg),
         resources: comp.resources.clone(),
         storage: LeaseStorage {
@@ -184,7 +196,7 @@ pub fn children(server: &DHCPServer) -> anyhow::Result<Children> {
                 "--data-dir".to_string(),
                 DATA_DIR.to_string(),
                 "--metrics-addr".to_string(),
-                format!("0.0.0.0:{HTTP_PORT}"),
+                pod_address(HTTP_PORT),
             ],
             ports: vec![port("dhcp", 67, "UDP"), port("http", HTTP_PORT, "TCP")],
             volumes,

@@ -14,13 +14,13 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Service, ServicePort, ServiceSpec, Volume,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use oooi_dns::config::{RawCluster, RawConfig, RawUpstreams, RawView, ViewKind};
+use oooi_dns_config::{RawCluster, RawConfig, RawUpstreams, RawView, ViewKind};
 
 use super::attachments::AttachmentOutcome;
 use super::labels::{Component, child_meta, instance_of, selector};
 use super::network::Network;
 use super::workload::{
-    Children, PodPlan, deployment, http_probe, mount, port, resources, service_account,
+    Children, PodPlan, deployment, http_probe, mount, pod_address, port, resources, service_account,
 };
 use crate::crd::{DNSServer, DNSServerSpec, DnsConfigDocument, Infra, VlanInterface};
 
@@ -28,7 +28,7 @@ use crate::crd::{DNSServer, DNSServerSpec, DnsConfigDocument, Infra, VlanInterfa
 pub const CONFIG_DIR: &str = "/etc/oooi-dns";
 /// Config file name (ConfigMap key).
 pub const CONFIG_FILE: &str = "config.yaml";
-/// Health and metrics port.
+/// Health and metrics port (`serve --metrics-addr`, on the pod address).
 pub const HTTP_PORT: i32 = 9153;
 /// Port of the pod view inside the pod (the Service maps 53 to it).
 pub const POD_VIEW_PORT: i32 = 5353;
@@ -71,7 +71,9 @@ pub fn config(
         None => Vec::new(),
     };
     Some(RawConfig {
-        http: Some(format!("0.0.0.0:{HTTP_PORT}")),
+        // The endpoint's address comes from `--metrics-addr` on the pod
+        // address (see `children`), never from the shared ConfigMap.
+        http: None,
         ttl: None,
         chaos: None,
         upstreams: RawUpstreams {
@@ -115,7 +117,8 @@ pub fn spec(
             address: network.with_prefix(dns_ip),
             interface: "net1".to_string(),
         },
-        image: comp.image.clone(),
+        // Set: plan_infra reports an unset image instead of planning.
+        image: comp.image.clone().unwrap_or_default(),
         config: DnsConfigDocument(config(network, attachments, internal_proxy)?),
         resources: comp.resources.clone(),
     })
@@ -171,6 +174,8 @@ pub fn children(server: &DNSServer) -> anyhow::Result<Children> {
                 "serve".to_string(),
                 "--config".to_string(),
                 format!("{CONFIG_DIR}/{CONFIG_FILE}"),
+                "--metrics-addr".to_string(),
+                pod_address(HTTP_PORT),
             ],
             ports: vec![
                 port("dns-udp", 53, "UDP"),

@@ -18,9 +18,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMap, Container, ContainerPort, PersistentVolumeClaim, PodSecurityContext,
-    PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, Secret, SecurityContext,
-    Service, ServiceAccount, Volume, VolumeMount,
+    Capabilities, ConfigMap, Container, ContainerPort, EnvVar, EnvVarSource, ObjectFieldSelector,
+    PersistentVolumeClaim, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, SeccompProfile, Secret, SecurityContext, Service, ServiceAccount, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -143,6 +144,18 @@ pub(crate) struct PodPlan {
     pub fs_group: Option<i64>,
 }
 
+/// The environment variable holding the pod's own address on the pod
+/// network (downward API `status.podIP`), set in every component.
+pub const POD_IP_ENV: &str = "POD_IP";
+
+/// `ip:port` on the pod's pod-network address, as a container argument
+/// (kubelet expands `$(POD_IP)`). Metrics and health endpoints bind here:
+/// `0.0.0.0` would also bind the VLAN interface and expose them to every
+/// VLAN client; the kubelet's probes reach the pod address.
+pub fn pod_address(port: i32) -> String {
+    format!("$({POD_IP_ENV}):{port}")
+}
+
 /// The Deployment of one component.
 pub(crate) fn deployment<K>(owner: &K, plan: PodPlan) -> Deployment
 where
@@ -161,11 +174,26 @@ where
         liveness_probe: Some(plan.liveness),
         resources: Some(plan.resources),
         security_context: Some(container_security(&plan.caps)),
-        env: Some(vec![k8s_openapi::api::core::v1::EnvVar {
-            name: "RUST_LOG".to_string(),
-            value: Some("info".to_string()),
-            ..Default::default()
-        }]),
+        env: Some(vec![
+            EnvVar {
+                name: "RUST_LOG".to_string(),
+                value: Some("info".to_string()),
+                ..Default::default()
+            },
+            // The pod-network address, for listeners that must not be
+            // reachable from the VLAN (see `pod_address`).
+            EnvVar {
+                name: POD_IP_ENV.to_string(),
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector {
+                        field_path: "status.podIP".to_string(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        ]),
         ..Container::default()
     };
     Deployment {

@@ -24,7 +24,7 @@ use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use super::apply::apply;
 use super::step::{Announce, observe_infra, write_status};
 use super::{Context, Error, Result};
-use crate::cache::cached;
+use crate::cache::{Decoded, cached};
 use crate::crd::{
     AttachmentTotals, FINALIZER, Infra, InfraClusterAttachment, ProxyServer, condition, status,
 };
@@ -90,13 +90,13 @@ async fn apply_attachment(att: &InfraClusterAttachment, ctx: &Context) -> Result
         Some(i) => observe_infra(ctx, i).await?,
         None => empty_plan(),
     };
-    let proxy = cached::<ProxyServer>(
+    let proxy = cached::<Decoded<ProxyServer>>(
         &ctx.stores.proxy_servers,
         &ns,
         &Component::Proxy.derived_name(infra_name),
     );
     let routes_synced = proxy.as_ref().and_then(|p| {
-        let st = p.status.as_ref()?;
+        let st = p.get()?.status.as_ref()?;
         condition_status(&st.conditions, condition::ROUTES_SYNCED).map(|s| s == status::TRUE)
     });
     let st = attachment_status(att, &plan, routes_synced, &(ctx.now)());

@@ -22,7 +22,7 @@ use tracing::info;
 use super::apply::{Applied, apply};
 use super::step::{Announce, namespace, write_status};
 use super::{Context, Error, Result};
-use crate::cache::cached;
+use crate::cache::{Decoded, cached};
 use crate::crd::{
     DHCPServer, DNSServer, ProxyReplicaStatus, ProxyServer, ProxyServerStatus, ServerStatus,
     condition,
@@ -96,27 +96,91 @@ fn rollout_of(ctx: &Context, ns: &str, name: &str) -> Rollout {
 }
 
 /// Reconciles a DHCPServer.
-pub async fn reconcile_dhcp(obj: Arc<DHCPServer>, ctx: Arc<Context>) -> Result<Action> {
-    reconcile_server(
-        &*obj,
-        obj.status.as_ref(),
-        "DHCPServer",
-        crate::plan::dhcp::children,
-        &ctx,
-    )
-    .await
+pub async fn reconcile_dhcp(obj: Arc<Decoded<DHCPServer>>, ctx: Arc<Context>) -> Result<Action> {
+    match &obj.object {
+        Ok(d) => {
+            reconcile_server(
+                d,
+                d.status.as_ref(),
+                "DHCPServer",
+                crate::plan::dhcp::children,
+                &ctx,
+            )
+            .await
+        }
+        Err(e) => reconcile_undecodable(&obj, e, "DHCPServer", &ctx).await,
+    }
 }
 
 /// Reconciles a DNSServer.
-pub async fn reconcile_dns(obj: Arc<DNSServer>, ctx: Arc<Context>) -> Result<Action> {
-    reconcile_server(
-        &*obj,
-        obj.status.as_ref(),
-        "DNSServer",
-        crate::plan::dns::children,
-        &ctx,
-    )
-    .await
+pub async fn reconcile_dns(obj: Arc<Decoded<DNSServer>>, ctx: Arc<Context>) -> Result<Action> {
+    match &obj.object {
+        Ok(d) => {
+            reconcile_server(
+                d,
+                d.status.as_ref(),
+                "DNSServer",
+                crate::plan::dns::children,
+                &ctx,
+            )
+            .await
+        }
+        Err(e) => reconcile_undecodable(&obj, e, "DNSServer", &ctx).await,
+    }
+}
+
+/// A derived object whose body does not fit its type: its children stay as
+/// they are (last good config) and its status says why (`InvalidSpec`,
+/// naming the field); the other objects of the kind reconcile as usual.
+async fn reconcile_undecodable<K>(
+    obj: &Decoded<K>,
+    error: &str,
+    kind: &'static str,
+    ctx: &Context,
+) -> Result<Action>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + DeserializeOwned
+        + Clone
+        + std::fmt::Debug,
+{
+    let started = Instant::now();
+    let generation = obj.metadata.generation;
+    let planned = invalid_conditions(&anyhow::anyhow!("{kind} {error}"));
+    let now = (ctx.now)();
+    tracing::warn!(
+        kind,
+        name = %obj.name_any(),
+        namespace = obj.namespace().unwrap_or_default(),
+        "cannot decode: {error}"
+    );
+    if kind == "ProxyServer" {
+        let existing: Option<ProxyServerStatus> = decode_status(obj);
+        let old = existing.clone().unwrap_or_default();
+        let st = ProxyServerStatus {
+            observed_generation: generation,
+            conditions: merge_conditions(&old.conditions, &planned, generation, &now),
+            ..old
+        };
+        write_status(ctx, obj, existing.as_ref(), &st, None).await?;
+    } else {
+        let existing: Option<ServerStatus> = decode_status(obj);
+        let st = server_status(
+            existing.as_ref(),
+            generation,
+            &planned,
+            &Rollout::default(),
+            None,
+            &now,
+        );
+        write_status(ctx, obj, existing.as_ref(), &st, None).await?;
+    }
+    ctx.metrics.reconciled(kind, started.elapsed());
+    Ok(Action::requeue(RESYNC))
+}
+
+fn decode_status<K, S: DeserializeOwned>(obj: &Decoded<K>) -> Option<S> {
+    serde_json::from_value(obj.status.clone()?).ok()
 }
 
 /// The reconcile of a component whose children are all there is to it (DHCP,
@@ -217,9 +281,16 @@ async fn push_token(ctx: &Context, proxy: &ProxyServer) -> Result<String> {
 }
 
 /// Reconciles a ProxyServer: children, then the route push, then status.
-pub async fn reconcile_proxy(obj: Arc<ProxyServer>, ctx: Arc<Context>) -> Result<Action> {
+pub async fn reconcile_proxy(
+    decoded: Arc<Decoded<ProxyServer>>,
+    ctx: Arc<Context>,
+) -> Result<Action> {
+    let obj = match &decoded.object {
+        Ok(p) => p,
+        Err(e) => return reconcile_undecodable(&decoded, e, "ProxyServer", &ctx).await,
+    };
     let started = Instant::now();
-    let ns = namespace(&*obj)?;
+    let ns = namespace(obj)?;
     let generation = obj.metadata.generation;
     let existing = obj.status.clone().unwrap_or_default();
     let now = (ctx.now)();
@@ -234,10 +305,10 @@ pub async fn reconcile_proxy(obj: Arc<ProxyServer>, ctx: Arc<Context>) -> Result
     let mut planned;
     let requeue;
     // Filter rollout: the checked module, its derived ConfigMap, the status.
-    let filter = crate::rollout::prepare(&ctx.rollout, &ctx.stores, &obj).await;
-    let objects = match push_token(&ctx, &obj).await {
+    let filter = crate::rollout::prepare(&ctx.rollout, &ctx.stores, obj).await;
+    let objects = match push_token(&ctx, obj).await {
         Ok(token) => crate::plan::proxy::objects(
-            &obj,
+            obj,
             &token,
             Some(&filter),
             ctx.settings.controller_namespace.as_deref(),
@@ -260,19 +331,23 @@ pub async fn reconcile_proxy(obj: Arc<ProxyServer>, ctx: Arc<Context>) -> Result
             st.replicas = r.replicas;
             st.ready_replicas = r.ready;
             planned = rollout_conditions(&r);
-            let (synced, again) = sync_routes(&ctx, &obj, &token, &mut st, &now).await;
+            let (synced, again) = sync_routes(&ctx, obj, &token, &mut st, &now).await;
             requeue = again;
             planned.push(synced);
         }
     }
     filter.fill_status(&mut st);
+    ctx.metrics.set_filter_rejected(
+        &format!("{ns}/{}", obj.name_any()),
+        filter.condition.status == "True",
+    );
     planned.push(filter.condition.clone());
     st.conditions = merge_conditions(&existing.conditions, &planned, generation, &now);
     let announce = Announce {
         condition: condition::ROUTES_SYNCED,
         action: "PushRoutes",
     };
-    write_status(&ctx, &*obj, obj.status.as_ref(), &st, Some(announce)).await?;
+    write_status(&ctx, obj, obj.status.as_ref(), &st, Some(announce)).await?;
     ctx.metrics.reconciled("ProxyServer", started.elapsed());
     Ok(Action::requeue(requeue))
 }
@@ -298,7 +373,13 @@ async fn sync_routes(
         );
     }
     let replicas = replicas(ctx, proxy);
+    let key = format!(
+        "{}/{}",
+        proxy.namespace().unwrap_or_default(),
+        proxy.name_any()
+    );
     if replicas.is_empty() {
+        ctx.metrics.set_proxy_replicas(&key, &[]);
         st.replica_status.clear();
         return (
             PlannedCondition::no(
@@ -310,6 +391,19 @@ async fn sync_routes(
         );
     }
     let report = ctx.pusher.sync(&table, &replicas, token).await;
+    let held: Vec<(String, bool, u64)> = report
+        .replicas
+        .iter()
+        .map(|r| {
+            let generation = if r.synced() {
+                report.generation
+            } else {
+                r.previous_generation
+            };
+            (r.name.clone(), r.synced(), generation)
+        })
+        .collect();
+    ctx.metrics.set_proxy_replicas(&key, &held);
     if report.pushed() > 0 {
         info!(
             proxy = %proxy.name_any(),

@@ -29,7 +29,7 @@ use kube::{Resource, ResourceExt};
 use super::apply::apply;
 use super::step::{Announce, observe_infra, write_status};
 use super::{Context, Error, Result};
-use crate::cache::cached;
+use crate::cache::{Decoded, cached};
 use crate::crd::{
     ComponentsStatus, DHCPServer, DNSServer, FINALIZER, Infra, ProxyServer, condition,
 };
@@ -92,7 +92,7 @@ async fn ensure_push_token(ctx: &Context, infra: &Infra, ns: &str) -> Result<boo
 
 async fn apply_derived<K>(
     ctx: &Context,
-    store: &kube::runtime::reflector::Store<K>,
+    store: &kube::runtime::reflector::Store<Decoded<K>>,
     ns: &str,
     name: &str,
     desired: Option<K>,
@@ -110,7 +110,11 @@ where
     let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
     let live = cached(store, ns, name);
     match desired {
-        Some(d) => Ok(apply(&api, live.as_deref(), d).await? == super::apply::Applied::Written),
+        // A live object that cannot be decoded is not up to date: applied over.
+        Some(d) => {
+            let current = live.as_deref().and_then(Decoded::get);
+            Ok(apply(&api, current, d).await? == super::apply::Applied::Written)
+        }
         None if live.is_some() => {
             // Disabled component (or invalid spec keeps nothing new): its
             // derived object goes, and its children with it (owned).
@@ -137,6 +141,14 @@ async fn apply_infra(infra: &Infra, ctx: &Context) -> Result<Action> {
         ensure_push_token(ctx, infra, &ns).await?;
     }
     let plan = observe_infra(ctx, infra).await?;
+    ctx.metrics.set_attachments_excluded(
+        &format!(
+            "{}/{}",
+            infra.namespace().unwrap_or_default(),
+            infra.name_any()
+        ),
+        plan.totals.excluded,
+    );
     let mut written = 0;
     // An invalid spec keeps the last good derived objects running: they are
     // neither updated nor deleted until the spec is fixed.

@@ -259,7 +259,7 @@ pub async fn prepare(rollouts: &Rollouts, stores: &Stores, proxy: &ProxyServer) 
         Target::Switch(module) => {
             let cached = stores.proxy_servers.state();
             // This proxy as reconciled now (the cache may lag behind).
-            let proxies = cached.iter().map(|p| &**p).chain([proxy]);
+            let proxies = cached.iter().filter_map(|p| p.get()).chain([proxy]);
             let tables = crate::plan::proxy::check_tables(proxies);
             Some(rollouts.verdict(module, &tables).await)
         }

@@ -23,7 +23,7 @@ pub fn table(p: &plan::InfraPlan) -> RouteTable {
 }
 
 /// The DNS config a plan's DNS server would get.
-pub fn dns_config(p: &plan::InfraPlan) -> &oooi_dns::config::RawConfig {
+pub fn dns_config(p: &plan::InfraPlan) -> &oooi_dns_config::RawConfig {
     &p.desired
         .as_ref()
         .unwrap()
