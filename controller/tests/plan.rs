@@ -648,7 +648,9 @@ fn rendered_configs_pass_their_components_validators() {
     );
 
     let t = table(&p);
-    assert_eq!(t.routes.len(), 12);
+    // Ten names, and per worker address a source route (6443) and an
+    // alias-source route (443).
+    assert_eq!(t.routes.len(), 14);
     let json = t.to_json();
     assert_eq!(RouteTable::from_json(&json).unwrap(), t);
 }
