@@ -142,3 +142,27 @@ fn schemas_carry_patterns_ranges_required_fields_and_defaults() {
         true
     );
 }
+
+#[test]
+fn the_dns_config_schema_is_the_config_crates_so_typos_are_refused_at_admission() {
+    let dns = schema_of("DNSServer");
+    let config = &dns["properties"]["spec"]["properties"]["config"];
+    // Structural: no kept unknown fields, every field typed.
+    assert!(config.get("x-kubernetes-preserve-unknown-fields").is_none());
+    assert_eq!(config["type"], "object");
+    let props = config["properties"].as_object().unwrap();
+    for field in ["http", "ttl", "upstreams", "chaos", "clusters", "views"] {
+        assert!(props.contains_key(field), "config.{field} is in the schema");
+    }
+    assert_eq!(props["ttl"]["type"], "integer");
+    assert_eq!(config["required"], serde_json::json!(["views"]));
+    let view = &props["views"]["items"];
+    assert_eq!(view["type"], "object");
+    assert!(
+        view["properties"]
+            .as_object()
+            .is_some_and(|p| !p.is_empty())
+    );
+    let text = serde_json::to_string(&dns).unwrap();
+    assert!(!text.contains("$ref"), "every subschema is inlined");
+}

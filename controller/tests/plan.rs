@@ -551,7 +551,7 @@ fn dhcp_reservations_come_from_vmi_macs_and_conflicts_are_dropped() {
     let got: Vec<(String, String, Option<String>)> = dhcp
         .reservations
         .iter()
-        .map(|r| (r.mac.clone(), r.ip.clone(), r.hostname.clone()))
+        .map(|r| (r.mac.to_string(), r.ip.to_string(), r.hostname.clone()))
         .collect();
     assert_eq!(
         got,

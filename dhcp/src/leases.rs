@@ -12,7 +12,14 @@
 //!   their former owners keep the best chance of getting them back);
 //! - an OFFERed address is held for [`OFFER_HOLD_SECONDS`] so that two
 //!   concurrent DISCOVERs never get the same address;
-//! - a DECLINEd address is quarantined for the configured time.
+//! - a RELEASEd address stays bound to its client as an ended lease, so it
+//!   is handed to others only after every never-used address (RFC 2131
+//!   §4.3.1), and a client that releases and returns gets it back;
+//! - a DECLINEd address is quarantined for the configured time;
+//! - when a reservation gives a MAC another address than the one it holds
+//!   (the reservation moved, or a MAC with a dynamic lease got one), the
+//!   held address is released at once ([`LeaseTable::reconfigure`]), not at
+//!   the end of the lease.
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::Ipv4Addr;
@@ -20,6 +27,7 @@ use std::sync::Arc;
 
 use crate::config::{Config, Mac};
 use crate::lease_store::{DECLINED_MAC, StoredLease};
+use crate::pair::{PairState, Share};
 
 /// How long an offered address stays reserved for the client it was offered to.
 pub const OFFER_HOLD_SECONDS: u64 = 30;
@@ -73,8 +81,13 @@ impl Binding {
 pub enum Refusal {
     /// Every pool address is live (bound, offered or quarantined).
     PoolExhausted,
-    /// The client's reserved address is held by another client.
-    ReservedAddressInUse,
+    /// The client's reserved address `ip` is held by another client.
+    ReservedAddressInUse {
+        /// The reserved address.
+        ip: Ipv4Addr,
+        /// Who holds it ([`DECLINED_MAC`] when it is quarantined).
+        holder: Mac,
+    },
     /// The address is not one this client may have (outside the pool, an
     /// infra address, or not the client's reservation).
     NotAllowed,
@@ -87,7 +100,7 @@ impl Refusal {
     pub fn as_str(self) -> &'static str {
         match self {
             Refusal::PoolExhausted => "pool exhausted",
-            Refusal::ReservedAddressInUse => "reserved address held by another client",
+            Refusal::ReservedAddressInUse { .. } => "reserved address held by another client",
             Refusal::NotAllowed => "address not allowed for this client",
             Refusal::InUse => "address in use by another client",
         }
@@ -102,6 +115,17 @@ pub struct Commit {
     pub lease: StoredLease,
     /// The client's previous address, now free (persist its release).
     pub superseded: Option<Ipv4Addr>,
+}
+
+/// A binding released because a reservation gives its MAC another address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Moved {
+    /// The client.
+    pub mac: Mac,
+    /// The address it held, now free (persist its release).
+    pub released: Ipv4Addr,
+    /// The address its reservation names.
+    pub reserved: Ipv4Addr,
 }
 
 /// Counts for the metrics.
@@ -134,6 +158,18 @@ pub struct LeaseTable {
     by_end: BTreeSet<(u64, Ipv4Addr)>,
     /// Size of the dynamic pool of `config` (cached: counting walks the range).
     pool_size: usize,
+    /// This server's part of a pair, if it is one.
+    share: Option<Share>,
+}
+
+/// A lease from the other server of a pair that this table refused,
+/// because one of this server's clients holds the address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerConflict {
+    /// The lease the other server sent.
+    pub theirs: StoredLease,
+    /// Who holds the address here.
+    pub holder: Mac,
 }
 
 impl LeaseTable {
@@ -146,9 +182,39 @@ impl LeaseTable {
             never_bound: BTreeSet::new(),
             by_end: BTreeSet::new(),
             pool_size: 0,
+            share: None,
         };
         t.rebuild_free();
         t
+    }
+
+    /// Makes this table one half of a pair (`role`), in `state`; None
+    /// makes it a single server again.
+    pub fn set_pair(&mut self, pair: Option<(crate::config::Role, PairState)>) {
+        self.share = pair.map(|(role, state)| Share::new(&self.config, role, state));
+    }
+
+    /// Changes the pair state (no effect on a single server).
+    pub fn set_pair_state(&mut self, state: PairState) {
+        if let Some(s) = &mut self.share {
+            s.state = state;
+        }
+    }
+
+    /// This server's part of a pair, if any.
+    pub fn share(&self) -> Option<Share> {
+        self.share
+    }
+
+    /// Whether this server may hand `ip` out as a new address now: always
+    /// when alone or taking over, otherwise only from its own half.
+    fn may_allocate(&self, ip: Ipv4Addr) -> bool {
+        self.share.is_none_or(|s| s.mine(ip) || s.takes_over())
+    }
+
+    /// Whether `mac` has a binding of `ip` (in any state, ended or not).
+    fn bound_to(&self, mac: Mac, ip: Ipv4Addr) -> bool {
+        self.by_ip.get(&ip).is_some_and(|b| b.mac == mac)
     }
 
     /// A table holding the leases recovered from the store.
@@ -184,11 +250,42 @@ impl LeaseTable {
         &self.config
     }
 
-    /// Switches to a new config (reload). Bindings are kept; a client whose
-    /// address is no longer allowed gets a NAK at its next renewal.
-    pub fn reconfigure(&mut self, config: Arc<Config>) {
+    /// Switches to a new config (reload). Bindings are kept, except those
+    /// of a MAC whose reservation now names another address: they are
+    /// released at once and returned (persist their release). Any other
+    /// client whose address is no longer allowed gets a NAK at its next
+    /// renewal.
+    pub fn reconfigure(&mut self, config: Arc<Config>) -> Vec<Moved> {
         self.config = config;
         self.rebuild_free();
+        if let Some(s) = self.share {
+            self.share = Some(Share::new(&self.config, s.role, s.state));
+        }
+        self.release_moved_reservations()
+    }
+
+    /// Releases every binding of a MAC whose reservation names another
+    /// address (also needed after recovery: the config may have changed
+    /// while the server was down).
+    pub fn release_moved_reservations(&mut self) -> Vec<Moved> {
+        let reservations = &self.config.reservations;
+        let mut moved: Vec<Moved> = self
+            .by_ip
+            .iter()
+            .filter_map(|(ip, b)| {
+                let r = reservations.get(&b.mac)?;
+                (r.ip != *ip).then_some(Moved {
+                    mac: b.mac,
+                    released: *ip,
+                    reserved: r.ip,
+                })
+            })
+            .collect();
+        moved.sort_by_key(|m| m.released);
+        for m in &moved {
+            self.remove(m.released);
+        }
+        moved
     }
 
     fn rebuild_free(&mut self) {
@@ -290,31 +387,54 @@ impl LeaseTable {
             return if self.usable_by(mac, r.ip, now) {
                 Ok(r.ip)
             } else {
-                Err(Refusal::ReservedAddressInUse)
+                Err(self.reserved_in_use(r.ip))
             };
         }
         if let Some(&prev) = self.last_ip.get(&mac)
             && self.usable_by(mac, prev, now)
             && !matches!(self.by_ip.get(&prev), Some(b) if b.mac == DECLINED_MAC)
+            && (self.may_allocate(prev) || self.bound_to(mac, prev))
         {
             return Ok(prev);
         }
         if let Some(req) = requested
             && self.usable_by(mac, req, now)
+            && (self.may_allocate(req) || self.bound_to(mac, req))
         {
             return Ok(req);
         }
-        if let Some(&ip) = self.never_bound.iter().next() {
-            return Ok(ip);
+        // Never-bound addresses, then reclaim: the pool address whose
+        // binding ended longest ago (the first ended entry of the end index
+        // that is in the pool). In a pair, from this server's half; when
+        // taking over, then from the other half.
+        let halves: &[bool] = match self.share {
+            None => &[true],
+            Some(s) if s.takes_over() => &[true, false],
+            Some(_) => &[true],
+        };
+        for &own in halves {
+            let in_half = |ip: &Ipv4Addr| self.share.is_none_or(|s| s.mine(*ip) == own);
+            if let Some(&ip) = self.never_bound.iter().find(|ip| in_half(ip)) {
+                return Ok(ip);
+            }
+            if let Some(ip) = self
+                .by_end
+                .iter()
+                .take_while(|(end, _)| *end <= now)
+                .map(|(_, ip)| *ip)
+                .find(|ip| self.in_pool(*ip) && in_half(ip))
+            {
+                return Ok(ip);
+            }
         }
-        // Reclaim: the pool address whose binding ended longest ago (the
-        // first ended entry of the end index that is in the pool).
-        self.by_end
-            .iter()
-            .take_while(|(end, _)| *end <= now)
-            .map(|(_, ip)| *ip)
-            .find(|ip| self.in_pool(*ip))
-            .ok_or(Refusal::PoolExhausted)
+        Err(Refusal::PoolExhausted)
+    }
+
+    fn reserved_in_use(&self, ip: Ipv4Addr) -> Refusal {
+        Refusal::ReservedAddressInUse {
+            ip,
+            holder: self.by_ip.get(&ip).map_or(DECLINED_MAC, |b| b.mac),
+        }
     }
 
     /// Commits `ip` to `mac` for the configured lease time (REQUEST in any
@@ -324,7 +444,16 @@ impl LeaseTable {
             return Err(Refusal::NotAllowed);
         }
         if !self.usable_by(mac, ip, now) {
+            if self.config.reservations.contains_key(&mac) {
+                return Err(self.reserved_in_use(ip));
+            }
             return Err(Refusal::InUse);
+        }
+        // In a pair, a pool address of the other half is committed only to
+        // a client that already has it (the other server may be offering
+        // it right now).
+        if self.in_pool(ip) && !self.may_allocate(ip) && !self.bound_to(mac, ip) {
+            return Err(Refusal::NotAllowed);
         }
         let superseded =
             self.last_ip.get(&mac).copied().filter(|&prev| {
@@ -351,8 +480,29 @@ impl LeaseTable {
         })
     }
 
-    /// RELEASE: frees `ip` when `mac` holds it. Returns whether it did.
-    pub fn release(&mut self, mac: Mac, ip: Ipv4Addr) -> bool {
+    /// RELEASE: ends the lease of `ip` at `now` when `mac` holds it.
+    /// Returns whether it did. The address stays the client's as an ended
+    /// lease: others get it only after every never-used address, and the
+    /// client gets it back when it returns.
+    pub fn release(&mut self, mac: Mac, ip: Ipv4Addr, now: u64) -> bool {
+        match self.by_ip.get(&ip) {
+            Some(b) if b.mac == mac && b.mac != DECLINED_MAC => {
+                self.set(
+                    ip,
+                    Binding {
+                        mac,
+                        state: State::Bound { expires: now },
+                    },
+                );
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Frees `ip` when `mac` holds it, forgetting the binding (a refused
+    /// address revoked from its client). Returns whether it did.
+    pub fn revoke(&mut self, mac: Mac, ip: Ipv4Addr) -> bool {
         match self.by_ip.get(&ip) {
             Some(b) if b.mac == mac => {
                 self.remove(ip);
@@ -392,6 +542,80 @@ impl LeaseTable {
             && matches!(self.by_ip.get(&ip), Some(b) if b.mac == mac && matches!(b.state, State::Offered { .. }))
         {
             self.remove(ip);
+        }
+    }
+
+    /// Merges a lease the other server of a pair committed (a lease update
+    /// or its snapshot). Returns the lease to persist, None when this table
+    /// already knew it, or the conflict when one of this server's clients
+    /// holds the address (kept; counted and logged by the caller).
+    pub fn merge_peer_commit(
+        &mut self,
+        l: StoredLease,
+        now: u64,
+    ) -> Result<Option<StoredLease>, PeerConflict> {
+        let state = if l.mac == DECLINED_MAC {
+            State::Declined {
+                until: l.expires_unix,
+            }
+        } else {
+            State::Bound {
+                expires: l.expires_unix,
+            }
+        };
+        match self.by_ip.get(&l.ip).copied() {
+            Some(b)
+                if b.mac == l.mac
+                    && (matches!(b.state, State::Bound { expires } if expires >= l.expires_unix)
+                        || matches!(b.state, State::Declined { until } if until >= l.expires_unix)) =>
+            {
+                return Ok(None);
+            }
+            Some(b)
+                if b.mac != DECLINED_MAC
+                    && matches!(b.state, State::Bound { .. })
+                    && b.live(now)
+                    && l.expires_unix > now =>
+            {
+                return Err(PeerConflict {
+                    theirs: l,
+                    holder: b.mac,
+                });
+            }
+            _ => {}
+        }
+        // The client's other live binding here, if any, is superseded.
+        if l.mac != DECLINED_MAC
+            && let Some(&prev) = self.last_ip.get(&l.mac)
+            && prev != l.ip
+            && matches!(self.by_ip.get(&prev), Some(b) if b.mac == l.mac && matches!(b.state, State::Offered { .. }))
+        {
+            self.remove(prev);
+        }
+        self.set(l.ip, Binding { mac: l.mac, state });
+        Ok(Some(l))
+    }
+
+    /// Merges a release the other server recorded: the lease of `mac` on
+    /// `ip` ends now (kept as an ended lease, like a RELEASE here). Returns
+    /// whether it changed anything.
+    pub fn merge_peer_release(&mut self, mac: Mac, ip: Ipv4Addr, now: u64) -> bool {
+        match self.by_ip.get(&ip).copied() {
+            Some(b) if b.mac == mac && b.ends() > now => {
+                if mac == DECLINED_MAC {
+                    self.remove(ip);
+                } else {
+                    self.set(
+                        ip,
+                        Binding {
+                            mac,
+                            state: State::Bound { expires: now },
+                        },
+                    );
+                }
+                true
+            }
+            _ => false,
         }
     }
 
@@ -545,7 +769,7 @@ reservations:
                 match op {
                     0 => { let _ = t.offer(mac(m), None, now); }
                     1 => { if let Some(ip) = t.current(mac(m), now) { let _ = t.commit(mac(m), ip, now); } }
-                    2 => { if let Some(ip) = t.current(mac(m), now) { t.release(mac(m), ip); } }
+                    2 => { if let Some(ip) = t.current(mac(m), now) { t.release(mac(m), ip, now); } }
                     3 => { if let Some(ip) = t.current(mac(m), now) { t.decline(mac(m), ip, now); } }
                     _ => { t.reclaim(now); }
                 }
@@ -601,9 +825,84 @@ reservations:
     fn release_frees_only_the_owners_address() {
         let mut t = table();
         t.commit(mac(1), ip(100), 0).unwrap();
-        assert!(!t.release(mac(2), ip(100)));
-        assert!(t.release(mac(1), ip(100)));
+        assert!(!t.release(mac(2), ip(100), 0));
+        assert!(t.release(mac(1), ip(100), 0));
         assert_eq!(t.stats(1).free, 3);
+    }
+
+    #[test]
+    fn released_address_is_kept_for_its_client_while_never_used_ones_remain() {
+        let mut t = table();
+        let a = t.offer(mac(1), None, 0).unwrap();
+        t.commit(mac(1), a, 0).unwrap();
+        assert!(t.release(mac(1), a, 10));
+        assert_eq!(t.current(mac(1), 10), None, "released: not held");
+        // Other clients get the never-used addresses first.
+        let b = t.offer(mac(2), None, 11).unwrap();
+        t.commit(mac(2), b, 11).unwrap();
+        assert_ne!(b, a);
+        // The client that released comes back and gets its address again.
+        assert_eq!(t.offer(mac(1), None, 20), Ok(a));
+        t.commit(mac(1), a, 20).unwrap();
+        assert!(t.release(mac(1), a, 30));
+        // With no never-used address left, the released one is reclaimed.
+        let c = t.offer(mac(3), None, 31).unwrap();
+        t.commit(mac(3), c, 31).unwrap();
+        assert_ne!(c, a);
+        assert_eq!(t.offer(mac(4), None, 32), Ok(a));
+    }
+
+    #[test]
+    fn a_moved_reservation_releases_the_old_address_at_once() {
+        let mut t = table();
+        let r = Mac::parse("02:00:00:00:00:aa").unwrap();
+        t.commit(r, ip(50), 0).unwrap();
+        let yaml = YAML.replace("ip: 192.0.2.50", "ip: 192.0.2.60");
+        let moved = t.reconfigure(Arc::new(Config::from_yaml(&yaml).unwrap()));
+        assert_eq!(
+            moved,
+            vec![Moved {
+                mac: r,
+                released: ip(50),
+                reserved: ip(60)
+            }]
+        );
+        assert!(t.get(ip(50)).is_none());
+        assert_eq!(t.offer(r, None, 1), Ok(ip(60)));
+    }
+
+    #[test]
+    fn a_reservation_for_a_mac_with_a_dynamic_lease_releases_that_lease_at_once() {
+        let mut t = table();
+        t.commit(mac(1), ip(100), 0).unwrap();
+        // The address becomes mac(2)'s reservation, mac(1) gets one elsewhere.
+        let yaml = YAML.replace(
+            "  - { mac: \"02:00:00:00:00:aa\", ip: 192.0.2.50, hostname: worker-0 }",
+            "  - { mac: \"02:00:00:00:00:01\", ip: 192.0.2.51 }\n  - { mac: \"02:00:00:00:00:aa\", ip: 192.0.2.50, hostname: worker-0 }",
+        );
+        let moved = t.reconfigure(Arc::new(Config::from_yaml(&yaml).unwrap()));
+        assert_eq!(moved.len(), 1, "{moved:?}");
+        assert_eq!(moved[0].released, ip(100));
+        // Another client gets the freed pool address right away.
+        assert_eq!(t.offer(mac(2), None, 1), Ok(ip(100)));
+    }
+
+    #[test]
+    fn a_reserved_address_held_by_another_client_names_the_holder() {
+        let mut t = table();
+        t.commit(mac(1), ip(100), 0).unwrap();
+        // mac(2) gets 192.0.2.100 reserved while mac(1) holds it dynamically.
+        let yaml = YAML
+            .replace("02:00:00:00:00:aa", "02:00:00:00:00:02")
+            .replace("ip: 192.0.2.50", "ip: 192.0.2.100");
+        let moved = t.reconfigure(Arc::new(Config::from_yaml(&yaml).unwrap()));
+        assert!(moved.is_empty(), "mac(1) has no reservation: {moved:?}");
+        let held = Refusal::ReservedAddressInUse {
+            ip: ip(100),
+            holder: mac(1),
+        };
+        assert_eq!(t.offer(mac(2), None, 1), Err(held));
+        assert_eq!(t.commit(mac(2), ip(100), 1), Err(held));
     }
 
     #[test]
@@ -649,7 +948,8 @@ reservations:
         let mut t = table();
         t.commit(mac(1), ip(100), 0).unwrap();
         let yaml = YAML.replace("02:00:00:00:00:aa", "02:00:00:00:00:01");
-        t.reconfigure(Arc::new(Config::from_yaml(&yaml).unwrap()));
+        let moved = t.reconfigure(Arc::new(Config::from_yaml(&yaml).unwrap()));
+        assert_eq!(moved.len(), 1);
         // The MAC is now reserved: its pool address is refused, the reservation offered.
         assert_eq!(t.commit(mac(1), ip(100), 1), Err(Refusal::NotAllowed));
         assert_eq!(t.offer(mac(1), None, 1), Ok(ip(50)));

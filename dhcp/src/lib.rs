@@ -5,13 +5,18 @@
 //! [`leases::LeaseTable`]; [`server`] owns the socket, the durable
 //! [`lease_store`] (pipelined group commit: no ACK leaves before an fdatasync
 //! covering its lease, ordering rule in [`commit`]), and periodic work.
-//! [`config`] is the typed config file (reloaded by `oooi-reload`),
-//! [`metrics`] the Prometheus endpoint.
+//! [`config`] is the config file (the `oooi-dhcp-config` crate,
+//! re-exported; reloaded by `oooi-reload`), [`metrics`] the Prometheus
+//! endpoint, [`pair`] and [`peer`] a pair of servers sharing one pool.
 
 pub mod commit;
-pub mod config;
 pub mod lease_store;
 pub mod leases;
 pub mod metrics;
+pub mod pair;
+pub mod peer;
 pub mod pipeline;
 pub mod server;
+
+/// The config file format and its rules (the `oooi-dhcp-config` crate).
+pub use oooi_dhcp_config as config;

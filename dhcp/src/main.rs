@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use oooi_dhcp::config::Config;
 use oooi_dhcp::lease_store::{DECLINED_MAC, LeaseStore};
 use oooi_dhcp::metrics::{ResultLabels, metrics, serve_http};
+use oooi_dhcp::peer::{self, Pair};
 use oooi_dhcp::server::{self, Durability, Server};
 use oooi_reload::{Outcome, Reloader, Settings};
 
@@ -129,11 +130,25 @@ async fn serve(
             })
             .inc();
     });
-    let server = Server::new(socket, store, Arc::new(c), rx, durability);
+    let pair = match &c.peer {
+        Some(p) => Some(Pair::new(p.clone())?),
+        None => None,
+    };
+    let api = pair
+        .as_ref()
+        .map(|p| (p.shared.clone(), p.shared.peer.listen));
+    let server = Server::new(socket, store, Arc::new(c), rx, durability, pair);
     let dhcp = tokio::task::spawn_blocking(move || server.run());
+    let pair_api = async move {
+        match api {
+            Some((shared, addr)) => peer::serve(shared, addr).await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         r = dhcp => r?,
         r = serve_http(metrics_addr) => r,
+        r = pair_api => r,
     }
 }
 

@@ -49,6 +49,10 @@ pub struct Metrics {
     pub declines: Counter,
     /// DISCOVERs that got no offer because the pool was exhausted.
     pub pool_exhausted: Counter,
+    /// Refusals because a client's reserved address is held by another.
+    pub reserved_address_conflicts: Counter,
+    /// Bindings released because their MAC's reservation names another address.
+    pub reservation_moves: Counter,
     /// Live bound leases.
     pub leases_active: Gauge,
     /// Free pool addresses.
@@ -65,12 +69,34 @@ pub struct Metrics {
     pub store_batch: Histogram,
     /// Bytes cut from a torn or corrupt log tail at start.
     pub store_truncated_bytes: Counter,
+    /// Damaged lease log records skipped at start.
+    pub store_dropped_records: Counter,
     /// Store compactions.
     pub store_compactions: Counter,
     /// Config reloads by result.
     pub reloads: Family<ResultLabels, Counter>,
     /// Send failures.
     pub send_errors: Counter,
+    /// State in a pair: 0 syncing, 1 load balancing, 2 partner down.
+    pub pair_state: Gauge,
+    /// Lease records the other server of the pair stored.
+    pub pair_updates_sent: Counter,
+    /// Lease records not sent because the other server was down (it pulls them when it returns).
+    pub pair_updates_unsent: Counter,
+    /// Failed attempts to send lease records to the other server.
+    pub pair_update_errors: Counter,
+    /// Lease records received from the other server.
+    pub pair_updates_received: Counter,
+    /// Leases of the other server refused because a client of this server holds the address.
+    pub pair_conflicts: Counter,
+    /// Times this server took over the whole pool.
+    pub pair_takeovers: Counter,
+    /// Lease exchanges with the other server (after a start or an outage).
+    pub pair_syncs: Counter,
+    /// Heartbeats the other server did not answer.
+    pub pair_heartbeat_failures: Counter,
+    /// Pair API requests refused for a bad or missing token.
+    pub pair_unauthorized: Counter,
 }
 
 /// The process-wide metrics.
@@ -86,6 +112,8 @@ pub fn metrics() -> &'static Metrics {
             naks: Counter::default(),
             declines: Counter::default(),
             pool_exhausted: Counter::default(),
+            reserved_address_conflicts: Counter::default(),
+            reservation_moves: Counter::default(),
             leases_active: Gauge::default(),
             leases_free: Gauge::default(),
             leases_offered: Gauge::default(),
@@ -94,9 +122,20 @@ pub fn metrics() -> &'static Metrics {
             store_sync: Histogram::new(exponential_buckets(0.00005, 2.0, 16)),
             store_batch: Histogram::new(exponential_buckets(1.0, 2.0, 10)),
             store_truncated_bytes: Counter::default(),
+            store_dropped_records: Counter::default(),
             store_compactions: Counter::default(),
             reloads: Family::default(),
             send_errors: Counter::default(),
+            pair_state: Gauge::default(),
+            pair_updates_sent: Counter::default(),
+            pair_updates_unsent: Counter::default(),
+            pair_update_errors: Counter::default(),
+            pair_updates_received: Counter::default(),
+            pair_conflicts: Counter::default(),
+            pair_takeovers: Counter::default(),
+            pair_syncs: Counter::default(),
+            pair_heartbeat_failures: Counter::default(),
+            pair_unauthorized: Counter::default(),
         };
         r.register(
             "oooi_dhcp_messages_received",
@@ -123,6 +162,16 @@ pub fn metrics() -> &'static Metrics {
             "oooi_dhcp_pool_exhausted",
             "DISCOVERs left without an offer because the pool is exhausted",
             m.pool_exhausted.clone(),
+        );
+        r.register(
+            "oooi_dhcp_reserved_address_conflicts",
+            "Requests refused because the client's reserved address is held by another client",
+            m.reserved_address_conflicts.clone(),
+        );
+        r.register(
+            "oooi_dhcp_reservation_moves",
+            "Leases released at once because their client's reservation names another address",
+            m.reservation_moves.clone(),
         );
         r.register(
             "oooi_dhcp_leases_active",
@@ -165,6 +214,11 @@ pub fn metrics() -> &'static Metrics {
             m.store_truncated_bytes.clone(),
         );
         r.register(
+            "oooi_dhcp_store_dropped_records",
+            "Damaged lease log records (checksum failed) skipped at start; the file as found is kept aside",
+            m.store_dropped_records.clone(),
+        );
+        r.register(
             "oooi_dhcp_store_compactions",
             "Lease log compactions",
             m.store_compactions.clone(),
@@ -178,6 +232,56 @@ pub fn metrics() -> &'static Metrics {
             "oooi_dhcp_send_errors",
             "Replies that could not be sent",
             m.send_errors.clone(),
+        );
+        r.register(
+            "oooi_dhcp_pair_state",
+            "State in a pair: 0 syncing, 1 load balancing, 2 partner down",
+            m.pair_state.clone(),
+        );
+        r.register(
+            "oooi_dhcp_pair_updates_sent",
+            "Lease records the other server of the pair stored",
+            m.pair_updates_sent.clone(),
+        );
+        r.register(
+            "oooi_dhcp_pair_updates_unsent",
+            "Lease records not sent because the other server was down (it pulls them when it returns)",
+            m.pair_updates_unsent.clone(),
+        );
+        r.register(
+            "oooi_dhcp_pair_update_errors",
+            "Failed attempts to send lease records to the other server",
+            m.pair_update_errors.clone(),
+        );
+        r.register(
+            "oooi_dhcp_pair_updates_received",
+            "Lease records received from the other server",
+            m.pair_updates_received.clone(),
+        );
+        r.register(
+            "oooi_dhcp_pair_conflicts",
+            "Leases of the other server refused because a client of this server holds the address",
+            m.pair_conflicts.clone(),
+        );
+        r.register(
+            "oooi_dhcp_pair_takeovers",
+            "Times this server took over the whole pool",
+            m.pair_takeovers.clone(),
+        );
+        r.register(
+            "oooi_dhcp_pair_syncs",
+            "Lease exchanges with the other server (after a start or an outage)",
+            m.pair_syncs.clone(),
+        );
+        r.register(
+            "oooi_dhcp_pair_heartbeat_failures",
+            "Heartbeats the other server did not answer",
+            m.pair_heartbeat_failures.clone(),
+        );
+        r.register(
+            "oooi_dhcp_pair_unauthorized",
+            "Pair API requests refused for a bad or missing token",
+            m.pair_unauthorized.clone(),
         );
         Metrics { registry: r, ..m }
     })

@@ -1,6 +1,7 @@
 //! Message handling as a pipeline of named, pure stages (no sockets, no
-//! disk): [`parse`] → [`classify`] → [`decide`] → [`reply_options`] /
-//! [`build_reply`] → [`destination`]. [`handle`] runs them all and returns
+//! disk): [`parse`] → [`classify`] → [`check_relay`] → the pair's share
+//! ([`crate::pair::Share::answers`]) → [`decide`] →
+//! [`reply_options`] / [`build_reply`] → [`destination`]. [`handle`] runs them all and returns
 //! what the I/O layer must do: persist (`store`), then send (`reply`).
 
 use std::net::Ipv4Addr;
@@ -24,6 +25,17 @@ pub enum Dropped {
     NotARequest,
     /// Hardware type or length other than Ethernet's.
     UnsupportedHardware,
+    /// Relayed through a relay agent (giaddr) outside the served subnet:
+    /// the server has no address to give on that network.
+    RelayOutsideSubnet,
+    /// A giaddr no relay can have (loopback, `0.x.x.x`, multicast or
+    /// broadcast, the subnet's network or broadcast address, the server's
+    /// own address): never used as a destination.
+    BadRelayAddress,
+    /// A client of the other server of the pair (load balancing).
+    PeerScope,
+    /// The server is fetching the other server's leases after its start.
+    PairSyncing,
 }
 
 impl Dropped {
@@ -33,6 +45,10 @@ impl Dropped {
             Dropped::Malformed => "malformed",
             Dropped::NotARequest => "not_a_request",
             Dropped::UnsupportedHardware => "unsupported_hardware",
+            Dropped::RelayOutsideSubnet => "relay_outside_subnet",
+            Dropped::BadRelayAddress => "bad_relay_address",
+            Dropped::PeerScope => "peer_scope",
+            Dropped::PairSyncing => "pair_syncing",
         }
     }
 }
@@ -141,6 +157,32 @@ pub fn classify(msg: Message) -> Result<Request, Dropped> {
     })
 }
 
+/// Stage 2b: a relayed request (giaddr set) is answered only through a
+/// relay agent on the served subnet (RFC 2131 §4.3.1: the server picks the
+/// client's network by giaddr, and it serves only this one). A giaddr that
+/// cannot be a relay's address is dropped, so a crafted request can never
+/// make the server send to loopback, a broadcast address or itself.
+pub fn check_relay(cfg: &Config, req: &Request) -> Result<(), Dropped> {
+    let g = req.msg.giaddr();
+    if g.is_unspecified() {
+        return Ok(());
+    }
+    let first = g.octets()[0];
+    if g.is_loopback()
+        || first == 0
+        || first >= 224
+        || g == cfg.server_ip
+        || g == cfg.subnet.network()
+        || g == cfg.subnet.broadcast()
+    {
+        return Err(Dropped::BadRelayAddress);
+    }
+    if !cfg.subnet.contains(&g) {
+        return Err(Dropped::RelayOutsideSubnet);
+    }
+    Ok(())
+}
+
 /// The lease decision for one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
@@ -160,6 +202,8 @@ pub enum Decision {
     Nak {
         /// Why (sent in option 56 and logged).
         reason: &'static str,
+        /// The lease table's refusal, when it refused.
+        refusal: Option<Refusal>,
         /// The client's own binding that the refusal revoked (persist its release).
         revoked: Option<Ipv4Addr>,
     },
@@ -235,6 +279,7 @@ pub fn decide(table: &mut LeaseTable, req: &Request, now: u64) -> Decision {
                     None => {
                         return Decision::Nak {
                             reason: "request names no address",
+                            refusal: None,
                             revoked: None,
                         };
                     }
@@ -243,12 +288,14 @@ pub fn decide(table: &mut LeaseTable, req: &Request, now: u64) -> Decision {
             if ip.is_unspecified() {
                 return Decision::Nak {
                     reason: "request names no address",
+                    refusal: None,
                     revoked: None,
                 };
             }
             if !selecting && !table.config().subnet.contains(&ip) {
                 return Decision::Nak {
                     reason: "address is not on this network",
+                    refusal: None,
                     revoked: None,
                 };
             }
@@ -257,12 +304,14 @@ pub fn decide(table: &mut LeaseTable, req: &Request, now: u64) -> Decision {
                 // The client holds an address it may no longer have (its
                 // reservation moved, the pool shrank): revoke it now, so that
                 // it is free for its new owner rather than at lease expiry.
-                Err(Refusal::NotAllowed) if table.release(req.mac, ip) => Decision::Nak {
+                Err(Refusal::NotAllowed) if table.revoke(req.mac, ip) => Decision::Nak {
                     reason: Refusal::NotAllowed.as_str(),
+                    refusal: Some(Refusal::NotAllowed),
                     revoked: Some(ip),
                 },
                 Err(r) => Decision::Nak {
                     reason: r.as_str(),
+                    refusal: Some(r),
                     revoked: None,
                 },
             }
@@ -274,7 +323,7 @@ pub fn decide(table: &mut LeaseTable, req: &Request, now: u64) -> Decision {
                 };
             }
             let ip = req.msg.ciaddr();
-            if table.release(req.mac, ip) {
+            if table.release(req.mac, ip, now) {
                 Decision::Released { ip }
             } else {
                 Decision::Ignore {
@@ -505,6 +554,16 @@ pub fn encode(msg: &Message) -> Option<Vec<u8>> {
 /// Runs every stage on one received datagram.
 pub fn handle(table: &mut LeaseTable, buf: &[u8], now: u64) -> Result<Outcome, Dropped> {
     let req = classify(parse(buf)?)?;
+    check_relay(table.config(), &req)?;
+    if let Some(share) = table.share()
+        && !share.answers(&req)
+    {
+        return Err(if share.state == crate::pair::PairState::Syncing {
+            Dropped::PairSyncing
+        } else {
+            Dropped::PeerScope
+        });
+    }
     let decision = decide(table, &req, now);
     let store = match &decision {
         Decision::Ack { commit } => {
@@ -818,19 +877,108 @@ reservations:
     }
 
     #[test]
-    fn moved_reservation_naks_renewal_and_revokes_the_old_binding() {
+    fn moved_reservation_releases_the_old_binding_at_reload_and_naks_renewal() {
         let mut t = table();
         run(&mut t, &selecting(MAC, ip(100), ip(2)));
         let yaml = YAML.replace("02:00:00:00:00:aa", "02:00:00:00:00:01");
-        t.reconfigure(Arc::new(Config::from_yaml(&yaml).unwrap()));
+        let moved = t.reconfigure(Arc::new(Config::from_yaml(&yaml).unwrap()));
+        assert_eq!(
+            moved.iter().map(|m| m.released).collect::<Vec<_>>(),
+            vec![ip(100)]
+        );
+        assert!(t.get(ip(100)).is_none(), "released at the reload");
         let mut renew = msg(MessageType::Request, MAC, vec![]);
         renew.set_ciaddr(ip(100));
         let (o, r) = run(&mut t, &renew);
         assert_eq!(r.unwrap().opts().msg_type(), Some(MessageType::Nak));
-        assert_eq!(o.store, vec![StoreOp::Release(ip(100))]);
-        assert!(t.get(ip(100)).is_none());
+        assert!(o.store.is_empty(), "nothing left to revoke: {:?}", o.store);
         let (_, r) = run(&mut t, &msg(MessageType::Discover, MAC, vec![]));
         assert_eq!(r.unwrap().yiaddr(), ip(50));
+    }
+
+    #[test]
+    fn shrunk_pool_naks_renewal_and_revokes_the_binding() {
+        let mut t = table();
+        run(&mut t, &selecting(MAC, ip(110), ip(2)));
+        let yaml = YAML.replace("end: 192.0.2.110", "end: 192.0.2.109");
+        assert!(
+            t.reconfigure(Arc::new(Config::from_yaml(&yaml).unwrap()))
+                .is_empty()
+        );
+        let mut renew = msg(MessageType::Request, MAC, vec![]);
+        renew.set_ciaddr(ip(110));
+        let (o, r) = run(&mut t, &renew);
+        assert_eq!(r.unwrap().opts().msg_type(), Some(MessageType::Nak));
+        assert_eq!(o.store, vec![StoreOp::Release(ip(110))]);
+        assert!(t.get(ip(110)).is_none());
+    }
+
+    #[test]
+    fn request_for_a_reserved_address_held_by_another_names_both_clients() {
+        let mut t = table();
+        let other = [2, 0, 0, 0, 0, 7];
+        run(&mut t, &selecting(other, ip(104), ip(2)));
+        let yaml = YAML.replace("ip: 192.0.2.50", "ip: 192.0.2.104");
+        t.reconfigure(Arc::new(Config::from_yaml(&yaml).unwrap()));
+        let reboot = msg(
+            MessageType::Request,
+            RESERVED,
+            vec![DhcpOption::RequestedIpAddress(ip(104))],
+        );
+        let (o, _) = run(&mut t, &reboot);
+        let held = Refusal::ReservedAddressInUse {
+            ip: ip(104),
+            holder: Mac(other),
+        };
+        assert!(
+            matches!(o.decision, Decision::Nak { refusal: Some(r), .. } if r == held),
+            "{:?}",
+            o.decision
+        );
+        let (o, r) = run(&mut t, &msg(MessageType::Discover, RESERVED, vec![]));
+        assert!(r.is_none());
+        assert_eq!(o.decision, Decision::NoAddress { refusal: held });
+    }
+
+    #[test]
+    fn relayed_requests_are_answered_only_through_a_relay_on_the_subnet() {
+        let relayed = |giaddr: Ipv4Addr| {
+            let mut m = msg(MessageType::Discover, MAC, vec![]);
+            m.set_giaddr(giaddr).set_hops(1);
+            m
+        };
+        let mut t = table();
+        let o = handle(&mut t, &bytes(&relayed(ip(9))), 1000).unwrap();
+        assert_eq!(o.reply.unwrap().1, Destination::Relay(ip(9)));
+        for outside in [Ipv4Addr::new(198, 51, 100, 1), Ipv4Addr::new(192, 0, 3, 9)] {
+            assert_eq!(
+                handle(&mut t, &bytes(&relayed(outside)), 1000).unwrap_err(),
+                Dropped::RelayOutsideSubnet,
+                "{outside}"
+            );
+        }
+        for bad in [
+            Ipv4Addr::LOCALHOST,
+            Ipv4Addr::new(127, 1, 2, 3),
+            Ipv4Addr::new(0, 0, 0, 5),
+            Ipv4Addr::BROADCAST,
+            Ipv4Addr::new(224, 0, 0, 1),
+            ip(255),
+            ip(0),
+            ip(2),
+        ] {
+            assert_eq!(
+                handle(&mut t, &bytes(&relayed(bad)), 1000).unwrap_err(),
+                Dropped::BadRelayAddress,
+                "{bad}"
+            );
+        }
+        // Nothing was held for the dropped requests.
+        let (_, r) = run(
+            &mut t,
+            &msg(MessageType::Discover, [2, 0, 0, 0, 0, 9], vec![]),
+        );
+        assert_eq!(r.unwrap().yiaddr(), ip(101));
     }
 
     #[test]
@@ -846,7 +994,7 @@ reservations:
         let (o, r) = run(&mut t, &rel);
         assert!(r.is_none());
         assert_eq!(o.store, vec![StoreOp::Release(ip(100))]);
-        assert!(t.get(ip(100)).is_none());
+        assert!(!t.get(ip(100)).unwrap().live(1000), "no longer held");
 
         run(&mut t, &selecting(MAC, ip(101), ip(2)));
         let dec = msg(
@@ -986,7 +1134,11 @@ reservations:
         }
 
         proptest! {
-            #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+            // OOOI_PACKET_CASES sets a longer run (the short one runs in the test command).
+            #![proptest_config(ProptestConfig {
+                cases: std::env::var("OOOI_PACKET_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2000),
+                ..ProptestConfig::default()
+            })]
 
             #[test]
             fn arbitrary_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..600)) {

@@ -25,15 +25,17 @@
 //! no longer be trusted (PostgreSQL's "fsyncgate"), so the process exits and
 //! recovery on restart rebuilds the state from what is really on disk.
 //!
-//! Socket (see TOOLING "DHCP sockets on Linux"): UDP `0.0.0.0:67` with
+//! Socket: UDP `0.0.0.0:67` with
 //! SO_REUSEADDR and SO_BROADCAST, SO_BINDTODEVICE on the configured
 //! interface (CAP_NET_RAW), and an ARP entry (SIOCSARP, CAP_NET_ADMIN) before
 //! unicasting to a client that has no address yet, with a broadcast fallback
 //! when that is not permitted.
 
 use std::fs::File;
+use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -43,9 +45,10 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::commit::{AckGate, Seq};
 use crate::config::{Config, Mac};
-use crate::lease_store::{LeaseStore, Recovery};
-use crate::leases::LeaseTable;
+use crate::lease_store::{LeaseStore, Recovery, decode_records, encode_leases, is_commit};
+use crate::leases::{LeaseTable, Refusal};
 use crate::metrics::{self, count, metrics};
+use crate::peer::{Inbox, Pair};
 use crate::pipeline::{self, Decision, Destination, Outcome, StoreOp};
 
 /// Most datagrams the decision loop handles per turn.
@@ -129,24 +132,40 @@ pub fn set_arp(
             req.arp_dev[i] = b as libc::c_char;
         }
     }
-    // SAFETY: a valid fd and a pointer to an initialised arpreq.
-    let rc = unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCSARP, &req) };
+    // SAFETY: a valid fd and a pointer to an initialised arpreq. (The
+    // request's type is c_ulong in glibc and c_int in musl, the images' libc.)
+    let rc = unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCSARP as libc::Ioctl, &req) };
     if rc < 0 {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
 }
 
-fn wait_readable(socket: &UdpSocket, timeout: Duration) -> bool {
-    let mut pfd = libc::pollfd {
-        fd: socket.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
+/// Waits until the socket (first) or the pair's wake-up end (second) is
+/// readable, or `timeout`; returns which are.
+fn wait_readable(socket: &UdpSocket, wake: Option<&UnixStream>, timeout: Duration) -> (bool, bool) {
+    let mut pfds = [
+        libc::pollfd {
+            fd: socket.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: wake.map_or(-1, |w| w.as_raw_fd()),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
     let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: one valid pollfd.
-    let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
-    rc > 0 && pfd.revents & libc::POLLIN != 0
+    // SAFETY: two valid pollfds (a negative fd is ignored by poll).
+    let rc = unsafe { libc::poll(pfds.as_mut_ptr(), 2, ms) };
+    if rc <= 0 {
+        return (false, false);
+    }
+    (
+        pfds[0].revents & libc::POLLIN != 0,
+        pfds[1].revents & libc::POLLIN != 0,
+    )
 }
 
 /// `send_to` on the non-blocking socket, waiting (up to 200 ms) for room in
@@ -169,15 +188,43 @@ fn send_waiting(socket: &UdpSocket, bytes: &[u8], to: SocketAddrV4) -> std::io::
     }
 }
 
-/// Logs what recovery found and counts truncated bytes.
+/// Logs what recovery found and counts truncated bytes and dropped records.
 pub fn report_recovery(dir: &Path, r: &Recovery, live: usize) {
+    let m = metrics();
     if r.truncated_bytes > 0 {
-        metrics().store_truncated_bytes.inc_by(r.truncated_bytes);
+        m.store_truncated_bytes.inc_by(r.truncated_bytes);
         tracing::warn!(
             dir = %dir.display(),
             records = r.records,
             truncated_bytes = r.truncated_bytes,
-            "lease log had a torn or corrupt tail; truncated it (those records were never acknowledged)"
+            "lease log had a torn tail (a write cut by a crash, never acknowledged); truncated it"
+        );
+    }
+    for d in &r.dropped {
+        m.store_dropped_records.inc();
+        match d.unverified {
+            Some((op, l)) => tracing::error!(
+                dir = %dir.display(),
+                offset = d.offset,
+                op = if op == 1 { "commit" } else if op == 2 { "release" } else { "unknown" },
+                ip = %l.ip,
+                mac = %l.mac,
+                expires = l.expires_unix,
+                "lease log record damaged (checksum failed); dropped it: its fields are unverified, check that client"
+            ),
+            None => tracing::error!(
+                dir = %dir.display(),
+                offset = d.offset,
+                "lease log record damaged beyond decoding; dropped it"
+            ),
+        }
+    }
+    if let Some(aside) = &r.set_aside {
+        tracing::error!(
+            dropped = r.dropped.len(),
+            kept = r.records,
+            aside = %aside.display(),
+            "lease log had damaged records; every good record was kept, the file as found is kept aside and the log was rewritten"
         );
     }
     tracing::info!(dir = %dir.display(), records = r.records, leases = live, "lease store recovered");
@@ -215,12 +262,71 @@ impl Durability {
 }
 
 /// A reply ready to send: bytes, destination, metric label.
-type Reply = (Vec<u8>, Destination, &'static str);
+pub type Reply = (Vec<u8>, Destination, &'static str);
 
-/// A decided batch waiting to be made durable: its records, then its replies.
+/// What a batch holds until its records are durable.
+pub enum Pending {
+    /// A reply to send.
+    Reply(Reply),
+    /// The batch's log records, for the other server of a pair (sent, and
+    /// stored there, before the replies after them leave).
+    Records(Vec<u8>),
+    /// A lease update from the other server is durable here: answer it.
+    PeerAck(Sender<()>),
+}
+
+/// A decided batch waiting to be made durable: its records, then what
+/// waits for them.
 struct Durable {
     records: Vec<StoreOp>,
-    replies: Vec<Reply>,
+    replies: Vec<Pending>,
+    /// Whether the records go to the other server of a pair (not when they
+    /// came from it).
+    replicate: bool,
+}
+
+/// Where durable batches go: straight out, or through the pair's
+/// replicator (which sends the records to the other server first).
+#[derive(Clone)]
+struct Deliver {
+    pair: Option<Sender<crate::peer::Released>>,
+}
+
+impl Deliver {
+    fn deliver(&self, items: Vec<Pending>, out: &mut Sender4) {
+        match &self.pair {
+            None => {
+                for i in items {
+                    send_pending(i, out);
+                }
+            }
+            Some(tx) => {
+                // Acknowledgements of the other server's updates never wait
+                // behind this server's own updates (each server would wait
+                // for the other).
+                let (acks, rest): (Vec<Pending>, Vec<Pending>) = items
+                    .into_iter()
+                    .partition(|i| matches!(i, Pending::PeerAck(_)));
+                for a in acks {
+                    send_pending(a, out);
+                }
+                if !rest.is_empty() {
+                    let _ = tx.send(rest);
+                }
+            }
+        }
+    }
+}
+
+/// Sends one released item (records are the replicator's job).
+fn send_pending(item: Pending, out: &mut Sender4) {
+    match item {
+        Pending::Reply((bytes, dest, kind)) => out.send(&bytes, dest, kind),
+        Pending::PeerAck(done) => {
+            let _ = done.send(());
+        }
+        Pending::Records(_) => {}
+    }
 }
 
 /// Sends replies; owns the ARP fallback state.
@@ -272,7 +378,9 @@ impl Sender4 {
 /// syncs) and the sync workers (which finish them and send the ACKs).
 struct CommitState {
     store: LeaseStore,
-    gate: AckGate<Reply>,
+    gate: AckGate<Pending>,
+    /// Where released items go.
+    deliver: Deliver,
     /// Handle on the current log file for the workers' fdatasync.
     file: Arc<File>,
     /// Records written since the last sync started (for the batch metric).
@@ -322,7 +430,7 @@ fn sync_worker(
             let started = Instant::now();
             let result = job.file.sync_data();
             let elapsed = started.elapsed();
-            let (released, more) = {
+            let (released, more, deliver) = {
                 let Ok(mut d) = shared.lock() else { return };
                 if d.failed.is_some() {
                     return;
@@ -335,11 +443,9 @@ fn sync_worker(
                 m.store_sync.observe(elapsed.as_secs_f64());
                 m.store_batch.observe(job.records as f64);
                 let released = d.gate.synced(job.seq);
-                (released, d.next_job())
+                (released, d.next_job(), d.deliver.clone())
             };
-            for (bytes, dest, kind) in released {
-                out.send(&bytes, dest, kind);
-            }
+            deliver.deliver(released, &mut out);
             match more {
                 Some(j) => job = j,
                 None => break,
@@ -384,10 +490,9 @@ fn start_compaction(
                         Vec::new()
                     };
                     let leases = d.store.leases().len();
+                    let deliver = d.deliver.clone();
                     drop(d);
-                    for (bytes, dest, kind) in released {
-                        out.send(&bytes, dest, kind);
-                    }
+                    deliver.deliver(released, &mut out);
                     metrics().store_compactions.inc();
                     tracing::info!(
                         leases,
@@ -424,11 +529,16 @@ fn write_batch(
         }
         .map_err(|e| anyhow::anyhow!("lease store write failed: {e}"))?;
     }
+    let mut items = Vec::with_capacity(batch.replies.len() + 1);
+    if batch.replicate && d.deliver.pair.is_some() && !d.store.unwritten().is_empty() {
+        items.push(Pending::Records(d.store.unwritten().to_vec()));
+    }
+    items.extend(batch.replies);
     d.store
         .write_out()
         .map_err(|e| anyhow::anyhow!("lease store write failed: {e}"))?;
     d.unsynced_records += batch.records.len() as u64;
-    let seq = d.gate.written(batch.replies);
+    let seq = d.gate.written(items);
     let released = if d.durability == Durability::Write {
         // The records are in the page cache: Kea memfile's guarantee.
         d.gate.durable_through(seq)
@@ -444,10 +554,9 @@ fn write_batch(
         jobs.send(job)
             .map_err(|_| anyhow::anyhow!("lease sync workers stopped"))?;
     }
+    let deliver = d.deliver.clone();
     drop(d);
-    for (bytes, dest, kind) in released {
-        out.send(&bytes, dest, kind);
-    }
+    deliver.deliver(released, out);
     Ok(())
 }
 
@@ -458,25 +567,35 @@ pub struct Server {
     table: LeaseTable,
     reloads: Receiver<Config>,
     durability: Durability,
+    pair: Option<Pair>,
 }
 
 impl Server {
     /// A server over an open socket and store; `reloads` delivers validated
     /// new configs.
+    /// With `pair`, it is one server of a pair (see [`crate::peer`]): it
+    /// starts syncing and answers its share of the clients.
     pub fn new(
         socket: UdpSocket,
         store: LeaseStore,
         config: Arc<Config>,
         reloads: Receiver<Config>,
         durability: Durability,
+        pair: Option<Pair>,
     ) -> Self {
-        let table = LeaseTable::from_store(config, store.leases().values());
+        let mut table = LeaseTable::from_store(config, store.leases().values());
+        if let Some(p) = &pair {
+            table.set_pair(Some((p.shared.peer.role, p.shared.state())));
+        }
+        // Reservations may have moved while the server was down: those
+        // releases are written with the first batch (see `run`).
         Server {
             socket,
             store: Some(store),
             table,
             reloads,
             durability,
+            pair,
         }
     }
 
@@ -489,13 +608,34 @@ impl Server {
             arp_denied_logged: false,
         };
         let mut out = sender(self.socket.try_clone()?);
-        let store = self
+        let mut store = self
             .store
             .take()
             .ok_or_else(|| anyhow::anyhow!("server already ran"))?;
+        // Reservations may have moved while the server was down.
+        for ip in released_for_moved_reservations(self.table.release_moved_reservations()) {
+            store.release(ip)?;
+        }
+        let mut deliver = Deliver { pair: None };
+        if let Some(p) = &self.pair {
+            let (tx, rx) = std::sync::mpsc::channel::<crate::peer::Released>();
+            deliver.pair = Some(tx);
+            let mut out = sender(self.socket.try_clone()?);
+            let shared = p.shared.clone();
+            std::thread::Builder::new()
+                .name("dhcp-pair-replicate".into())
+                .spawn(move || {
+                    crate::peer::replicator(shared, rx, |i| send_pending(i, &mut out))
+                })?;
+            let shared = p.shared.clone();
+            std::thread::Builder::new()
+                .name("dhcp-pair-heartbeat".into())
+                .spawn(move || crate::peer::heartbeat(shared))?;
+        }
         let shared = Arc::new(Mutex::new(CommitState {
             file: Arc::new(store.sync_handle()?),
             store,
+            deliver,
             gate: AckGate::new(SYNCS_IN_FLIGHT),
             unsynced_records: 0,
             durability: self.durability,
@@ -543,20 +683,35 @@ impl Server {
                 }
                 Err(_) => return Err(anyhow::anyhow!("lease sync worker panicked")),
             }
+            let mut released = Vec::new();
             while let Ok(c) = self.reloads.try_recv() {
-                self.apply_reload(c);
+                released.extend(self.apply_reload(c));
+            }
+            if !released.is_empty() {
+                let batch = Durable {
+                    records: released.into_iter().map(StoreOp::Release).collect(),
+                    replies: Vec::new(),
+                    replicate: true,
+                };
+                write_batch(shared, jobs, batch, out)?;
             }
             if Instant::now() >= next_tick {
                 self.tick();
                 next_tick = Instant::now() + Duration::from_secs(1);
             }
-            if !wait_readable(&self.socket, Duration::from_millis(500)) {
+            let wake = self.pair.as_ref().map(|p| &p.wake);
+            let (packets, woken) = wait_readable(&self.socket, wake, Duration::from_millis(500));
+            if woken {
+                self.pair_inbox(shared, jobs, out)?;
+            }
+            if !packets {
                 continue;
             }
             let now = unix_now();
             let mut durable = Durable {
                 records: Vec::new(),
                 replies: Vec::new(),
+                replicate: true,
             };
             for _ in 0..BATCH {
                 let (n, from) = match self.socket.recv_from(&mut buf) {
@@ -594,7 +749,7 @@ impl Server {
                 } else {
                     durable.records.extend(o.store);
                     if let Some((bytes, dest)) = o.reply {
-                        durable.replies.push((bytes, dest, kind));
+                        durable.replies.push(Pending::Reply((bytes, dest, kind)));
                     }
                 }
             }
@@ -604,7 +759,85 @@ impl Server {
         }
     }
 
-    fn apply_reload(&mut self, c: Config) {
+    /// Handles what the pair sent the decision loop: the state, lease
+    /// updates from the other server (merged, then made durable before they
+    /// are acknowledged) and snapshot requests.
+    fn pair_inbox(
+        &mut self,
+        shared: &Arc<Mutex<CommitState>>,
+        jobs: &Sender<SyncJob>,
+        out: &mut Sender4,
+    ) -> anyhow::Result<()> {
+        let Some(pair) = &self.pair else {
+            return Ok(());
+        };
+        let mut drain = [0u8; 256];
+        while matches!((&pair.wake).read(&mut drain), Ok(n) if n > 0) {}
+        let state = pair.shared.state();
+        if self.table.share().is_some_and(|s| s.state != state) {
+            self.table.set_pair_state(state);
+        }
+        let now = unix_now();
+        let msgs: Vec<Inbox> = pair.inbox.try_iter().collect();
+        for m in msgs {
+            match m {
+                Inbox::Records { records, done } => {
+                    let ops = self.merge_peer_records(&records, now);
+                    if ops.is_empty() {
+                        let _ = done.send(());
+                    } else {
+                        let batch = Durable {
+                            records: ops,
+                            replies: vec![Pending::PeerAck(done)],
+                            replicate: false,
+                        };
+                        write_batch(shared, jobs, batch, out)?;
+                    }
+                }
+                Inbox::Snapshot { reply } => {
+                    let body = match shared.lock() {
+                        Ok(d) => encode_leases(d.store.leases().values()),
+                        Err(_) => return Err(anyhow::anyhow!("lease sync worker panicked")),
+                    };
+                    let _ = reply.send(body);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Merges the other server's records into the table; the store
+    /// operations that make the merge durable.
+    fn merge_peer_records(&mut self, records: &[u8], now: u64) -> Vec<StoreOp> {
+        let Some(recs) = decode_records(records) else {
+            return Vec::new();
+        };
+        let mut ops = Vec::new();
+        for (op, l) in recs {
+            if is_commit(op) {
+                match self.table.merge_peer_commit(l, now) {
+                    Ok(Some(l)) => ops.push(StoreOp::Commit(l)),
+                    Ok(None) => {}
+                    Err(c) => {
+                        metrics().pair_conflicts.inc();
+                        tracing::error!(
+                            ip = %c.theirs.ip,
+                            theirs = %c.theirs.mac,
+                            ours = %c.holder,
+                            "pair: the other server leased an address a client of this server holds; kept this server's lease"
+                        );
+                    }
+                }
+            } else if self.table.merge_peer_release(l.mac, l.ip, now) {
+                ops.push(StoreOp::Release(l.ip));
+            }
+        }
+        ops
+    }
+
+    /// Applies a new config; returns the addresses released because a
+    /// reservation moved (to persist).
+    fn apply_reload(&mut self, c: Config) -> Vec<Ipv4Addr> {
         if c.interface != self.table.config().interface {
             tracing::warn!(
                 old = ?self.table.config().interface,
@@ -612,10 +845,14 @@ impl Server {
                 "interface change takes effect at the next restart"
             );
         }
+        if c.peer != self.table.config().peer {
+            tracing::warn!("pair settings changes take effect at the next restart");
+        }
         let pool = c.pool_size();
         let reservations = c.reservations.len();
-        self.table.reconfigure(Arc::new(c));
+        let moved = self.table.reconfigure(Arc::new(c));
         tracing::info!(pool, reservations, "config applied");
+        released_for_moved_reservations(moved)
     }
 
     /// Once a second: reclaim ended offers and quarantines, refresh gauges.
@@ -634,6 +871,38 @@ impl Server {
             (s.pool_size - s.free) as f64 / s.pool_size as f64
         };
         m.pool_utilisation.set(util);
+    }
+}
+
+/// Logs and counts bindings released because a reservation moved; returns
+/// their addresses.
+fn released_for_moved_reservations(moved: Vec<crate::leases::Moved>) -> Vec<Ipv4Addr> {
+    moved
+        .into_iter()
+        .map(|m| {
+            metrics().reservation_moves.inc();
+            tracing::info!(
+                mac = %m.mac,
+                released = %m.released,
+                reserved = %m.reserved,
+                "reservation gives the client another address: its old one is released now"
+            );
+            m.released
+        })
+        .collect()
+}
+
+/// Counts and logs a refusal because a reserved address is held by another
+/// client, naming both.
+fn reserved_conflict(mac: Mac, refusal: &Refusal) {
+    if let Refusal::ReservedAddressInUse { ip, holder } = refusal {
+        metrics().reserved_address_conflicts.inc();
+        tracing::warn!(
+            %mac,
+            %ip,
+            holder = %holder,
+            "reserved address is held by another client; refused until it is free"
+        );
     }
 }
 
@@ -662,9 +931,14 @@ fn observe(o: &Outcome, from: SocketAddr) {
             tracing::info!(mac = %o.mac, ip = %commit.lease.ip, expires = commit.lease.expires_unix, "lease committed")
         }
         Decision::InformAck => tracing::debug!(mac = %o.mac, %from, "inform"),
-        Decision::Nak { reason, .. } => {
+        Decision::Nak {
+            reason, refusal, ..
+        } => {
             m.naks.inc();
             tracing::info!(mac = %o.mac, %from, reason, "nak");
+            if let Some(r) = refusal {
+                reserved_conflict(o.mac, r);
+            }
         }
         Decision::Released { ip } => tracing::info!(mac = %o.mac, %ip, "lease released"),
         Decision::Declined { quarantine } => {
@@ -672,10 +946,11 @@ fn observe(o: &Outcome, from: SocketAddr) {
             tracing::warn!(mac = %o.mac, ip = %quarantine.ip, until = quarantine.expires_unix, "address declined, quarantined");
         }
         Decision::NoAddress { refusal } => {
-            if *refusal == crate::leases::Refusal::PoolExhausted {
+            if *refusal == Refusal::PoolExhausted {
                 m.pool_exhausted.inc();
             }
             tracing::warn!(mac = %o.mac, reason = refusal.as_str(), "no address to offer");
+            reserved_conflict(o.mac, refusal);
         }
         Decision::Ignore { reason } => tracing::debug!(mac = %o.mac, reason, "ignored"),
     }

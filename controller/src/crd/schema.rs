@@ -1,9 +1,11 @@
 //! Schemas of the component config documents embedded in the derived kinds.
 //!
-//! The config formats belong to their crates (`oooi-dhcp`, `oooi-dns`,
-//! `oooi-routes`), which validate them; the CRD only says "an object" and keeps
-//! its fields (`x-kubernetes-preserve-unknown-fields`), so a format change in
-//! those crates never needs a CRD change here. In Rust the fields are the
+//! The config formats belong to their crates (`oooi-dhcp`, `oooi-dns-config`,
+//! `oooi-routes`), which validate them. The DNS config's schema is the config
+//! crate's own (generated from its types), so the API server rejects a
+//! misspelt or mistyped field at admission; the DHCP config and the routes
+//! are still "an object" whose fields are kept
+//! (`x-kubernetes-preserve-unknown-fields`). In Rust the fields are the
 //! crates' own typed structs.
 
 use std::borrow::Cow;
@@ -20,7 +22,7 @@ fn preserved_object(description: &str) -> Schema {
 }
 
 /// The DHCP server's config file (`oooi_dhcp::config::RawConfig`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct DhcpConfigDocument(pub oooi_dhcp::config::RawConfig);
 
@@ -48,8 +50,15 @@ impl JsonSchema for DnsConfigDocument {
     fn inline_schema() -> bool {
         true
     }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        preserved_object("The oooi-dns config file, validated by oooi-dns (see docs/dns.md).")
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        // The config crate's own schema: the API server rejects a misspelt
+        // or mistyped field at admission.
+        let mut schema = oooi_dns_config::RawConfig::json_schema(generator);
+        schema.insert(
+            "description".into(),
+            "The oooi-dns config file, validated by oooi-dns (see docs/dns.md).".into(),
+        );
+        schema
     }
 }
 

@@ -1,13 +1,14 @@
 //! The DHCP server: its config from the Infra and attachments, and its children.
 
 use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
 
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, PersistentVolumeClaim, PersistentVolumeClaimSpec,
     PersistentVolumeClaimVolumeSource, Volume, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use oooi_dhcp::config::{RawConfig, RawRange, RawReservation};
+use oooi_dhcp::config::{Mac, RawConfig, RawRange, RawReservation};
 
 use super::attachments::AttachmentOutcome;
 use super::labels::{Component, child_meta, instance_of};
@@ -40,46 +41,55 @@ pub fn config(
     attachments: &[AttachmentOutcome],
 ) -> Option<RawConfig> {
     let (server_ip, pool) = network.dhcp?;
-    let mut excluded: Vec<String> = Vec::new();
-    excluded.extend(network.dns.map(|a| a.to_string()));
-    excluded.extend(network.proxy.map(|a| a.to_string()));
+    let mut excluded: Vec<Ipv4Addr> = Vec::new();
+    excluded.extend(network.dns);
+    excluded.extend(network.proxy);
     let dns_servers = match network.dns {
-        Some(dns) => vec![dns.to_string()],
+        Some(dns) => vec![dns],
         None => network
             .upstreams
             .iter()
-            .filter(|a| a.port() == 53 && a.is_ipv4())
-            .map(|a| a.ip().to_string())
+            .filter(|a| a.port() == 53)
+            .filter_map(|a| match a.ip() {
+                IpAddr::V4(ip) => Some(ip),
+                IpAddr::V6(_) => None,
+            })
             .collect(),
     };
     let mut reservations: Vec<RawReservation> = attachments
         .iter()
         .filter(|a| a.accepted())
         .flat_map(|a| a.reservations.iter())
-        .map(|r| RawReservation {
-            mac: r.mac.clone(),
-            ip: r.ip.to_string(),
-            hostname: r.hostname.clone(),
+        .filter_map(|r| {
+            Some(RawReservation {
+                mac: Mac::parse(&r.mac)?,
+                ip: r.ip,
+                hostname: r.hostname.clone(),
+            })
         })
         .collect();
-    reservations.sort_by(|a, b| a.mac.cmp(&b.mac));
+    reservations.sort_by_key(|r| r.mac);
     let nc = &infra.spec.network_config;
     Some(RawConfig {
         interface: Some(default_interface()),
-        server_ip: server_ip.to_string(),
-        subnet: network.cidr.to_string(),
-        gateway: Some(network.gateway.to_string()),
+        server_ip,
+        subnet: network.cidr,
+        gateway: Some(network.gateway),
         range: RawRange {
-            start: pool.start.to_string(),
-            end: pool.end.to_string(),
+            start: pool.start,
+            end: pool.end,
         },
         excluded,
         dns_servers,
         domain: nc.domain.clone(),
         lease_seconds: Some(infra.spec.infra_components.dhcp.lease_time),
+        t1_seconds: None,
+        t2_seconds: None,
         mtu: nc.mtu,
+        classless_routes: Vec::new(),
         reservations,
-        ..RawConfig::default()
+        decline_quarantine_seconds: None,
+        peer: None,
     })
 }
 
@@ -106,7 +116,8 @@ pub fn spec(
             address: network.with_prefix(server_ip),
             interface: default_interface(),
         },
-        image: comp.image.clone(),
+        // Set: plan_infra reports an unset image instead of planning.
+        image: comp.image.clone().unwrap_or_default(),
         config: DhcpConfigDocument(cfg),
         resources: comp.resources.clone(),
         storage: LeaseStorage {

@@ -5,6 +5,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use ipnet::Ipv4Net;
+use oooi_dhcp::config::Subnet;
 
 use crate::crd::Infra;
 
@@ -82,7 +83,7 @@ impl fmt::Display for Ipv4Range {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Network {
     /// The VLAN.
-    pub cidr: Ipv4Net,
+    pub cidr: Subnet,
     /// Its gateway.
     pub gateway: Ipv4Addr,
     /// NetworkAttachmentDefinition name.
@@ -102,7 +103,7 @@ pub struct Network {
 impl Network {
     /// `ip/prefix` with the VLAN's own prefix length, for the Multus annotation.
     pub fn with_prefix(&self, ip: Ipv4Addr) -> String {
-        format!("{ip}/{}", self.cidr.prefix_len())
+        format!("{ip}/{}", self.cidr.net().prefix_len())
     }
 
     /// Every infra address: gateway and the enabled components.
@@ -116,12 +117,8 @@ impl Network {
 
     /// True when `a` is a host address of the VLAN (not network, not broadcast).
     pub fn is_host(&self, a: Ipv4Addr) -> bool {
-        is_host(&self.cidr, a)
+        self.cidr.is_host(a)
     }
-}
-
-fn is_host(cidr: &Ipv4Net, a: Ipv4Addr) -> bool {
-    cidr.contains(&a) && a != cidr.network() && a != cidr.broadcast()
 }
 
 /// Parses and checks the Infra's network. Returns every problem found, not
@@ -131,27 +128,11 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
     let nc = &infra.spec.network_config;
     let comps = &infra.spec.infra_components;
 
-    let cidr = match nc.cidr.trim().parse::<Ipv4Net>() {
-        Ok(net) if net != net.trunc() => {
-            errors.push(field_error(
-                "spec.networkConfig.cidr",
-                format!("{} has host bits set (network is {})", nc.cidr, net.trunc()),
-            ));
-            None
-        }
-        Ok(net) if net.prefix_len() > 29 => {
-            errors.push(field_error(
-                "spec.networkConfig.cidr",
-                format!("{net} is too small for the infra addresses and a pool (prefix > /29)"),
-            ));
-            None
-        }
+    // The subnet rule is the DHCP server's own (oooi-dhcp-config).
+    let cidr = match Subnet::parse(&nc.cidr) {
         Ok(net) => Some(net),
-        Err(_) => {
-            errors.push(field_error(
-                "spec.networkConfig.cidr",
-                format!("`{}` is not an IPv4 CIDR", nc.cidr),
-            ));
+        Err(message) => {
+            errors.push(field_error("spec.networkConfig.cidr", message));
             None
         }
     };
@@ -160,12 +141,9 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
         match s.trim().parse::<Ipv4Addr>() {
             Ok(a) => {
                 if let Some(c) = &cidr
-                    && !is_host(c, a)
+                    && let Err(e) = c.check_host(field, a)
                 {
-                    errors.push(field_error(
-                        field,
-                        format!("{a} is not a host address inside {c}"),
-                    ));
+                    errors.push(field_error(e.field, e.message));
                     return None;
                 }
                 Some(a)
@@ -233,12 +211,14 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
     }
 
     let mut pool = None;
-    if let (Some(start), Some(end)) = (range_start, range_end) {
-        if end < start {
-            errors.push(field_error(
-                "spec.infraComponents.dhcp.rangeEnd",
-                format!("{end} is before rangeStart {start}"),
-            ));
+    if let (Some(cidr), Some(start), Some(end)) = (cidr, range_start, range_end) {
+        if let Err(e) = cidr.check_pool(
+            "spec.infraComponents.dhcp.rangeStart",
+            start,
+            "spec.infraComponents.dhcp.rangeEnd",
+            end,
+        ) {
+            errors.push(field_error(e.field, e.message));
         } else {
             let range = Ipv4Range { start, end };
             for (field, a) in named {

@@ -122,7 +122,7 @@ pub fn strict_sources(network: &Network, a: &AttachmentOutcome) -> Vec<Cidr> {
     a.worker_addresses
         .iter()
         .filter_map(|w| Cidr::new(IpAddr::V4(*w), 32).ok())
-        .chain(outside(network.cidr))
+        .chain(outside(network.cidr.net()))
         .collect()
 }
 
@@ -259,7 +259,8 @@ pub fn spec(
             address: network.with_prefix(proxy_ip),
             interface: "net1".to_string(),
         },
-        image: comp.image.clone(),
+        // Set: plan_infra reports an unset image instead of planning.
+        image: comp.image.clone().unwrap_or_default(),
         tls_ports: tls_ports(&routes),
         routes: RoutesDocument(routes),
         push_port: 9445,

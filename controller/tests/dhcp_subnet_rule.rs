@@ -1,0 +1,227 @@
+//! One table of subnet, address and pool cases, run against the three places
+//! that judge them: the controller's Infra check, `render`, and the DHCP
+//! server's config loading. All three must agree on every case.
+
+mod plan_support;
+
+use oooi_controller::plan::{Observed, plan_infra};
+use oooi_controller::render::{self, RenderInput};
+use plan_support::infra;
+
+/// The field a case is wrong in, as each side names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bad {
+    Subnet,
+    Gateway,
+    ServerIp,
+    RangeStart,
+    RangeEnd,
+}
+
+impl Bad {
+    fn infra_field(self) -> &'static str {
+        match self {
+            Bad::Subnet => "spec.networkConfig.cidr",
+            Bad::Gateway => "spec.networkConfig.gateway",
+            Bad::ServerIp => "spec.infraComponents.dhcp.serverIP",
+            Bad::RangeStart => "spec.infraComponents.dhcp.rangeStart",
+            Bad::RangeEnd => "spec.infraComponents.dhcp.rangeEnd",
+        }
+    }
+
+    fn server_field(self) -> &'static str {
+        match self {
+            Bad::Subnet => "subnet",
+            Bad::Gateway => "gateway",
+            Bad::ServerIp => "server_ip",
+            Bad::RangeStart => "range.start",
+            Bad::RangeEnd => "range.end",
+        }
+    }
+}
+
+struct Case {
+    cidr: &'static str,
+    /// gateway, DHCP, DNS, proxy.
+    infra: [&'static str; 4],
+    range: (&'static str, &'static str),
+    verdict: Option<Bad>,
+}
+
+const fn case(
+    cidr: &'static str,
+    infra: [&'static str; 4],
+    range: (&'static str, &'static str),
+    verdict: Option<Bad>,
+) -> Case {
+    Case {
+        cidr,
+        infra,
+        range,
+        verdict,
+    }
+}
+
+const ADDRS: [&str; 4] = ["192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.4"];
+
+const CASES: &[Case] = &[
+    case("192.0.2.0/24", ADDRS, ("192.0.2.100", "192.0.2.199"), None),
+    case("192.0.2.0/29", ADDRS, ("192.0.2.5", "192.0.2.6"), None),
+    case(
+        "10.0.0.0/8",
+        ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"],
+        ("10.1.0.0", "10.1.255.255"),
+        None,
+    ),
+    // Host bits: refused, not truncated.
+    case(
+        "192.0.2.7/24",
+        ADDRS,
+        ("192.0.2.100", "192.0.2.199"),
+        Some(Bad::Subnet),
+    ),
+    // Smaller than /29.
+    case(
+        "192.0.2.0/30",
+        ["192.0.2.1", "192.0.2.2", "192.0.2.2", "192.0.2.2"],
+        ("192.0.2.2", "192.0.2.2"),
+        Some(Bad::Subnet),
+    ),
+    case(
+        "192.0.2.0/31",
+        ADDRS,
+        ("192.0.2.1", "192.0.2.1"),
+        Some(Bad::Subnet),
+    ),
+    case(
+        "192.0.2.0",
+        ADDRS,
+        ("192.0.2.5", "192.0.2.6"),
+        Some(Bad::Subnet),
+    ),
+    case(
+        "192.0.2.0/33",
+        ADDRS,
+        ("192.0.2.5", "192.0.2.6"),
+        Some(Bad::Subnet),
+    ),
+    // Addresses that are not host addresses of the subnet.
+    case(
+        "192.0.2.0/29",
+        ADDRS,
+        ("192.0.2.5", "192.0.2.7"),
+        Some(Bad::RangeEnd),
+    ),
+    case(
+        "192.0.2.0/24",
+        ADDRS,
+        ("192.0.2.0", "192.0.2.9"),
+        Some(Bad::RangeStart),
+    ),
+    case(
+        "192.0.2.0/24",
+        ["192.0.2.1", "192.0.3.2", "192.0.2.3", "192.0.2.4"],
+        ("192.0.2.100", "192.0.2.199"),
+        Some(Bad::ServerIp),
+    ),
+    case(
+        "192.0.2.0/24",
+        ["192.0.2.255", "192.0.2.2", "192.0.2.3", "192.0.2.4"],
+        ("192.0.2.100", "192.0.2.199"),
+        Some(Bad::Gateway),
+    ),
+    // A reversed pool.
+    case(
+        "192.0.2.0/24",
+        ADDRS,
+        ("192.0.2.199", "192.0.2.100"),
+        Some(Bad::RangeEnd),
+    ),
+];
+
+fn infra_of(c: &Case) -> oooi_controller::crd::Infra {
+    let mut i = infra("oooi", "vlan");
+    let [gw, dhcp, dns, proxy] = c.infra;
+    i.spec.network_config.cidr = c.cidr.into();
+    i.spec.network_config.gateway = gw.into();
+    let comps = &mut i.spec.infra_components;
+    comps.dhcp.server_ip = dhcp.into();
+    comps.dns.server_ip = dns.into();
+    comps.proxy.server_ip = proxy.into();
+    comps.dhcp.range_start = c.range.0.into();
+    comps.dhcp.range_end = c.range.1.into();
+    i
+}
+
+/// The DHCP server's file for the same case, written by hand.
+fn server_yaml(c: &Case) -> String {
+    let [gw, dhcp, dns, proxy] = c.infra;
+    format!(
+        "server_ip: {dhcp}\nsubnet: {}\ngateway: {gw}\nrange: {{ start: {}, end: {} }}\nexcluded: [{dns}, {proxy}]\n",
+        c.cidr, c.range.0, c.range.1
+    )
+}
+
+#[test]
+fn controller_render_and_server_agree_on_every_case() {
+    for c in CASES {
+        let i = infra_of(c);
+        let label = format!("{} {:?} {:?}", c.cidr, c.infra, c.range);
+
+        // The controller's Infra check.
+        let plan = plan_infra(&i, &[], &Observed::default());
+        let errors: Vec<String> = plan.errors.iter().map(|e| e.to_string()).collect();
+        match c.verdict {
+            None => assert!(
+                errors.is_empty() && plan.desired.is_some(),
+                "{label}: {errors:?}"
+            ),
+            Some(bad) => assert!(
+                errors
+                    .iter()
+                    .any(|e| e.starts_with(&format!("{}: ", bad.infra_field()))),
+                "{label}: expected {}: {errors:?}",
+                bad.infra_field()
+            ),
+        }
+
+        // render, and the DHCP config it writes loads in the server.
+        let input = RenderInput {
+            infras: vec![i.clone()],
+            ..RenderInput::default()
+        };
+        let out = render::render(&input, render::OFFLINE_PUSH_TOKEN).expect("render runs");
+        let summary = out
+            .objects
+            .iter()
+            .find(|o| o["kind"] == "PlanSummary")
+            .expect("a plan summary");
+        assert_eq!(summary["valid"], c.verdict.is_none(), "{label}: {summary}");
+        let dhcp_file = out
+            .files
+            .iter()
+            .find(|(p, _)| p.ends_with("vlan-dhcp.yaml"));
+        match c.verdict {
+            None => {
+                let (_, text) = dhcp_file.expect("render writes the DHCP config");
+                oooi_dhcp::config::Config::from_yaml(text)
+                    .unwrap_or_else(|e| panic!("{label}: rendered config refused: {e}"));
+            }
+            Some(bad) => {
+                assert!(dhcp_file.is_none(), "{label}: nothing rendered");
+                let message = summary["degraded"]["message"].as_str().unwrap_or("");
+                assert!(message.contains(bad.infra_field()), "{label}: {message}");
+            }
+        }
+
+        // The server loading the same network from its own file.
+        let loaded = oooi_dhcp::config::Config::from_yaml(&server_yaml(c));
+        match c.verdict {
+            None => assert!(loaded.is_ok(), "{label}: {loaded:?}"),
+            Some(bad) => {
+                let e = loaded.expect_err(&label);
+                assert_eq!(e.field, bad.server_field(), "{label}: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! The oooi-dhcp config file: its format, its typed fields and the one set
+//! of rules for what a subnet, a pool and a reservation may be.
+//!
+//! The server loads its file with [`Config::load`]; the controller builds
+//! the same document ([`RawConfig`]) from an `Infra` and checks the Infra's
+//! network with the same rules ([`Subnet::parse`], [`Subnet::check_host`],
+//! [`Subnet::check_pool`]), so a config the controller accepts is one the
+//! server accepts and the other way round. The document types derive
+//! [`schemars::JsonSchema`] so that custom resources embedding the config
+//! carry its real schema.
+//!
+//! The file is YAML (a mounted ConfigMap in the cluster). Each field is
+//! parsed to its type once, at the edge ([`RawConfig::from_yaml`]); the
+//! checks across fields then make a [`Config`] ([`Config::from_raw`]).
+//! Every error is a [`ConfigError`] naming the field and the bad value.
+//!
+//! ```yaml
+//! interface: net1
+//! server_ip: 192.0.2.2
+//! subnet: 192.0.2.0/24
+//! gateway: 192.0.2.1
+//! range: { start: 192.0.2.100, end: 192.0.2.199 }
+//! excluded: [192.0.2.3, 192.0.2.4]
+//! dns_servers: [192.0.2.3]
+//! domain: cluster.example
+//! lease_seconds: 3600
+//! mtu: 1450
+//! classless_routes:
+//!   - { destination: 10.0.0.0/8, gateway: 192.0.2.1 }
+//! reservations:
+//!   - { mac: "02:00:00:00:00:01", ip: 192.0.2.50, hostname: worker-0 }
+//! ```
+
+mod file;
+mod mac;
+mod subnet;
+mod validated;
+
+pub use file::{RawConfig, RawPeer, RawRange, RawReservation, RawRoute, Role};
+pub use mac::Mac;
+pub use subnet::{MAX_PREFIX_LEN, Subnet};
+pub use validated::{Config, Peer, Reservation};
+
+/// A parse or validation error. `field` is the dotted path of the offending
+/// field (for example `reservations[2].mac`); `message` says what is wrong
+/// with which value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("config field `{field}`: {message}")]
+pub struct ConfigError {
+    /// Dotted path of the field at fault (`file` for I/O and YAML syntax errors).
+    pub field: String,
+    /// What is wrong, including the bad value.
+    pub message: String,
+}
+
+impl ConfigError {
+    /// An error on `field`.
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! Two servers sharing one pool (RFC 3074 load balancing), as pure rules:
+//! which server answers a request, which half of the pool each allocates
+//! from, and the state a server is in. The I/O (heartbeat, lease updates,
+//! resync) is in [`crate::peer`].
+//!
+//! - **Who answers.** The RFC 3074 hash of the client identifier (option
+//!   61) or, without one, the hardware address picks the server: even
+//!   hashes the primary, odd the secondary. It applies to every request
+//!   that does not name a server (DISCOVER, INIT-REBOOT, RENEWING and
+//!   REBINDING REQUESTs, INFORM, and RELEASE/DECLINE without option 54);
+//!   a request naming a server identifier is that server's (the existing
+//!   SELECTING rules). A RENEWING client of the other server that this one
+//!   took over during an outage is answered by the other server when it
+//!   rebinds at T2.
+//! - **Which addresses.** Each server allocates new addresses only from its
+//!   half of the pool (the primary the lower half): the two never offer the
+//!   same pool address. Both hold every reservation and, through the lease
+//!   updates, every lease: a client keeps its address whichever server
+//!   answers it.
+//! - **States.** [`PairState::Syncing`] after start (answers nothing until
+//!   it has the other server's leases), [`PairState::LoadBalancing`], and
+//!   [`PairState::PartnerDown`] when the other server stopped answering:
+//!   then this one answers every client and allocates from its own half
+//!   first, then from the other half, honouring the other server's leases.
+
+use std::net::Ipv4Addr;
+
+use dhcproto::v4::{DhcpOption, MessageType, OptionCode};
+
+use crate::config::{Config, Role};
+use crate::pipeline::Request;
+
+/// The "mixing table" of RFC 3074 section 6.
+const MIX: [u8; 256] = [
+    251, 175, 119, 215, 81, 14, 79, 191, 103, 49, 181, 143, 186, 157, 0, 232, 31, 32, 55, 60, 152,
+    58, 17, 237, 174, 70, 160, 144, 220, 90, 57, 223, 59, 3, 18, 140, 111, 166, 203, 196, 134, 243,
+    124, 95, 222, 179, 197, 65, 180, 48, 36, 15, 107, 46, 233, 130, 165, 30, 123, 161, 209, 23, 97,
+    16, 40, 91, 219, 61, 100, 10, 210, 109, 250, 127, 22, 138, 29, 108, 244, 67, 207, 9, 178, 204,
+    74, 98, 126, 249, 167, 116, 34, 77, 193, 200, 121, 5, 20, 113, 71, 35, 128, 13, 182, 94, 25,
+    226, 227, 199, 75, 27, 41, 245, 230, 224, 43, 225, 177, 26, 155, 150, 212, 142, 218, 115, 241,
+    73, 88, 105, 39, 114, 62, 255, 192, 201, 145, 214, 168, 158, 221, 148, 154, 122, 12, 84, 82,
+    163, 44, 139, 228, 236, 205, 242, 217, 11, 187, 146, 159, 64, 86, 239, 195, 42, 106, 198, 118,
+    112, 184, 172, 87, 2, 173, 117, 176, 229, 247, 253, 137, 185, 99, 164, 102, 147, 45, 66, 231,
+    52, 141, 211, 194, 206, 246, 238, 56, 110, 78, 248, 63, 240, 189, 93, 92, 51, 53, 183, 19, 171,
+    72, 50, 33, 104, 101, 69, 8, 252, 83, 120, 76, 135, 85, 54, 202, 125, 188, 213, 96, 235, 136,
+    208, 162, 129, 190, 132, 156, 38, 47, 1, 7, 254, 24, 4, 216, 131, 89, 21, 28, 133, 37, 153,
+    149, 80, 170, 68, 6, 169, 234, 151,
+];
+
+/// The RFC 3074 hash (a Pearson hash over the key, last byte first,
+/// seeded with the key's length).
+pub fn lb_hash(key: &[u8]) -> u8 {
+    let mut hash = key.len() as u8;
+    for b in key.iter().rev() {
+        hash = MIX[usize::from(hash ^ b)];
+    }
+    hash
+}
+
+/// The server a request's client belongs to: by client identifier when
+/// the client sends a non-empty one, by hardware address otherwise.
+pub fn owner(req: &Request) -> Role {
+    let hash = match req.msg.opts().get(OptionCode::ClientIdentifier) {
+        Some(DhcpOption::ClientIdentifier(id)) if !id.is_empty() => lb_hash(id),
+        _ => lb_hash(&req.mac.0),
+    };
+    if hash.is_multiple_of(2) {
+        Role::Primary
+    } else {
+        Role::Secondary
+    }
+}
+
+/// What a server of a pair is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PairState {
+    /// Started, fetching the other server's leases: answers no client.
+    Syncing,
+    /// Both up: answers its own clients, allocates from its own half.
+    LoadBalancing,
+    /// The other server is down: answers every client, allocates from its
+    /// own half first, then the other's.
+    PartnerDown,
+}
+
+impl PairState {
+    /// Stable name (the pair API and metrics).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PairState::Syncing => "syncing",
+            PairState::LoadBalancing => "load-balancing",
+            PairState::PartnerDown => "partner-down",
+        }
+    }
+
+    /// Parses [`PairState::as_str`].
+    pub fn parse(s: &str) -> Option<PairState> {
+        match s {
+            "syncing" => Some(PairState::Syncing),
+            "load-balancing" => Some(PairState::LoadBalancing),
+            "partner-down" => Some(PairState::PartnerDown),
+            _ => None,
+        }
+    }
+
+    /// Gauge value (0 syncing, 1 load balancing, 2 partner down).
+    pub fn code(self) -> i64 {
+        match self {
+            PairState::Syncing => 0,
+            PairState::LoadBalancing => 1,
+            PairState::PartnerDown => 2,
+        }
+    }
+}
+
+/// This server's part in a pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Share {
+    /// This server's role.
+    pub role: Role,
+    /// Its state.
+    pub state: PairState,
+    /// First address of the secondary's half of the pool.
+    pub split: Ipv4Addr,
+}
+
+impl Share {
+    /// The share of `role` in `cfg`'s pool, starting in `state`. The pool
+    /// (minus excluded addresses) is cut in two at its middle address.
+    pub fn new(cfg: &Config, role: Role, state: PairState) -> Share {
+        let n = cfg.pool_size();
+        let split = cfg
+            .pool()
+            .nth(n.div_ceil(2))
+            .unwrap_or_else(|| Ipv4Addr::from(u32::from(cfg.range_end).saturating_add(1)));
+        Share { role, state, split }
+    }
+
+    /// Whether `ip` is in this server's half of the pool.
+    pub fn mine(&self, ip: Ipv4Addr) -> bool {
+        match self.role {
+            Role::Primary => ip < self.split,
+            Role::Secondary => ip >= self.split,
+        }
+    }
+
+    /// Whether this server may hand out new addresses of the other half.
+    pub fn takes_over(&self) -> bool {
+        self.state == PairState::PartnerDown
+    }
+
+    /// Whether this server answers `req` now (see the module docs).
+    pub fn answers(&self, req: &Request) -> bool {
+        match self.state {
+            PairState::Syncing => false,
+            PairState::PartnerDown => true,
+            PairState::LoadBalancing => {
+                let names_server = matches!(
+                    req.kind,
+                    MessageType::Request | MessageType::Release | MessageType::Decline
+                ) && req.msg.opts().get(OptionCode::ServerIdentifier).is_some();
+                names_server || owner(req) == self.role
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Mac;
+    use dhcproto::v4::Message;
+
+    fn req(kind: MessageType, mac: [u8; 6], opts: Vec<DhcpOption>) -> Request {
+        let mut m = Message::default();
+        m.set_chaddr(&mac);
+        m.opts_mut().insert(DhcpOption::MessageType(kind));
+        for o in opts {
+            m.opts_mut().insert(o);
+        }
+        Request {
+            msg: m,
+            kind,
+            mac: Mac(mac),
+        }
+    }
+
+    #[test]
+    fn the_hash_is_rfc_3074s_and_splits_clients_about_evenly() {
+        // The table is a permutation of 0..=255.
+        let mut seen = [false; 256];
+        for v in MIX {
+            assert!(!seen[usize::from(v)]);
+            seen[usize::from(v)] = true;
+        }
+        // One byte key k: MIX[1 ^ k]. Empty key: its length, 0.
+        assert_eq!(lb_hash(&[]), 0);
+        assert_eq!(lb_hash(&[0]), MIX[1]);
+        assert_eq!(lb_hash(&[1, 2]), MIX[usize::from(MIX[2 ^ 2] ^ 1)]);
+        let primary = (0..4096u32)
+            .filter(|n| {
+                let b = n.to_be_bytes();
+                lb_hash(&[2, 0, b[0], b[1], b[2], b[3]]).is_multiple_of(2)
+            })
+            .count();
+        assert!((1800..2300).contains(&primary), "{primary} of 4096");
+    }
+
+    #[test]
+    fn each_client_is_answered_by_exactly_one_server_while_balancing() {
+        let cfg = Config::from_yaml(
+            "server_ip: 192.0.2.2\nsubnet: 192.0.2.0/24\nrange: { start: 192.0.2.100, end: 192.0.2.199 }\n",
+        )
+        .unwrap();
+        let p = Share::new(&cfg, Role::Primary, PairState::LoadBalancing);
+        let s = Share::new(&cfg, Role::Secondary, PairState::LoadBalancing);
+        for n in 0..=255u8 {
+            let r = req(MessageType::Discover, [2, 0, 0, 0, 1, n], vec![]);
+            assert!(p.answers(&r) != s.answers(&r), "client {n}");
+        }
+        // The client id, when present, decides.
+        let id = vec![1, 2, 0, 0, 0, 1, 7];
+        let with_id = |mac| {
+            req(
+                MessageType::Discover,
+                mac,
+                vec![DhcpOption::ClientIdentifier(id.clone())],
+            )
+        };
+        assert_eq!(
+            p.answers(&with_id([2, 0, 0, 0, 0, 1])),
+            p.answers(&with_id([2, 0, 0, 0, 0, 2]))
+        );
+        // A SELECTING request names its server: both look at it (the one
+        // not named withdraws its offer).
+        let sel = req(
+            MessageType::Request,
+            [2, 0, 0, 0, 1, 1],
+            vec![DhcpOption::ServerIdentifier(Ipv4Addr::new(192, 0, 2, 2))],
+        );
+        assert!(p.answers(&sel) && s.answers(&sel));
+        // Syncing answers nothing; partner-down answers everyone.
+        let r = req(MessageType::Discover, [2, 0, 0, 0, 1, 1], vec![]);
+        assert!(
+            !Share {
+                state: PairState::Syncing,
+                ..p
+            }
+            .answers(&r)
+        );
+        assert!(
+            Share {
+                state: PairState::PartnerDown,
+                ..p
+            }
+            .answers(&r)
+        );
+        assert!(
+            Share {
+                state: PairState::PartnerDown,
+                ..s
+            }
+            .answers(&r)
+        );
+    }
+
+    #[test]
+    fn the_pool_halves_do_not_overlap_and_cover_the_pool() {
+        let cfg = Config::from_yaml(
+            "server_ip: 192.0.2.2\nsubnet: 192.0.2.0/24\nrange: { start: 192.0.2.100, end: 192.0.2.110 }\nexcluded: [192.0.2.101]\n",
+        )
+        .unwrap();
+        let p = Share::new(&cfg, Role::Primary, PairState::LoadBalancing);
+        let s = Share::new(&cfg, Role::Secondary, PairState::LoadBalancing);
+        let pool: Vec<Ipv4Addr> = cfg.pool().collect();
+        assert_eq!(pool.len(), 10);
+        assert!(pool.iter().all(|a| p.mine(*a) != s.mine(*a)));
+        assert_eq!(pool.iter().filter(|a| p.mine(**a)).count(), 5);
+    }
+}
