@@ -5,14 +5,18 @@
   strict lint, values.schema.json enforced on render.
 - Every rendered Kubernetes object is validated offline against the 1.35
   OpenAPI schemas with PyPI `kubernetes-validate` (strict: unknown fields fail).
-  The ServiceMonitor, which has no schema there, is validated against the
-  prometheus-operator models of PyPI `cloudcoil-models-prometheus-operator`.
+  The ServiceMonitor, PodMonitor and PrometheusRule, which have no schema
+  there, are validated against the prometheus-operator models of PyPI
+  `cloudcoil-models-prometheus-operator`; alert and dashboard expressions are
+  parsed with PyPI `promql-parser`.
 - The controller binary (`$OOOI_CONTROLLER_BIN`, else the cargo debug build)
   is asked for its `run` flags and its RBAC rules, so that the Deployment's
   arguments and the ClusterRole follow the code.
 
-Run with `python3 charts/tests/run.py [-k SUBSTRING]`; `tools/dev test`
-copies the freshly built filter into charts/oooi/files/ first.
+The chart under test is the packaged archive `tools/dev package` writes
+(`$OOOI_CHART_ARCHIVE`, target/chart/oooi-<version>.tgz), which carries the
+built filter module: what `helm install` gets. `tools/dev test` packages it,
+then runs `python3 charts/tests/run.py [-k SUBSTRING]`.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import helm_python as helm
@@ -37,8 +42,13 @@ import yaml
 kubernetes_validate.utils.schema_contents = functools.lru_cache(maxsize=None)(kubernetes_validate.utils.schema_contents)
 
 ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "charts" / "oooi"
+# The chart's source folder (values, schema); tests render the archive.
+CHART_SRC = ROOT / "charts" / "oooi"
 KUBE_VERSION = "1.35.0"
+# The workspace version: the images' tag and the packaged chart's version.
+APP_VERSION = next(
+    line.split('"')[1] for line in (ROOT / "Cargo.toml").read_text().splitlines() if line.startswith("version = ")
+)
 RELEASE = "oooi"
 NAMESPACE = "oooi-system"
 WASM_KEY = "oooi_sni_router.wasm"
@@ -52,10 +62,21 @@ KINDS = {
     "ProxyServer": "proxyservers",
 }
 
+# What every install must set: oooi publishes no images, so the chart has no
+# registry to default to.
+REGISTRY = "registry.example.com/oooi"
+REQUIRED = {"images": {"registry": REGISTRY}}
+
 # Every optional feature on, and every value moved off its default.
 ALL_FEATURES = {
     "replicaCount": 3,
-    "image": {"digest": "sha256:" + "ab" * 32},
+    "images": {
+        "registry": "mirror.example.com:5000/oooi",
+        "pullPolicy": "Always",
+        "controller": {"digest": "sha256:" + "ab" * 32},
+        "dns": {"tag": "0.1.0-rc1"},
+        "proxy": {"registry": "docker.io", "repository": "envoyproxy/envoy", "tag": "v1.40.0"},
+    },
     "imagePullSecrets": [{"name": "pull-secret"}],
     "controller": {
         "watchNamespace": "hcp-infra",
@@ -96,6 +117,9 @@ ALL_FEATURES = {
     "metrics": {
         "service": {"port": 8443, "annotations": {"example.com/svc": "z"}},
         "serviceMonitor": {"enabled": True, "interval": "15s", "scrapeTimeout": "5s", "labels": {"release": "prom"}},
+        "podMonitor": {"enabled": True, "interval": "20s", "labels": {"release": "prom"}},
+        "prometheusRule": {"enabled": True, "labels": {"release": "prom"}},
+        "dashboard": {"enabled": True, "namespace": "grafana", "labels": {"grafana_dashboard": "oooi"}, "annotations": {"grafana_folder": "oooi"}},
     },
     "networkPolicy": {
         "enabled": True,
@@ -110,20 +134,49 @@ ALL_FEATURES = {
 # shared by the tests
 
 
+def chart_path():
+    """The packaged chart under test."""
+    archive = os.environ.get("OOOI_CHART_ARCHIVE")
+    assert archive, "OOOI_CHART_ARCHIVE is not set: run `tools/dev test` (or `tools/dev package`, which prints the archive)"
+    assert Path(archive).is_file(), f"OOOI_CHART_ARCHIVE={archive} does not exist: run `tools/dev package`"
+    return archive
+
+
+def merged(base, over):
+    """`over` laid over `base`, as Helm merges values files."""
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
+def chart_file(name):
+    """A file of the packaged chart (bytes, read from the archive), or None."""
+    with tarfile.open(chart_path()) as tar:
+        try:
+            member = tar.extractfile(f"oooi/{name}")
+        except KeyError:
+            return None
+        return member.read() if member else None
+
+
 _RENDERED = {}
 
 
-def render(values=None, *, upgrade=False):
-    """Render the chart; returns (objects, notes). Renders are deterministic,
-    so each distinct input is rendered once and handed out as copies."""
-    key = (json.dumps(values or {}, sort_keys=True), upgrade)
+def render(values=None, *, upgrade=False, required=True):
+    """Render the chart with `values` over the values every install sets
+    (`required=False`: `values` alone); returns (objects, notes). Renders are
+    deterministic, so each distinct input is rendered once and handed out as
+    copies."""
+    values = merged(REQUIRED, values or {}) if required else (values or {})
+    key = (json.dumps(values, sort_keys=True), upgrade)
     if key not in _RENDERED:
         _RENDERED[key] = _render(values, upgrade)
     return copy.deepcopy(_RENDERED[key])
 
 
 def _render(values, upgrade):
-    chart = helm.Chart.load(str(CHART))
+    chart = helm.Chart.load(chart_path())
     out = chart.render(
         values or {}, name=RELEASE, namespace=NAMESPACE, is_install=not upgrade, is_upgrade=upgrade, revision=2 if upgrade else 1
     )
@@ -148,20 +201,16 @@ def kinds(objects):
     return sorted(o["kind"] for o in objects)
 
 
-_SERVICE_MONITOR = None
-
-
 def validate_service_monitor(obj):
-    """Round-trip through the prometheus-operator model: an unknown field is
-    dropped by the model, so the dump differs from the input."""
-    global _SERVICE_MONITOR
-    if _SERVICE_MONITOR is None:
-        from cloudcoil.models.prometheus_operator.v1 import ServiceMonitor
+    """Round-trip a Prometheus Operator object (ServiceMonitor, PodMonitor,
+    PrometheusRule) through the operator's model: a missing required field
+    fails, and an unknown field is dropped by the model, so the dump differs
+    from the input."""
+    from cloudcoil.models.prometheus_operator import v1
 
-        _SERVICE_MONITOR = ServiceMonitor
-    model = _SERVICE_MONITOR.model_validate(obj)
+    model = getattr(v1, obj["kind"]).model_validate(obj)
     dumped = model.model_dump(by_alias=True, exclude_unset=True, mode="json")
-    assert dumped == obj, f"ServiceMonitor has fields the schema does not know:\n{json.dumps(dumped, indent=1)}\n!=\n{json.dumps(obj, indent=1)}"
+    assert dumped == obj, f"{obj['kind']} has fields the schema does not know:\n{json.dumps(dumped, indent=1)}\n!=\n{json.dumps(obj, indent=1)}"
 
 
 def controller_sccs():
@@ -212,9 +261,9 @@ def controller_bin():
     return str(path)
 
 
-def expect_render_failure(values, *needles):
+def expect_render_failure(values, *needles, required=True):
     try:
-        render(values)
+        render(values, required=required)
     except helm.HelmError as e:
         msg = str(e)
         for n in needles:
@@ -227,8 +276,8 @@ def expect_render_failure(values, *needles):
 # tests
 
 
-def test_lint_strict_default_values():
-    report = helm.lint(str(CHART), strict=True, kube_version="v" + KUBE_VERSION, namespace=NAMESPACE)
+def test_lint_strict_minimal_values():
+    report = helm.lint(chart_path(), REQUIRED, strict=True, kube_version="v" + KUBE_VERSION, namespace=NAMESPACE)
     assert report["total_charts_linted"] == 1, report
     assert report["errors"] == [], report["errors"]
     # Severity 1 is info ("icon is recommended"); warnings (2) and errors (3) fail.
@@ -237,7 +286,7 @@ def test_lint_strict_default_values():
 
 
 def test_lint_strict_all_features():
-    report = helm.lint(str(CHART), ALL_FEATURES, strict=True, kube_version="v" + KUBE_VERSION, namespace=NAMESPACE)
+    report = helm.lint(chart_path(), ALL_FEATURES, strict=True, kube_version="v" + KUBE_VERSION, namespace=NAMESPACE)
     assert report["errors"] == [], report["errors"]
     bad = [m for m in report["messages"] if m["severity"] >= 2]
     assert bad == [], bad
@@ -261,8 +310,11 @@ def test_all_features_render_is_valid_kubernetes():
             "ClusterRole",
             "ClusterRoleBinding",
             "ConfigMap",
+            "ConfigMap",
             "Deployment",
             "NetworkPolicy",
+            "PodMonitor",
+            "PrometheusRule",
             "Role",
             "RoleBinding",
             "SecurityContextConstraints",
@@ -298,6 +350,14 @@ def test_validator_catches_a_bad_object():
         assert "scrapeEvery" in str(e), e
     else:
         raise AssertionError("a ServiceMonitor with an unknown field was accepted")
+    rule = copy.deepcopy(find(render(ALL_FEATURES)[0], "PrometheusRule"))
+    rule["spec"]["groups"][0]["rules"][0]["fire"] = "now"
+    try:
+        validate_objects([rule])
+    except AssertionError as e:
+        assert "fire" in str(e), e
+    else:
+        raise AssertionError("a PrometheusRule with an unknown field was accepted")
 
 
 def test_deployment_is_restricted_and_probed():
@@ -448,19 +508,18 @@ def test_metrics_service_and_monitor_select_the_controller():
 
 
 def test_filter_configmap_holds_the_built_module():
-    wasm_path = CHART / "files" / WASM_KEY
-    assert wasm_path.is_file(), f"{wasm_path} is missing: tools/dev test copies it from the wasm build"
-    data = wasm_path.read_bytes()
+    data = chart_file(f"files/{WASM_KEY}")
+    assert data, f"the packaged chart has no files/{WASM_KEY}: tools/dev package puts the wasm build there"
     assert data[:4] == b"\0asm", "files/oooi_sni_router.wasm is not a wasm module"
     built = os.environ.get("OOOI_FILTER_WASM")
     if built:
-        assert Path(built).read_bytes() == data, f"charts/oooi/files/{WASM_KEY} differs from the build {built}"
+        assert Path(built).read_bytes() == data, f"files/{WASM_KEY} of the packaged chart differs from the build {built}"
     assert len(data) <= MAX_WASM_BYTES, f"filter module is {len(data)} bytes, over the 512 KiB budget"
     for values, name, namespaces in (
         ({}, "oooi-sni-router", [NAMESPACE]),
         (ALL_FEATURES, "custom-filter", [NAMESPACE]),
     ):
-        cms = [o for o in render(values)[0] if o["kind"] == "ConfigMap"]
+        cms = [o for o in render(values)[0] if o["kind"] == "ConfigMap" and not o["metadata"]["name"].endswith("-dashboard")]
         assert [(c["metadata"]["name"], c["metadata"]["namespace"]) for c in cms] == [(name, ns) for ns in namespaces], cms
         cm = cms[-1]
         # The controller is told where the rollout source is.
@@ -482,12 +541,12 @@ def _controller_env(values):
 
 
 def test_missing_filter_module_fails_clearly():
-    msg = expect_render_failure({"filter": {"file": "files/not_built.wasm"}}, "files/not_built.wasm is missing", "cargo build -p oooi-sni-router")
+    msg = expect_render_failure({"filter": {"file": "files/not_built.wasm"}}, "files/not_built.wasm is missing", "tools/dev package")
     assert "wasm32-wasip1" in msg, msg
 
 
 def test_oversized_filter_module_is_refused():
-    size = (CHART / "files" / WASM_KEY).stat().st_size
+    size = len(chart_file(f"files/{WASM_KEY}"))
     expect_render_failure({"filter": {"maxBytes": 1024}}, f"is {size} bytes, over filter.maxBytes (1024)")
 
 
@@ -495,10 +554,14 @@ BAD_VALUES = [
     ({"replicaCount": -1}, "/replicaCount"),
     ({"replicaCount": "two"}, "/replicaCount"),
     ({"unknownKey": True}, "unknownKey"),
-    ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
-    ({"image": {"digest": "sha256:nothex"}}, "/image/digest"),
-    ({"image": {"repository": ""}}, "/image/repository"),
-    ({"image": {"tag": "has space"}}, "/image/tag"),
+    ({"images": {"pullPolicy": "Sometimes"}}, "/images/pullPolicy"),
+    ({"images": {"controller": {"digest": "sha256:nothex"}}}, "/images/controller/digest"),
+    ({"images": {"dns": {"repository": ""}}}, "/images/dns/repository"),
+    ({"images": {"dhcp": {"tag": "has space"}}}, "/images/dhcp/tag"),
+    ({"images": {"registry": "https://registry.example.com"}}, "/images/registry"),
+    ({"images": {"proxy": {"registry": "registry.example.com/"}}}, "/images/proxy/registry"),
+    ({"images": {"webhook": {}}}, "webhook"),
+    ({"image": {"repository": "quay.io/oooi/oooi-controller"}}, "image"),
     ({"leaderElection": {"enabled": "yes"}}, "/leaderElection/enabled"),
     ({"leaderElection": {"leaseName": "Not_A_Name"}}, "/leaderElection/leaseName"),
     ({"controller": {"logFormat": "xml"}}, "/controller/logFormat"),
@@ -533,7 +596,7 @@ BAD_VALUES = [
 
 
 def test_schema_rejects_bad_values():
-    chart = helm.Chart.load(str(CHART))
+    chart = helm.Chart.load(chart_path())
     for values, where in BAD_VALUES:
         try:
             chart.validate_schema(values)
@@ -551,14 +614,15 @@ def test_schema_rejects_bad_values():
 
 
 def test_schema_accepts_defaults_and_all_features():
-    chart = helm.Chart.load(str(CHART))
+    chart = helm.Chart.load(chart_path())
     chart.validate_schema({})
+    chart.validate_schema(REQUIRED)
     chart.validate_schema(ALL_FEATURES)
 
 
 def test_schema_covers_every_default_value():
-    schema = json.loads((CHART / "values.schema.json").read_text())
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    schema = json.loads((CHART_SRC / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART_SRC / "values.yaml").read_text())
 
     def walk(v, s, path):
         assert s is not None, f"{path} has no schema"
@@ -571,7 +635,7 @@ def test_schema_covers_every_default_value():
 
 
 def test_crds_ship_with_the_chart():
-    chart = helm.Chart.load(str(CHART))
+    chart = helm.Chart.load(chart_path())
     crds = [yaml.safe_load(c["data"]) for c in chart.crds]
     names = sorted(c["metadata"]["name"] for c in crds)
     want = sorted(f"{plural}.{GROUP}" for plural in KINDS.values())
@@ -602,8 +666,8 @@ def test_notes_say_what_to_create_next():
 
 def test_names_fit_and_do_not_collide():
     for values, release in (({}, "oooi"), ({}, "a" * 40), ({"fullnameOverride": "x" * 52}, "r")):
-        chart = helm.Chart.load(str(CHART))
-        out = chart.render(values, name=release, namespace=NAMESPACE, is_install=True)
+        chart = helm.Chart.load(chart_path())
+        out = chart.render(merged(REQUIRED, values), name=release, namespace=NAMESPACE, is_install=True)
         objs = [d for n, t in out.items() if not n.endswith("NOTES.txt") for d in yaml.safe_load_all(t) if d]
         seen = set()
         for o in objs:
@@ -612,3 +676,145 @@ def test_names_fit_and_do_not_collide():
             assert (o["kind"], name) not in seen, (o["kind"], name)
             seen.add((o["kind"], name))
         validate_objects(objs)
+
+
+def test_images_need_a_registry():
+    # oooi publishes no images: without a registry the chart refuses to
+    # render rather than point a cluster at images that do not exist.
+    for values in ({}, {"images": {"controller": {"registry": REGISTRY}}}):
+        expect_render_failure(values, "images.registry", "is required", "tools/dev images", required=False)
+    defaults = yaml.safe_load((CHART_SRC / "values.yaml").read_text())
+    assert defaults["images"]["registry"] == "", defaults["images"]
+    for name in ("controller", "dns", "dhcp", "proxy"):
+        assert defaults["images"][name]["registry"] == "", (name, defaults["images"][name])
+    assert "quay.io" not in (CHART_SRC / "values.yaml").read_text()
+
+
+def test_component_images_reach_the_controller():
+    env = {e["name"]: e.get("value") for e in _controller_env({})}
+    dep = find(render()[0], "Deployment")
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert c["image"] == f"{REGISTRY}/oooi-controller:{APP_VERSION}", c["image"]
+    assert c["imagePullPolicy"] == "IfNotPresent"
+    assert env["OOOI_DHCP_IMAGE"] == f"{REGISTRY}/oooi-dhcp:{APP_VERSION}", env
+    assert env["OOOI_DNS_IMAGE"] == f"{REGISTRY}/oooi-dns:{APP_VERSION}", env
+    assert env["OOOI_PROXY_IMAGE"] == f"{REGISTRY}/oooi-proxy:{APP_VERSION}", env
+    # Global override, a per-image registry, tag and digest.
+    env = {e["name"]: e.get("value") for e in _controller_env(ALL_FEATURES)}
+    c = find(render(ALL_FEATURES)[0], "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert c["image"] == f"mirror.example.com:5000/oooi/oooi-controller:{APP_VERSION}@sha256:" + "ab" * 32, c["image"]
+    assert c["imagePullPolicy"] == "Always"
+    assert env["OOOI_DHCP_IMAGE"] == f"mirror.example.com:5000/oooi/oooi-dhcp:{APP_VERSION}", env
+    assert env["OOOI_DNS_IMAGE"] == "mirror.example.com:5000/oooi/oooi-dns:0.1.0-rc1", env
+    assert env["OOOI_PROXY_IMAGE"] == "docker.io/envoyproxy/envoy:v1.40.0", env
+
+
+def test_packaged_chart_is_versioned_as_the_workspace():
+    chart = helm.Chart.load(chart_path())
+    assert chart.metadata["version"] == APP_VERSION and chart.metadata["appVersion"] == APP_VERSION, chart.metadata
+    assert Path(chart_path()).name == f"oooi-{APP_VERSION}.tgz", chart_path()
+    # The archive holds the chart folder as it is in the repository, plus the module.
+    assert yaml.safe_load((CHART_SRC / "values.yaml").read_text()) == chart.values, "packaged values differ from charts/oooi/values.yaml"
+
+
+# The alerts an operator acts on, each with a runbook in docs/operations.md.
+ALERTS = {
+    "OooiProxyReplicaOutOfSync",
+    "OooiRoutePushFailing",
+    "OooiDNSUpstreamFailures",
+    "OooiDHCPPoolNearlyExhausted",
+    "OooiDHCPPoolExhausted",
+    "OooiFilterRolloutRejected",
+    "OooiAttachmentExcluded",
+    "OooiConfigReloadRejected",
+    "OooiControllerNoLeader",
+}
+# Metric prefixes whose names the Rust tests check against what the programs
+# export: controller/src/metrics.rs (the controller's registry) and
+# tests/tests/images.rs (real scrapes of oooi-dns, oooi-dhcp and Envoy).
+EXPORTED_PREFIXES = ("oooi_controller_", "oooi_dns_", "oooi_dhcp_", "oooi_sni_router_")
+
+
+def metric_names(expr):
+    """Metric names an expression selects (a `__name__=~` matcher yields its
+    regex), parsed with PyPI promql-parser."""
+    import promql_parser
+
+    names = []
+
+    def visit(node):
+        if isinstance(node, promql_parser.VectorSelector):
+            if node.name:
+                names.append(node.name)
+            for m in node.matchers.matchers:
+                if m.name == "__name__":
+                    names.append(m.value)
+        for attr in ("expr", "lhs", "rhs", "vector_selector", "param"):
+            child = getattr(node, attr, None)
+            if isinstance(child, promql_parser.Expr):
+                visit(child)
+        for child in getattr(node, "args", None) or []:
+            if isinstance(child, promql_parser.Expr):
+                visit(child)
+
+    visit(promql_parser.parse(expr))
+    return names
+
+
+def test_prometheus_rule_alerts_parse_and_have_runbooks():
+    rule = find(render(ALL_FEATURES)[0], "PrometheusRule")
+    assert rule["metadata"]["labels"]["release"] == "prom", rule["metadata"]
+    alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert set(alerts) == ALERTS, sorted(set(alerts) ^ ALERTS)
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    for name, r in alerts.items():
+        names = metric_names(r["expr"])
+        assert names, f"{name}: the expression selects no metric"
+        for m in names:
+            assert m.startswith(EXPORTED_PREFIXES), f"{name}: {m} is not an oooi metric"
+        assert r["labels"]["severity"] in ("warning", "critical"), r
+        assert r["annotations"]["summary"], r
+        page, anchor = r["annotations"]["runbook"].split("#")
+        assert page == "docs/operations.md" and anchor == name.lower(), r["annotations"]
+        assert f"\n### {name}\n" in operations, f"docs/operations.md has no runbook section `### {name}`"
+    # The rendered rules are the file's, untouched by the template engine.
+    source = yaml.safe_load((CHART_SRC / "monitoring" / "alerts.yaml").read_text())
+    assert rule["spec"]["groups"] == source["groups"]
+    assert "PrometheusRule" not in kinds(render()[0])
+
+
+def test_promql_parser_refuses_a_bad_expression():
+    # Guards the parse above against accepting anything.
+    try:
+        metric_names("sum by (pod) (rate(oooi_dns_queries_total[5m])")
+    except Exception:
+        pass
+    else:
+        raise AssertionError("an unbalanced expression parsed")
+    assert metric_names('a_total + on (x) b{c="d"} or {__name__=~"e_.+"}') == ["a_total", "b", "e_.+"]
+
+
+def test_grafana_dashboard_is_off_by_default_and_labelled_for_the_sidecar():
+    assert not [o for o in render()[0] if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-dashboard")]
+    cm = find(render(ALL_FEATURES)[0], "ConfigMap", "oooi-dashboard")
+    assert cm["metadata"]["namespace"] == "grafana" and cm["metadata"]["labels"]["grafana_dashboard"] == "oooi", cm["metadata"]
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "oooi"}
+    dash = json.loads(cm["data"]["oooi.json"])
+    assert dash == json.loads((CHART_SRC / "monitoring" / "dashboard.json").read_text())
+    titles = [p["title"] for p in dash["panels"]]
+    for want in ("Connections routed", "Connections refused", "table generation per replica", "DNS queries by view and rcode", "DHCP leases", "DHCP pool use"):
+        assert any(want.lower() in t.lower() for t in titles), (want, titles)
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    assert exprs
+    for e in exprs:
+        for m in metric_names(e):
+            assert m.startswith(EXPORTED_PREFIXES), f"{e}: {m} is not an oooi metric"
+
+
+def test_pod_monitor_scrapes_the_component_pods():
+    pm = find(render(ALL_FEATURES)[0], "PodMonitor")
+    sel = pm["spec"]["selector"]
+    assert sel["matchLabels"] == {"app.kubernetes.io/name": "oooi", "app.kubernetes.io/managed-by": "oooi-controller"}, sel
+    assert sel["matchExpressions"] == [{"key": "app.kubernetes.io/component", "operator": "In", "values": ["dns", "dhcp"]}]
+    assert pm["spec"]["namespaceSelector"] == {"any": True}
+    assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "http"

@@ -19,7 +19,7 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
-from test_chart import CHART, GROUP, KUBE_VERSION, ROOT, controller_bin
+from test_chart import CHART_SRC as CHART, GROUP, KUBE_VERSION, ROOT, controller_bin
 
 DOCS = ROOT / "docs"
 RENDER_ONLY = ("ObservedCluster", "ObservedInfra")
@@ -164,9 +164,17 @@ def test_quickstart_manifests_render():
     with tempfile.TemporaryDirectory() as tmp:
         manifest = Path(tmp) / "quickstart.yaml"
         manifest.write_text(yaml.safe_dump_all(docs, sort_keys=False))
-        proc = subprocess.run([exe, "render", "-f", str(manifest)], capture_output=True, text=True, timeout=60)
+        # The images the chart hands the controller (images.registry set as
+        # in the Quickstart's helm install); the Infra names none.
+        images = {name: f"registry.example.com/oooi/oooi-{name}:0.1.0" for name in ("dhcp", "dns", "proxy")}
+        flags = [f"--{name}-image={ref}" for name, ref in images.items()]
+        proc = subprocess.run([exe, "render", "-f", str(manifest), *flags], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, f"`oooi-controller render` refused the Quickstart manifests:\n{proc.stderr}"
     rendered = [d for d in yaml.safe_load_all(proc.stdout) if isinstance(d, dict)]
+    deployed = sorted(
+        c["image"] for d in rendered if d.get("kind") == "Deployment" for c in d["spec"]["template"]["spec"]["containers"]
+    )
+    assert deployed == sorted(images.values()), deployed
     rendered_kinds = {d.get("kind") for d in rendered}
     for kind in ("Deployment", "ConfigMap", "DHCPServer", "DNSServer", "ProxyServer"):
         assert kind in rendered_kinds, f"render printed no {kind}: {sorted(k for k in rendered_kinds if k)}"

@@ -65,6 +65,9 @@ enum Command {
         /// NetworkPolicy admits only the controller pods there.
         #[arg(long, default_value = oooi_controller::render::DEFAULT_CONTROLLER_NAMESPACE)]
         controller_namespace: String,
+        /// Images of components whose Infra names none, as `run` takes them.
+        #[command(flatten)]
+        images: oooi_controller::plan::images::DefaultImages,
     },
     /// Run the controller (in cluster, or with $KUBECONFIG).
     ///
@@ -119,11 +122,13 @@ fn render(
     filter_wasm: Option<PathBuf>,
     skip_filter_check: bool,
     controller_namespace: String,
+    images: oooi_controller::plan::images::DefaultImages,
 ) -> anyhow::Result<()> {
     use anyhow::Context;
     use oooi_controller::render;
     let mut input = render::RenderInput {
         controller_namespace: Some(controller_namespace),
+        images,
         ..render::RenderInput::default()
     };
     if let Some(path) = filter_wasm {
@@ -159,6 +164,7 @@ fn main() -> ExitCode {
             filter_wasm,
             skip_filter_check,
             controller_namespace,
+            images,
         } => render(
             files,
             out,
@@ -166,6 +172,7 @@ fn main() -> ExitCode {
             filter_wasm,
             skip_filter_check,
             controller_namespace,
+            images,
         ),
         Command::Run(args) => oooi_controller::run::main(args),
         Command::Rbac {

@@ -46,6 +46,38 @@ pub struct ApiLabels {
     pub api: String,
 }
 
+/// Labels of `oooi_controller_proxy_replicas`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProxyStateLabels {
+    /// The ProxyServer, `<namespace>/<name>`.
+    pub proxyserver: String,
+    /// `in_sync` or `out_of_sync`.
+    pub state: String,
+}
+
+/// Labels of `oooi_controller_proxy_table_generation`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReplicaLabels {
+    /// The ProxyServer, `<namespace>/<name>`.
+    pub proxyserver: String,
+    /// The Envoy pod.
+    pub replica: String,
+}
+
+/// Labels of `oooi_controller_filter_rejected`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProxyLabels {
+    /// The ProxyServer, `<namespace>/<name>`.
+    pub proxyserver: String,
+}
+
+/// Labels of `oooi_controller_attachments_excluded`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InfraLabels {
+    /// The Infra, `<namespace>/<name>`.
+    pub infra: String,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 struct Inner {
@@ -58,6 +90,12 @@ struct Inner {
     push_failures: Family<PushLabels, Counter>,
     leader: Gauge,
     optional_apis: Family<ApiLabels, Gauge>,
+    proxy_replicas: Family<ProxyStateLabels, Gauge>,
+    table_generation: Family<ReplicaLabels, Gauge>,
+    /// Replicas last reported per ProxyServer, to drop pods that are gone.
+    replicas_seen: std::sync::Mutex<std::collections::BTreeMap<String, Vec<String>>>,
+    filter_rejected: Family<ProxyLabels, Gauge>,
+    attachments_excluded: Family<InfraLabels, Gauge>,
 }
 
 /// Every metric of the controller process.
@@ -99,6 +137,30 @@ impl Metrics {
         let push_failures = Family::<PushLabels, Counter>::default();
         let leader = Gauge::default();
         let optional_apis = Family::<ApiLabels, Gauge>::default();
+        let proxy_replicas = Family::<ProxyStateLabels, Gauge>::default();
+        let table_generation = Family::<ReplicaLabels, Gauge>::default();
+        let filter_rejected = Family::<ProxyLabels, Gauge>::default();
+        let attachments_excluded = Family::<InfraLabels, Gauge>::default();
+        registry.register(
+            "oooi_controller_proxy_replicas",
+            "Envoy replicas of a ProxyServer holding the controller's table (in_sync) or not (out_of_sync: not ready, unreachable or refusing) after its last sync",
+            proxy_replicas.clone(),
+        );
+        registry.register(
+            "oooi_controller_proxy_table_generation",
+            "Routing-table generation each Envoy replica held after its last sync",
+            table_generation.clone(),
+        );
+        registry.register(
+            "oooi_controller_filter_rejected",
+            "1 while a ProxyServer's new filter module is refused by the pre-rollout check",
+            filter_rejected.clone(),
+        );
+        registry.register(
+            "oooi_controller_attachments_excluded",
+            "InfraClusterAttachments of an Infra excluded by a conflict",
+            attachments_excluded.clone(),
+        );
         registry.register(
             "oooi_controller_reconciles",
             "Reconciliations started, by kind",
@@ -149,6 +211,11 @@ impl Metrics {
             push_failures,
             leader,
             optional_apis,
+            proxy_replicas,
+            table_generation,
+            replicas_seen: std::sync::Mutex::default(),
+            filter_rejected,
+            attachments_excluded,
         }))
     }
 
@@ -203,6 +270,70 @@ impl Metrics {
             .set(i64::from(present));
     }
 
+    /// Records a ProxyServer's replicas after a sync: (pod, holds the
+    /// controller's table, generation it holds). No replica at all counts as
+    /// one out of sync: the proxy serves nobody.
+    pub fn set_proxy_replicas(&self, proxyserver: &str, replicas: &[(String, bool, u64)]) {
+        let in_sync = replicas.iter().filter(|(_, synced, _)| *synced).count();
+        let out_of_sync = (replicas.len() - in_sync).max(usize::from(replicas.is_empty()));
+        for (state, n) in [("in_sync", in_sync), ("out_of_sync", out_of_sync)] {
+            self.0
+                .proxy_replicas
+                .get_or_create(&ProxyStateLabels {
+                    proxyserver: proxyserver.into(),
+                    state: state.into(),
+                })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        let mut seen = self
+            .0
+            .replicas_seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let now: Vec<String> = replicas.iter().map(|(pod, _, _)| pod.clone()).collect();
+        for gone in seen
+            .get(proxyserver)
+            .into_iter()
+            .flatten()
+            .filter(|p| !now.contains(p))
+        {
+            self.0.table_generation.remove(&ReplicaLabels {
+                proxyserver: proxyserver.into(),
+                replica: gone.clone(),
+            });
+        }
+        for (pod, _, generation) in replicas {
+            self.0
+                .table_generation
+                .get_or_create(&ReplicaLabels {
+                    proxyserver: proxyserver.into(),
+                    replica: pod.clone(),
+                })
+                .set(i64::try_from(*generation).unwrap_or(i64::MAX));
+        }
+        seen.insert(proxyserver.to_string(), now);
+    }
+
+    /// Sets whether a ProxyServer's new filter module is refused.
+    pub fn set_filter_rejected(&self, proxyserver: &str, rejected: bool) {
+        self.0
+            .filter_rejected
+            .get_or_create(&ProxyLabels {
+                proxyserver: proxyserver.into(),
+            })
+            .set(i64::from(rejected));
+    }
+
+    /// Sets how many attachments of an Infra are excluded by a conflict.
+    pub fn set_attachments_excluded(&self, infra: &str, excluded: u32) {
+        self.0
+            .attachments_excluded
+            .get_or_create(&InfraLabels {
+                infra: infra.into(),
+            })
+            .set(i64::from(excluded));
+    }
+
     /// The OpenMetrics text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -240,5 +371,69 @@ mod tests {
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             assert!(line.starts_with("oooi_controller_"), "bad name: {line}");
         }
+    }
+
+    #[test]
+    fn proxy_replicas_follow_the_last_sync() {
+        let m = Metrics::new();
+        m.set_proxy_replicas(
+            "oooi/v-proxy",
+            &[("p-a".into(), true, 7), ("p-b".into(), false, 5)],
+        );
+        let text = m.encode();
+        for needle in [
+            "oooi_controller_proxy_replicas{proxyserver=\"oooi/v-proxy\",state=\"in_sync\"} 1",
+            "oooi_controller_proxy_replicas{proxyserver=\"oooi/v-proxy\",state=\"out_of_sync\"} 1",
+            "oooi_controller_proxy_table_generation{proxyserver=\"oooi/v-proxy\",replica=\"p-b\"} 5",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+        // p-b is gone: its generation goes; no replica counts as one out of sync.
+        m.set_proxy_replicas("oooi/v-proxy", &[("p-a".into(), true, 8)]);
+        assert!(!m.encode().contains("replica=\"p-b\""));
+        m.set_proxy_replicas("oooi/v-proxy", &[]);
+        assert!(m.encode().contains(
+            "oooi_controller_proxy_replicas{proxyserver=\"oooi/v-proxy\",state=\"out_of_sync\"} 1"
+        ));
+    }
+
+    /// Every `oooi_controller_*` metric the chart's alerts and Grafana
+    /// dashboard query is one this registry exports.
+    #[test]
+    fn the_charts_alerts_and_dashboard_query_exported_metrics() {
+        let m = Metrics::new();
+        m.reconciled("Infra", Duration::from_millis(1));
+        m.reconcile_failed("Infra", "Kube");
+        m.push_took(Duration::from_millis(1));
+        m.push_outcome("timeout", true);
+        m.set_leader(true);
+        m.set_optional_api("x", true);
+        m.set_proxy_replicas("n/p", &[("pod".into(), true, 1)]);
+        m.set_filter_rejected("n/p", false);
+        m.set_attachments_excluded("n/i", 0);
+        let text = m.encode();
+        let exported: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split(['{', ' ']).next())
+            .collect();
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/oooi/monitoring");
+        let mut queried = 0;
+        for file in ["alerts.yaml", "dashboard.json"] {
+            let text = std::fs::read_to_string(dir.join(file)).unwrap();
+            for (at, _) in text.match_indices("oooi_controller_") {
+                let name: String = text[at..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                assert!(
+                    exported.contains(&name.as_str()),
+                    "{file} queries {name}, which the controller does not export: {exported:?}"
+                );
+                queried += 1;
+            }
+        }
+        assert!(queried >= 5, "only {queried} controller metrics queried");
     }
 }

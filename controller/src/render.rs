@@ -80,6 +80,8 @@ pub struct RenderInput {
     /// Namespace the controller runs in: the push API's NetworkPolicy admits
     /// only it. Default [`DEFAULT_CONTROLLER_NAMESPACE`].
     pub controller_namespace: Option<String>,
+    /// Images of components whose Infra names none (as `run` has them).
+    pub images: plan::images::DefaultImages,
 }
 
 /// The controller's namespace when the input names none (the chart's
@@ -412,7 +414,8 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
                 // As the Infra reconcile: the module is the rollout's.
                 filter_sha256: None,
             };
-            let p = plan::plan_infra(infra, &input.attachments, &observed);
+            let infra = input.images.apply(infra);
+            let p = plan::plan_infra(&infra, &input.attachments, &observed);
             (ns, name, p)
         })
         .collect();

@@ -82,6 +82,9 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, env = "OOOI_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
+    /// Images of components whose Infra names none.
+    #[command(flatten)]
+    pub images: crate::plan::images::DefaultImages,
 }
 
 /// Process phase, for `/readyz`.
@@ -274,6 +277,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 name: args.filter_config_map.clone(),
                 key: args.filter_key.clone(),
             },
+            images: args.images.clone(),
         };
         let controllers = crate::controllers::run(
             client.clone(),

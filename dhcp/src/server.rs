@@ -132,8 +132,9 @@ pub fn set_arp(
             req.arp_dev[i] = b as libc::c_char;
         }
     }
-    // SAFETY: a valid fd and a pointer to an initialised arpreq.
-    let rc = unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCSARP, &req) };
+    // SAFETY: a valid fd and a pointer to an initialised arpreq. (The
+    // request's type is c_ulong in glibc and c_int in musl, the images' libc.)
+    let rc = unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCSARP as libc::Ioctl, &req) };
     if rc < 0 {
         return Err(std::io::Error::last_os_error());
     }

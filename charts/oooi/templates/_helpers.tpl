@@ -53,12 +53,23 @@ app.kubernetes.io/component: controller
 {{- .Values.filter.configMapName }}
 {{- end }}
 
-{{- define "oooi.image" -}}
-{{- if .Values.image.digest }}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
-{{- else }}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{/* The reference of one oooi image: `include "oooi.imageRef" (list $ "dns")`
+gives <registry>/<repository>:<tag>[@<digest>]. The registry is the image's
+own or images.registry; one of them is required, since oooi publishes no
+images a cluster could pull by default. */}}
+{{- define "oooi.imageRef" -}}
+{{- $root := index . 0 }}
+{{- $name := index . 1 }}
+{{- $img := index $root.Values.images $name }}
+{{- $registry := default $root.Values.images.registry $img.registry }}
+{{- if not $registry }}
+{{- fail (printf "images.registry (or images.%s.registry) is required: oooi publishes no images; build them with `tools/dev images --save DIR`, push them to a registry your cluster pulls from, and set images.registry to it (docs/installation.md)" $name) }}
 {{- end }}
+{{- $ref := printf "%s/%s:%s" (trimSuffix "/" $registry) $img.repository (default $root.Chart.AppVersion $img.tag) }}
+{{- if $img.digest }}
+{{- $ref = printf "%s@%s" $ref $img.digest }}
+{{- end }}
+{{- $ref }}
 {{- end }}
 
 {{/* The filter module's bytes, failing the render with a clear message when the
@@ -66,7 +77,7 @@ file is missing or too large. */}}
 {{- define "oooi.filterModule" -}}
 {{- $wasm := .Files.Get .Values.filter.file }}
 {{- if not $wasm }}
-{{- fail (printf "the filter module %s is missing from the chart: build it with `cargo build -p oooi-sni-router --target wasm32-wasip1 --profile wasm`, finish it with `cargo run -p oooi-filter-finish -- target/wasm32-wasip1/wasm/oooi_sni_router.wasm` and copy target/wasm32-wasip1/wasm/oooi_sni_router.wasm to charts/oooi/%s (tools/dev test does this)" .Values.filter.file .Values.filter.file) }}
+{{- fail (printf "the filter module %s is missing from the chart: install the packaged chart that `tools/dev package` writes (it builds the module for wasm32-wasip1 and puts it in), not the chart folder" .Values.filter.file) }}
 {{- end }}
 {{- if gt (len $wasm) (int .Values.filter.maxBytes) }}
 {{- fail (printf "the filter module %s is %d bytes, over filter.maxBytes (%d)" .Values.filter.file (len $wasm) (int .Values.filter.maxBytes)) }}

@@ -129,9 +129,11 @@ pub struct DhcpComponent {
     #[serde(default = "default_lease_time")]
     #[schemars(range(min = 60, max = 31_536_000))]
     pub lease_time: u32,
-    /// Container image of oooi-dhcp.
+    /// Container image of oooi-dhcp. Default: the controller's
+    /// (`--dhcp-image`; the chart sets it from `images.dhcp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
-    pub image: String,
+    pub image: Option<String>,
     /// Compute resources. Default: requests 10m CPU / 32Mi, limit 128Mi.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
@@ -154,9 +156,11 @@ pub struct DnsComponent {
     #[schemars(pattern(concat!("^", ipv4_re!(), "$")))]
     #[serde(rename = "serverIP")]
     pub server_ip: String,
-    /// Container image of oooi-dns.
+    /// Container image of oooi-dns. Default: the controller's
+    /// (`--dns-image`; the chart sets it from `images.dns`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
-    pub image: String,
+    pub image: Option<String>,
     /// Compute resources. Default: requests 10m CPU / 32Mi, limit 256Mi.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
@@ -181,9 +185,12 @@ pub struct ProxyComponent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub internal_proxy_service: Option<String>,
-    /// Container image of Envoy (1.40 with the V8 wasm runtime).
+    /// Container image of Envoy (1.40 with the V8 wasm runtime). Default:
+    /// the controller's (`--proxy-image`; the chart sets it from
+    /// `images.proxy`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
-    pub image: String,
+    pub image: Option<String>,
     /// Compute resources. Default: requests 50m CPU / 128Mi, limit 512Mi.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,

@@ -116,7 +116,8 @@ pub fn spec(
             address: network.with_prefix(server_ip),
             interface: default_interface(),
         },
-        image: comp.image.clone(),
+        // Set: plan_infra reports an unset image instead of planning.
+        image: comp.image.clone().unwrap_or_default(),
         config: DhcpConfigDocument(cfg),
         resources: comp.resources.clone(),
         storage: LeaseStorage {

@@ -117,7 +117,8 @@ pub fn spec(
             address: network.with_prefix(dns_ip),
             interface: "net1".to_string(),
         },
-        image: comp.image.clone(),
+        // Set: plan_infra reports an unset image instead of planning.
+        image: comp.image.clone().unwrap_or_default(),
         config: DnsConfigDocument(config(network, attachments, internal_proxy)?),
         resources: comp.resources.clone(),
     })

@@ -106,6 +106,9 @@ pub fn plan_infra(
         Ok(n) => (Some(n), Vec::new()),
         Err(e) => (None, e),
     };
+    for (field, message) in super::images::missing(infra) {
+        errors.push(field_error(field, message));
+    }
     let outcomes = aggregate(&namespace, &name, network.as_ref(), attachments, observed);
     let accepted = outcomes.iter().filter(|o| o.accepted()).count() as u32;
     let totals = AttachmentTotals {

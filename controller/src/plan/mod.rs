@@ -19,6 +19,7 @@ pub mod dns;
 pub mod filter;
 #[cfg(test)]
 pub(crate) mod fixtures;
+pub mod images;
 pub mod infra;
 pub mod labels;
 pub mod network;

@@ -259,7 +259,8 @@ pub fn spec(
             address: network.with_prefix(proxy_ip),
             interface: "net1".to_string(),
         },
-        image: comp.image.clone(),
+        // Set: plan_infra reports an unset image instead of planning.
+        image: comp.image.clone().unwrap_or_default(),
         tls_ports: tls_ports(&routes),
         routes: RoutesDocument(routes),
         push_port: 9445,

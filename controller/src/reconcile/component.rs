@@ -337,6 +337,10 @@ pub async fn reconcile_proxy(
         }
     }
     filter.fill_status(&mut st);
+    ctx.metrics.set_filter_rejected(
+        &format!("{ns}/{}", obj.name_any()),
+        filter.condition.status == "True",
+    );
     planned.push(filter.condition.clone());
     st.conditions = merge_conditions(&existing.conditions, &planned, generation, &now);
     let announce = Announce {
@@ -369,7 +373,13 @@ async fn sync_routes(
         );
     }
     let replicas = replicas(ctx, proxy);
+    let key = format!(
+        "{}/{}",
+        proxy.namespace().unwrap_or_default(),
+        proxy.name_any()
+    );
     if replicas.is_empty() {
+        ctx.metrics.set_proxy_replicas(&key, &[]);
         st.replica_status.clear();
         return (
             PlannedCondition::no(
@@ -381,6 +391,19 @@ async fn sync_routes(
         );
     }
     let report = ctx.pusher.sync(&table, &replicas, token).await;
+    let held: Vec<(String, bool, u64)> = report
+        .replicas
+        .iter()
+        .map(|r| {
+            let generation = if r.synced() {
+                report.generation
+            } else {
+                r.previous_generation
+            };
+            (r.name.clone(), r.synced(), generation)
+        })
+        .collect();
+    ctx.metrics.set_proxy_replicas(&key, &held);
     if report.pushed() > 0 {
         info!(
             proxy = %proxy.name_any(),

@@ -141,6 +141,14 @@ async fn apply_infra(infra: &Infra, ctx: &Context) -> Result<Action> {
         ensure_push_token(ctx, infra, &ns).await?;
     }
     let plan = observe_infra(ctx, infra).await?;
+    ctx.metrics.set_attachments_excluded(
+        &format!(
+            "{}/{}",
+            infra.namespace().unwrap_or_default(),
+            infra.name_any()
+        ),
+        plan.totals.excluded,
+    );
     let mut written = 0;
     // An invalid spec keeps the last good derived objects running: they are
     // neither updated nor deleted until the spec is fixed.

@@ -60,6 +60,8 @@ pub struct Settings {
     pub controller_namespace: Option<String>,
     /// Where the filter module comes from (filter rollout).
     pub filter_source: crate::rollout::SourceConfig,
+    /// Images of components whose Infra names none.
+    pub images: crate::plan::images::DefaultImages,
 }
 
 /// Errors of one reconciliation. The variant name is the `reason` label of

@@ -8,8 +8,11 @@ use oooi_routes::{Cidr, Route, RouteMatch, RouteTable, Upstream, build_id};
 use oooi_wasm_host::check::{Check, CheckLimits, check_module, reference_table};
 
 fn filter_wasm() -> Vec<u8> {
-    let path = std::env::var("OOOI_FILTER_WASM")
-        .expect("set OOOI_FILTER_WASM to the built oooi_sni_router.wasm");
+    let Ok(path) = std::env::var("OOOI_FILTER_WASM") else {
+        panic!(
+            "OOOI_FILTER_WASM is not set: run `tools/dev test` (it builds the filter module and sets it)"
+        );
+    };
     std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read OOOI_FILTER_WASM={path}: {e}"))
 }
 

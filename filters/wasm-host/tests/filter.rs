@@ -18,8 +18,11 @@ const WORKER_C2: &str = "192.0.2.20";
 const STRANGER: &str = "192.0.2.99";
 
 fn filter_wasm() -> Vec<u8> {
-    let path = std::env::var("OOOI_FILTER_WASM")
-        .expect("set OOOI_FILTER_WASM to the built oooi_sni_router.wasm");
+    let Ok(path) = std::env::var("OOOI_FILTER_WASM") else {
+        panic!(
+            "OOOI_FILTER_WASM is not set: run `tools/dev test` (it builds the filter module and sets it)"
+        );
+    };
     std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read OOOI_FILTER_WASM={path}: {e}"))
 }
 

@@ -6,7 +6,11 @@
 //! - `<p>-vlan`: a bridge, the simulated VLAN (192.0.2.0/24 from the manifest);
 //! - `<p>-dhcp`, `<p>-dns`, `<p>-proxy`: one per infra pod, each with `net1`
 //!   on the bridge at the Infra's `serverIP`, running `oooi-dhcp`, `oooi-dns`
-//!   and Envoy with the filter from the rendered files only;
+//!   and Envoy with the filter from the rendered files only: by default the
+//!   images `localhost/oooi-{dhcp,dns,proxy}:<version>` under podman (as
+//!   their pods run them: UID 0, the pod's capabilities only, read-only root
+//!   filesystem, in the namespace's network), with `--from-build` the
+//!   cargo-built binaries and the `envoy` on PATH;
 //! - `<p>-mgmt`: the management pod network; TLS servers stand in for each
 //!   hosted cluster's kube-apiserver, oauth, ignition and konnectivity at the
 //!   Service names the routing table points to (the proxy resolves them
@@ -48,6 +52,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Parser, Subcommand};
+use oooi_tests::launch::{Launcher, Program};
 use serde_json::Value;
 
 #[derive(Parser)]
@@ -74,6 +79,26 @@ struct UpArgs {
     /// Leave the lab up when a step fails (remove it later with `down`).
     #[arg(long, global = true)]
     keep_on_failure: bool,
+    /// Run oooi-dhcp, oooi-dns and Envoy from the cargo build instead of the
+    /// container images.
+    #[arg(long, global = true)]
+    from_build: bool,
+    /// Tag of the images (`tools/dev images` builds
+    /// `localhost/oooi-<name>:<version>`).
+    #[arg(long, global = true, env = "OOOI_IMAGE_VERSION", default_value = env!("CARGO_PKG_VERSION"))]
+    image_version: String,
+}
+
+impl UpArgs {
+    fn launcher(&self) -> Launcher {
+        if self.from_build {
+            Launcher::Build
+        } else {
+            Launcher::Images {
+                version: self.image_version.clone(),
+            }
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -178,6 +203,7 @@ fn run(args: &[&str]) -> Result<String> {
 /// the namespace names.
 fn down(prefix: &str) {
     let dir = state_dir(prefix);
+    oooi_tests::launch::remove_containers(prefix);
     if let Ok(pids) = std::fs::read_to_string(dir.join("pids")) {
         let pids: Vec<i32> = pids.lines().filter_map(|l| l.trim().parse().ok()).collect();
         for sig in ["-TERM", "-KILL"] {
@@ -290,18 +316,25 @@ impl Lab {
         Ok(())
     }
 
-    /// Starts `args` in `ns`, logging to `<dir>/<log>.log`; records the pid.
-    fn spawn(&mut self, ns: &str, log: &str, args: &[&str]) -> Result<()> {
+    /// Starts the data-plane program `p` in `ns` with `launcher`, logging to
+    /// `<dir>/<log>.log`.
+    fn launch(&mut self, launcher: &Launcher, ns: &str, log: &str, p: &Program) -> Result<()> {
+        let argv = launcher.argv(&self.prefix, ns, p, sibling)?;
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        self.spawn_argv(log, &argv)
+    }
+
+    /// Starts `argv`, logging to `<dir>/<log>.log`; records the pid.
+    fn spawn_argv(&mut self, log: &str, argv: &[&str]) -> Result<()> {
         let logf = std::fs::File::create(self.dir.join(format!("{log}.log")))?;
-        let child = Command::new("ip")
-            .args(["netns", "exec", ns])
-            .args(args)
+        let child = Command::new(argv[0])
+            .args(&argv[1..])
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::from(logf.try_clone()?))
             .stderr(Stdio::from(logf))
             .spawn()
-            .with_context(|| format!("cannot start `{}`", args[0]))?;
+            .with_context(|| format!("cannot start `{}`", argv.join(" ")))?;
         self.record_pid(child.id())?;
         self.children.push(child);
         Ok(())
@@ -713,38 +746,54 @@ fn run_lab(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
 
     // 4. oooi-dhcp, oooi-dns, Envoy.
     let data = dir.join("dhcp-data");
+    let render_dir = dir.join("render");
     std::fs::create_dir_all(&data)?;
-    let dhcp_bin = sibling("oooi-dhcp")?;
-    lab.spawn(
+    let launcher = args.launcher();
+    println!("data plane: {}", launcher.describe());
+    launcher.check()?;
+    // The lease store is the pod's volume, owned by the image's user.
+    run(&["chown", "65532:65532", data.to_str().unwrap_or_default()])?;
+    lab.launch(
+        &launcher,
         &dhcp_ns,
         "oooi-dhcp",
-        &[
-            dhcp_bin.to_str().unwrap_or_default(),
-            "serve",
-            "--config",
-            dhcp_cfg.to_str().unwrap_or_default(),
-            "--data-dir",
-            data.to_str().unwrap_or_default(),
-            "--metrics-addr",
-            "127.0.0.1:9067",
-        ],
+        &Program {
+            binary: "oooi-dhcp",
+            image: "dhcp",
+            caps: &["NET_BIND_SERVICE", "NET_RAW"],
+            mounts: vec![(render_dir.clone(), false), (data.clone(), true)],
+            args: vec![
+                "serve".into(),
+                "--config".into(),
+                dhcp_cfg.to_string_lossy().into_owned(),
+                "--data-dir".into(),
+                data.to_string_lossy().into_owned(),
+                "--metrics-addr".into(),
+                "127.0.0.1:9067".into(),
+            ],
+        },
     )?;
-    let dns_bin = sibling("oooi-dns")?;
     // Like the DNS pod: the ConfigMap is a kubelet mount, updated by the
     // `..data` symlink swap, which oooi-dns watches.
     let dns_mount = dir.join("dns-config");
     let dns_mounted = publish_config(&dns_mount, "config.yaml", &dns_text)?;
-    lab.spawn(
+    lab.launch(
+        &launcher,
         &dns_ns,
         "oooi-dns",
-        &[
-            dns_bin.to_str().unwrap_or_default(),
-            "serve",
-            "--config",
-            dns_mounted.to_str().unwrap_or_default(),
-            "--metrics-addr",
-            "127.0.0.1:9153",
-        ],
+        &Program {
+            binary: "oooi-dns",
+            image: "dns",
+            caps: &["NET_BIND_SERVICE"],
+            mounts: vec![(dns_mount.clone(), false)],
+            args: vec![
+                "serve".into(),
+                "--config".into(),
+                dns_mounted.to_string_lossy().into_owned(),
+                "--metrics-addr".into(),
+                "127.0.0.1:9153".into(),
+            ],
+        },
     )?;
     // The ConfigMap and filter mounts of the proxy pod, as directories.
     let envoy_dir = dir.join("envoy");
@@ -773,21 +822,29 @@ fn run_lab(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
         std::fs::create_dir_all(parent)?;
     }
     std::fs::copy(&wasm, &module_ref)?;
-    lab.spawn(
+    lab.launch(
+        &launcher,
         &proxy_ns,
         "envoy",
-        &[
-            "envoy",
-            "-c",
-            envoy_dir.join("envoy.json").to_str().unwrap_or_default(),
-            "--use-dynamic-base-id",
-            "--concurrency",
-            "1",
-            "--log-level",
-            "warn",
-            "--component-log-level",
-            "wasm:info",
-        ],
+        &Program {
+            binary: "envoy",
+            image: "proxy",
+            caps: &["NET_BIND_SERVICE"],
+            mounts: vec![(envoy_dir.clone(), false), (filter_dir.clone(), false)],
+            args: [
+                "-c",
+                envoy_dir.join("envoy.json").to_str().unwrap_or_default(),
+                "--use-dynamic-base-id",
+                "--concurrency",
+                "1",
+                "--log-level",
+                "warn",
+                "--component-log-level",
+                "wasm:info",
+            ]
+            .map(String::from)
+            .to_vec(),
+        },
     )?;
     let got = wait_until(15, "oooi-dhcp /healthz", || {
         lab.me_in(&dhcp_ns, &["http", "GET", "127.0.0.1:9067", "/healthz"])

@@ -1,0 +1,579 @@
+//! The container images, run under podman as a cluster would run them: a
+//! read-only root filesystem, the image's own non-root user, no shell.
+//!
+//! `tools/dev test` builds the images (`tools/dev images`) and runs this
+//! suite with `OOOI_IMAGE_VERSION` set to their tag and podman configured
+//! through `CONTAINERS_CONF` and `CONTAINERS_STORAGE_CONF`. Needs root, `ip`,
+//! `dig`, busybox and podman (`tools/dev setup`).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use oooi_tests::fixture::TwoClusters;
+use oooi_tests::{ConfigMapDir, free_port, http_blocking, tls_probe};
+
+/// `localhost/oooi-<name>:<version>`, the tag `tools/dev images` gives.
+fn image(name: &str) -> String {
+    let Ok(version) = std::env::var("OOOI_IMAGE_VERSION") else {
+        panic!("OOOI_IMAGE_VERSION is not set: run `tools/dev test` (it builds the images first)");
+    };
+    format!("localhost/oooi-{name}:{version}")
+}
+
+fn podman(args: &[&str]) -> Output {
+    Command::new("podman")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run podman (tools/dev setup installs it): {e}"))
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// A detached container, removed on drop.
+struct Container(String);
+
+impl Container {
+    /// `podman run -d` with the common hardening flags, then `args`.
+    fn start(name: &str, args: &[&str]) -> Container {
+        let name = format!("oooi-test-{name}-{}", std::process::id());
+        let _ = podman(&["rm", "--force", "--time", "0", &name]);
+        let mut all = vec!["run", "-d", "--name", &name, "--read-only"];
+        all.extend_from_slice(args);
+        let out = podman(&all);
+        assert!(out.status.success(), "podman run: {}", text(&out));
+        Container(name)
+    }
+
+    fn logs(&self) -> String {
+        text(&podman(&["logs", &self.0]))
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = podman(&["rm", "--force", "--time", "0", &self.0]);
+    }
+}
+
+fn wait_for(secs: u64, what: &str, mut f: impl FnMut() -> bool, log: impl Fn() -> String) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not after {secs} s\n{}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn sh(args: &[&str]) {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {args:?}: {e}"));
+    assert!(out.status.success(), "{args:?}: {}", text(&out));
+}
+
+/// Network namespaces of one test, deleted on drop.
+struct Netns(Vec<String>);
+
+impl Netns {
+    fn add(&mut self, name: &str) -> String {
+        let ns = format!("oim{}{name}", std::process::id());
+        let _ = Command::new("ip")
+            .args(["netns", "del", &ns])
+            .stderr(Stdio::null())
+            .status();
+        sh(&["ip", "netns", "add", &ns]);
+        sh(&["ip", "-n", &ns, "link", "set", "lo", "up"]);
+        self.0.push(ns.clone());
+        ns
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for ns in &self.0 {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Metric names (`prefix...`) the chart's alert rules and Grafana dashboard
+/// query. A name ending in `_` stands for a `__name__=~"<name>.+"` matcher.
+fn queried_metrics(prefix: &str) -> Vec<String> {
+    let monitoring = repo().join("charts/oooi/monitoring");
+    let mut names = Vec::new();
+    for file in ["alerts.yaml", "dashboard.json"] {
+        let text = std::fs::read_to_string(monitoring.join(file)).expect("monitoring file");
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find(prefix) {
+            let tail = &rest[at..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(tail.len());
+            names.push(tail[..end].to_string());
+            rest = &tail[end..];
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Metric names in a Prometheus text exposition.
+fn exported_metrics(scrape: &str) -> Vec<String> {
+    scrape
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every `prefix` metric the alerts and the dashboard query is in `scrape`.
+fn assert_queries_name_exported_metrics(prefix: &str, scrape: &str) {
+    let queried = queried_metrics(prefix);
+    assert!(!queried.is_empty(), "no alert or panel queries {prefix}*");
+    let exported = exported_metrics(scrape);
+    for name in queried {
+        let found = if name.ends_with('_') {
+            exported
+                .iter()
+                .any(|e| e.starts_with(&name) && e.len() > name.len())
+        } else {
+            exported.contains(&name)
+        };
+        assert!(
+            found,
+            "alerts or dashboard query {name}, which is not exported:\n{}",
+            exported.join("\n")
+        );
+    }
+}
+
+#[test]
+fn images_carry_labels_run_as_non_root_and_fit_their_size_budgets() {
+    // Uncompressed sizes the images must stay under (None: no budget).
+    let budgets = [
+        ("controller", Some(40_000_000u64)),
+        ("dns", Some(15_000_000)),
+        ("dhcp", Some(15_000_000)),
+        ("proxy", None),
+    ];
+    for (name, budget) in budgets {
+        let image = image(name);
+        let out = podman(&["image", "inspect", &image]);
+        assert!(out.status.success(), "{image}: {}", text(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("inspect JSON");
+        let v = &v[0];
+        let labels = &v["Config"]["Labels"];
+        assert_eq!(
+            labels["org.opencontainers.image.version"],
+            env!("CARGO_PKG_VERSION"),
+            "{image}"
+        );
+        for key in ["source", "revision", "licenses"] {
+            let value = labels[format!("org.opencontainers.image.{key}")]
+                .as_str()
+                .unwrap_or_default();
+            assert!(!value.is_empty(), "{image}: label {key} missing");
+        }
+        assert_eq!(v["Config"]["User"], "65532:65532", "{image}");
+        let size = v["Size"].as_u64().expect("size");
+        if let Some(budget) = budget {
+            assert!(size <= budget, "{image}: {size} bytes > {budget}");
+        }
+        // No shell: a distroless image has nothing to exec but its program.
+        let out = podman(&[
+            "run",
+            "--rm",
+            "--entrypoint",
+            "/bin/sh",
+            &image,
+            "-c",
+            "true",
+        ]);
+        assert!(!out.status.success(), "{image} has a shell");
+    }
+}
+
+#[test]
+fn controller_image_renders_an_example_manifest() {
+    let wasm = oooi_tests::filter_wasm().expect("filter module");
+    let module = std::fs::read(&wasm).expect("read module");
+    let examples = format!("{}:/examples:ro", repo().join("examples").display());
+    let filter = format!("{}:/filter/oooi_sni_router.wasm:ro", wasm.display());
+    let image = image("controller");
+    let out = podman(&[
+        "run",
+        "--rm",
+        "--read-only",
+        "--network",
+        "none",
+        "-v",
+        &examples,
+        "-v",
+        &filter,
+        &image,
+        "render",
+        "-f",
+        "/examples/single-cluster.yaml",
+        "--filter-wasm",
+        "/filter/oooi_sni_router.wasm",
+    ]);
+    assert!(out.status.success(), "render: {}", text(&out));
+    let yaml = String::from_utf8_lossy(&out.stdout).into_owned();
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&yaml).expect("YAML documents");
+    let kinds: Vec<(String, String)> = docs
+        .iter()
+        .map(|d| {
+            (
+                d["kind"].as_str().unwrap_or_default().to_string(),
+                d["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect();
+    let deployments: Vec<&serde_json::Value> =
+        docs.iter().filter(|d| d["kind"] == "Deployment").collect();
+    assert_eq!(deployments.len(), 3, "one per component: {kinds:?}");
+    for kind in ["DHCPServer", "DNSServer", "ProxyServer"] {
+        assert!(
+            kinds.iter().any(|(k, _)| k == kind),
+            "no {kind} in {kinds:?}"
+        );
+    }
+    // The module passed the wasmtime check inside the image and sits in the
+    // proxy's filter ConfigMap under its versioned key.
+    let key = oooi_envoy::module_file_name(&module);
+    let filter_cm = docs
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap" && !d["binaryData"][&key].is_null())
+        .unwrap_or_else(|| panic!("no ConfigMap holds {key}: {kinds:?}"));
+    assert!(
+        filter_cm["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .ends_with("-filter"),
+        "{filter_cm}"
+    );
+}
+
+#[test]
+fn dns_image_answers_dig_on_a_loopback_port() {
+    let port = free_port("127.0.0.1".parse().expect("ip"));
+    let http = free_port("127.0.0.1".parse().expect("ip"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Nothing listens on the upstream: forwarded names fail fast.
+    let upstream = free_port("127.0.0.1".parse().expect("ip"));
+    // A ConfigMap-style mount, as the pod has, so a reload can be swapped in.
+    let mut mount = ConfigMapDir::new(&dir.path().join("config")).expect("mount");
+    let config = format!(
+        r#"http: "127.0.0.1:{http}"
+upstreams:
+  servers: ["127.0.0.1:{upstream}"]
+  timeout_ms: 300
+clusters:
+  - name: c1
+    base_domain: example.com
+    proxy: 192.0.2.4
+    apps_vip: 192.0.2.200
+views:
+  - name: vlan
+    kind: vlan
+    listen: ["127.0.0.1:{port}"]
+"#
+    );
+    mount
+        .publish(&[("config.yaml".to_string(), config.into_bytes())])
+        .expect("publish");
+    let volume = format!("{}:/etc/oooi-dns:ro", mount.path().display());
+    let c = Container::start(
+        "dns",
+        &[
+            "--network",
+            "host",
+            "-v",
+            &volume,
+            &image("dns"),
+            "serve",
+            "--config",
+            "/etc/oooi-dns/config.yaml",
+        ],
+    );
+    let health: SocketAddr = format!("127.0.0.1:{http}").parse().expect("addr");
+    wait_for(
+        20,
+        "oooi-dns /healthz",
+        || {
+            matches!(
+                http_blocking(health, "GET", "/healthz", &[], b""),
+                Ok((200, _))
+            )
+        },
+        || c.logs(),
+    );
+    let dig = |args: &[&str]| {
+        let out = Command::new("dig")
+            .args(["@127.0.0.1", "-p", &port.to_string(), "+time=2", "+tries=2"])
+            .args(args)
+            .output()
+            .expect("dig (dnsutils)");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(dig(&["+short", "api.c1.example.com", "A"]), "192.0.2.4");
+    assert_eq!(
+        dig(&["+short", "+tcp", "x.apps.c1.example.com", "A"]),
+        "192.0.2.200"
+    );
+    let nx = dig(&["nope.c1.example.com", "A"]);
+    assert!(nx.contains("status: NXDOMAIN"), "{nx}");
+    // Not ours: forwarded to the dead upstream.
+    let fwd = dig(&["other.example.org", "A"]);
+    assert!(fwd.contains("status: SERVFAIL"), "{fwd}");
+    // A broken config is refused and the old one keeps serving.
+    mount
+        .publish(&[("config.yaml".to_string(), b"views: 7\n".to_vec())])
+        .expect("publish");
+    let metrics = || {
+        http_blocking(health, "GET", "/metrics", &[], b"")
+            .map(|(_, body)| body)
+            .unwrap_or_default()
+    };
+    wait_for(
+        10,
+        "the broken config is rejected",
+        || metrics().contains("oooi_dns_reloads_total{result=\"rejected\"}"),
+        || format!("{}\n{}", metrics(), c.logs()),
+    );
+    assert_eq!(dig(&["+short", "api.c1.example.com", "A"]), "192.0.2.4");
+    assert_queries_name_exported_metrics("oooi_dns_", &metrics());
+}
+
+#[test]
+fn dhcp_image_leases_to_udhcpc_across_a_veth() {
+    let mut netns = Netns(Vec::new());
+    let server = netns.add("s");
+    let client = netns.add("c");
+    sh(&[
+        "ip", "-n", &server, "link", "add", "s0", "type", "veth", "peer", "name", "c0", "netns",
+        &client,
+    ]);
+    sh(&[
+        "ip",
+        "-n",
+        &server,
+        "addr",
+        "add",
+        "192.0.2.2/24",
+        "dev",
+        "s0",
+    ]);
+    sh(&["ip", "-n", &server, "link", "set", "s0", "up"]);
+    sh(&[
+        "ip",
+        "-n",
+        &client,
+        "link",
+        "set",
+        "c0",
+        "address",
+        "02:00:00:00:01:01",
+    ]);
+    sh(&["ip", "-n", &client, "link", "set", "c0", "up"]);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).expect("data dir");
+    // The image's user owns the lease store, as fsGroup arranges in a pod.
+    sh(&["chown", "65532:65532", data.to_str().expect("utf-8 path")]);
+    // One address in the pool: the second client finds it exhausted.
+    let mut config = ConfigMapDir::new(&dir.path().join("config")).expect("mount");
+    config
+        .publish(&[(
+            "config.yaml".to_string(),
+            br#"interface: s0
+server_ip: 192.0.2.2
+subnet: 192.0.2.0/24
+gateway: 192.0.2.1
+range: { start: 192.0.2.100, end: 192.0.2.100 }
+dns_servers: [192.0.2.3]
+domain: cluster.example
+lease_seconds: 3600
+"#
+            .to_vec(),
+        )])
+        .expect("publish");
+    let config_mount = format!("{}:/etc/oooi-dhcp:ro", config.path().display());
+    let data_mount = format!("{}:/var/lib/oooi-dhcp", data.display());
+    let netns_arg = format!("ns:/run/netns/{server}");
+    let c = Container::start(
+        "dhcp",
+        &[
+            "--network",
+            &netns_arg,
+            "--cap-add",
+            "NET_BIND_SERVICE,NET_RAW,NET_ADMIN",
+            "-v",
+            &config_mount,
+            "-v",
+            &data_mount,
+            &image("dhcp"),
+            "serve",
+            "--config",
+            "/etc/oooi-dhcp/config.yaml",
+            "--data-dir",
+            "/var/lib/oooi-dhcp",
+            "--metrics-addr",
+            "127.0.0.1:9067",
+        ],
+    );
+    let get = |path: &str| -> Option<String> {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &server, "busybox", "wget", "-q", "-O-"])
+            .arg(format!("http://127.0.0.1:9067{path}"))
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    wait_for(
+        20,
+        "oooi-dhcp /healthz",
+        || get("/healthz").is_some(),
+        || c.logs(),
+    );
+    let udhcpc = || {
+        Command::new("ip")
+            .args(["netns", "exec", &client, "busybox", "udhcpc"])
+            .args([
+                "-i",
+                "c0",
+                "-f",
+                "-q",
+                "-n",
+                "-t",
+                "3",
+                "-T",
+                "1",
+                "-s",
+                "/bin/true",
+            ])
+            .output()
+            .expect("busybox udhcpc")
+    };
+    let out = udhcpc();
+    let said = text(&out);
+    assert!(out.status.success(), "udhcpc: {said}\n{}", c.logs());
+    assert!(
+        said.contains("lease of 192.0.2.100 obtained from 192.0.2.2"),
+        "{said}"
+    );
+    // The lease is in the store the image wrote, as the image reads it.
+    let leases = podman(&[
+        "run",
+        "--rm",
+        "--read-only",
+        "--network",
+        "none",
+        "-v",
+        &data_mount,
+        &image("dhcp"),
+        "leases",
+        "--data-dir",
+        "/var/lib/oooi-dhcp",
+    ]);
+    let listed = text(&leases);
+    assert!(leases.status.success(), "{listed}");
+    assert!(
+        listed.contains("192.0.2.100") && listed.contains("02:00:00:00:01:01"),
+        "{listed}"
+    );
+    // Another machine: the pool is exhausted, no offer.
+    sh(&[
+        "ip",
+        "-n",
+        &client,
+        "link",
+        "set",
+        "c0",
+        "address",
+        "02:00:00:00:01:02",
+    ]);
+    let out = udhcpc();
+    assert!(
+        !out.status.success(),
+        "a lease from an exhausted pool: {}",
+        text(&out)
+    );
+    // A broken config is refused, the old one stays.
+    config
+        .publish(&[("config.yaml".to_string(), b"subnet: nonsense\n".to_vec())])
+        .expect("publish");
+    let metrics = || get("/metrics").unwrap_or_default();
+    wait_for(
+        10,
+        "the broken config is rejected",
+        || metrics().contains("oooi_dhcp_reloads_total{result=\"rejected\"}"),
+        || format!("{}\n{}", metrics(), c.logs()),
+    );
+    let scrape = metrics();
+    assert!(
+        scrape.contains("oooi_dhcp_pool_utilisation_ratio 1"),
+        "{scrape}"
+    );
+    assert_queries_name_exported_metrics("oooi_dhcp_", &scrape);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_image_routes_tls_by_sni_after_a_table_push() {
+    let lab = TwoClusters::start_image(image("proxy"))
+        .await
+        .expect("proxy image starts");
+    let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    // No table yet: refused.
+    assert!(
+        tls_probe(lab.https, Some("oauth.c1.example.com"), Some(lo))
+            .await
+            .is_err()
+    );
+    lab.envoy.push_table(&lab.table).expect("push");
+    for (sni, backend) in [
+        ("oauth.c1.example.com", "c1-oauth"),
+        ("oauth.c2.example.com", "c2-oauth"),
+        ("x.apps.c1.example.com", "c1-apps"),
+    ] {
+        let got = tls_probe(lab.https, Some(sni), Some(lo))
+            .await
+            .unwrap_or_else(|e| format!("refused ({e})"));
+        assert_eq!(got, backend, "{sni}\n{}", lab.envoy.log_text());
+    }
+    assert!(
+        tls_probe(lab.https, Some("unknown.example.com"), Some(lo))
+            .await
+            .is_err(),
+        "an unknown name is refused"
+    );
+    let (status, scrape) =
+        http_blocking(lab.envoy.admin, "GET", "/stats/prometheus", &[], b"").expect("stats");
+    assert_eq!(status, 200);
+    assert_queries_name_exported_metrics("oooi_sni_router_", &scrape);
+}
