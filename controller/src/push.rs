@@ -283,16 +283,18 @@ impl Pusher {
                 Outcome::Failed(Failure::Stale { generation, .. }) => Some(*generation),
                 _ => None,
             })
-            .max();
+            .reduce(|a, b| oooi_routes::newest_generation([a, b]));
         if let Some(highest) = highest_stale {
-            let highest = results
-                .iter()
-                .map(|r| r.previous_generation)
-                .max()
-                .unwrap_or(0)
-                .max(highest);
+            // Newest in the generations' own order, which wraps after
+            // MAX_GENERATION: a replica at the top is followed by 1.
+            let highest = oooi_routes::newest_generation(
+                results
+                    .iter()
+                    .map(|r| r.previous_generation)
+                    .chain(std::iter::once(highest)),
+            );
             let mut restamped = table.clone();
-            restamped.generation = highest.saturating_add(1);
+            restamped.generation = oooi_routes::next_generation(highest);
             info!(
                 from = table.generation,
                 to = restamped.generation,
@@ -364,7 +366,7 @@ impl Pusher {
         if before.digest.as_deref() == Some(digest) {
             return self.logged(out);
         }
-        if before.generation >= generation {
+        if !oooi_routes::generation_is_newer(generation, before.generation) {
             out.outcome = Outcome::Failed(Failure::Stale {
                 generation: before.generation,
                 digest: before.digest.unwrap_or_default(),

@@ -46,7 +46,9 @@ fn defaults_follow_hypershift() {
         .iter()
         .map(|r| match &r.matches {
             RouteMatch::Sni(s) => (r.port, s.clone(), r.upstream.clone()),
-            RouteMatch::Source(c) => (r.port, c.to_string(), r.upstream.clone()),
+            RouteMatch::Source(c) | RouteMatch::AliasSource(c) => {
+                (r.port, c.to_string(), r.upstream.clone())
+            }
             RouteMatch::SniFrom { sni, .. } => (r.port, sni.clone(), r.upstream.clone()),
         })
         .collect();
@@ -646,7 +648,9 @@ fn rendered_configs_pass_their_components_validators() {
     );
 
     let t = table(&p);
-    assert_eq!(t.routes.len(), 12);
+    // Ten names, and per worker address a source route (6443) and an
+    // alias-source route (443).
+    assert_eq!(t.routes.len(), 14);
     let json = t.to_json();
     assert_eq!(RouteTable::from_json(&json).unwrap(), t);
 }
@@ -962,4 +966,107 @@ fn address_ranges_parse_as_ranges_cidrs_or_single_addresses() {
     assert!(one.contains(ip("192.0.2.7")) && !one.overlaps(&r));
     assert_eq!(Ipv4Range::parse("192.0.2.9-192.0.2.1"), None);
     assert_eq!(Ipv4Range::parse("apps"), None);
+}
+
+// ---- The alias paths, from the product's promise: "The hostname-SNI alias
+// path uses port 443; the IP-based Kubernetes Service path uses port 6443
+// without SNI. Both are omitted while the address data is unavailable." ----
+
+/// Where a connection from `src` goes on both alias paths: each alias by
+/// SNI on 443, and no SNI on 6443.
+fn alias_paths(router: &Router, src: &str) -> Vec<Result<Upstream, Refusal>> {
+    oooi_routes::KUBERNETES_ALIASES
+        .iter()
+        .map(|alias| decide(router, 443, Some(alias), src))
+        .chain(std::iter::once(decide(router, 6443, None, src)))
+        .collect()
+}
+
+#[test]
+fn both_alias_paths_lead_each_worker_to_its_own_kube_apiserver() {
+    let i = infra("oooi", "vlan");
+    let atts = [
+        attachment("oooi", "c1", "vlan", "c1"),
+        attachment("oooi", "c2", "vlan", "c2"),
+    ];
+    let p = plan_infra(
+        &i,
+        &atts,
+        &observed(&[("c1", &["192.0.2.101"]), ("c2", &["192.0.2.121"])]),
+    );
+    let router = Router::new(table(&p));
+    for (src, ns) in [
+        ("192.0.2.101", "clusters-c1"),
+        ("192.0.2.121", "clusters-c2"),
+    ] {
+        let api = addr(&format!("kube-apiserver.{ns}.svc.cluster.local"), 6443);
+        assert_eq!(alias_paths(&router, src), vec![Ok(api); 5], "{src}");
+    }
+    // Not from an address no cluster owns; and 443 without SNI is no path.
+    assert!(
+        alias_paths(&router, "192.0.2.99")
+            .iter()
+            .all(Result::is_err)
+    );
+    assert_eq!(
+        decide(&router, 443, None, "192.0.2.101"),
+        Err(Refusal::UnknownSource)
+    );
+    // The proxy listens on both ports.
+    let proxy = p.desired.as_ref().unwrap().proxy.as_ref().unwrap();
+    assert_eq!(proxy.spec.tls_ports, vec![443, 6443]);
+}
+
+#[test]
+fn alias_paths_are_absent_until_a_worker_address_is_known() {
+    let i = infra("oooi", "vlan");
+    let atts = [attachment("oooi", "c1", "vlan", "c1")];
+    // Accepted, but no Machine address yet: neither path exists.
+    let before = plan_infra(&i, &atts, &Observed::default());
+    assert!(before.attachments[0].accepted());
+    let t = table(&before);
+    assert!(
+        t.routes
+            .iter()
+            .all(|r| matches!(r.matches, RouteMatch::Sni(_) | RouteMatch::SniFrom { .. })),
+        "only name routes: {:?}",
+        t.routes
+    );
+    let router = Router::new(t);
+    assert_eq!(
+        alias_paths(&router, "192.0.2.101"),
+        [
+            vec![Err(Refusal::AliasFromUnknownSource); 4],
+            vec![Err(Refusal::UnknownSource)]
+        ]
+        .concat()
+    );
+    // The first Machine address brings both paths, for that address only.
+    let after = plan_infra(&i, &atts, &observed(&[("c1", &["192.0.2.101"])]));
+    let t = table(&after);
+    let mut paths: Vec<(u16, String, &str)> = t
+        .routes
+        .iter()
+        .filter_map(|r| match &r.matches {
+            RouteMatch::Source(c) => Some((r.port, c.to_string(), "source")),
+            RouteMatch::AliasSource(c) => Some((r.port, c.to_string(), "alias_source")),
+            _ => None,
+        })
+        .collect();
+    paths.sort();
+    assert_eq!(
+        paths,
+        [
+            (443, "192.0.2.101/32".to_string(), "alias_source"),
+            (6443, "192.0.2.101/32".to_string(), "source"),
+        ]
+    );
+    let api = addr("kube-apiserver.clusters-c1.svc.cluster.local", 6443);
+    let router = Router::new(t);
+    assert_eq!(alias_paths(&router, "192.0.2.101"), vec![Ok(api); 5]);
+    assert!(
+        alias_paths(&router, "192.0.2.102")
+            .iter()
+            .all(Result::is_err)
+    );
 }

@@ -223,6 +223,38 @@ async fn replica_ahead_of_us_with_other_routes_is_overtaken_with_a_new_generatio
     assert_eq!(report.replicas[1].previous_generation, 0);
 }
 
+/// Generations wrap after `MAX_GENERATION`: a replica left at the top (by
+/// a bug or a hand-made push) does not lock the controller out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_at_the_top_generation_takes_the_next_tables() {
+    use oooi_routes::MAX_GENERATION;
+    let a = start_envoy();
+    let b = start_envoy();
+    a.push_table(&table(MAX_GENERATION, 2)).unwrap();
+    b.push_table(&table(MAX_GENERATION - 3, 3)).unwrap();
+    let both = [replica("envoy-a", &a), replica("envoy-b", &b)];
+    // 5 is newer than the top (it wraps), so it goes straight through.
+    let ours = table(5, 20);
+    let report = pusher().sync(&ours, &both, PUSH_TOKEN).await;
+    assert!(report.all_synced(), "{}", report.message());
+    assert_eq!(report.generation, 5);
+    assert_eq!(loaded(a.api), (5, ours.digest()));
+    assert_eq!(loaded(b.api), (5, ours.digest()));
+    // A table behind the top in the ring is re-stamped after the newest
+    // generation seen, wrapping to 1 rather than overflowing.
+    let c = start_envoy();
+    c.push_table(&table(MAX_GENERATION, 2)).unwrap();
+    let behind = table(MAX_GENERATION - 10, 4);
+    let report = pusher()
+        .sync(&behind, &[replica("envoy-c", &c)], PUSH_TOKEN)
+        .await;
+    assert!(report.all_synced(), "{}", report.message());
+    assert_eq!(report.generation, 1);
+    let mut restamped = behind.clone();
+    restamped.generation = 1;
+    assert_eq!(loaded(c.api), (1, restamped.digest()));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_syncs_of_one_table_both_end_in_sync() {
     let a = start_envoy();

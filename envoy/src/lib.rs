@@ -50,6 +50,23 @@ pub const HTTP_HOST_PORT: u16 = 80;
 pub const HTTP_MAX_HEAD_BYTES: usize = 8192;
 /// Time a plain-HTTP client has to send its first request head.
 pub const HTTP_HEAD_TIMEOUT_MS: u64 = 5000;
+/// The table API listener's connection buffer: the largest document plus
+/// room for the request head.
+pub const API_CONNECTION_BUFFER_BYTES: u64 = MAX_DOCUMENT_BYTES as u64 + 64 * 1024;
+/// What one table API request may buffer: twice the connection buffer, so
+/// the filter's JSON 413 always comes before Envoy's own.
+pub const API_STREAM_BUFFER_BYTES: u64 = 2 * API_CONNECTION_BUFFER_BYTES;
+/// Time a client of a TLS listener has to send its ClientHello; after it the
+/// connection is refused as `not_tls`.
+pub const CLIENT_HELLO_TIMEOUT_MS: u64 = 5000;
+/// tcp_proxy's idle timeout, in seconds: a connection with no bytes in
+/// either direction for this long is closed. Two hours, above the longest
+/// Kubernetes watch (kube-apiserver ends a watch after a random
+/// 1-2 × `--min-request-timeout`, 30-60 min by default, and a watch without
+/// bookmarks may carry no byte in that time), so the proxy never cuts a
+/// watch the API server would have kept. Clients that ping (HTTP/2 health
+/// checks, gRPC keepalives) are never idle that long.
+pub const TCP_IDLE_TIMEOUT_S: u64 = 2 * 60 * 60;
 /// What tcp_proxy buffers from the client while it connects upstream (the
 /// head and whatever was pipelined behind it).
 const HTTP_EARLY_DATA_BYTES: u32 = 64 * 1024;
@@ -62,7 +79,9 @@ pub fn is_plain_http(port: u16) -> bool {
 /// A named static cluster, for `cluster` upstreams in the table.
 #[derive(Debug, Clone)]
 pub struct StaticCluster {
+    /// Cluster name, as a `cluster` upstream of the table names it.
     pub name: String,
+    /// Its endpoints.
     pub endpoints: Vec<SocketAddr>,
 }
 
@@ -79,6 +98,12 @@ pub struct ProxyConfig {
     pub tls_ports: Vec<u16>,
     /// Table API listener.
     pub api: SocketAddr,
+    /// The proxy's leg on the VLAN. When set, the table API refuses every
+    /// connection from that network or addressed to the proxy's VLAN
+    /// address (Envoy's network RBAC filter, before any HTTP is read), so
+    /// only the pod network reaches it even when it listens on all
+    /// addresses. `None` leaves it open to whoever reaches `api`.
+    pub vlan: Option<VlanLeg>,
     /// Bearer token a push must carry (at least 16 characters).
     pub push_token: String,
     /// Path of the filter module as Envoy will see it. Prefer a versioned
@@ -94,6 +119,15 @@ pub struct ProxyConfig {
     /// Listeners routing by Envoy's own `filter_chain_match` (no wasm): a
     /// baseline for the benchmark. Production configs leave this empty.
     pub native_sni: Vec<NativeSniListener>,
+}
+
+/// The proxy's address on the VLAN and the VLAN's prefix length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VlanLeg {
+    /// The proxy's own VLAN address.
+    pub address: IpAddr,
+    /// Prefix length of the VLAN network.
+    pub prefix_len: u8,
 }
 
 /// A TLS passthrough listener that routes with Envoy's native SNI matching
@@ -129,6 +163,11 @@ pub const CDS_FILE: &str = "cds.json";
 /// ECDS resource (and filter) name of the network filter on `port`.
 pub fn network_filter_name(port: u16) -> String {
     format!("oooi_sni_router_{port}")
+}
+/// ECDS resource (and filter) name of the filter that refuses connections
+/// on the TLS listener `port` whose transport protocol is not TLS.
+pub fn not_tls_filter_name(port: u16) -> String {
+    format!("oooi_not_tls_{port}")
 }
 /// ECDS resource (and filter) name of the table API's HTTP filter.
 pub const API_FILTER_NAME: &str = "oooi_table_api";
@@ -248,60 +287,43 @@ pub fn render(cfg: &ProxyConfig, config_dir: &Path) -> Rendered {
             NETWORK_WASM_TYPE,
             wasm_config(cfg, &name, filter_cfg),
         ));
-        listeners.push(json!({
-            "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
-            "name": format!("tls_{port}"),
-            "address": socket(cfg.listen_address, port),
-            "listener_filters": [{
-                "name": "envoy.filters.listener.tls_inspector",
-                "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector"},
-            }],
-            // Plain TCP (no ClientHello) on 6443 must not wait for one.
-            "listener_filters_timeout": "2s",
-            "continue_on_listener_filters_timeout": true,
-            "filter_chains": [{"filters": [
-                discovered(&network_filter_name(port), NETWORK_WASM_TYPE),
-                {
-                    "name": "envoy.filters.network.sni_dynamic_forward_proxy",
-                    "typed_config": {
-                        "@type": "type.googleapis.com/envoy.extensions.filters.network.sni_dynamic_forward_proxy.v3.FilterConfig",
-                        "dns_cache_config": dns_cache_config(),
-                        // The default upstream port: the filter names a port
-                        // only when it differs from the listener's.
-                        "port_value": port,
-                    },
-                },
-                {
-                    "name": "envoy.filters.network.tcp_proxy",
-                    "typed_config": {
-                        "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
-                        "stat_prefix": format!("tls_{port}"),
-                        "cluster": std::env::var("OOOI_TCP_CLUSTER").unwrap_or_else(|_| UNROUTED_CLUSTER.into()),
-                        "max_early_data_bytes": 65536,
-                    },
-                },
-            ]}],
-        }));
+        let refuse = not_tls_filter_name(port);
+        extensions.push(extension(
+            &refuse,
+            NETWORK_WASM_TYPE,
+            wasm_config(cfg, &refuse, json!({"role": "not_tls", "port": port})),
+        ));
+        listeners.push(tls_listener(
+            cfg.listen_address,
+            port,
+            discovered(&name, NETWORK_WASM_TYPE),
+            discovered(&refuse, NETWORK_WASM_TYPE),
+        ));
     }
-    let api_cfg = json!({"role": "api", "push_token": cfg.push_token});
+    let static_clusters: Vec<&str> = cfg.clusters.iter().map(|c| c.name.as_str()).collect();
+    let api_cfg = json!({"role": "api", "push_token": cfg.push_token, "clusters": static_clusters});
     extensions.push(extension(
         API_FILTER_NAME,
         HTTP_WASM_TYPE,
         wasm_config(cfg, API_FILTER_NAME, api_cfg),
     ));
-    let body_limit = MAX_DOCUMENT_BYTES as u64 + 64 * 1024;
-    listeners.push(json!({
-        "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
-        "name": "table_api",
-        "address": socket(cfg.api.ip(), cfg.api.port()),
-        "per_connection_buffer_limit_bytes": body_limit,
-        "filter_chains": [{"filters": [{
+    let body_limit = API_CONNECTION_BUFFER_BYTES;
+    let mut api_filters: Vec<Value> = cfg.vlan.iter().map(vlan_guard).collect();
+    api_filters.push(json!({
             "name": "envoy.filters.network.http_connection_manager",
             "typed_config": {
                 "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
                 "stat_prefix": "table_api",
                 "route_config": {"name": "table_api", "virtual_hosts": [{
                     "name": "all", "domains": ["*"],
+                    // The filter answers a body over the limit itself (JSON)
+                    // once it has seen more than MAX_DOCUMENT_BYTES; its
+                    // answer is sent after its callback returns, when Envoy
+                    // has already buffered that chunk. One read may bring up
+                    // to `per_connection_buffer_limit_bytes`, so the stream
+                    // may buffer twice that: Envoy's own (plain text) 413 can
+                    // never come first.
+                    "request_body_buffer_limit": API_STREAM_BUFFER_BYTES,
                     "routes": [{"match": {"prefix": "/"}, "direct_response": {"status": 404}}],
                 }]},
                 "http_filters": [
@@ -310,7 +332,9 @@ pub fn render(cfg: &ProxyConfig, config_dir: &Path) -> Rendered {
                         "name": "envoy.filters.http.buffer",
                         "typed_config": {
                             "@type": "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer",
-                            "max_request_bytes": body_limit,
+                            // It sets the stream's buffer limit to this when
+                            // the headers pass it: the same as above.
+                            "max_request_bytes": API_STREAM_BUFFER_BYTES,
                         },
                     },
                     {
@@ -319,7 +343,13 @@ pub fn render(cfg: &ProxyConfig, config_dir: &Path) -> Rendered {
                     },
                 ],
             },
-        }]}],
+    }));
+    listeners.push(json!({
+        "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
+        "name": "table_api",
+        "address": socket(cfg.api.ip(), cfg.api.port()),
+        "per_connection_buffer_limit_bytes": body_limit,
+        "filter_chains": [{"filters": api_filters}],
     }));
 
     for native in &cfg.native_sni {
@@ -362,6 +392,96 @@ pub fn render(cfg: &ProxyConfig, config_dir: &Path) -> Rendered {
     }
 }
 
+/// A TLS passthrough listener. `tls_inspector` reads the ClientHello;
+/// connections it finds to be TLS take the routing chain (the oooi filter,
+/// `sni_dynamic_forward_proxy`, tcp_proxy), everything else (plain bytes,
+/// plain HTTP, an SSLv2 hello, or nothing within [`CLIENT_HELLO_TIMEOUT_MS`])
+/// takes the default chain, whose filter closes it and counts it as
+/// `not_tls`. So the no-SNI path by source address carries TLS only.
+fn tls_listener(addr: IpAddr, port: u16, route: Value, refuse: Value) -> Value {
+    json!({
+        "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
+        "name": format!("tls_{port}"),
+        "address": socket(addr, port),
+        "listener_filters": [{
+            "name": "envoy.filters.listener.tls_inspector",
+            "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector"},
+        }],
+        // A client that sends nothing is handed to the default chain (and
+        // closed there) after this long, rather than held open.
+        "listener_filters_timeout": duration_ms(CLIENT_HELLO_TIMEOUT_MS),
+        "continue_on_listener_filters_timeout": true,
+        "filter_chains": [{
+            "name": "tls",
+            "filter_chain_match": {"transport_protocol": "tls"},
+            "filters": [
+                route,
+                {
+                    "name": "envoy.filters.network.sni_dynamic_forward_proxy",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.network.sni_dynamic_forward_proxy.v3.FilterConfig",
+                        "dns_cache_config": dns_cache_config(),
+                        // The default upstream port: the filter names a port
+                        // only when it differs from the listener's.
+                        "port_value": port,
+                    },
+                },
+                tcp_proxy(&format!("tls_{port}"), Some(65536)),
+            ],
+        }],
+        // Envoy wants a terminal filter last; the refusing filter closes
+        // every connection before tcp_proxy (to the unrouted cluster) runs.
+        "default_filter_chain": {"name": "not_tls", "filters": [
+            refuse,
+            tcp_proxy(&format!("not_tls_{port}"), None),
+        ]},
+    })
+}
+
+/// Refuses connections from the VLAN network or to the proxy's VLAN address
+/// (counted as `table_api_vlan_guard.rbac.denied`).
+fn vlan_guard(vlan: &VlanLeg) -> Value {
+    let any = json!({"any": true});
+    json!({
+        "name": "envoy.filters.network.rbac",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.network.rbac.v3.RBAC",
+            "stat_prefix": "table_api_vlan_guard.",
+            "rules": {"action": "DENY", "policies": {
+                "from_vlan": {
+                    "permissions": [any],
+                    "principals": [{"direct_remote_ip": {
+                        "address_prefix": vlan.address.to_string(),
+                        "prefix_len": vlan.prefix_len,
+                    }}],
+                },
+                "to_vlan_address": {
+                    "permissions": [{"destination_ip": {
+                        "address_prefix": vlan.address.to_string(),
+                        "prefix_len": if vlan.address.is_ipv4() { 32 } else { 128 },
+                    }}],
+                    "principals": [any],
+                },
+            }},
+        },
+    })
+}
+
+/// tcp_proxy with the unrouted default cluster (the filter names the real
+/// one) and the explicit idle timeout.
+fn tcp_proxy(stat_prefix: &str, max_early_data_bytes: Option<u32>) -> Value {
+    let mut config = json!({
+        "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+        "stat_prefix": stat_prefix,
+        "cluster": UNROUTED_CLUSTER,
+        "idle_timeout": format!("{}s", TCP_IDLE_TIMEOUT_S),
+    });
+    if let Some(bytes) = max_early_data_bytes {
+        config["max_early_data_bytes"] = json!(bytes);
+    }
+    json!({"name": "envoy.filters.network.tcp_proxy", "typed_config": config})
+}
+
 /// The plain-HTTP listener: no TLS inspector; the filter holds the chain
 /// until it has read the first request head and chosen the upstream by
 /// `Host`. tcp_proxy is configured to receive before it connects
@@ -384,15 +504,7 @@ fn http_host_listener(addr: IpAddr, port: u16, filter: Value) -> Value {
                     "port_value": port,
                 },
             },
-            {
-                "name": "envoy.filters.network.tcp_proxy",
-                "typed_config": {
-                    "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
-                    "stat_prefix": format!("http_{port}"),
-                    "cluster": UNROUTED_CLUSTER,
-                    "max_early_data_bytes": HTTP_EARLY_DATA_BYTES,
-                },
-            },
+            tcp_proxy(&format!("http_{port}"), Some(HTTP_EARLY_DATA_BYTES)),
         ]}],
     })
 }
@@ -494,6 +606,7 @@ mod tests {
             listen_address: "127.0.0.1".parse().unwrap(),
             tls_ports: vec![6443, 443],
             api: "127.0.0.1:9445".parse().unwrap(),
+            vlan: None,
             push_token: "0123456789abcdef".into(),
             wasm_path: "/filters/oooi.wasm".into(),
             wasm_sha256: "ab".repeat(32),
@@ -528,6 +641,10 @@ mod tests {
             assert_eq!(wasm["failure_policy"], "FAIL_RELOAD");
             assert_eq!(wasm["vm_config"]["vm_id"], VM_ID);
             assert_eq!(filters[2]["typed_config"]["cluster"], UNROUTED_CLUSTER);
+            assert_eq!(
+                filters[2]["typed_config"]["idle_timeout"],
+                format!("{TCP_IDLE_TIMEOUT_S}s")
+            );
         }
         let clusters = r.clusters["resources"].as_array().unwrap();
         assert!(clusters.iter().all(|c| c["name"] != UNROUTED_CLUSTER));
@@ -541,6 +658,14 @@ mod tests {
         let api = &r.listeners["resources"][2];
         let limit = api["per_connection_buffer_limit_bytes"].as_u64().unwrap();
         assert!(limit > MAX_DOCUMENT_BYTES as u64);
+        let hcm = &api["filter_chains"][0]["filters"][0]["typed_config"];
+        assert_eq!(
+            hcm["route_config"]["virtual_hosts"][0]["request_body_buffer_limit"]
+                .as_u64()
+                .unwrap(),
+            2 * limit,
+            "a chunk read up to the connection limit never overflows the stream"
+        );
         let filters = &api["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"];
         assert_eq!(filters[0]["name"], API_FILTER_NAME);
         assert_eq!(filters[1]["name"], "envoy.filters.http.buffer");
@@ -548,7 +673,7 @@ mod tests {
             filters[1]["typed_config"]["max_request_bytes"]
                 .as_u64()
                 .unwrap(),
-            limit
+            2 * limit
         );
         let plugin: Value = serde_json::from_str(
             extension(&r, API_FILTER_NAME)["configuration"]["value"]
@@ -570,7 +695,70 @@ mod tests {
             filter["config_discovery"]["type_urls"][0],
             NETWORK_WASM_TYPE
         );
-        assert_eq!(r.extensions.len(), 3);
+        // The routing and the not-TLS filter of each TLS port, and the API.
+        assert_eq!(r.extensions.len(), 5);
+    }
+
+    #[test]
+    fn only_tls_takes_the_routing_chain() {
+        let r = render(&cfg(), Path::new("/etc/envoy"));
+        for (l, port) in r.listeners["resources"].as_array().unwrap()[..2]
+            .iter()
+            .zip([6443, 443])
+        {
+            let chains = l["filter_chains"].as_array().unwrap();
+            assert_eq!(chains.len(), 1, "one chain, for TLS");
+            assert_eq!(chains[0]["filter_chain_match"]["transport_protocol"], "tls");
+            let default = &l["default_filter_chain"]["filters"];
+            assert_eq!(default[0]["name"], not_tls_filter_name(port));
+            // The terminal filter Envoy requires leads nowhere.
+            assert_eq!(default[1]["typed_config"]["cluster"], UNROUTED_CLUSTER);
+            let plugin: Value = serde_json::from_str(
+                extension(&r, &not_tls_filter_name(port))["configuration"]["value"]
+                    .as_str()
+                    .unwrap(),
+            )
+            .unwrap();
+            assert_eq!(plugin, json!({"role": "not_tls", "port": port}));
+            assert_eq!(l["listener_filters_timeout"], "5.000s");
+            assert_eq!(l["continue_on_listener_filters_timeout"], true);
+        }
+    }
+
+    #[test]
+    fn the_api_knows_the_static_clusters_and_refuses_the_vlan() {
+        let mut c = cfg();
+        let r = render(&c, Path::new("/etc/envoy"));
+        let plugin: Value = serde_json::from_str(
+            extension(&r, API_FILTER_NAME)["configuration"]["value"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(plugin["clusters"], json!(["c1_api"]));
+        let api = &r.listeners["resources"][2]["filter_chains"][0]["filters"];
+        assert_eq!(api.as_array().unwrap().len(), 1, "no guard without a VLAN");
+        c.vlan = Some(VlanLeg {
+            address: "192.0.2.4".parse().unwrap(),
+            prefix_len: 24,
+        });
+        let r = render(&c, Path::new("/etc/envoy"));
+        let api = &r.listeners["resources"][2]["filter_chains"][0]["filters"];
+        assert_eq!(api[0]["name"], "envoy.filters.network.rbac");
+        let rules = &api[0]["typed_config"]["rules"];
+        assert_eq!(rules["action"], "DENY");
+        assert_eq!(
+            rules["policies"]["from_vlan"]["principals"][0]["direct_remote_ip"],
+            json!({"address_prefix": "192.0.2.4", "prefix_len": 24})
+        );
+        assert_eq!(
+            rules["policies"]["to_vlan_address"]["permissions"][0]["destination_ip"],
+            json!({"address_prefix": "192.0.2.4", "prefix_len": 32})
+        );
+        assert_eq!(
+            api[1]["name"],
+            "envoy.filters.network.http_connection_manager"
+        );
     }
 
     #[test]

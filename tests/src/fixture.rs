@@ -93,6 +93,13 @@ impl TwoClusters {
                 backend,
             ))
         };
+        let alias = |port, cidr: &str, backend: &str| -> Result<Route> {
+            Ok(route(
+                port,
+                RouteMatch::AliasSource(cidr.parse::<Cidr>().map_err(anyhow::Error::msg)?),
+                backend,
+            ))
+        };
         let table = RouteTable {
             generation: 1,
             routes: vec![
@@ -101,6 +108,8 @@ impl TwoClusters {
                 sni(kube_port, "api.c2.example.com", "c2-kube-apiserver"),
                 src(kube_port, WORKER_C1, "c1-kube-apiserver")?,
                 src(kube_port, WORKER_C2, "c2-kube-apiserver")?,
+                alias(https_port, WORKER_C1, "c1-kube-apiserver")?,
+                alias(https_port, WORKER_C2, "c2-kube-apiserver")?,
                 sni(https_port, "oauth.c1.example.com", "c1-oauth"),
                 sni(https_port, "ignition.c1.example.com", "c1-ignition"),
                 sni(https_port, "konnectivity.c1.example.com", "c1-konnectivity"),

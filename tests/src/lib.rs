@@ -164,6 +164,8 @@ pub struct EnvoyOptions {
     /// render (the benchmark's empty-wasm floor). They stay in LDS across
     /// [`Envoy::swap_module`] and count towards readiness.
     pub extra_listeners: Vec<serde_json::Value>,
+    /// The VLAN leg the table API refuses ([`oooi_envoy::ProxyConfig::vlan`]).
+    pub vlan: Option<oooi_envoy::VlanLeg>,
 }
 
 /// `--drain-time-s` of the test Envoy: short, so tests can wait past it.
@@ -184,6 +186,7 @@ impl EnvoyOptions {
             cpus: None,
             image: None,
             extra_listeners: Vec::new(),
+            vlan: None,
         }
     }
 
@@ -203,6 +206,7 @@ impl EnvoyOptions {
             listen_address: self.listen,
             tls_ports: self.tls_ports.clone(),
             api,
+            vlan: self.vlan,
             push_token: PUSH_TOKEN.into(),
             wasm_path: PathBuf::new(),
             wasm_sha256: String::new(),

@@ -148,6 +148,29 @@ async fn wildcard_apps_routes_any_depth() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aliases_on_443_route_by_sni_and_worker_source() {
+    let lab = Lab::pushed(1).await;
+    for alias in oooi_routes::KUBERNETES_ALIASES {
+        assert_eq!(
+            lab.who(lab.https, Some(alias), WORKER_C1).await,
+            "c1-kube-apiserver",
+            "{alias}"
+        );
+        assert_eq!(
+            lab.who(lab.https, Some(alias), WORKER_C2).await,
+            "c2-kube-apiserver",
+            "{alias}"
+        );
+    }
+    assert_eq!(
+        lab.envoy
+            .stat("wasmcustom.oooi_sni_router_forward_source_alias")
+            .unwrap_or(0),
+        8
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aliases_and_plain_6443_route_by_worker_source() {
     let lab = Lab::pushed(1).await;
     for alias in [
@@ -202,10 +225,16 @@ async fn unknown_sni_unknown_source_and_foreign_alias_are_refused() {
             .starts_with("refused")
     );
     assert!(
-        lab.who(lab.https, Some("kubernetes"), WORKER_C1)
+        lab.who(lab.https, Some("kubernetes"), STRANGER)
             .await
             .starts_with("refused"),
-        "aliases route on the kube port only"
+        "aliases on 443 from a source no cluster owns"
+    );
+    assert!(
+        lab.who(lab.https, None, WORKER_C1)
+            .await
+            .starts_with("refused"),
+        "no SNI on 443 is not an alias, even from a worker"
     );
     let refused = lab
         .envoy
@@ -683,5 +712,393 @@ mod http80 {
         );
         assert_eq!(lab.stat("refuse_head_timeout"), 1);
         assert_eq!(lab.c1.accepted.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+}
+
+// ---- Hostile clients of the TLS listeners and the table API -------------
+
+mod hardening {
+    use std::io::{Read, Write};
+    use std::net::{IpAddr, SocketAddr};
+    use std::time::{Duration, Instant};
+
+    use oooi_routes::MAX_DOCUMENT_BYTES;
+    use oooi_tests::fixture::{STRANGER, WORKER_C1};
+    use oooi_tests::{EnvoyOptions, PUSH_TOKEN, http_blocking};
+
+    use super::{Lab, Probe, ip};
+
+    /// Connects from `source`, sends `bytes` (if any) and waits up to
+    /// `wait` for the proxy to close. Returns what came back and how long
+    /// the connection lived; `None` if it was still open after `wait`.
+    async fn send_raw(
+        target: SocketAddr,
+        source: IpAddr,
+        bytes: &[u8],
+        wait: Duration,
+    ) -> Option<(Vec<u8>, Duration)> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let sock = tokio::net::TcpSocket::new_v4().unwrap();
+        sock.bind(SocketAddr::new(source, 0)).unwrap();
+        let mut s = sock.connect(target).await.unwrap();
+        let start = Instant::now();
+        if !bytes.is_empty() {
+            s.write_all(bytes).await.unwrap();
+        }
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match tokio::time::timeout_at((start + wait).into(), s.read(&mut buf)).await {
+                Err(_) => return None,
+                Ok(Ok(0)) => return Some((got, start.elapsed())),
+                Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+                Ok(Err(_)) => return Some((got, start.elapsed())),
+            }
+        }
+    }
+
+    /// A TLS 1.2 ClientHello carrying `sni` as its server name, byte for
+    /// byte: clients refuse to send names such as `a..b`, hostile ones do.
+    pub fn client_hello(sni: &[u8]) -> Vec<u8> {
+        let mut name = vec![0u8];
+        name.extend_from_slice(&(sni.len() as u16).to_be_bytes());
+        name.extend_from_slice(sni);
+        let mut list = (name.len() as u16).to_be_bytes().to_vec();
+        list.extend_from_slice(&name);
+        let mut ext = vec![0, 0];
+        ext.extend_from_slice(&(list.len() as u16).to_be_bytes());
+        ext.extend_from_slice(&list);
+        let mut body = vec![3, 3];
+        body.extend_from_slice(&[7u8; 32]);
+        body.push(0); // session id
+        body.extend_from_slice(&[0, 4, 0xc0, 0x2f, 0x00, 0x9c]); // cipher suites
+        body.extend_from_slice(&[1, 0]); // compression
+        body.extend_from_slice(&(ext.len() as u16).to_be_bytes());
+        body.extend_from_slice(&ext);
+        let mut hs = vec![1, 0];
+        hs.extend_from_slice(&(body.len() as u16).to_be_bytes());
+        hs.extend_from_slice(&body);
+        let mut record = vec![0x16, 3, 1];
+        record.extend_from_slice(&(hs.len() as u16).to_be_bytes());
+        record.extend_from_slice(&hs);
+        record
+    }
+
+    fn upstream_connections(lab: &Lab) -> u64 {
+        lab.envoy
+            .stat("cluster.oooi_dynamic_forward_proxy.upstream_cx_total")
+            .unwrap_or(0)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_worker_without_sni_is_forwarded_only_over_tls() {
+        let lab = Lab::pushed(1).await;
+        // TLS without SNI from the worker: its API.
+        assert_eq!(
+            lab.who(lab.kube, None, WORKER_C1).await,
+            "c1-kube-apiserver"
+        );
+        let before = upstream_connections(&lab);
+        let sslv2_hello: &[u8] = &[
+            0x80, 0x2e, 0x01, 0x00, 0x02, 0x00, 0x15, 0x00, 0x00, 0x00, 0x10, 0x07, 0x00, 0xc0,
+            0x05, 0x00, 0x80, 0x03, 0x00, 0x80, 0x01, 0x00, 0x80, 0x06, 0x00, 0x40, 0x04, 0x00,
+            0x80, 0x02, 0x00, 0x80, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa,
+            0xbb, 0xcc, 0xdd, 0xee, 0xff, 0x00,
+        ];
+        let kube = lab.kube;
+        let cases: Vec<(&str, Vec<u8>)> = vec![
+            (
+                "random bytes",
+                (0..200u8).map(|i| i.wrapping_mul(37) ^ 0x5a).collect(),
+            ),
+            (
+                "plain HTTP",
+                b"GET /version HTTP/1.1\r\nHost: kubernetes\r\n\r\n".to_vec(),
+            ),
+            ("SSLv2 hello", sslv2_hello.to_vec()),
+        ];
+        for (what, bytes) in cases {
+            let out = send_raw(kube, ip(WORKER_C1), &bytes, Duration::from_secs(10)).await;
+            let (got, _) = out.unwrap_or_else(|| panic!("{what}: still open after 10 s"));
+            assert!(got.is_empty(), "{what}: {got:?}");
+        }
+        // A worker that sends nothing is closed after the ClientHello timeout.
+        let (got, lived) = send_raw(kube, ip(WORKER_C1), b"", Duration::from_secs(15))
+            .await
+            .expect("closed by the proxy");
+        assert!(got.is_empty());
+        let timeout = Duration::from_millis(oooi_envoy::CLIENT_HELLO_TIMEOUT_MS);
+        assert!(
+            lived >= timeout - Duration::from_millis(500)
+                && lived < timeout + Duration::from_secs(3),
+            "closed after {lived:?}"
+        );
+        assert_eq!(upstream_connections(&lab), before, "nothing was forwarded");
+        assert_eq!(
+            lab.envoy.stat("wasmcustom.oooi_sni_router_refuse_not_tls"),
+            Some(4),
+            "{:?}\n{}",
+            lab.envoy.stats("listener"),
+            lab.envoy.log_text()
+        );
+        let log = lab.envoy.log_text();
+        assert!(
+            log.contains(&format!(
+                "refuse reason=not_tls source={WORKER_C1} port={}",
+                kube.port()
+            )),
+            "{log}"
+        );
+        // TLS from the worker still works afterwards.
+        assert_eq!(
+            lab.who(lab.kube, None, WORKER_C1).await,
+            "c1-kube-apiserver"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn invalid_sni_is_refused_never_matched_by_a_wildcard() {
+        let lab = Lab::pushed(1).await;
+        let https = lab.https;
+        let before = upstream_connections(&lab);
+        let long_label = format!("{}.apps.c1.example.com", "a".repeat(64));
+        let snis: Vec<Vec<u8>> = vec![
+            b"a..apps.c1.example.com".to_vec(),
+            b"x y.apps.c1.example.com".to_vec(),
+            b"*.apps.c1.example.com".to_vec(),
+            long_label.into_bytes(),
+        ];
+        let n = snis.len() as u64;
+        for sni in snis {
+            let shown = String::from_utf8_lossy(&sni).into_owned();
+            let out = send_raw(
+                https,
+                ip(STRANGER),
+                &client_hello(&sni),
+                Duration::from_secs(10),
+            )
+            .await;
+            let (got, _) = out.unwrap_or_else(|| panic!("{shown}: still open"));
+            assert!(got.is_empty(), "{shown}: {got:?}");
+        }
+        assert_eq!(upstream_connections(&lab), before, "nothing was forwarded");
+        assert_eq!(
+            lab.envoy
+                .stat("wasmcustom.oooi_sni_router_refuse_invalid_sni"),
+            Some(n)
+        );
+        // The hand-made ClientHello reaches the backend with a valid name.
+        // (The backend ends the handshake it cannot complete; either way the
+        // proxy forwarded it.)
+        let _ = send_raw(
+            https,
+            ip(STRANGER),
+            &client_hello(b"console.apps.c1.example.com"),
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(
+            upstream_connections(&lab),
+            before + 1,
+            "a valid name is forwarded"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn bad_tokens_are_logged_and_counted_and_the_scheme_ignores_case() {
+        let lab = super::lab(1).await;
+        let body = lab.table.to_json();
+        let (status, text) = http_blocking(
+            lab.envoy.api,
+            "PUT",
+            "/v1/routes",
+            &[("authorization", "Bearer wrong-token-wrong-token")],
+            &body,
+        )
+        .unwrap();
+        assert_eq!(status, 403, "{text}");
+        let lower = format!("bearer {PUSH_TOKEN}");
+        let (status, text) = http_blocking(
+            lab.envoy.api,
+            "PUT",
+            "/v1/routes",
+            &[("authorization", &lower)],
+            &body,
+        )
+        .unwrap();
+        assert_eq!(status, 200, "{text}");
+        assert_eq!(lab.envoy.push(b"{not json").unwrap().0, 400);
+        let stat = |name: &str| {
+            lab.envoy
+                .stat(&format!("wasmcustom.oooi_sni_router_{name}"))
+                .unwrap_or(0)
+        };
+        assert_eq!(stat("push_unauthorized"), 1);
+        assert_eq!(stat("push_rejected"), 1);
+        assert_eq!(stat("push_accepted"), 1);
+        let log = lab.envoy.log_text();
+        assert!(
+            log.contains("push unauthorized reason=bad_token source=127.0.0.1"),
+            "{log}"
+        );
+    }
+
+    /// An oversized push, answered while the client may still be sending:
+    /// the client writes and reads at once, as a careful client does.
+    fn oversized_push(
+        api: SocketAddr,
+        auth: Option<&str>,
+        chunked: bool,
+        size: usize,
+    ) -> (u16, String, String) {
+        let mut s = std::net::TcpStream::connect(api).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut head = "PUT /v1/routes HTTP/1.1\r\nhost: oooi\r\n".to_string();
+        if let Some(a) = auth {
+            head.push_str(&format!("authorization: {a}\r\n"));
+        }
+        if chunked {
+            head.push_str("transfer-encoding: chunked\r\n\r\n");
+        } else {
+            head.push_str(&format!("content-length: {size}\r\n\r\n"));
+        }
+        let mut writer = s.try_clone().unwrap();
+        let sender = std::thread::spawn(move || {
+            let _ = writer.write_all(head.as_bytes());
+            let piece = vec![b' '; 64 * 1024];
+            let mut left = size;
+            while left > 0 {
+                let n = left.min(piece.len());
+                let ok = if chunked {
+                    writer
+                        .write_all(format!("{n:x}\r\n").as_bytes())
+                        .and_then(|_| writer.write_all(&piece[..n]))
+                        .and_then(|_| writer.write_all(b"\r\n"))
+                } else {
+                    writer.write_all(&piece[..n])
+                };
+                if ok.is_err() {
+                    return;
+                }
+                left -= n;
+            }
+            if chunked {
+                let _ = writer.write_all(b"0\r\n\r\n");
+            }
+        });
+        let mut out = Vec::new();
+        let mut buf = [0u8; 16 * 1024];
+        let mut want: Option<usize> = None;
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(e) => panic!("read failed after {} bytes: {e}", out.len()),
+            }
+            if let Some(pos) = out.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&out[..pos]).to_ascii_lowercase();
+                let len = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok());
+                want = len.map(|l| pos + 4 + l);
+                if want.is_some_and(|w| out.len() >= w) {
+                    break;
+                }
+            }
+        }
+        let _ = s.shutdown(std::net::Shutdown::Both);
+        let _ = sender.join();
+        let text = String::from_utf8_lossy(&out).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or_else(|| panic!("no HTTP answer: {text:?}"));
+        let content_type = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-type:")
+                    .map(|v| v.trim().to_string())
+            })
+            .unwrap_or_default();
+        (status, content_type, body.to_string())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_error_of_an_oversized_push_is_json() {
+        let lab = super::lab(1).await;
+        let api = lab.envoy.api;
+        let good = format!("Bearer {PUSH_TOKEN}");
+        let rounds = 5;
+        tokio::task::spawn_blocking(move || {
+            for round in 0..rounds {
+                for size in [MAX_DOCUMENT_BYTES + 1, MAX_DOCUMENT_BYTES + 1024 * 1024] {
+                    for chunked in [false, true] {
+                        for (auth, status) in [
+                            (Some(good.as_str()), 413),
+                            (Some("Bearer wrong-token-wrong-token"), 403),
+                            (None, 401),
+                        ] {
+                            let (got, content_type, body) =
+                                oversized_push(api, auth, chunked, size);
+                            let case = format!(
+                                "round {round}, {size} bytes, chunked {chunked}, auth {auth:?}"
+                            );
+                            assert_eq!(got, status, "{case}: {body}");
+                            assert_eq!(content_type, "application/json", "{case}: {body}");
+                            let v: serde_json::Value = serde_json::from_str(&body)
+                                .unwrap_or_else(|e| panic!("{case}: {e}: {body:?}"));
+                            assert!(v["error"].is_string(), "{case}: {v}");
+                        }
+                    }
+                }
+            }
+        })
+        .await
+        .unwrap();
+        // Nothing was loaded.
+        let (status, body) = http_blocking(api, "GET", "/v1/routes", &[], b"").unwrap();
+        assert_eq!(status, 200);
+        assert!(body.contains(r#""generation":0"#), "{body}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_table_api_refuses_the_vlan() {
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        let port = oooi_tests::free_port(lo);
+        // 127.0.0.64/26 stands for the VLAN; the controller pushes from 127.0.0.1.
+        let envoy = tokio::task::spawn_blocking(move || {
+            EnvoyOptions {
+                vlan: Some(oooi_envoy::VlanLeg {
+                    address: "127.0.0.70".parse().unwrap(),
+                    prefix_len: 26,
+                }),
+                ..EnvoyOptions::new(lo, &[port])
+            }
+            .start()
+        })
+        .await
+        .unwrap()
+        .expect("envoy starts");
+        let api = envoy.api;
+        let from_vlan = send_raw(
+            api,
+            ip("127.0.0.80"),
+            b"GET /v1/routes HTTP/1.1\r\nhost: x\r\n\r\n",
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("closed");
+        assert!(
+            from_vlan.0.is_empty(),
+            "no answer to the VLAN: {:?}",
+            String::from_utf8_lossy(&from_vlan.0)
+        );
+        let (status, _) = http_blocking(api, "GET", "/v1/routes", &[], b"").unwrap();
+        assert_eq!(status, 200, "the pod network is served");
+        assert_eq!(envoy.stat("table_api_vlan_guard.rbac.denied"), Some(1));
     }
 }

@@ -153,6 +153,17 @@ fn two_clusters_on_a_simulated_vlan_then_down_after_a_crash() {
     assert_eq!(alias.len(), 2, "{text}");
     assert!(alias[0].contains("clusters-a/kube-apiserver") && alias[0].trim_end().ends_with("ok"));
     assert!(alias[1].contains("clusters-b/kube-apiserver") && alias[1].trim_end().ends_with("ok"));
+    let alias443: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("kubernetes.default.svc:443 (alias, by SNI and source)"))
+        .collect();
+    assert_eq!(alias443.len(), 2, "{text}");
+    assert!(
+        alias443[0].contains("clusters-a/kube-apiserver") && alias443[0].trim_end().ends_with("ok")
+    );
+    assert!(
+        alias443[1].contains("clusters-b/kube-apiserver") && alias443[1].trim_end().ends_with("ok")
+    );
     let nosni: Vec<&String> = lines
         .iter()
         .filter(|l| l.contains("without SNI (by source)"))
@@ -165,6 +176,10 @@ fn two_clusters_on_a_simulated_vlan_then_down_after_a_crash() {
     // A machine of no cluster: the alias and the no-SNI path are refused.
     step("lease (dynamic)", "in 192.0.2.100-192.0.2.149");
     step("alias kubernetes.default.svc from a non-worker", "refused");
+    step(
+        "alias kubernetes.default.svc:443 from a non-worker",
+        "refused",
+    );
     step("no SNI to :6443 from a non-worker", "refused");
     // Cross-cluster: b is Strict, so a's worker and a stranger are refused
     // on b's names; a is Standard, so its names stay open.

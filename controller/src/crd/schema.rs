@@ -78,7 +78,7 @@ impl JsonSchema for RoutesDocument {
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
         json_schema!({
             "type": "array",
-            "description": "Routes of the oooi routing table (see docs/data-path.md): each has `port`, exactly one of `sni` or `source`, `upstream` and an optional `owner`.",
+            "description": "Routes of the oooi routing table (see docs/data-path.md): each has `port`, exactly one of `sni`, `source` or `alias_source`, `upstream` and an optional `owner`.",
             "items": {
                 "type": "object",
                 "x-kubernetes-preserve-unknown-fields": true,

@@ -7,9 +7,13 @@
 //!   Envoy's dynamic forward proxy (an `address` upstream);
 //! - `*.apps.<domain>` on 443 (by SNI) and on 80 (by HTTP Host) to the same
 //!   port on the apps VIP, once one is observed;
-//! - per worker address (a /32 not claimed by another attachment): a source
-//!   route on 6443 to the kube-apiserver, which carries both the
-//!   `kubernetes[.default…]` aliases and connections without SNI.
+//! - per worker address (a /32 not claimed by another attachment), the two
+//!   paths of the `kubernetes[.default…]` aliases to the cluster's
+//!   kube-apiserver: a `source` route on 6443 (connections without SNI, and
+//!   the aliases by SNI) and an `alias_source` route on 443 (the aliases by
+//!   SNI only). With no worker address known, neither exists: a worker's
+//!   alias and no-SNI connections are refused until its first Machine
+//!   address is observed.
 //!
 //! With `isolation: Strict`, the SNI routes above (every exposed service but
 //! ignition, and `*.apps`) carry allowed sources ([`strict_sources`]): the
@@ -57,6 +61,9 @@ use crate::crd::{
 
 /// Listener port of the source-scoped routes (aliases and no SNI).
 pub const ALIAS_PORT: u16 = 6443;
+/// Listener port of the aliases by SNI and source (the in-cluster
+/// `https://kubernetes.default.svc`).
+pub const ALIAS_SNI_PORT: u16 = 443;
 /// Listener ports every proxy has, routes or not.
 pub const BASE_TLS_PORTS: [u16; 2] = [443, 6443];
 /// Where Envoy's bootstrap, LDS and CDS files are mounted.
@@ -188,6 +195,12 @@ pub fn routes(network: &Network, attachments: &[AttachmentOutcome]) -> Vec<Route
                     upstream: api.clone(),
                     owner: owner.clone(),
                 });
+                out.push(Route {
+                    port: ALIAS_SNI_PORT,
+                    matches: RouteMatch::AliasSource(cidr),
+                    upstream: api.clone(),
+                    owner: owner.clone(),
+                });
             }
         }
     }
@@ -214,7 +227,8 @@ pub fn table(spec: &ProxyServerSpec, generation: u64) -> RouteTable {
 
 /// The table to push to `proxy`'s replicas: its spec's routes under the
 /// generation last pushed (from its status) when they are the same routes,
-/// else under the next generation (1 on a fresh proxy).
+/// else under the next generation (1 on a fresh proxy, and after
+/// [`oooi_routes::MAX_GENERATION`]: generations wrap).
 pub fn next_table(proxy: &ProxyServer) -> RouteTable {
     let st = proxy.status.clone().unwrap_or_default();
     let last = st.routes_generation.unwrap_or(0).max(0) as u64;
@@ -224,7 +238,7 @@ pub fn next_table(proxy: &ProxyServer) -> RouteTable {
             return same;
         }
     }
-    table(&proxy.spec, last + 1)
+    table(&proxy.spec, oooi_routes::next_generation(last))
 }
 
 /// The tables a new filter module is checked against before any Envoy may
@@ -307,6 +321,17 @@ pub fn envoy_config(spec: &ProxyServerSpec, push_token: &str) -> oooi_envoy::Pro
         listen_address: any,
         tls_ports: ports,
         api: SocketAddr::new(any, spec.push_port),
+        // The table API listens on all addresses (the controller reaches
+        // the pod IP) but refuses everything from or to the VLAN leg.
+        vlan: spec
+            .vlan
+            .address
+            .parse::<Ipv4Net>()
+            .ok()
+            .map(|n| oooi_envoy::VlanLeg {
+                address: IpAddr::V4(n.addr()),
+                prefix_len: n.prefix_len(),
+            }),
         push_token: push_token.to_string(),
         // Through `..data` of the config mount, which projects the derived
         // filter ConfigMap beside the ECDS files: the module and the files

@@ -7,14 +7,15 @@
 //! Layout (little endian): magic `OOOIRT\x01\0`, generation `u64`, digest
 //! (`u8` length + bytes), route count `u32`, then per route: port `u16`, match
 //! tag `u8` (0 SNI + str, 1 IPv4 + prefix, 2 IPv6 + prefix, 3 SNI + str +
-//! allowed sources), upstream tag `u8` (0 cluster + str, 1 host str + port
+//! allowed sources, 4 alias IPv4 + prefix, 5 alias IPv6 + prefix), upstream tag `u8` (0 cluster + str, 1 host str + port
 //! `u16`), owner flag `u8` (+ str). A str is a `u16` length and UTF-8 bytes;
 //! allowed sources are a `u16` count, then per entry a family `u8` (4 or 6),
 //! the address octets and the prefix `u8`.
 //!
-//! Tag 3 came with `sources`; a table without restricted routes encodes
-//! exactly as before, so only tables that use `sources` need a filter that
-//! knows the tag (an older one refuses them as unreadable and keeps its table).
+//! Tag 3 came with `sources`, tags 4 and 5 with `alias_source`; a table
+//! without them encodes exactly as before, so only tables that use them need
+//! a filter that knows the tags (an older one refuses them as unreadable and
+//! keeps its table).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -38,18 +39,8 @@ pub fn encode(table: &RouteTable, digest: &str) -> Vec<u8> {
                 out.push(0);
                 put_str(&mut out, name);
             }
-            RouteMatch::Source(c) => match c.addr() {
-                IpAddr::V4(a) => {
-                    out.push(1);
-                    out.extend_from_slice(&a.octets());
-                    out.push(c.prefix());
-                }
-                IpAddr::V6(a) => {
-                    out.push(2);
-                    out.extend_from_slice(&a.octets());
-                    out.push(c.prefix());
-                }
-            },
+            RouteMatch::Source(c) => put_cidr(&mut out, c, 1, 2),
+            RouteMatch::AliasSource(c) => put_cidr(&mut out, c, 4, 5),
             RouteMatch::SniFrom { sni, sources } => {
                 out.push(3);
                 put_str(&mut out, sni);
@@ -123,16 +114,10 @@ pub fn decode(bytes: &[u8]) -> Result<(RouteTable, String), String> {
         let port = r.u16()?;
         let matches = match r.u8()? {
             0 => RouteMatch::Sni(r.str()?),
-            1 => {
-                let o: [u8; 4] = r.take(4)?.try_into().map_err(|_| "short v4")?;
-                let p = r.u8()?;
-                RouteMatch::Source(Cidr::new(IpAddr::V4(Ipv4Addr::from(o)), p)?)
-            }
-            2 => {
-                let o: [u8; 16] = r.take(16)?.try_into().map_err(|_| "short v6")?;
-                let p = r.u8()?;
-                RouteMatch::Source(Cidr::new(IpAddr::V6(Ipv6Addr::from(o)), p)?)
-            }
+            1 => RouteMatch::Source(r.cidr_v4()?),
+            2 => RouteMatch::Source(r.cidr_v6()?),
+            4 => RouteMatch::AliasSource(r.cidr_v4()?),
+            5 => RouteMatch::AliasSource(r.cidr_v6()?),
             3 => {
                 let sni = r.str()?;
                 let n = r.u16()? as usize;
@@ -186,6 +171,20 @@ pub fn decode(bytes: &[u8]) -> Result<(RouteTable, String), String> {
     Ok((RouteTable { generation, routes }, digest))
 }
 
+fn put_cidr(out: &mut Vec<u8>, c: &Cidr, v4_tag: u8, v6_tag: u8) {
+    match c.addr() {
+        IpAddr::V4(a) => {
+            out.push(v4_tag);
+            out.extend_from_slice(&a.octets());
+        }
+        IpAddr::V6(a) => {
+            out.push(v6_tag);
+            out.extend_from_slice(&a.octets());
+        }
+    }
+    out.push(c.prefix());
+}
+
 fn put_str(out: &mut Vec<u8>, s: &str) {
     // Validated names are at most 255 bytes; clamp defensively on a char boundary.
     let mut end = s.len().min(u16::MAX as usize);
@@ -225,6 +224,16 @@ impl<'a> Reader<'a> {
         Ok(u64::from_le_bytes(
             self.take(8)?.try_into().map_err(|_| "short")?,
         ))
+    }
+    fn cidr_v4(&mut self) -> Result<Cidr, String> {
+        let o: [u8; 4] = self.take(4)?.try_into().map_err(|_| "short v4")?;
+        let p = self.u8()?;
+        Cidr::new(IpAddr::V4(Ipv4Addr::from(o)), p)
+    }
+    fn cidr_v6(&mut self) -> Result<Cidr, String> {
+        let o: [u8; 16] = self.take(16)?.try_into().map_err(|_| "short v6")?;
+        let p = self.u8()?;
+        Cidr::new(IpAddr::V6(Ipv6Addr::from(o)), p)
     }
     fn str(&mut self) -> Result<String, String> {
         let n = self.u16()? as usize;

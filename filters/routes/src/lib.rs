@@ -24,6 +24,7 @@ mod table;
 
 pub use matcher::{Decision, MatchKind, Refusal, Router};
 pub use table::{
-    Cidr, KUBERNETES_ALIASES, MAX_DOCUMENT_BYTES, MAX_ROUTE_SOURCES, MAX_ROUTES, Route, RouteMatch,
-    RouteTable, TableError, Upstream, is_kubernetes_alias, normalize_sni,
+    Cidr, KUBERNETES_ALIASES, MAX_DOCUMENT_BYTES, MAX_GENERATION, MAX_ROUTE_SOURCES, MAX_ROUTES,
+    Route, RouteMatch, RouteTable, TableError, Upstream, generation_is_newer, is_kubernetes_alias,
+    is_valid_hostname, newest_generation, next_generation, normalize_sni,
 };

@@ -6,13 +6,15 @@ use std::net::IpAddr;
 
 use crate::table::{
     Cidr, Route, RouteMatch, RouteTable, Upstream, addr_bits, canonical_sources,
-    is_kubernetes_alias, mask, normalize_sni,
+    is_kubernetes_alias, is_valid_hostname, mask, normalize_sni,
 };
 
 /// How a forwarded connection matched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MatchKind {
+    /// The SNI equals a route's name.
     ExactSni,
+    /// The SNI lies below a route's `*.` name.
     WildcardSni,
     /// By source address, for a connection without SNI.
     SourceNoSni,
@@ -50,6 +52,10 @@ pub enum Refusal {
     /// The SNI matches a route restricted to other source addresses
     /// (`sources`); the connection is not tried against any other route.
     SourceNotAllowed,
+    /// The SNI is not a host name any route could hold (an empty label, a
+    /// label over 63 bytes, a name over 253 bytes, a character outside
+    /// `[a-z0-9_-]` after lower-casing): it is never tried against a wildcard.
+    InvalidSni,
 }
 
 impl Refusal {
@@ -63,11 +69,12 @@ impl Refusal {
             Refusal::AliasFromUnknownSource => "alias_from_unknown_source",
             Refusal::NoSourceAddress => "no_source_address",
             Refusal::SourceNotAllowed => "source_not_allowed",
+            Refusal::InvalidSni => "invalid_sni",
         }
     }
 
     /// Every refusal, for metric registration.
-    pub const ALL: [Refusal; 7] = [
+    pub const ALL: [Refusal; 8] = [
         Refusal::NoTable,
         Refusal::UnknownPort,
         Refusal::UnknownSni,
@@ -75,6 +82,7 @@ impl Refusal {
         Refusal::AliasFromUnknownSource,
         Refusal::NoSourceAddress,
         Refusal::SourceNotAllowed,
+        Refusal::InvalidSni,
     ];
 }
 
@@ -87,13 +95,17 @@ impl fmt::Display for Refusal {
 /// The outcome for one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision<'a> {
+    /// Send the connection to an upstream.
     Forward {
         /// Index into [`Router::upstreams`], stable for one table; the filter
         /// keys its precomputed per-upstream data by it.
         upstream: usize,
+        /// The route that matched.
         route: &'a Route,
+        /// How it matched.
         kind: MatchKind,
     },
+    /// Close the connection.
     Refuse(Refusal),
 }
 
@@ -102,10 +114,51 @@ struct PortIndex {
     exact: HashMap<String, u32>,
     /// Keyed by the suffix below `*.`: `apps.c1.example.com`.
     wildcard: HashMap<String, u32>,
-    /// Source routes per prefix length, longest first. At most 33 (IPv4) or
-    /// 129 (IPv6) probes per connection, whatever the number of routes.
+    /// `source` routes (no SNI and aliases): see [`SourceIndex`].
+    no_sni: SourceIndex,
+    /// `source` and `alias_source` routes: what a Kubernetes-service alias
+    /// SNI is matched against.
+    alias: SourceIndex,
+}
+
+/// Source routes per prefix length, longest first. At most 33 (IPv4) or
+/// 129 (IPv6) probes per connection, whatever the number of routes.
+#[derive(Debug, Default)]
+struct SourceIndex {
     v4: Vec<(u8, HashMap<u128, u32>)>,
     v6: Vec<(u8, HashMap<u128, u32>)>,
+}
+
+impl SourceIndex {
+    fn insert(&mut self, cidr: &Cidr, route: u32) {
+        let by_len = if cidr.addr().is_ipv4() {
+            &mut self.v4
+        } else {
+            &mut self.v6
+        };
+        let slot = match by_len.iter().position(|(p, _)| *p == cidr.prefix()) {
+            Some(pos) => pos,
+            None => {
+                by_len.push((cidr.prefix(), HashMap::new()));
+                by_len.len() - 1
+            }
+        };
+        by_len[slot].1.entry(cidr.network_bits()).or_insert(route);
+    }
+
+    fn sort(&mut self) {
+        self.v4.sort_by_key(|e| std::cmp::Reverse(e.0));
+        self.v6.sort_by_key(|e| std::cmp::Reverse(e.0));
+    }
+
+    /// The route of the longest prefix holding `ip`.
+    fn lookup(&self, ip: IpAddr) -> Option<u32> {
+        let by_len = if ip.is_ipv4() { &self.v4 } else { &self.v6 };
+        let bits = addr_bits(ip);
+        by_len
+            .iter()
+            .find_map(|(prefix, map)| map.get(&mask(bits, ip.is_ipv4(), *prefix)).copied())
+    }
 }
 
 /// The allowed sources of a restricted SNI route, compiled: single
@@ -212,25 +265,15 @@ impl Router {
                     }
                 }
                 RouteMatch::Source(cidr) => {
-                    let by_len = if cidr.addr().is_ipv4() {
-                        &mut idx.v4
-                    } else {
-                        &mut idx.v6
-                    };
-                    let slot = match by_len.iter().position(|(p, _)| *p == cidr.prefix()) {
-                        Some(pos) => pos,
-                        None => {
-                            by_len.push((cidr.prefix(), HashMap::new()));
-                            by_len.len() - 1
-                        }
-                    };
-                    by_len[slot].1.entry(cidr.network_bits()).or_insert(i);
+                    idx.no_sni.insert(cidr, i);
+                    idx.alias.insert(cidr, i);
                 }
+                RouteMatch::AliasSource(cidr) => idx.alias.insert(cidr, i),
             }
         }
         for idx in ports.values_mut() {
-            idx.v4.sort_by_key(|e| std::cmp::Reverse(e.0));
-            idx.v6.sort_by_key(|e| std::cmp::Reverse(e.0));
+            idx.no_sni.sort();
+            idx.alias.sort();
         }
         Router {
             table,
@@ -282,7 +325,14 @@ impl Router {
         let Some(idx) = self.ports.get(&port) else {
             return Decision::Refuse(Refusal::UnknownPort);
         };
-        let sni = sni.map(normalize_sni).filter(|s| !s.is_empty());
+        // An empty SNI is none at all; anything else must be a host name
+        // some route could hold, or a wildcard might catch it.
+        let sni = sni.filter(|s| !s.is_empty()).map(normalize_sni);
+        if let Some(name) = &sni
+            && !is_valid_hostname(name)
+        {
+            return Decision::Refuse(Refusal::InvalidSni);
+        }
         match sni {
             Some(name) if !is_kubernetes_alias(&name) => {
                 if let Some(&i) = idx.exact.get(name.as_ref()) {
@@ -299,22 +349,22 @@ impl Router {
                 Decision::Refuse(Refusal::UnknownSni)
             }
             alias => {
-                let (kind, unknown) = if alias.is_some() {
-                    (MatchKind::SourceAlias, Refusal::AliasFromUnknownSource)
+                let (kind, unknown, index) = if alias.is_some() {
+                    (
+                        MatchKind::SourceAlias,
+                        Refusal::AliasFromUnknownSource,
+                        &idx.alias,
+                    )
                 } else {
-                    (MatchKind::SourceNoSni, Refusal::UnknownSource)
+                    (MatchKind::SourceNoSni, Refusal::UnknownSource, &idx.no_sni)
                 };
                 let Some(ip) = source().map(unmap) else {
                     return Decision::Refuse(Refusal::NoSourceAddress);
                 };
-                let by_len = if ip.is_ipv4() { &idx.v4 } else { &idx.v6 };
-                let bits = addr_bits(ip);
-                for (prefix, map) in by_len {
-                    if let Some(&i) = map.get(&mask(bits, ip.is_ipv4(), *prefix)) {
-                        return self.forward(i, kind);
-                    }
+                match index.lookup(ip) {
+                    Some(i) => self.forward(i, kind),
+                    None => Decision::Refuse(unknown),
                 }
-                Decision::Refuse(unknown)
             }
         }
     }

@@ -19,6 +19,60 @@ pub const MAX_ROUTES: usize = 50_000;
 /// few networks; thousands of workers still fit).
 pub const MAX_ROUTE_SOURCES: usize = 4096;
 
+/// Highest generation a document may carry: 2^53 - 1, the largest integer
+/// every JSON reader holds exactly. Generations are compared in sequence
+/// space ([`generation_is_newer`]), so reaching it never locks out later
+/// pushes: after it comes 1.
+pub const MAX_GENERATION: u64 = (1 << 53) - 1;
+
+/// Half the sequence space: a generation is newer than another when it lies
+/// less than this far ahead of it, wrapping after [`MAX_GENERATION`].
+const GENERATION_HALF: u64 = 1 << 52;
+
+/// Whether `candidate` is newer than `loaded` (0: no table, so every valid
+/// generation is newer). Generations run 1..=[`MAX_GENERATION`] and wrap, as
+/// serial numbers do in RFC 1982: `candidate` is newer when it is 1 to
+/// 2^52 - 1 steps ahead of `loaded`, counting from `MAX_GENERATION` to 1.
+/// So from any loaded generation, even the highest, the next 2^52 - 1
+/// generations are accepted.
+pub fn generation_is_newer(candidate: u64, loaded: u64) -> bool {
+    if !(1..=MAX_GENERATION).contains(&candidate) {
+        return false;
+    }
+    if loaded == 0 || loaded > MAX_GENERATION {
+        return true;
+    }
+    // Steps from `loaded` to `candidate` in the ring 1..=MAX_GENERATION.
+    let ahead = if candidate >= loaded {
+        candidate - loaded
+    } else {
+        MAX_GENERATION - loaded + candidate
+    };
+    (1..GENERATION_HALF).contains(&ahead)
+}
+
+/// The generation after `g`: `g + 1`, or 1 after [`MAX_GENERATION`] (and
+/// for 0 or an out-of-range value).
+pub fn next_generation(g: u64) -> u64 {
+    if (1..MAX_GENERATION).contains(&g) {
+        g + 1
+    } else {
+        1
+    }
+}
+
+/// The newest of `generations` by [`generation_is_newer`] (0 for none):
+/// what a table must be newer than to replace every one of them.
+pub fn newest_generation(generations: impl IntoIterator<Item = u64>) -> u64 {
+    generations.into_iter().fold(0, |newest, g| {
+        if generation_is_newer(g, newest) {
+            g
+        } else {
+            newest
+        }
+    })
+}
+
 /// Names a worker uses for the in-cluster Kubernetes service. They are the same
 /// in every hosted cluster, so they can only be routed by source address.
 pub const KUBERNETES_ALIASES: [&str; 4] = [
@@ -48,8 +102,8 @@ pub fn normalize_sni(name: &str) -> std::borrow::Cow<'_, str> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteTable {
-    /// Monotonic version. A push whose generation is not greater than the
-    /// loaded one is refused.
+    /// Version, 1..=[`MAX_GENERATION`]. A push whose generation is not newer
+    /// than the loaded one ([`generation_is_newer`]) is refused.
     pub generation: u64,
     /// The routes, in any order; matching does not depend on order.
     pub routes: Vec<Route>,
@@ -57,8 +111,9 @@ pub struct RouteTable {
 
 /// One routing entry: a listener port, what to match, where to send it.
 ///
-/// On the wire the match is one of two keys: `{"port":443,"sni":"…","upstream":…}`
-/// or `{"port":6443,"source":"192.0.2.10/32","upstream":…}`. An `sni` route
+/// On the wire the match is one of three keys: `{"port":443,"sni":"…","upstream":…}`,
+/// `{"port":6443,"source":"192.0.2.10/32","upstream":…}` or
+/// `{"port":443,"alias_source":"192.0.2.10/32","upstream":…}`. An `sni` route
 /// may also carry `"sources":["192.0.2.10/32","198.51.100.0/24"]`, the only
 /// source addresses allowed to use it ([`RouteMatch::SniFrom`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,6 +140,8 @@ struct WireRoute {
     source: Option<Cidr>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     sources: Option<Vec<Cidr>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    alias_source: Option<Cidr>,
     upstream: Upstream,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     owner: Option<String>,
@@ -93,17 +150,22 @@ struct WireRoute {
 impl TryFrom<WireRoute> for Route {
     type Error = String;
     fn try_from(w: WireRoute) -> Result<Self, String> {
-        let matches = match (w.sni, w.source, w.sources) {
-            (Some(sni), None, None) => RouteMatch::Sni(sni),
-            (Some(sni), None, Some(sources)) => RouteMatch::SniFrom { sni, sources },
-            (None, Some(source), None) => RouteMatch::Source(source),
-            (None, Some(_), Some(_)) => {
+        let matches = match (w.sni, w.source, w.sources, w.alias_source) {
+            (Some(sni), None, None, None) => RouteMatch::Sni(sni),
+            (Some(sni), None, Some(sources), None) => RouteMatch::SniFrom { sni, sources },
+            (None, Some(source), None, None) => RouteMatch::Source(source),
+            (None, None, None, Some(source)) => RouteMatch::AliasSource(source),
+            (None, _, Some(_), _) => {
                 return Err(
-                    "`sources` restricts `sni` routes only; a `source` route already matches by address"
+                    "`sources` restricts `sni` routes only; a `source` or `alias_source` route already matches by address"
                         .into(),
                 );
             }
-            _ => return Err("a route needs exactly one of `sni` or `source`".into()),
+            _ => {
+                return Err(
+                    "a route needs exactly one of `sni`, `source` or `alias_source`".into(),
+                );
+            }
         };
         Ok(Route {
             port: w.port,
@@ -116,16 +178,18 @@ impl TryFrom<WireRoute> for Route {
 
 impl From<Route> for WireRoute {
     fn from(r: Route) -> Self {
-        let (sni, source, sources) = match r.matches {
-            RouteMatch::Sni(s) => (Some(s), None, None),
-            RouteMatch::SniFrom { sni, sources } => (Some(sni), None, Some(sources)),
-            RouteMatch::Source(c) => (None, Some(c), None),
+        let (sni, source, sources, alias_source) = match r.matches {
+            RouteMatch::Sni(s) => (Some(s), None, None, None),
+            RouteMatch::SniFrom { sni, sources } => (Some(sni), None, Some(sources), None),
+            RouteMatch::Source(c) => (None, Some(c), None, None),
+            RouteMatch::AliasSource(c) => (None, None, None, Some(c)),
         };
         WireRoute {
             port: r.port,
             sni,
             source,
             sources,
+            alias_source,
             upstream: r.upstream,
             owner: r.owner,
         }
@@ -141,6 +205,11 @@ pub enum RouteMatch {
     /// Downstream source address (CIDR, or a bare address meaning /32 or /128).
     /// Applies to connections with no SNI or with a Kubernetes-service alias.
     Source(Cidr),
+    /// Downstream source address, for connections whose SNI is one of the
+    /// Kubernetes-service aliases ([`KUBERNETES_ALIASES`]) only: a connection
+    /// without SNI does not match. It shares its key with [`RouteMatch::Source`]:
+    /// one port cannot hold both for the same network.
+    AliasSource(Cidr),
     /// An SNI route (exact or wildcard, matched like [`RouteMatch::Sni`])
     /// that only connections from `sources` may use. A connection with the
     /// name from any other address is refused (`source_not_allowed`): it is
@@ -158,7 +227,7 @@ impl RouteMatch {
     pub fn sni(&self) -> Option<&str> {
         match self {
             RouteMatch::Sni(n) | RouteMatch::SniFrom { sni: n, .. } => Some(n),
-            RouteMatch::Source(_) => None,
+            RouteMatch::Source(_) | RouteMatch::AliasSource(_) => None,
         }
     }
 
@@ -176,7 +245,7 @@ impl RouteMatch {
     fn key(&self) -> MatchKey<'_> {
         match self {
             RouteMatch::Sni(n) | RouteMatch::SniFrom { sni: n, .. } => MatchKey::Sni(n),
-            RouteMatch::Source(c) => MatchKey::Source(*c),
+            RouteMatch::Source(c) | RouteMatch::AliasSource(c) => MatchKey::Source(*c),
         }
     }
 }
@@ -213,7 +282,12 @@ pub enum Upstream {
     Cluster(String),
     /// A host (DNS name or IP literal) and port, resolved by Envoy's dynamic
     /// forward proxy.
-    Address { host: String, port: u16 },
+    Address {
+        /// DNS name or IP literal.
+        host: String,
+        /// Upstream port, 1-65535.
+        port: u16,
+    },
 }
 
 impl fmt::Display for Upstream {
@@ -332,8 +406,11 @@ impl<'de> Deserialize<'de> for Cidr {
 /// problem belongs to one route.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableError {
+    /// Index of the route in `routes`, when the problem is one route's.
     pub entry: Option<usize>,
+    /// The field at fault (`generation`, `sni`, `upstream.cluster`, …).
     pub field: &'static str,
+    /// What is wrong, naming the bad value.
     pub message: String,
 }
 
@@ -391,10 +468,13 @@ impl RouteTable {
     /// Checks every rule of the document: generation, sizes, names, addresses,
     /// upstreams, and that no two routes share a key.
     pub fn validate(&self) -> Result<(), TableError> {
-        if self.generation == 0 {
+        if !(1..=MAX_GENERATION).contains(&self.generation) {
             return Err(TableError::doc(
                 "generation",
-                "must be 1 or more (0 means no table)",
+                format!(
+                    "{} is out of range: expected 1-{MAX_GENERATION} (0 means no table; after {MAX_GENERATION} comes 1)",
+                    self.generation
+                ),
             ));
         }
         if self.routes.len() > MAX_ROUTES {
@@ -420,7 +500,7 @@ impl RouteTable {
                     validate_sni(sni).map_err(|m| TableError::route(i, "sni", m))?;
                     validate_sources(sources).map_err(|m| TableError::route(i, "sources", m))?;
                 }
-                RouteMatch::Source(_) => {}
+                RouteMatch::Source(_) | RouteMatch::AliasSource(_) => {}
             }
             validate_upstream(&route.upstream)
                 .map_err(|(field, m)| TableError::route(i, field, m))?;
@@ -479,6 +559,7 @@ impl RouteTable {
                     ("sni_from", format!("{sni} {}", list.join(",")))
                 }
                 RouteMatch::Source(c) => ("source", c.to_string()),
+                RouteMatch::AliasSource(c) => ("alias_source", c.to_string()),
             };
             let up = match &r.upstream {
                 Upstream::Cluster(c) => format!("cluster\t{c}"),
@@ -498,7 +579,7 @@ impl RouteTable {
 fn sort_key(r: &Route) -> (u16, u8, String) {
     match &r.matches {
         RouteMatch::Sni(n) | RouteMatch::SniFrom { sni: n, .. } => (r.port, 0, n.clone()),
-        RouteMatch::Source(c) => (r.port, 1, c.to_string()),
+        RouteMatch::Source(c) | RouteMatch::AliasSource(c) => (r.port, 1, c.to_string()),
     }
 }
 
@@ -548,10 +629,12 @@ fn locate(bytes: &[u8], e: serde_json::Error) -> TableError {
         } else if let Some(bad) = r.get("sources") {
             return TableError::route(i, "sources", format!("{bad} is not a list"));
         }
-        if let Some(c) = r.get("source")
-            && let Err(ce) = Cidr::deserialize(c)
-        {
-            return TableError::route(i, "source", ce.to_string());
+        for field in ["source", "alias_source"] {
+            if let Some(c) = r.get(field)
+                && let Err(ce) = Cidr::deserialize(c)
+            {
+                return TableError::route(i, field, ce.to_string());
+            }
         }
         return TableError::route(i, "route", route_err.to_string());
     }
@@ -577,6 +660,25 @@ fn validate_sni(name: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// True when `name` could be held by a table entry: a lower-case host name
+/// of 1-253 bytes whose labels are 1-63 bytes of `[a-z0-9_-]`, not starting
+/// or ending with `-`. The same rules as [`validate_hostname`], without
+/// building an error: the filter calls it on every connection's SNI.
+pub fn is_valid_hostname(name: &str) -> bool {
+    if name.is_empty() || name.len() > 253 {
+        return false;
+    }
+    name.split('.').all(|label| {
+        let b = label.as_bytes();
+        !b.is_empty()
+            && b.len() <= 63
+            && b[0] != b'-'
+            && b[b.len() - 1] != b'-'
+            && b.iter()
+                .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-' || c == b'_')
+    })
 }
 
 /// Checks a DNS host name: 1-253 bytes, labels of 1-63 `[a-z0-9_-]`, no `*`.

@@ -1,3 +1,6 @@
+//! The routing table: validation, digest, compact encoding and decisions.
+#![allow(clippy::unwrap_used)]
+
 use std::net::IpAddr;
 
 use oooi_routes::{Decision, MatchKind, Refusal, RouteTable, Router, Upstream, compact};
@@ -309,6 +312,195 @@ mod properties {
         fn decide_never_panics(sni in "[a-zA-Z0-9.*-]{0,80}", a in any::<u32>(), port in any::<u16>()) {
             let r = two_clusters();
             let _ = r.decide(port, Some(&sni), Some(IpAddr::from(a.to_be_bytes())));
+        }
+    }
+}
+
+#[test]
+fn invalid_sni_is_refused_before_any_wildcard() {
+    let r = two_clusters();
+    let long_label = format!("{}.apps.c1.example.com", "a".repeat(64));
+    let long_name = format!("{}apps.c1.example.com", "abcdefghi.".repeat(24));
+    for sni in [
+        "a..apps.c1.example.com",
+        ".apps.c1.example.com",
+        "x y.apps.c1.example.com",
+        "*.apps.c1.example.com",
+        "-a.apps.c1.example.com",
+        "a-.apps.c1.example.com",
+        "é.apps.c1.example.com",
+        "a.apps.c1.example.com..",
+        ".",
+        long_label.as_str(),
+        long_name.as_str(),
+    ] {
+        assert_eq!(
+            r.decide(443, Some(sni), ip("192.0.2.10")),
+            Decision::Refuse(Refusal::InvalidSni),
+            "{sni:?}"
+        );
+    }
+    // Invalid aliases are invalid too, whatever the source.
+    assert_eq!(
+        r.decide(6443, Some("kubernetes..default"), ip("192.0.2.10")),
+        Decision::Refuse(Refusal::InvalidSni)
+    );
+    // The longest valid forms still match; an empty SNI is no SNI.
+    let label63 = format!("{}.apps.c1.example.com", "a".repeat(63));
+    assert_eq!(cluster(r.decide(443, Some(&label63), None)), "c1_apps");
+    assert_eq!(
+        cluster(r.decide(443, Some("under_score.apps.c1.example.com"), None)),
+        "c1_apps"
+    );
+    assert_eq!(
+        cluster(r.decide(6443, Some(""), ip("192.0.2.10"))),
+        "c1_api"
+    );
+}
+
+#[test]
+fn generations_stay_below_2_pow_53_and_wrap() {
+    use oooi_routes::{MAX_GENERATION, generation_is_newer, next_generation};
+    assert_eq!(MAX_GENERATION, 9_007_199_254_740_991);
+    for g in [0, MAX_GENERATION + 1, u64::MAX] {
+        let e = reject(&format!(r#"{{"generation": {g}, "routes": []}}"#));
+        assert!(e.starts_with("generation:"), "{e}");
+        assert!(e.contains(&g.to_string()), "{e}");
+    }
+    assert!(
+        RouteTable::from_json(
+            format!(r#"{{"generation": {MAX_GENERATION}, "routes": []}}"#).as_bytes()
+        )
+        .is_ok()
+    );
+    // Anything valid is newer than no table.
+    assert!(generation_is_newer(1, 0) && generation_is_newer(MAX_GENERATION, 0));
+    assert!(generation_is_newer(6, 5) && !generation_is_newer(5, 5) && !generation_is_newer(4, 5));
+    // The top is followed by 1, 2, …: it locks nothing out.
+    assert_eq!(next_generation(MAX_GENERATION), 1);
+    assert_eq!(next_generation(0), 1);
+    assert_eq!(next_generation(41), 42);
+    assert!(generation_is_newer(1, MAX_GENERATION));
+    assert!(generation_is_newer(1000, MAX_GENERATION - 5));
+    assert!(!generation_is_newer(MAX_GENERATION, 1));
+    // Half the ring ahead is the limit.
+    assert!(generation_is_newer((1 << 52) - 1 + 1, 1));
+    assert!(!generation_is_newer((1 << 52) + 1, 1));
+    assert!(!generation_is_newer(MAX_GENERATION + 1, 1));
+    // The newest of several, across the wrap.
+    assert_eq!(oooi_routes::newest_generation([3, 9, 4]), 9);
+    assert_eq!(
+        oooi_routes::newest_generation([MAX_GENERATION - 1, 2, 0]),
+        2
+    );
+    assert_eq!(oooi_routes::newest_generation([]), 0);
+}
+
+fn aliases_on_443() -> Router {
+    Router::new(table(
+        r#"{"generation": 1, "routes": [
+        {"port": 443, "alias_source": "192.0.2.10/32", "upstream": {"cluster": "c1_api"}},
+        {"port": 443, "alias_source": "192.0.2.0/24", "upstream": {"cluster": "c2_api"}},
+        {"port": 443, "sni": "*.apps.c1.example.com", "upstream": {"cluster": "c1_apps"}},
+        {"port": 6443, "source": "192.0.2.10/32", "upstream": {"cluster": "c1_api"}}
+    ]}"#,
+    ))
+}
+
+#[test]
+fn alias_source_routes_carry_aliases_only() {
+    let r = aliases_on_443();
+    for alias in oooi_routes::KUBERNETES_ALIASES {
+        assert_eq!(
+            cluster(r.decide(443, Some(alias), ip("192.0.2.10"))),
+            "c1_api"
+        );
+        assert_eq!(
+            cluster(r.decide(443, Some(alias), ip("192.0.2.11"))),
+            "c2_api"
+        );
+        assert_eq!(
+            r.decide(443, Some(alias), ip("198.51.100.1")),
+            Decision::Refuse(Refusal::AliasFromUnknownSource)
+        );
+    }
+    match r.decide(443, Some("kubernetes.default.svc"), ip("192.0.2.10")) {
+        Decision::Forward { kind, .. } => assert_eq!(kind, MatchKind::SourceAlias),
+        other => panic!("{other:?}"),
+    }
+    // No SNI on 443 is not an alias: refused even from a worker.
+    assert_eq!(
+        r.decide(443, None, ip("192.0.2.10")),
+        Decision::Refuse(Refusal::UnknownSource)
+    );
+    // Names still route by name beside them; 6443 keeps both paths.
+    assert_eq!(
+        cluster(r.decide(443, Some("x.apps.c1.example.com"), None)),
+        "c1_apps"
+    );
+    assert_eq!(cluster(r.decide(6443, None, ip("192.0.2.10"))), "c1_api");
+    assert_eq!(
+        cluster(r.decide(6443, Some("kubernetes"), ip("192.0.2.10"))),
+        "c1_api"
+    );
+}
+
+#[test]
+fn alias_source_is_on_the_wire_in_the_digest_and_in_the_compact_form() {
+    let t = aliases_on_443().table().clone();
+    let json = String::from_utf8(t.to_json()).unwrap();
+    assert!(json.contains(r#""alias_source":"192.0.2.10/32""#), "{json}");
+    assert_eq!(RouteTable::from_json(json.as_bytes()).unwrap(), t);
+    let (back, digest) = compact::decode(&compact::encode(&t, &t.digest())).unwrap();
+    assert_eq!(back, t);
+    assert_eq!(digest, t.digest());
+    // A source route of the same network on the same port is a different
+    // route with the same key: the digest differs, the table conflicts.
+    let mut as_source = t.clone();
+    as_source.routes[0].matches = oooi_routes::RouteMatch::Source("192.0.2.10/32".parse().unwrap());
+    assert_ne!(as_source.digest(), t.digest());
+    let e = reject(
+        r#"{"generation": 1, "routes": [
+        {"port": 443, "alias_source": "192.0.2.10/32", "upstream": {"cluster": "a"}},
+        {"port": 443, "source": "192.0.2.10", "upstream": {"cluster": "b"}}
+    ]}"#,
+    );
+    assert!(
+        e.starts_with("routes[1].source: conflicts with routes[0]"),
+        "{e}"
+    );
+    for (json, field) in [
+        (
+            r#"{"generation":1,"routes":[{"port":443,"alias_source":"192.0.2.10/33","upstream":{"cluster":"a"}}]}"#,
+            "routes[0].alias_source",
+        ),
+        (
+            r#"{"generation":1,"routes":[{"port":443,"alias_source":"192.0.2.10","source":"192.0.2.10","upstream":{"cluster":"a"}}]}"#,
+            "routes[0].route",
+        ),
+        (
+            r#"{"generation":1,"routes":[{"port":443,"alias_source":"192.0.2.10","sources":["192.0.2.10"],"upstream":{"cluster":"a"}}]}"#,
+            "routes[0].route",
+        ),
+    ] {
+        let e = reject(json);
+        assert!(e.starts_with(field), "{json}: {e}");
+    }
+}
+
+mod generation_properties {
+    use oooi_routes::{MAX_GENERATION, generation_is_newer, next_generation};
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn the_next_generation_is_always_newer_and_never_both_ways(
+            a in 1..=MAX_GENERATION,
+            b in 1..=MAX_GENERATION,
+        ) {
+            prop_assert!(generation_is_newer(next_generation(a), a));
+            prop_assert!(!(generation_is_newer(a, b) && generation_is_newer(b, a)));
+            prop_assert!(!generation_is_newer(a, a));
         }
     }
 }

@@ -1,5 +1,6 @@
 //! SNI routes restricted to allowed sources (`sources`): wire format,
 //! validation, digest, compact encoding and the decision.
+#![allow(clippy::unwrap_used)]
 
 use std::net::IpAddr;
 

@@ -1,25 +1,54 @@
 //! The table API: `PUT /v1/routes`, `GET /v1/routes`, `GET /ready`.
 
-use oooi_routes::{MAX_DOCUMENT_BYTES, RouteTable, compact};
+use std::collections::BTreeSet;
+use std::net::{IpAddr, SocketAddr};
+use std::rc::Rc;
+
+use oooi_routes::{MAX_DOCUMENT_BYTES, RouteTable, Upstream, compact, generation_is_newer};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType, LogLevel, MapType, Status};
 
 use crate::{GENERATION_KEY, TABLE_KEY, cache, log, metrics};
 
+/// The table API's settings (from the plugin configuration).
+pub struct ApiConfig {
+    token: String,
+    /// The static clusters a `cluster` upstream may name.
+    clusters: BTreeSet<String>,
+}
+
+impl ApiConfig {
+    pub fn new(token: &str, clusters: &[String]) -> ApiConfig {
+        ApiConfig {
+            token: token.to_string(),
+            clusters: clusters.iter().cloned().collect(),
+        }
+    }
+}
+
+/// Why a push was not authorised: HTTP status, the reason label of the log
+/// line, and the message of the JSON answer.
+#[derive(Clone, Copy)]
+struct Denied {
+    status: u32,
+    reason: &'static str,
+    message: &'static str,
+}
+
 pub struct ApiRequest {
-    token: Option<String>,
+    config: Option<Rc<ApiConfig>>,
     awaiting_push_body: bool,
     /// An authorisation failure, answered once the body has arrived: a reply
     /// sent while the client is still sending makes Envoy reset the
     /// connection, and the client would never read the status.
-    denied: Option<(u32, &'static str)>,
+    denied: Option<Denied>,
 }
 
 impl ApiRequest {
-    pub fn new(token: Option<String>) -> Self {
+    pub fn new(config: Option<Rc<ApiConfig>>) -> Self {
         ApiRequest {
-            token,
+            config,
             awaiting_push_body: false,
             denied: None,
         }
@@ -66,18 +95,73 @@ fn loaded() -> Option<(u64, String, usize)> {
     }
 }
 
+/// The bearer token of an `Authorization` value: the scheme is matched
+/// without regard to case (RFC 9110 §11.1), the token is trimmed.
+pub fn bearer_token(value: &str) -> Option<&str> {
+    let value = value.trim_start();
+    let (scheme, rest) = value.split_once([' ', '\t'])?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| rest.trim())
+        .filter(|t| !t.is_empty())
+}
+
+/// The client's address, for the log line of a refused push.
+fn client_address() -> Option<IpAddr> {
+    let bytes = hostcalls::get_property(vec!["source", "address"])
+        .ok()
+        .flatten()?;
+    let s = std::str::from_utf8(&bytes).ok()?;
+    s.parse::<SocketAddr>()
+        .map(|a| a.ip())
+        .or_else(|_| s.parse::<IpAddr>())
+        .ok()
+}
+
 impl ApiRequest {
-    fn authorize(&self) -> Result<(), (u32, &'static str)> {
-        let Some(expected) = &self.token else {
-            return Err((403, "this listener does not accept pushes"));
+    fn authorize(&self) -> Result<(), Denied> {
+        let Some(config) = &self.config else {
+            return Err(Denied {
+                status: 403,
+                reason: "not_a_push_listener",
+                message: "this listener does not accept pushes",
+            });
         };
-        match header("authorization") {
-            None => Err((401, "missing bearer token")),
-            Some(v) => match v.strip_prefix("Bearer ") {
-                Some(t) if same(t.trim().as_bytes(), expected.as_bytes()) => Ok(()),
-                _ => Err((403, "bad bearer token")),
-            },
+        let Some(value) = header("authorization") else {
+            return Err(Denied {
+                status: 401,
+                reason: "no_token",
+                message: "missing bearer token",
+            });
+        };
+        match bearer_token(&value) {
+            None => Err(Denied {
+                status: 401,
+                reason: "not_bearer",
+                message: "the authorization header is not `Bearer <token>`",
+            }),
+            Some(t) if same(t.as_bytes(), config.token.as_bytes()) => Ok(()),
+            Some(_) => Err(Denied {
+                status: 403,
+                reason: "bad_token",
+                message: "bad bearer token",
+            }),
         }
+    }
+
+    /// Counts and logs a refused authorisation (apart from bad tables),
+    /// then answers it.
+    fn deny(&self, d: Denied) -> Action {
+        metrics::inc(metrics::PUSH_UNAUTHORIZED);
+        let source = client_address().map_or_else(|| "-".to_string(), |a| a.to_string());
+        log(
+            LogLevel::Warn,
+            &format!(
+                "push unauthorized reason={} source={source} status={}",
+                d.reason, d.status
+            ),
+        );
+        error(d.status, d.message)
     }
 
     fn push(&self, body: &[u8]) -> Action {
@@ -85,6 +169,26 @@ impl ApiRequest {
             Ok(t) => t,
             Err(e) => return self.reject(400, &e.to_string()),
         };
+        let clusters = self.config.as_ref().map(|c| &c.clusters);
+        for (i, route) in table.routes.iter().enumerate() {
+            if let Upstream::Cluster(name) = &route.upstream
+                && !clusters.is_some_and(|c| c.contains(name))
+            {
+                let known = match clusters {
+                    Some(c) if !c.is_empty() => {
+                        let names: Vec<&str> = c.iter().map(String::as_str).collect();
+                        format!("it has {}", names.join(", "))
+                    }
+                    _ => "it has none; route by `address` instead".to_string(),
+                };
+                return self.reject(
+                    400,
+                    &format!(
+                        "routes[{i}].upstream.cluster: {name:?} is not a cluster of this proxy ({known})"
+                    ),
+                );
+            }
+        }
         let (current, cas) = match hostcalls::get_shared_data(TABLE_KEY) {
             Ok((bytes, cas)) => (
                 bytes
@@ -95,7 +199,7 @@ impl ApiRequest {
             ),
             Err(e) => return self.reject(500, &format!("cannot read shared data: {e:?}")),
         };
-        if table.generation <= current {
+        if !generation_is_newer(table.generation, current) {
             return self.reject(
                 409,
                 &format!(
@@ -179,9 +283,8 @@ impl HttpContext for ApiRequest {
             },
             ("PUT", "/v1/routes") => {
                 if let Err(denied) = self.authorize() {
-                    metrics::inc(metrics::PUSH_REJECTED);
                     if end_of_stream {
-                        return error(denied.0, denied.1);
+                        return self.deny(denied);
                     }
                     self.denied = Some(denied);
                     self.awaiting_push_body = true;
@@ -211,6 +314,9 @@ impl HttpContext for ApiRequest {
         }
         if body_size > MAX_DOCUMENT_BYTES {
             self.awaiting_push_body = false;
+            if let Some(denied) = self.denied {
+                return self.deny(denied);
+            }
             return self.reject(
                 413,
                 &format!("body is over the limit of {MAX_DOCUMENT_BYTES} bytes"),
@@ -220,8 +326,8 @@ impl HttpContext for ApiRequest {
             return Action::Pause;
         }
         self.awaiting_push_body = false;
-        if let Some((status, message)) = self.denied {
-            return error(status, message);
+        if let Some(denied) = self.denied {
+            return self.deny(denied);
         }
         match hostcalls::get_buffer(BufferType::HttpRequestBody, 0, body_size) {
             Ok(Some(body)) => self.push(&body),

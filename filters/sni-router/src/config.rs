@@ -30,10 +30,21 @@ pub enum Role {
         /// Time allowed for the head to arrive.
         head_timeout_ms: u64,
     },
+    /// The refusing half of a TLS listener: Envoy runs it on the filter
+    /// chain of connections whose transport protocol is not `tls` (plain
+    /// bytes, plain HTTP, SSLv2, or nothing sent within the listener's
+    /// timeout). Every connection is closed and counted as `not_tls`.
+    NotTls {
+        /// The listener port, for the log line.
+        port: u16,
+    },
     /// The table API.
     Api {
         /// The bearer token a push must carry.
         push_token: String,
+        /// The static clusters of this proxy: a pushed route may name only
+        /// these as a `cluster` upstream.
+        clusters: Vec<String>,
     },
 }
 
@@ -49,6 +60,8 @@ struct Raw {
     max_head_bytes: Option<usize>,
     #[serde(default)]
     head_timeout_ms: Option<u64>,
+    #[serde(default)]
+    clusters: Option<Vec<String>>,
 }
 
 impl PluginConfig {
@@ -61,6 +74,9 @@ impl PluginConfig {
         };
         if raw.role != "http" && (raw.max_head_bytes.is_some() || raw.head_timeout_ms.is_some()) {
             return Err("`max_head_bytes` and `head_timeout_ms` apply to role http only".into());
+        }
+        if raw.role != "api" && raw.clusters.is_some() {
+            return Err("`clusters` applies to role api only".into());
         }
         let role = match raw.role.as_str() {
             "network" => Role::Network {
@@ -85,14 +101,20 @@ impl PluginConfig {
                     head_timeout_ms,
                 }
             }
+            "not_tls" => Role::NotTls {
+                port: port("not_tls")?,
+            },
             "api" => match raw.push_token {
-                Some(t) if t.len() >= 16 => Role::Api { push_token: t },
+                Some(t) if t.len() >= 16 => Role::Api {
+                    push_token: t,
+                    clusters: raw.clusters.unwrap_or_default(),
+                },
                 Some(_) => return Err("`push_token` must be at least 16 characters".into()),
                 None => return Err("role api needs `push_token`".into()),
             },
             other => {
                 return Err(format!(
-                    "unknown role {other:?} (expected network, http or api)"
+                    "unknown role {other:?} (expected network, not_tls, http or api)"
                 ));
             }
         };
@@ -109,7 +131,8 @@ impl PluginConfig {
             } => format!(
                 "role=http port={port} max_head_bytes={max_head_bytes} head_timeout_ms={head_timeout_ms}"
             ),
-            Role::Api { .. } => "role=api".to_string(),
+            Role::NotTls { port } => format!("role=not_tls port={port}"),
+            Role::Api { clusters, .. } => format!("role=api clusters={}", clusters.len()),
         }
     }
 }
@@ -134,6 +157,23 @@ mod tests {
                 port: 80,
                 max_head_bytes: DEFAULT_MAX_HEAD_BYTES,
                 head_timeout_ms: DEFAULT_HEAD_TIMEOUT_MS
+            }
+        );
+        assert_eq!(
+            PluginConfig::parse(br#"{"role":"not_tls","port":6443}"#)
+                .unwrap()
+                .role,
+            Role::NotTls { port: 6443 }
+        );
+        assert_eq!(
+            PluginConfig::parse(
+                br#"{"role":"api","push_token":"0123456789abcdef","clusters":["c1_api"]}"#
+            )
+            .unwrap()
+            .role,
+            Role::Api {
+                push_token: "0123456789abcdef".into(),
+                clusters: vec!["c1_api".into()]
             }
         );
         assert_eq!(
@@ -168,6 +208,8 @@ mod tests {
             ),
             (r#"{"role":"api","push_token":"short"}"#, "push_token"),
             (r#"{"role":"tcp","port":1}"#, "role"),
+            (r#"{"role":"not_tls"}"#, "port"),
+            (r#"{"role":"network","port":443,"clusters":[]}"#, "clusters"),
             (r#"{"role":"http","port":80,"extra":1}"#, "extra"),
         ] {
             let e = PluginConfig::parse(raw.as_bytes()).unwrap_err();

@@ -26,6 +26,8 @@ pub enum Mode {
         max_head_bytes: usize,
         head_timeout_ms: u64,
     },
+    /// A TLS listener's chain for everything that is not TLS: refuse all.
+    NotTls,
 }
 
 pub struct Connection {
@@ -123,12 +125,27 @@ pub fn expire_heads() {
     for id in expired {
         if hostcalls::set_effective_context(id).is_ok() {
             metrics::inc(metrics::refuse_head(HeadRefusal::Timeout));
-            let source = source_address();
             log(
                 LogLevel::Info,
-                &format!("refuse reason=head_timeout host=\"\" source={source:?}"),
+                &format!(
+                    "refuse reason=head_timeout host=\"\" source={}",
+                    Plain(source_address())
+                ),
             );
             let _ = hostcalls::close_downstream();
+        }
+    }
+}
+
+/// An optional value as a log field: the value itself, or `-` when it is
+/// unknown (never `Some(…)`).
+struct Plain<T>(Option<T>);
+
+impl<T: std::fmt::Display> std::fmt::Display for Plain<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Some(v) => v.fmt(f),
+            None => f.write_str("-"),
         }
     }
 }
@@ -198,11 +215,25 @@ impl Connection {
         log(
             LogLevel::Info,
             &format!(
-                "refuse reason={} sni={:?} source={:?} port={:?}",
+                "refuse reason={} sni={:?} source={} port={}",
                 refusal.as_str(),
                 sni.unwrap_or(""),
-                source,
-                self.port
+                Plain(source),
+                Plain(self.port)
+            ),
+        );
+        close()
+    }
+
+    /// A connection on a TLS listener whose transport protocol is not TLS.
+    fn on_not_tls_connection(&mut self) -> Action {
+        metrics::inc(metrics::REFUSE_NOT_TLS);
+        log(
+            LogLevel::Info,
+            &format!(
+                "refuse reason=not_tls source={} port={}",
+                Plain(source_address()),
+                Plain(self.port)
             ),
         );
         close()
@@ -241,9 +272,9 @@ impl Connection {
                     log(
                         LogLevel::Debug,
                         &format!(
-                            "forward {what}={:?} source={:?} port={port} match={} upstream={} generation={}",
+                            "forward {what}={:?} source={} port={port} match={} upstream={} generation={}",
                             name.unwrap_or(""),
-                            source.flatten(),
+                            Plain(source.flatten()),
                             kind.as_str(),
                             route.upstream,
                             table.router.generation()
@@ -264,9 +295,9 @@ impl Connection {
         log(
             LogLevel::Info,
             &format!(
-                "refuse reason={reason} host={host:?} source={:?} port={:?}",
-                source_address(),
-                self.port
+                "refuse reason={reason} host={host:?} source={} port={}",
+                Plain(source_address()),
+                Plain(self.port)
             ),
         );
         close()
@@ -326,6 +357,7 @@ impl StreamContext for Connection {
         metrics::inc_build_connections();
         match self.mode {
             Mode::Tls => self.on_tls_connection(),
+            Mode::NotTls => self.on_not_tls_connection(),
             Mode::Http {
                 head_timeout_ms, ..
             } => {
@@ -341,6 +373,7 @@ impl StreamContext for Connection {
     fn on_downstream_data(&mut self, data_size: usize, end_of_stream: bool) -> Action {
         match (self.mode, self.state) {
             (Mode::Tls, _) | (_, State::Forwarded) => Action::Continue,
+            (Mode::NotTls, _) => Action::Pause,
             (Mode::Http { max_head_bytes, .. }, State::Reading) => {
                 self.on_http_head(max_head_bytes, data_size, end_of_stream)
             }

@@ -22,7 +22,7 @@ pub const BUILD_CONNECTIONS_PREFIX: &str = "oooi_sni_router_connections_build_";
 
 /// Every metric name but the routing refusals (see [`refuse`]); the last
 /// one is the generation gauge.
-const NAMES: [&str; 18] = [
+const NAMES: [&str; 20] = [
     "oooi_sni_router_forward_exact_sni",
     "oooi_sni_router_forward_wildcard_sni",
     "oooi_sni_router_forward_source_no_sni",
@@ -40,6 +40,8 @@ const NAMES: [&str; 18] = [
     "oooi_sni_router_push_accepted",
     "oooi_sni_router_push_rejected",
     "oooi_sni_router_table_reloads",
+    "oooi_sni_router_refuse_not_tls",
+    "oooi_sni_router_push_unauthorized",
     "oooi_sni_router_table_generation",
 ];
 const GAUGES_FROM: usize = NAMES.len() - 1;
@@ -48,7 +50,11 @@ pub const ROUTE_ERRORS: Metric = Metric(13);
 pub const PUSH_ACCEPTED: Metric = Metric(14);
 pub const PUSH_REJECTED: Metric = Metric(15);
 pub const TABLE_RELOADS: Metric = Metric(16);
-pub const TABLE_GENERATION: Metric = Metric(17);
+/// A connection on a TLS listener that is not TLS.
+pub const REFUSE_NOT_TLS: Metric = Metric(17);
+/// A push without a valid bearer token (counted apart from bad tables).
+pub const PUSH_UNAUTHORIZED: Metric = Metric(18);
+pub const TABLE_GENERATION: Metric = Metric(19);
 
 /// The forward counter of a match on a TLS listener.
 pub fn forward(kind: MatchKind) -> Metric {

@@ -1,6 +1,8 @@
 //! The root context: configuration per plugin (role), the refresh tick, and
 //! the per-connection and per-request contexts it creates.
 
+use std::rc::Rc;
+
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext, StreamContext};
 use proxy_wasm::types::{BufferType, ContextType, LogLevel};
@@ -22,6 +24,8 @@ proxy_wasm::main! {{
 #[derive(Default)]
 struct Root {
     config: Option<PluginConfig>,
+    /// The table API's settings, shared by its request contexts.
+    api: Option<Rc<api::ApiConfig>>,
 }
 
 impl Context for Root {}
@@ -58,6 +62,13 @@ impl RootContext for Root {
                         cfg.describe()
                     ),
                 );
+                self.api = match &cfg.role {
+                    Role::Api {
+                        push_token,
+                        clusters,
+                    } => Some(Rc::new(api::ApiConfig::new(push_token, clusters))),
+                    _ => None,
+                };
                 self.config = Some(cfg);
                 true
             }
@@ -88,6 +99,7 @@ impl RootContext for Root {
     fn create_stream_context(&self, context_id: u32) -> Option<Box<dyn StreamContext>> {
         let (port, mode) = match self.config.as_ref().map(|c| &c.role) {
             Some(Role::Network { port }) => (Some(*port), Mode::Tls),
+            Some(Role::NotTls { port }) => (Some(*port), Mode::NotTls),
             Some(Role::Http {
                 port,
                 max_head_bytes,
@@ -107,11 +119,7 @@ impl RootContext for Root {
     }
 
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
-        let token = match self.config.as_ref().map(|c| &c.role) {
-            Some(Role::Api { push_token }) => Some(push_token.clone()),
-            _ => None,
-        };
-        Some(Box::new(api::ApiRequest::new(token)))
+        Some(Box::new(api::ApiRequest::new(self.api.clone())))
     }
 }
 

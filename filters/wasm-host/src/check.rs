@@ -339,7 +339,8 @@ impl fmt::Display for Probe {
 
 /// The connections that exercise one route: its exact name, a name below
 /// its wildcard, or (for a source route) no SNI and every Kubernetes alias
-/// from the first address of its network.
+/// from the first address of its network (for an alias-source route, the
+/// aliases and no SNI, which it must not carry).
 fn route_probes(route: &Route) -> Vec<Probe> {
     let stranger: IpAddr = IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7));
     match &route.matches {
@@ -372,7 +373,7 @@ fn route_probes(route: &Route) -> Vec<Probe> {
                 })
                 .collect()
         }
-        RouteMatch::Source(cidr) => {
+        RouteMatch::Source(cidr) | RouteMatch::AliasSource(cidr) => {
             let source = cidr.addr();
             std::iter::once(None)
                 .chain(KUBERNETES_ALIASES.iter().map(|a| Some((*a).to_owned())))
@@ -546,7 +547,22 @@ impl Vm {
             .map_err(load_failure)?;
         // Warnings only: the probes make the filter log every refusal.
         host.set_log_level(3);
-        let api_config = format!(r#"{{"role":"api","push_token":"{CHECK_TOKEN}"}}"#);
+        // The proxy's clusters are those the live table names (the check
+        // is about the module, not about Envoy's cluster list).
+        let clusters: std::collections::BTreeSet<&str> = table
+            .routes
+            .iter()
+            .filter_map(|r| match &r.upstream {
+                oooi_routes::Upstream::Cluster(name) => Some(name.as_str()),
+                oooi_routes::Upstream::Address { .. } => None,
+            })
+            .collect();
+        let api_config = serde_json::json!({
+            "role": "api",
+            "push_token": CHECK_TOKEN,
+            "clusters": clusters,
+        })
+        .to_string();
         let api = host
             .start_plugin(&api_config)
             .map_err(|e| trapped(Check::Configure, "the table API plugin", e))?;

@@ -399,6 +399,21 @@ impl FilterHost {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> Result<Option<LocalResponse>, HostError> {
+        let loopback = SocketAddr::from(([127, 0, 0, 1], 40000));
+        self.http_request_from(root, loopback, method, path, headers, body)
+    }
+
+    /// Like [`FilterHost::http_request`], from the client address `source`
+    /// (served as `source.address` and `source.port`).
+    pub fn http_request_from(
+        &mut self,
+        root: u32,
+        source: SocketAddr,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<Option<LocalResponse>, HostError> {
         let id = self.begin_stream(root)?;
         let mut map = vec![
             (":method".to_owned(), method.to_owned()),
@@ -429,6 +444,14 @@ impl FilterHost {
         stream.properties.insert(
             property_key(&["request", "method"]),
             method.as_bytes().to_vec(),
+        );
+        stream.properties.insert(
+            property_key(&["source", "address"]),
+            source.to_string().into_bytes(),
+        );
+        stream.properties.insert(
+            property_key(&["source", "port"]),
+            i64::from(source.port()).to_le_bytes().to_vec(),
         );
         self.call("proxy_on_context_create", &[id, root])?;
         let eos = u32::from(body.is_empty());

@@ -4,10 +4,14 @@
 //! One [`FilterHost`] is one VM, like one Envoy worker thread: it carries the
 //! table API plugin and a network plugin per TLS port. Two hosts built on the
 //! same [`SharedData`] stand in for two workers sharing one table.
+#![allow(clippy::unwrap_used)]
 
 use std::net::SocketAddr;
 
-use oooi_routes::{Cidr, DYNAMIC_CLUSTER, Route, RouteMatch, RouteTable, Upstream, build_id};
+use oooi_routes::{
+    Cidr, DYNAMIC_CLUSTER, MAX_DOCUMENT_BYTES, MAX_GENERATION, Route, RouteMatch, RouteTable,
+    Upstream, build_id,
+};
 use oooi_wasm_host::{Action, ConnectionOutcome, FilterHost, LocalResponse, SharedData};
 
 const TOKEN: &str = "TOKEN-0123456789abcdef";
@@ -26,8 +30,9 @@ fn filter_wasm() -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read OOOI_FILTER_WASM={path}: {e}"))
 }
 
+/// The table API of a proxy whose static clusters are `c1_apps` and `c1_other`.
 fn api_config() -> String {
-    format!(r#"{{"role":"api","push_token":"{TOKEN}"}}"#)
+    format!(r#"{{"role":"api","push_token":"{TOKEN}","clusters":["c1_apps","c1_other"]}}"#)
 }
 
 fn network_config(port: u16) -> String {
@@ -568,4 +573,264 @@ fn the_port_is_left_to_the_listener_default_only_when_it_is_the_same() {
         other.filter_state["envoy.upstream.dynamic_host"],
         "oauth.clusters-c1.svc"
     );
+}
+
+/// Names no table entry could hold never reach the wildcard walk: without
+/// the check, `a..apps.c1.example.com` would match `*.apps.c1.example.com`.
+#[test]
+fn invalid_sni_is_refused_never_matched_by_a_wildcard() {
+    let mut w = Worker::new(SharedData::default());
+    assert_eq!(w.push(&table(1).to_json()).status, 200);
+    let long_label = format!("{}.apps.c1.example.com", "a".repeat(64));
+    let long_name = format!("{}.apps.c1.example.com", "abcdefghi.".repeat(24));
+    assert!(long_name.len() > 253);
+    let invalid = [
+        "a..apps.c1.example.com",
+        ".apps.c1.example.com",
+        "x y.apps.c1.example.com",
+        "x/y.apps.c1.example.com",
+        "*.apps.c1.example.com",
+        "é.apps.c1.example.com",
+        "-x.apps.c1.example.com",
+        "x\u{0}.apps.c1.example.com",
+        long_label.as_str(),
+        long_name.as_str(),
+        ".",
+    ];
+    for sni in invalid {
+        assert_refused(&w.connect(HTTPS, Some(sni), STRANGER));
+    }
+    assert_eq!(
+        w.counter("oooi_sni_router_refuse_invalid_sni"),
+        invalid.len() as i64
+    );
+    assert_eq!(w.counter("oooi_sni_router_forward_wildcard_sni"), 0);
+    // A 63-byte label and upper case are valid and still match.
+    let ok = format!("{}.APPS.c1.example.com", "a".repeat(63));
+    assert_eq!(
+        routed_to(HTTPS, &w.connect(HTTPS, Some(&ok), STRANGER)),
+        "cluster c1_apps"
+    );
+    assert!(
+        w.host
+            .logs()
+            .iter()
+            .any(|(_, m)| m.contains("refuse reason=invalid_sni")),
+        "{:?}",
+        w.host.logs()
+    );
+}
+
+#[test]
+fn refusals_log_addresses_plainly() {
+    let mut w = Worker::new(SharedData::default());
+    assert_eq!(w.push(&table(1).to_json()).status, 200);
+    assert_refused(&w.connect(KUBE, None, STRANGER));
+    let line = w
+        .host
+        .logs()
+        .iter()
+        .map(|(_, m)| m.as_str())
+        .find(|m| m.contains("refuse reason=unknown_source"))
+        .expect("refusal logged")
+        .to_string();
+    assert!(
+        line.contains(&format!("source={STRANGER} port={KUBE}")),
+        "{line}"
+    );
+    assert!(!line.contains("Some("), "{line}");
+}
+
+#[test]
+fn the_not_tls_role_refuses_every_connection() {
+    let mut host = FilterHost::load(&filter_wasm(), SharedData::default()).expect("load");
+    let api = host.start_plugin(&api_config()).expect("api");
+    let kube = host.start_plugin(&network_config(KUBE)).expect("6443");
+    let not_tls = host
+        .start_plugin(&format!(r#"{{"role":"not_tls","port":{KUBE}}}"#))
+        .expect("not_tls plugin");
+    let auth = format!("Bearer {TOKEN}");
+    let r = host
+        .http_request(
+            api,
+            "PUT",
+            "/v1/routes",
+            &[("authorization", &auth)],
+            &table(1).to_json(),
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body_text());
+    let worker = SocketAddr::new(WORKER_C1.parse().unwrap(), 40000);
+    let local: SocketAddr = format!("192.0.2.4:{KUBE}").parse().unwrap();
+    // The same worker without SNI is forwarded on the TLS chain...
+    let tls = host.new_connection(kube, None, worker, local).unwrap();
+    assert_eq!(tls.action, Action::Continue, "{tls:?}");
+    // ...and refused on the chain Envoy gives to anything not TLS.
+    let plain = host.new_connection(not_tls, None, worker, local).unwrap();
+    assert_refused(&plain);
+    assert_eq!(
+        host.metrics()
+            .get("oooi_sni_router_refuse_not_tls")
+            .copied(),
+        Some(1)
+    );
+    assert!(
+        host.logs()
+            .iter()
+            .any(|(_, m)| m == &format!("refuse reason=not_tls source={WORKER_C1} port={KUBE}")),
+        "{:?}",
+        host.logs()
+    );
+}
+
+#[test]
+fn the_bearer_scheme_is_case_insensitive() {
+    let mut w = Worker::new(SharedData::default());
+    for (generation, scheme) in [(1, "bearer"), (2, "BEARER"), (3, "Bearer")] {
+        let auth = format!("{scheme} {TOKEN}");
+        let r = w.request(
+            "PUT",
+            "/v1/routes",
+            &[("authorization", &auth)],
+            &table(generation).to_json(),
+        );
+        assert_eq!(r.status, 200, "{scheme}: {}", r.body_text());
+    }
+    assert_eq!(w.counter("oooi_sni_router_push_unauthorized"), 0);
+}
+
+#[test]
+fn bad_tokens_are_logged_with_the_source_and_counted_apart_from_bad_tables() {
+    let mut w = Worker::new(SharedData::default());
+    let client: SocketAddr = "10.128.0.7:51000".parse().unwrap();
+    let body = table(1).to_json();
+    for (headers, status, reason) in [
+        (
+            vec![("authorization", "Bearer wrong-token-wrong-token")],
+            403,
+            "bad_token",
+        ),
+        (vec![], 401, "no_token"),
+        (
+            vec![("authorization", "Basic dXNlcjpwYXNz")],
+            401,
+            "not_bearer",
+        ),
+    ] {
+        let r = w
+            .host
+            .http_request_from(w.api, client, "PUT", "/v1/routes", &headers, &body)
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.status, status, "{}", r.body_text());
+        let v: serde_json::Value = serde_json::from_slice(&r.body).expect("JSON");
+        assert!(v["error"].is_string(), "{v}");
+        assert!(
+            w.host.logs().iter().any(|(_, m)| m.contains(&format!(
+                "push unauthorized reason={reason} source=10.128.0.7"
+            ))),
+            "{:?}",
+            w.host.logs()
+        );
+    }
+    assert_eq!(w.counter("oooi_sni_router_push_unauthorized"), 3);
+    assert_eq!(w.counter("oooi_sni_router_push_rejected"), 0);
+    assert_eq!(w.push(b"{not json").status, 400);
+    assert_eq!(w.counter("oooi_sni_router_push_rejected"), 1);
+    assert_eq!(w.counter("oooi_sni_router_push_unauthorized"), 3);
+    assert_eq!(w.routes()["generation"], 0);
+}
+
+/// The generation rule: 1..=2^53-1, compared in sequence space, so the
+/// highest generation is followed by 1 and nothing locks later pushes out.
+#[test]
+fn a_generation_at_the_top_does_not_lock_out_later_pushes() {
+    let mut w = Worker::new(SharedData::default());
+    let r = w.push(&table(MAX_GENERATION).to_json());
+    assert_eq!(r.status, 200, "{}", r.body_text());
+    for beyond in [MAX_GENERATION + 1, u64::MAX] {
+        let mut t = table(1);
+        t.generation = beyond;
+        let r = w.push(&t.to_json());
+        assert_eq!(r.status, 400, "{}", r.body_text());
+        assert!(r.body_text().contains("generation"), "{}", r.body_text());
+    }
+    // The same generation is still refused...
+    assert_eq!(w.push(&table(MAX_GENERATION).to_json()).status, 409);
+    // ...but the ones after it, wrapping to 1, are accepted.
+    let mut next = table(1);
+    next.routes[4].upstream = address("oauth-next.clusters-c1.svc", 6443);
+    let r = w.push(&next.to_json());
+    assert_eq!(r.status, 200, "{}", r.body_text());
+    assert_eq!(w.routes()["generation"], 1);
+    assert_eq!(
+        routed_to(
+            HTTPS,
+            &w.connect(HTTPS, Some("oauth.c1.example.com"), STRANGER)
+        ),
+        "oauth-next.clusters-c1.svc:6443"
+    );
+    assert_eq!(w.push(&table(2).to_json()).status, 200);
+    // An old generation from before the wrap is now behind.
+    assert_eq!(w.push(&table(MAX_GENERATION).to_json()).status, 409);
+}
+
+#[test]
+fn a_route_to_a_cluster_the_proxy_lacks_is_refused_at_push() {
+    let mut w = Worker::new(SharedData::default());
+    let mut t = table(1);
+    t.routes[5].upstream = Upstream::Cluster("c9_missing".into());
+    let r = w.push(&t.to_json());
+    assert_eq!(r.status, 400, "{}", r.body_text());
+    let text = r.body_text();
+    assert!(text.contains("routes[5].upstream.cluster"), "{text}");
+    assert!(text.contains("c9_missing"), "{text}");
+    assert!(text.contains("c1_apps, c1_other"), "{text}");
+    assert_eq!(w.routes()["generation"], 0, "nothing loaded");
+    assert_refused(&w.connect(HTTPS, Some("x.apps.c1.example.com"), STRANGER));
+}
+
+#[test]
+fn every_error_of_an_oversized_push_is_json() {
+    let mut w = Worker::new(SharedData::default());
+    let big = vec![b' '; MAX_DOCUMENT_BYTES + 1];
+    let good = format!("Bearer {TOKEN}");
+    for (auth, status) in [
+        (Some(good.as_str()), 413),
+        (Some("Bearer wrong-token-wrong-token"), 403),
+        (None, 401),
+    ] {
+        let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("authorization", *a)).collect();
+        let r = w.request("PUT", "/v1/routes", &headers, &big);
+        assert_eq!(r.status, status, "{}", r.body_text());
+        assert_eq!(r.header("content-type"), Some("application/json"));
+        let v: serde_json::Value = serde_json::from_slice(&r.body).expect("JSON");
+        assert!(v["error"].is_string(), "{v}");
+    }
+}
+
+/// `alias_source` routes carry the Kubernetes-service aliases on 443 by
+/// SNI and source; a connection without SNI does not match them.
+#[test]
+fn aliases_on_443_route_by_sni_and_source() {
+    let mut w = Worker::new(SharedData::default());
+    let mut t = table(1);
+    t.routes.push(route(
+        HTTPS,
+        RouteMatch::AliasSource(WORKER_C1.parse().unwrap()),
+        address("kube-apiserver.clusters-c1.svc", 6443),
+    ));
+    assert_eq!(w.push(&t.to_json()).status, 200);
+    for alias in oooi_routes::KUBERNETES_ALIASES {
+        assert_eq!(
+            routed_to(HTTPS, &w.connect(HTTPS, Some(alias), WORKER_C1)),
+            "kube-apiserver.clusters-c1.svc:6443",
+            "{alias}"
+        );
+        assert_refused(&w.connect(HTTPS, Some(alias), STRANGER));
+    }
+    assert_refused(&w.connect(HTTPS, None, WORKER_C1));
+    assert_eq!(w.counter("oooi_sni_router_forward_source_alias"), 4);
+    assert_eq!(w.counter("oooi_sni_router_refuse_unknown_source"), 1);
 }

@@ -1,5 +1,6 @@
 //! The host against tiny hand-written modules: export checks, logs, shared
 //! data, foreign-function decoding, local responses, traps and endless loops.
+#![allow(clippy::unwrap_used)]
 
 use std::net::SocketAddr;
 

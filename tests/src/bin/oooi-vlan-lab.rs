@@ -1030,6 +1030,12 @@ fn run_lab(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
                 "refused",
                 &got,
             );
+            let got = probe(lab, &ns, &proxy_ip, 443, Some("kubernetes.default.svc"));
+            report.step(
+                "alias kubernetes.default.svc:443 from a non-worker",
+                "refused",
+                &got,
+            );
             let got = probe(lab, &ns, &proxy_ip, 6443, None);
             report.step("no SNI to :6443 from a non-worker", "refused", &got);
             for c in &clusters {
@@ -1072,6 +1078,12 @@ fn run_lab(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
         let got = probe(lab, &ns, &proxy_ip, 6443, Some("kubernetes.default.svc"));
         report.step(
             "TLS kubernetes.default.svc:6443 (alias, by source)",
+            &own,
+            &got,
+        );
+        let got = probe(lab, &ns, &proxy_ip, 443, Some("kubernetes.default.svc"));
+        report.step(
+            "TLS kubernetes.default.svc:443 (alias, by SNI and source)",
             &own,
             &got,
         );
