@@ -988,7 +988,6 @@ mod hardening {
         });
         let mut out = Vec::new();
         let mut buf = [0u8; 16 * 1024];
-        let mut want: Option<usize> = None;
         loop {
             match s.read(&mut buf) {
                 Ok(0) => break,
@@ -1001,7 +1000,7 @@ mod hardening {
                     .lines()
                     .find_map(|l| l.strip_prefix("content-length:"))
                     .and_then(|v| v.trim().parse::<usize>().ok());
-                want = len.map(|l| pos + 4 + l);
+                let want = len.map(|l| pos + 4 + l);
                 if want.is_some_and(|w| out.len() >= w) {
                     break;
                 }
