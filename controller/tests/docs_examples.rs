@@ -101,6 +101,16 @@ fn render(source: &str, text: &str) -> Result<Vec<Value>, String> {
         .arg(&file)
         // The rendered filter digest must not depend on the caller's build.
         .env_remove("OOOI_FILTER_WASM")
+        // The docs leave component images to the chart, which hands them to the controller.
+        .env(
+            "OOOI_DHCP_IMAGE",
+            "registry.example.com/oooi/oooi-dhcp:0.1.0",
+        )
+        .env("OOOI_DNS_IMAGE", "registry.example.com/oooi/oooi-dns:0.1.0")
+        .env(
+            "OOOI_PROXY_IMAGE",
+            "registry.example.com/oooi/oooi-proxy:0.1.0",
+        )
         .output()
         .expect("oooi-controller runs");
     if !out.status.success() {
