@@ -29,8 +29,8 @@ fn infra() -> Value {
                               "networkAttachmentDefinition": "vlan200"},
             "infraComponents": {
                 "dhcp": {"serverIP": "198.51.100.2", "rangeStart": "198.51.100.100",
-                         "rangeEnd": "198.51.100.179", "image": "quay.io/oooi/oooi-dhcp:0.1.0"},
-                "dns": {"serverIP": "198.51.100.3", "image": "quay.io/oooi/oooi-dns:0.1.0"},
+                         "rangeEnd": "198.51.100.179", "image": "registry.example.com/oooi/oooi-dhcp:0.1.0"},
+                "dns": {"serverIP": "198.51.100.3", "image": "registry.example.com/oooi/oooi-dns:0.1.0"},
                 "proxy": {"serverIP": "198.51.100.4", "image": "docker.io/envoyproxy/envoy:v1.40.0"}
             }
         }

