@@ -1,0 +1,90 @@
+//! What the lab's clients do from a namespace: resolve with `dig`, open TLS
+//! through the proxy, push the routing table as the controller does.
+
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+
+use crate::lab::Lab;
+
+/// Calls `f` until it succeeds or `secs` have passed.
+pub fn wait_until(secs: u64, what: &str, mut f: impl FnMut() -> Result<String>) -> Result<String> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        match f() {
+            Ok(v) => return Ok(v),
+            Err(e) if Instant::now() > deadline => bail!("{what}: {e:#}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
+/// TLS from `ns` to `ip:port`; the answering backend's name or `refused`.
+pub fn probe(lab: &Lab, ns: &str, ip: &str, port: u16, sni: Option<&str>) -> String {
+    let addr = format!("{ip}:{port}");
+    let mut args = vec!["probe", addr.as_str()];
+    if let Some(s) = sni {
+        args.extend(["--sni", s]);
+    }
+    lab.me_in(ns, &args)
+        .unwrap_or_else(|_| "refused".to_string())
+}
+
+/// The first A record `server` gives for `name`, asked from `ns`, or
+/// `no answer`.
+pub fn dig(lab: &Lab, ns: &str, server: &str, name: &str) -> String {
+    lab.run_in(
+        ns,
+        &[
+            "dig",
+            "+short",
+            "+time=2",
+            "+tries=1",
+            &format!("@{server}"),
+            name,
+            "A",
+        ],
+    )
+    .ok()
+    .and_then(|s| {
+        s.lines()
+            .find(|l| l.parse::<Ipv4Addr>().is_ok())
+            .map(str::to_string)
+    })
+    .unwrap_or_else(|| "no answer".to_string())
+}
+
+/// The table API of the proxy, reached from the management network.
+pub struct Push {
+    /// The namespace the push comes from.
+    pub from: String,
+    /// `ip:port` of the table API.
+    pub api: String,
+    pub token: String,
+}
+
+impl Push {
+    /// `PUT /v1/routes` with `file`, retried for 20 s; the HTTP status, or
+    /// the error.
+    pub fn put(&self, lab: &Lab, file: &Path) -> String {
+        wait_until(20, "push", || {
+            lab.me_in(
+                &self.from,
+                &[
+                    "http",
+                    "PUT",
+                    &self.api,
+                    "/v1/routes",
+                    "--token",
+                    &self.token,
+                    "--body",
+                    file.to_str().unwrap_or_default(),
+                ],
+            )
+        })
+        .map(|s| s.split_whitespace().next().unwrap_or("").to_string())
+        .unwrap_or_else(|e| format!("{e:#}"))
+    }
+}

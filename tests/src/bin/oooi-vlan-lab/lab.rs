@@ -1,0 +1,233 @@
+//! A lab's namespaces and processes: creating them, starting programs in
+//! them, and removing them (also after a crash).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use oooi_tests::launch::{Launcher, Program};
+
+/// Where a lab keeps its files, pids and the list of its namespaces.
+pub fn state_dir(prefix: &str) -> PathBuf {
+    PathBuf::from("/run/oooi-vlan-lab").join(prefix)
+}
+
+/// Runs a command, failing with its stderr.
+pub fn run(args: &[&str]) -> Result<String> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .with_context(|| format!("cannot run `{}`", args[0]))?;
+    if !out.status.success() {
+        bail!(
+            "`{}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Stops every process and namespace of lab `prefix`. Safe to call twice,
+/// and after a crash: it reads only what the lab wrote to its state dir and
+/// the namespace names.
+pub fn down(prefix: &str) {
+    let dir = state_dir(prefix);
+    oooi_tests::launch::remove_containers(prefix);
+    if let Ok(pids) = std::fs::read_to_string(dir.join("pids")) {
+        let pids: Vec<i32> = pids.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        for sig in ["-TERM", "-KILL"] {
+            for pid in &pids {
+                // Only a process still running in one of this lab's namespaces.
+                if in_lab_netns(*pid, prefix) {
+                    let _ = Command::new("kill")
+                        .args([sig, &pid.to_string()])
+                        .stderr(Stdio::null())
+                        .status();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+    let listed = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    for line in listed.lines() {
+        let name = line.split_whitespace().next().unwrap_or("");
+        if name.starts_with(&format!("{prefix}-")) {
+            let _ = Command::new("ip")
+                .args(["netns", "pids", name])
+                .output()
+                .map(|o| {
+                    for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                        let _ = Command::new("kill").args(["-KILL", pid]).status();
+                    }
+                });
+            let _ = Command::new("ip").args(["netns", "del", name]).status();
+            let _ = std::fs::remove_dir_all(Path::new("/etc/netns").join(name));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Whether `pid` runs in a network namespace named `<prefix>-*`.
+fn in_lab_netns(pid: i32, prefix: &str) -> bool {
+    let Ok(out) = Command::new("ip")
+        .args(["netns", "identify", &pid.to_string()])
+        .output()
+    else {
+        return false;
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .any(|n| n.starts_with(&format!("{prefix}-")))
+}
+
+/// A lab being built; tears itself down when dropped unless `keep` is set.
+pub struct Lab {
+    pub prefix: String,
+    pub dir: PathBuf,
+    pub keep: bool,
+    pub children: Vec<std::process::Child>,
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        down(&self.prefix);
+    }
+}
+
+impl Lab {
+    pub fn ns(&self, name: &str) -> String {
+        format!("{}-{name}", self.prefix)
+    }
+
+    pub fn add_ns(&self, name: &str) -> Result<String> {
+        let ns = self.ns(name);
+        run(&["ip", "netns", "add", &ns])?;
+        run(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    /// Plugs `ns` into the VLAN bridge as `net1`/`eth0` (`ifname`) with
+    /// `addr` (None: left to DHCP) and, when given, a fixed MAC.
+    pub fn plug(
+        &self,
+        ns: &str,
+        port: &str,
+        ifname: &str,
+        addr: Option<&str>,
+        mac: Option<&str>,
+    ) -> Result<()> {
+        let vlan = self.ns("vlan");
+        run(&[
+            "ip", "-n", &vlan, "link", "add", port, "type", "veth", "peer", "name", ifname,
+            "netns", ns,
+        ])?;
+        run(&[
+            "ip", "-n", &vlan, "link", "set", port, "master", "br0", "up",
+        ])?;
+        if let Some(mac) = mac {
+            run(&["ip", "-n", ns, "link", "set", ifname, "address", mac])?;
+        }
+        if let Some(a) = addr {
+            run(&["ip", "-n", ns, "addr", "add", a, "dev", ifname])?;
+        }
+        run(&["ip", "-n", ns, "link", "set", ifname, "up"])?;
+        Ok(())
+    }
+
+    /// Starts the data-plane program `p` in `ns` with `launcher`, logging to
+    /// `<dir>/<log>.log`.
+    pub fn launch(&mut self, launcher: &Launcher, ns: &str, log: &str, p: &Program) -> Result<()> {
+        let argv = launcher.argv(&self.prefix, ns, p, sibling)?;
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        self.spawn_argv(log, &argv)
+    }
+
+    /// Starts `argv`, logging to `<dir>/<log>.log`; records the pid.
+    fn spawn_argv(&mut self, log: &str, argv: &[&str]) -> Result<()> {
+        let logf = std::fs::File::create(self.dir.join(format!("{log}.log")))?;
+        let child = Command::new(argv[0])
+            .args(&argv[1..])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(logf.try_clone()?))
+            .stderr(Stdio::from(logf))
+            .spawn()
+            .with_context(|| format!("cannot start `{}`", argv.join(" ")))?;
+        self.record_pid(child.id())?;
+        self.children.push(child);
+        Ok(())
+    }
+
+    pub fn record_pid(&self, pid: u32) -> Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("pids"))?;
+        writeln!(f, "{pid}")?;
+        Ok(())
+    }
+
+    /// Runs this binary's internal subcommand `args` in `ns`.
+    pub fn me_in(&self, ns: &str, args: &[&str]) -> Result<String> {
+        let me = std::env::current_exe()?;
+        let me = me
+            .to_str()
+            .ok_or_else(|| anyhow!("binary path is not UTF-8"))?;
+        let mut all = vec!["ip", "netns", "exec", ns, me];
+        all.extend_from_slice(args);
+        run(&all).map(|s| s.trim().to_string())
+    }
+
+    /// Runs `args` in `ns`.
+    pub fn run_in(&self, ns: &str, args: &[&str]) -> Result<String> {
+        let mut all = vec!["ip", "netns", "exec", ns];
+        all.extend_from_slice(args);
+        run(&all)
+    }
+}
+
+/// A sibling binary of this one (cargo puts every workspace binary in the
+/// same directory), or `$OOOI_<NAME>_BIN`.
+pub fn sibling(name: &str) -> Result<PathBuf> {
+    let var = format!(
+        "OOOI_{}_BIN",
+        name.trim_start_matches("oooi-").to_uppercase()
+    );
+    if let Ok(p) = std::env::var(&var) {
+        return Ok(PathBuf::from(p));
+    }
+    let me = std::env::current_exe()?;
+    let dir = me
+        .parent()
+        .ok_or_else(|| anyhow!("binary has no directory"))?;
+    // Integration tests run from target/<profile>/deps.
+    for d in [dir, dir.parent().unwrap_or(dir)] {
+        let p = d.join(name);
+        if p.exists() {
+            return Ok(p);
+        }
+    }
+    bail!(
+        "{name} not found beside {} (build it: cargo build -p {}; or set {var})",
+        dir.display(),
+        if name == "oooi-controller" {
+            "oooi-controller"
+        } else {
+            name
+        }
+    )
+}

@@ -1,0 +1,372 @@
+//! What `oooi-controller render` wrote, read the way the lab needs it, and
+//! the manifest changes the lab renders again (as the controller would after
+//! a change in the cluster).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde_json::Value;
+
+use crate::clients::Push;
+use crate::lab::{Lab, run, sibling};
+
+/// The facts of the first render that the lab builds its topology from and
+/// checks against.
+pub struct Rendered {
+    /// The manifests, changed by the later steps and rendered again.
+    pub docs: Vec<Value>,
+    pub dhcp_cfg: PathBuf,
+    pub routes_file: PathBuf,
+    /// The rendered Envoy files, with the pod's mount paths.
+    pub envoy_src: PathBuf,
+    pub dhcp_text: String,
+    pub dns_text: String,
+    pub dhcp_ip: String,
+    /// Prefix length of the VLAN subnet.
+    pub plen: String,
+    /// The DHCP server's VLAN interface.
+    pub iface: String,
+    pub dns_ip: String,
+    pub proxy_ip: String,
+    /// The routing table.
+    pub routes: Value,
+    /// Clusters whose names carry allowed sources (`isolation: Strict`).
+    pub strict: BTreeSet<String>,
+    /// Apps VIP of each cluster (the observed MetalLB address) and where it
+    /// moves to in the VIP-change step: the next address.
+    pub apps_vips: BTreeMap<String, (Ipv4Addr, Ipv4Addr)>,
+    /// The table API's push token.
+    pub token: String,
+    pub api_port: u16,
+    /// Control-plane Services the table points to: one mgmt address each.
+    pub services: BTreeMap<String, (Ipv4Addr, u16)>,
+    /// The base domain of the clusters' names.
+    pub base: String,
+}
+
+impl Rendered {
+    /// Renders `manifests` into `<dir>/render` and reads what the lab needs.
+    pub fn first(dir: &Path, manifests_path: &Path, wasm: &Path) -> Result<Rendered> {
+        println!(
+            "render: oooi-controller render -f {}",
+            manifests_path.display()
+        );
+        let manifests = std::fs::read_to_string(manifests_path)
+            .with_context(|| format!("cannot read {}", manifests_path.display()))?;
+        let docs = yaml_docs(&manifests)?;
+        let first = render(&dir.join("render"), manifests_path, wasm)?;
+        let (dhcp_cfg, dns_cfg, routes_file, envoy_src) = (
+            first.dhcp_cfg.clone(),
+            first.dns_cfg.clone(),
+            first.routes_file.clone(),
+            first.envoy_src.clone(),
+        );
+        let dhcp_text = std::fs::read_to_string(&dhcp_cfg)?;
+        let dns_text = std::fs::read_to_string(&dns_cfg)?;
+        let dhcp_ip = yaml_str(&dhcp_text, "server_ip")
+            .ok_or_else(|| anyhow!("dhcp config: no server_ip"))?;
+        let subnet =
+            yaml_str(&dhcp_text, "subnet").ok_or_else(|| anyhow!("dhcp config: no subnet"))?;
+        let plen = subnet
+            .split('/')
+            .nth(1)
+            .ok_or_else(|| anyhow!("dhcp config: subnet `{subnet}` has no prefix length"))?;
+        let iface = yaml_str(&dhcp_text, "interface").unwrap_or_else(|| "net1".into());
+        let dns_ip = dns_text
+            .lines()
+            .skip_while(|l| !l.contains("kind: vlan"))
+            .find_map(|l| l.trim().strip_prefix("- "))
+            .and_then(|a| a.split(':').next())
+            .ok_or_else(|| anyhow!("dns config: no vlan view listen address"))?
+            .to_string();
+        let proxy_ip = yaml_str(
+            dns_text
+                .lines()
+                .find(|l| l.trim_start().starts_with("proxy:"))
+                .unwrap_or("")
+                .trim(),
+            "proxy",
+        )
+        .ok_or_else(|| anyhow!("dns config: no proxy address"))?;
+        let routes = json_file(&routes_file)?;
+        // Clusters whose names carry allowed sources (`isolation: Strict`).
+        let strict: BTreeSet<String> = routes["routes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|r| r.get("sources").is_some())
+            .filter_map(|r| {
+                r["owner"]
+                    .as_str()?
+                    .split_once('/')
+                    .map(|o| o.1.to_string())
+            })
+            .collect();
+        // Apps VIPs (the observed MetalLB address) and where each one moves to
+        // in the VIP-change phase: the next address.
+        let dns_doc: Value = serde_saphyr::from_str(&dns_text).context("rendered DNS config")?;
+        let mut apps_vips: BTreeMap<String, (Ipv4Addr, Ipv4Addr)> = BTreeMap::new();
+        for c in dns_doc["clusters"].as_array().into_iter().flatten() {
+            if let (Some(name), Some(vip)) = (c["name"].as_str(), c["apps_vip"].as_str()) {
+                let vip: Ipv4Addr = vip.parse().with_context(|| format!("apps VIP `{vip}`"))?;
+                let next = Ipv4Addr::from(u32::from(vip).wrapping_add(1));
+                apps_vips.insert(name.to_string(), (vip, next));
+            }
+        }
+        let api_ecds = json_file(&envoy_src.join("ecds_oooi_table_api.json"))?;
+        let api_cfg: Value = serde_json::from_str(
+            api_ecds["resources"][0]["typed_config"]["config"]["configuration"]["value"]
+                .as_str()
+                .ok_or_else(|| anyhow!("ecds_oooi_table_api.json: no configuration"))?,
+        )?;
+        let token = api_cfg["push_token"]
+            .as_str()
+            .ok_or_else(|| anyhow!("no push_token"))?
+            .to_string();
+        let lds = std::fs::read_to_string(envoy_src.join("lds.json"))?;
+        let api_port = json_listener_port(&lds, "oooi_table_api")?;
+        println!(
+            "  dhcp {dhcp_ip} (reservations by MAC)  dns {dns_ip}  proxy {proxy_ip}  table API :{api_port}  {} routes",
+            routes["routes"].as_array().map_or(0, Vec::len)
+        );
+
+        // Control-plane services the table points to: one mgmt address each.
+        let mut services: BTreeMap<String, (Ipv4Addr, u16)> = BTreeMap::new();
+        for r in routes["routes"].as_array().into_iter().flatten() {
+            let host = r["upstream"]["address"]["host"].as_str().unwrap_or("");
+            let port = r["upstream"]["address"]["port"].as_u64().unwrap_or(0) as u16;
+            if host.ends_with(".svc.cluster.local") && !services.contains_key(host) {
+                let index = u8::try_from(services.len() + 10)
+                    .ok()
+                    .filter(|i| *i < 255)
+                    .ok_or_else(|| {
+                        anyhow!("more control-plane Services than the lab's 10.128.1.0/24 holds")
+                    })?;
+                let ip = Ipv4Addr::new(10, 128, 1, index);
+                services.insert(host.to_string(), (ip, port));
+            }
+        }
+        let base = dns_text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("base_domain:"))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default();
+        Ok(Rendered {
+            docs,
+            dhcp_cfg,
+            routes_file,
+            envoy_src,
+            dhcp_text,
+            dns_text,
+            dhcp_ip,
+            plen: plen.to_string(),
+            iface,
+            dns_ip,
+            proxy_ip,
+            routes,
+            strict,
+            apps_vips,
+            token,
+            api_port,
+            services,
+            base,
+        })
+    }
+
+    /// The isolation of `cluster`'s names, as the lab prints it.
+    pub fn isolation(&self, cluster: &str) -> &'static str {
+        if self.strict.contains(cluster) {
+            "Strict"
+        } else {
+            "Standard"
+        }
+    }
+}
+
+/// The name a control-plane backend announces for Service `host`:
+/// `<namespace>/<service>`.
+pub fn backend_name(host: &str) -> String {
+    let mut l = host.split('.');
+    let svc = l.next().unwrap_or("");
+    let ns = l.next().unwrap_or("");
+    format!("{ns}/{svc}")
+}
+
+/// The JSON document in file `p`.
+pub fn json_file(p: &Path) -> Result<Value> {
+    let text =
+        std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not JSON", p.display()))
+}
+
+/// The value of the top-level `key:` line of a config render wrote (its
+/// own, flat output format; the lab does not parse general YAML).
+fn yaml_str(text: &str, key: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}:")))
+        .map(|v| v.trim().trim_matches('"').to_string())
+}
+
+/// Port of the listener whose filters name `marker` in the rendered LDS.
+fn json_listener_port(lds: &str, marker: &str) -> Result<u16> {
+    let v: Value = serde_json::from_str(lds)?;
+    for l in v["resources"].as_array().into_iter().flatten() {
+        if l.to_string().contains(marker)
+            && let Some(p) = l["address"]["socket_address"]["port_value"].as_u64()
+        {
+            return Ok(p as u16);
+        }
+    }
+    bail!("rendered lds.json has no listener with `{marker}`")
+}
+
+/// Every file under `dir`, sorted.
+pub fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The component configs one `oooi-controller render --out` wrote.
+pub struct RenderedFiles {
+    pub dhcp_cfg: PathBuf,
+    pub dns_cfg: PathBuf,
+    pub routes_file: PathBuf,
+    pub envoy_src: PathBuf,
+}
+
+/// Runs `oooi-controller render -f manifests --out out`, as a user would.
+pub fn render(out: &Path, manifests: &Path, wasm: &Path) -> Result<RenderedFiles> {
+    run(&[
+        sibling("oooi-controller")?.to_str().unwrap_or_default(),
+        "render",
+        "-f",
+        manifests.to_str().unwrap_or_default(),
+        "--filter-wasm",
+        wasm.to_str().unwrap_or_default(),
+        "--out",
+        out.to_str().unwrap_or_default(),
+    ])?;
+    let files = out.join("files");
+    let find = |suffix: &str| -> Result<PathBuf> {
+        walk(&files)
+            .into_iter()
+            .find(|p| p.to_string_lossy().ends_with(suffix))
+            .ok_or_else(|| anyhow!("render wrote no *{suffix}"))
+    };
+    let envoy_src = find("-proxy-envoy/envoy.json")?
+        .parent()
+        .ok_or_else(|| anyhow!("envoy dir"))?
+        .to_path_buf();
+    Ok(RenderedFiles {
+        dhcp_cfg: find("-dhcp.yaml")?,
+        dns_cfg: find("-dns.yaml")?,
+        routes_file: find("-proxy-routes.json")?,
+        envoy_src,
+    })
+}
+
+/// The documents of a multi-document YAML manifest.
+pub fn yaml_docs(text: &str) -> Result<Vec<Value>> {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(text).context("manifests: not YAML")?;
+    Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
+}
+
+/// What MetalLB does when it moves a VIP, as the controller observes it:
+/// the `ObservedCluster` of `cluster` gets `appsVip: vip`.
+pub fn set_observed_apps_vip(docs: &mut [Value], cluster: &str, vip: Ipv4Addr) -> Result<()> {
+    let doc = docs
+        .iter_mut()
+        .find(|d| d["kind"] == "ObservedCluster" && d["hostedCluster"]["name"] == cluster)
+        .ok_or_else(|| anyhow!("no ObservedCluster for cluster {cluster}"))?;
+    doc["appsVip"] = Value::String(vip.to_string());
+    Ok(())
+}
+
+/// `kubectl delete` of the last InfraClusterAttachment; its hosted cluster's
+/// name. The observed documents stay: state of an unattached cluster is
+/// ignored by the planner.
+pub fn remove_last_attachment(docs: &mut Vec<Value>) -> Option<String> {
+    let i = docs
+        .iter()
+        .rposition(|d| d["kind"] == "InfraClusterAttachment")?;
+    let gone = docs.remove(i);
+    gone["spec"]["hostedClusterRef"]["name"]
+        .as_str()
+        .map(str::to_string)
+}
+
+/// Updates a kubelet-style ConfigMap mount under `mount`: the data in a new
+/// `..<n>` directory, the `..data` symlink swapped to it by rename, and
+/// `file` a symlink through `..data` (created the first time). Returns the
+/// path of `file`.
+pub fn publish_config(mount: &Path, file: &str, text: &str) -> Result<PathBuf> {
+    std::fs::create_dir_all(mount)?;
+    let n = (1..)
+        .find(|n| !mount.join(format!("..{n}")).exists())
+        .unwrap_or(1);
+    let data = mount.join(format!("..{n}"));
+    std::fs::create_dir_all(&data)?;
+    std::fs::write(data.join(file), text)?;
+    let tmp = mount.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(format!("..{n}"), &tmp)?;
+    std::fs::rename(&tmp, mount.join("..data"))?;
+    let link = mount.join(file);
+    if !link.exists() {
+        std::os::unix::fs::symlink(format!("..data/{file}"), &link)?;
+    }
+    Ok(link)
+}
+
+/// Renders the changed manifests, swaps the DNS ConfigMap and pushes the
+/// table as `generation`, as the controller does after a change; the
+/// push's HTTP status.
+pub fn rerender(
+    lab: &Lab,
+    docs: &[Value],
+    generation: u64,
+    wasm: &Path,
+    dns_mount: &Path,
+    push: &Push,
+) -> Result<String> {
+    let manifests = lab.dir.join(format!("manifests-{generation}.yaml"));
+    let mut text = String::new();
+    for d in docs {
+        text.push_str("---\n");
+        text.push_str(&serde_saphyr::to_string(d)?);
+    }
+    std::fs::write(&manifests, text)?;
+    let out = render(
+        &lab.dir.join(format!("render-{generation}")),
+        &manifests,
+        wasm,
+    )?;
+    let mut table = json_file(&out.routes_file)?;
+    table["generation"] = generation.into();
+    let routes = lab.dir.join(format!("routes-{generation}.json"));
+    std::fs::write(&routes, serde_json::to_vec(&table)?)?;
+    println!(
+        "  render -f {}: {} routes",
+        manifests.display(),
+        table["routes"].as_array().map_or(0, Vec::len)
+    );
+    publish_config(
+        dns_mount,
+        "config.yaml",
+        &std::fs::read_to_string(&out.dns_cfg)?,
+    )?;
+    Ok(push.put(lab, &routes))
+}

@@ -1,0 +1,150 @@
+//! Changes in the cluster, as the controller sees them: MetalLB moves an
+//! apps VIP, then the last attachment is deleted. Each is rendered again,
+//! the DNS ConfigMap swapped and the next table generation pushed; DNS and
+//! routes must follow.
+
+use std::path::Path;
+
+use anyhow::{Result, bail};
+use serde_json::Value;
+
+use super::workers::Booted;
+use crate::clients::{Push, dig, probe, wait_until};
+use crate::lab::Lab;
+use crate::render::{Rendered, remove_last_attachment, rerender, set_observed_apps_vip};
+use crate::report::Report;
+
+/// The manifests as changed so far and the last pushed generation.
+pub struct Changes<'a> {
+    pub docs: Vec<Value>,
+    pub generation: u64,
+    pub wasm: &'a Path,
+    /// The DNS pod's ConfigMap mount.
+    pub dns_mount: &'a Path,
+    pub push: &'a Push,
+}
+
+impl Changes<'_> {
+    /// MetalLB moves each apps VIP: the observed state changes, render runs
+    /// again, the DNS ConfigMap is updated and the new table pushed.
+    pub fn move_apps_vips(
+        &mut self,
+        lab: &Lab,
+        r: &Rendered,
+        booted: &[Booted],
+        report: &mut Report,
+    ) -> Result<()> {
+        let Rendered {
+            dns_ip,
+            proxy_ip,
+            apps_vips,
+            base,
+            ..
+        } = r;
+        let (wasm, dns_mount, push) = (self.wasm, self.dns_mount, self.push);
+        let docs = &mut self.docs;
+        for (cluster, (old, new)) in apps_vips {
+            println!(
+                "\napps VIP of cluster {cluster} moves {old} -> {new} (observed state changed):"
+            );
+            set_observed_apps_vip(docs, cluster, *new)?;
+            self.generation += 1;
+            let generation = self.generation;
+            let got = rerender(lab, docs, generation, wasm, dns_mount, push)?;
+            report.step(
+                &format!("re-render, DNS ConfigMap swap, push generation {generation}"),
+                "200",
+                &got,
+            );
+            let Some((_, ns)) = booted.iter().find(|(c, _)| c == cluster) else {
+                continue;
+            };
+            let console = format!("console-openshift-console.apps.{cluster}.{base}");
+            let want = new.to_string();
+            let got = wait_until(10, "the DNS reload", || {
+                let got = dig(lab, ns, dns_ip, &console);
+                if got == want {
+                    Ok(got)
+                } else {
+                    bail!("still {got}")
+                }
+            })
+            .unwrap_or_else(|_| dig(lab, ns, dns_ip, &console));
+            report.step(&format!("dig {console}"), &want, &got);
+            let got = probe(lab, ns, proxy_ip, 443, Some(&console));
+            report.step(
+                "TLS *.apps:443 through the proxy by SNI",
+                &format!("vip/{new}"),
+                &got,
+            );
+        }
+        Ok(())
+    }
+
+    /// The last attachment is deleted: its routes and records go, the
+    /// other clusters' stay.
+    pub fn delete_last_attachment(
+        &mut self,
+        lab: &Lab,
+        r: &Rendered,
+        booted: &[Booted],
+        report: &mut Report,
+    ) -> Result<()> {
+        let Rendered {
+            dns_ip,
+            proxy_ip,
+            apps_vips,
+            base,
+            ..
+        } = r;
+        let (wasm, dns_mount, push) = (self.wasm, self.dns_mount, self.push);
+        let docs = &mut self.docs;
+        if let Some(gone) = remove_last_attachment(docs) {
+            println!("\nattachment of cluster {gone} deleted:");
+            self.generation += 1;
+            let generation = self.generation;
+            let got = rerender(lab, docs, generation, wasm, dns_mount, push)?;
+            report.step(
+                &format!("re-render, DNS ConfigMap swap, push generation {generation}"),
+                "200",
+                &got,
+            );
+            let fqdn = format!("api.{gone}.{base}");
+            for (cluster, ns) in booted {
+                let own = format!("clusters-{cluster}/kube-apiserver");
+                if *cluster == gone {
+                    let got = wait_until(10, "the DNS reload", || {
+                        let got = dig(lab, ns, dns_ip, &fqdn);
+                        if got == "no answer" {
+                            Ok(got)
+                        } else {
+                            bail!("still {got}")
+                        }
+                    })
+                    .unwrap_or_else(|_| dig(lab, ns, dns_ip, &fqdn));
+                    report.step(&format!("dig {fqdn} from its worker"), "no answer", &got);
+                    if apps_vips.contains_key(gone.as_str()) {
+                        let console = format!("console-openshift-console.apps.{gone}.{base}");
+                        let got = dig(lab, ns, dns_ip, &console);
+                        report.step(&format!("dig {console}"), "no answer", &got);
+                    }
+                    let got = probe(lab, ns, proxy_ip, 6443, Some(&fqdn));
+                    report.step(&format!("TLS {fqdn}:6443 by SNI"), "refused", &got);
+                    let got = probe(lab, ns, proxy_ip, 6443, Some("kubernetes.default.svc"));
+                    report.step("TLS kubernetes.default.svc:6443 (alias)", "refused", &got);
+                    let got = probe(lab, ns, proxy_ip, 6443, None);
+                    report.step("TLS :6443 without SNI", "refused", &got);
+                } else {
+                    let name = format!("api.{cluster}.{base}");
+                    let got = dig(lab, ns, dns_ip, &name);
+                    report.step(&format!("dig {name} (kept)"), proxy_ip, &got);
+                    let got = probe(lab, ns, proxy_ip, 6443, Some(&name));
+                    report.step(&format!("TLS {name}:6443 by SNI (kept)"), &own, &got);
+                    let got = probe(lab, ns, proxy_ip, 6443, Some("kubernetes.default.svc"));
+                    report.step("TLS kubernetes.default.svc:6443 (alias, kept)", &own, &got);
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,218 @@
+//! The infra of the VLAN: the simulated control planes and the MetalLB
+//! stand-in, then oooi-dhcp, oooi-dns and Envoy started from the rendered
+//! files, and the first table push.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Result, anyhow};
+use oooi_tests::launch::Program;
+
+use super::topology::Namespaces;
+use crate::UpArgs;
+use crate::backends;
+use crate::clients::{Push, wait_until};
+use crate::lab::{Lab, run};
+use crate::render::{Rendered, backend_name, publish_config, walk};
+use crate::report::Report;
+
+/// Simulated control planes in mgmt; the MetalLB stand-in on the VLAN.
+pub fn control_planes(lab: &mut Lab, r: &Rendered, ns: &Namespaces) -> Result<()> {
+    let Rendered {
+        plen,
+        apps_vips,
+        services,
+        ..
+    } = r;
+    let mgmt = &ns.mgmt;
+    let listen: Vec<String> = services
+        .iter()
+        .map(|(host, (ip, port))| format!("{}@{ip}:{port}", backend_name(host)))
+        .collect();
+    backends::start(lab, mgmt, &listen, "backends")?;
+    println!("control planes in {mgmt}:");
+    for (host, (ip, port)) in services {
+        println!("  {:<28} {:<52} {ip}:{port}", backend_name(host), host);
+    }
+    // MetalLB stand-in: every apps VIP, current and next, answered on the
+    // VLAN by a TLS server named after its address.
+    if !apps_vips.is_empty() {
+        let apps_ns = lab.add_ns("apps")?;
+        lab.plug(&apps_ns, "apps", "net1", None, None)?;
+        let mut listen = Vec::new();
+        for (cluster, (old, new)) in apps_vips {
+            for vip in [old, new] {
+                run(&[
+                    "ip",
+                    "-n",
+                    &apps_ns,
+                    "addr",
+                    "add",
+                    &format!("{vip}/{plen}"),
+                    "dev",
+                    "net1",
+                ])?;
+                listen.push(format!("vip/{vip}@{vip}:443"));
+            }
+            println!("  apps ingress of {cluster:<14} {apps_ns} {old} (moves to {new})");
+        }
+        backends::start(lab, &apps_ns, &listen, "apps-backends")?;
+    }
+    Ok(())
+}
+
+/// Starts oooi-dhcp, oooi-dns and Envoy in their namespaces and checks the
+/// two servers answer; the DNS ConfigMap mount (the later steps swap it).
+pub fn data_plane(
+    lab: &mut Lab,
+    args: &UpArgs,
+    r: &Rendered,
+    ns: &Namespaces,
+    wasm: &Path,
+    report: &mut Report,
+) -> Result<PathBuf> {
+    let Rendered {
+        dhcp_cfg,
+        envoy_src,
+        dns_text,
+        dhcp_ip,
+        iface,
+        dns_ip,
+        ..
+    } = r;
+    let (dhcp_ns, dns_ns, proxy_ns) = (&ns.dhcp, &ns.dns, &ns.proxy);
+    let dir = lab.dir.clone();
+    let data = dir.join("dhcp-data");
+    let render_dir = dir.join("render");
+    std::fs::create_dir_all(&data)?;
+    let launcher = args.launcher();
+    println!("data plane: {}", launcher.describe());
+    launcher.check()?;
+    // The lease store stays owned by root: the container runs as UID 0 with
+    // every capability but the pod's dropped (no CAP_DAC_OVERRIDE), so it
+    // writes only a directory it owns.
+    lab.launch(
+        &launcher,
+        dhcp_ns,
+        "oooi-dhcp",
+        &Program {
+            binary: "oooi-dhcp",
+            image: "dhcp",
+            caps: &["NET_BIND_SERVICE", "NET_RAW"],
+            mounts: vec![(render_dir.clone(), false), (data.clone(), true)],
+            args: vec![
+                "serve".into(),
+                "--config".into(),
+                dhcp_cfg.to_string_lossy().into_owned(),
+                "--data-dir".into(),
+                data.to_string_lossy().into_owned(),
+                "--metrics-addr".into(),
+                "127.0.0.1:9067".into(),
+            ],
+        },
+    )?;
+    // Like the DNS pod: the ConfigMap is a kubelet mount, updated by the
+    // `..data` symlink swap, which oooi-dns watches.
+    let dns_mount = dir.join("dns-config");
+    let dns_mounted = publish_config(&dns_mount, "config.yaml", dns_text)?;
+    lab.launch(
+        &launcher,
+        dns_ns,
+        "oooi-dns",
+        &Program {
+            binary: "oooi-dns",
+            image: "dns",
+            caps: &["NET_BIND_SERVICE"],
+            mounts: vec![(dns_mount.clone(), false)],
+            args: vec![
+                "serve".into(),
+                "--config".into(),
+                dns_mounted.to_string_lossy().into_owned(),
+                "--metrics-addr".into(),
+                "127.0.0.1:9153".into(),
+            ],
+        },
+    )?;
+    // The ConfigMap and filter mounts of the proxy pod, as directories.
+    let envoy_dir = dir.join("envoy");
+    let filter_dir = dir.join("filter");
+    std::fs::create_dir_all(&envoy_dir)?;
+    std::fs::create_dir_all(&filter_dir)?;
+    for e in std::fs::read_dir(envoy_src)? {
+        let e = e?;
+        let text = std::fs::read_to_string(e.path())?
+            .replace("/etc/oooi-envoy", envoy_dir.to_str().unwrap_or_default())
+            .replace("/etc/oooi-filter", filter_dir.to_str().unwrap_or_default());
+        std::fs::write(envoy_dir.join(e.file_name()), text)?;
+    }
+    let module_ref = walk(&envoy_dir)
+        .into_iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .find_map(|t| {
+            // The module's file name, wherever the rendered layout puts it
+            // (the filter mount, or `..data` of the config mount).
+            let end = t.find(".wasm\"")? + ".wasm".len();
+            let start = t[..end].rfind('"')? + 1;
+            Some(t[start..end].to_string())
+        })
+        .ok_or_else(|| anyhow!("rendered Envoy config names no filter module"))?;
+    if let Some(parent) = std::path::Path::new(&module_ref).parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::copy(wasm, &module_ref)?;
+    lab.launch(
+        &launcher,
+        proxy_ns,
+        "envoy",
+        &Program {
+            binary: "envoy",
+            image: "proxy",
+            caps: &["NET_BIND_SERVICE"],
+            mounts: vec![(envoy_dir.clone(), false), (filter_dir.clone(), false)],
+            args: [
+                "-c",
+                envoy_dir.join("envoy.json").to_str().unwrap_or_default(),
+                "--use-dynamic-base-id",
+                "--concurrency",
+                "1",
+                "--log-level",
+                "warn",
+                "--component-log-level",
+                "wasm:info",
+            ]
+            .map(String::from)
+            .to_vec(),
+        },
+    )?;
+    let got = wait_until(15, "oooi-dhcp /healthz", || {
+        lab.me_in(dhcp_ns, &["http", "GET", "127.0.0.1:9067", "/healthz"])
+    })
+    .map(|s| s.split_whitespace().next().unwrap_or("").to_string())
+    .unwrap_or_else(|e| format!("{e:#}"));
+    println!("\ninfra on the VLAN:");
+    report.step(
+        &format!("oooi-dhcp serving on {dhcp_ns}/{iface} {dhcp_ip}"),
+        "200",
+        &got,
+    );
+    let got = wait_until(15, "oooi-dns /healthz", || {
+        lab.me_in(dns_ns, &["http", "GET", "127.0.0.1:9153", "/healthz"])
+    })
+    .map(|s| s.split_whitespace().next().unwrap_or("").to_string())
+    .unwrap_or_else(|e| format!("{e:#}"));
+    report.step(&format!("oooi-dns serving on {dns_ip}:53"), "200", &got);
+    Ok(dns_mount)
+}
+
+/// Pushes the rendered table from the management network, as the
+/// controller does.
+pub fn first_push(lab: &Lab, push: &Push, r: &Rendered, report: &mut Report) {
+    let got = push.put(lab, &r.routes_file);
+    report.step(
+        &format!(
+            "push rendered table (generation 1) from mgmt to {}",
+            push.api
+        ),
+        "200",
+        &got,
+    );
+}
