@@ -735,12 +735,18 @@ mod tests {
             .unwrap();
         assert_eq!(routes.len(), 2);
         assert_eq!(routes[0]["match"]["path"], METRICS_PATH);
-        assert_eq!(routes[0]["match"]["headers"][0]["string_match"]["exact"], "GET");
+        assert_eq!(
+            routes[0]["match"]["headers"][0]["string_match"]["exact"],
+            "GET"
+        );
         assert_eq!(routes[0]["route"]["cluster"], ADMIN_CLUSTER);
         assert_eq!(routes[0]["route"]["prefix_rewrite"], "/stats/prometheus");
         assert_eq!(routes[1]["direct_response"]["status"], 404);
         let clusters = r.clusters["resources"].as_array().unwrap();
-        let admin = clusters.iter().find(|c| c["name"] == ADMIN_CLUSTER).unwrap();
+        let admin = clusters
+            .iter()
+            .find(|c| c["name"] == ADMIN_CLUSTER)
+            .unwrap();
         let ep = &admin["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"];
         assert_eq!(ep["address"]["socket_address"]["port_value"], 9901);
         assert_eq!(ep["address"]["socket_address"]["address"], "127.0.0.1");

@@ -1101,7 +1101,10 @@ mod hardening {
         assert_eq!(envoy.stat("table_api_vlan_guard.rbac.denied"), Some(1));
 
         // The metrics listener is guarded the same way.
-        let metrics = envoy.config.metrics.expect("the test Envoy has a metrics listener");
+        let metrics = envoy
+            .config
+            .metrics
+            .expect("the test Envoy has a metrics listener");
         let from_vlan = send_raw(
             metrics,
             ip("127.0.0.80"),
@@ -1126,9 +1129,10 @@ mod hardening {
 /// interface.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_metrics_port_serves_prometheus_stats_and_nothing_else_of_the_admin() {
-    let lab = Lab::pushed(1).await;
+    let mut lab = Lab::pushed(1).await;
     assert_eq!(
-        lab.who(lab.kube, Some("api.c1.example.com"), STRANGER).await,
+        lab.who(lab.kube, Some("api.c1.example.com"), STRANGER)
+            .await,
         "c1-kube-apiserver"
     );
     assert!(
@@ -1146,8 +1150,16 @@ async fn the_metrics_port_serves_prometheus_stats_and_nothing_else_of_the_admin(
             .and_then(|l| l.rsplit(' ').next())
             .and_then(|v| v.parse().ok())
     };
-    assert_eq!(value("oooi_sni_router_forward_exact_sni"), Some(1.0), "{body}");
-    assert_eq!(value("oooi_sni_router_refuse_unknown_sni"), Some(1.0), "{body}");
+    assert_eq!(
+        value("oooi_sni_router_forward_exact_sni"),
+        Some(1.0),
+        "{body}"
+    );
+    assert_eq!(
+        value("oooi_sni_router_refuse_unknown_sni"),
+        Some(1.0),
+        "{body}"
+    );
     // Envoy's own stats come along (connections per listener).
     assert!(
         body.contains("envoy_listener_downstream_cx_total"),

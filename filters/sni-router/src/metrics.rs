@@ -1,5 +1,5 @@
 //! Envoy-side counters. Envoy exposes them as `wasmcustom.oooi_sni_router_*`
-//! (Prometheus: `envoy_wasmcustom_oooi_sni_router_*`).
+//! (Prometheus, `/stats/prometheus`: `oooi_sni_router_*`).
 //!
 //! Every metric is defined once per VM and its id kept in a thread-local
 //! array indexed by [`Metric`], so counting costs one host call and no name
