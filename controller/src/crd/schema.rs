@@ -21,10 +21,10 @@ fn preserved_object(description: &str) -> Schema {
     })
 }
 
-/// The DHCP server's config file (`oooi_dhcp::config::RawConfig`).
+/// The DHCP server's config file (`oooi_dhcp_config::RawConfig`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct DhcpConfigDocument(pub oooi_dhcp::config::RawConfig);
+pub struct DhcpConfigDocument(pub oooi_dhcp_config::RawConfig);
 
 impl JsonSchema for DhcpConfigDocument {
     fn schema_name() -> Cow<'static, str> {

@@ -5,7 +5,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use ipnet::Ipv4Net;
-use oooi_dhcp::config::Subnet;
+use oooi_dhcp_config::Subnet;
 
 use crate::crd::Infra;
 
