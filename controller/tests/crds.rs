@@ -129,18 +129,80 @@ fn schemas_carry_patterns_ranges_required_fields_and_defaults() {
     let proxy = schema_of("ProxyServer");
     let routes = &proxy["properties"]["spec"]["properties"]["routes"];
     assert_eq!(routes["type"], "array");
-    assert_eq!(
-        routes["items"]["x-kubernetes-preserve-unknown-fields"],
-        true
-    );
     let status = &proxy["properties"]["status"]["properties"];
     assert!(status["replicaStatus"]["items"]["properties"]["routesSynced"].is_object());
     assert!(status["filterDigest"].is_object());
+}
+
+#[test]
+fn the_dhcp_config_schema_is_the_config_crates_so_typos_are_refused_at_admission() {
     let dhcp = schema_of("DHCPServer");
-    assert_eq!(
-        dhcp["properties"]["spec"]["properties"]["config"]["x-kubernetes-preserve-unknown-fields"],
-        true
-    );
+    let config = &dhcp["properties"]["spec"]["properties"]["config"];
+    // Structural: no kept unknown fields, every field typed.
+    assert!(config.get("x-kubernetes-preserve-unknown-fields").is_none());
+    assert_eq!(config["type"], "object");
+    let props = config["properties"].as_object().unwrap();
+    for field in [
+        "interface",
+        "server_ip",
+        "subnet",
+        "gateway",
+        "range",
+        "excluded",
+        "dns_servers",
+        "lease_seconds",
+        "reservations",
+        "peer",
+    ] {
+        assert!(props.contains_key(field), "config.{field} is in the schema");
+    }
+    assert_eq!(props["lease_seconds"]["type"], "integer");
+    assert_eq!(props["subnet"]["type"], "string");
+    let required: BTreeSet<&str> = config["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(required, BTreeSet::from(["server_ip", "subnet", "range"]));
+    let reservation = &props["reservations"]["items"];
+    assert_eq!(reservation["type"], "object");
+    assert!(reservation["properties"]["mac"].is_object());
+    let text = serde_json::to_string(&dhcp).unwrap();
+    assert!(!text.contains("$ref"), "every subschema is inlined");
+}
+
+#[test]
+fn the_routes_schema_is_the_routes_crates_so_typos_are_refused_at_admission() {
+    let proxy = schema_of("ProxyServer");
+    let routes = &proxy["properties"]["spec"]["properties"]["routes"];
+    assert_eq!(routes["type"], "array");
+    let route = &routes["items"];
+    assert!(route.get("x-kubernetes-preserve-unknown-fields").is_none());
+    assert_eq!(route["type"], "object");
+    let props = route["properties"].as_object().unwrap();
+    for field in [
+        "port",
+        "sni",
+        "source",
+        "sources",
+        "alias_source",
+        "upstream",
+        "owner",
+    ] {
+        assert!(
+            props.contains_key(field),
+            "routes[].{field} is in the schema"
+        );
+    }
+    assert_eq!(props["port"]["type"], "integer");
+    assert_eq!(props["port"]["minimum"], 1.0);
+    let upstream = &props["upstream"];
+    assert_eq!(upstream["type"], "object");
+    assert!(upstream["properties"]["cluster"].is_object());
+    assert!(upstream["properties"]["address"]["properties"]["host"].is_object());
+    let text = serde_json::to_string(&proxy).unwrap();
+    assert!(!text.contains("$ref"), "every subschema is inlined");
 }
 
 #[test]

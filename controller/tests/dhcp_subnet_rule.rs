@@ -204,7 +204,7 @@ fn controller_render_and_server_agree_on_every_case() {
         match c.verdict {
             None => {
                 let (_, text) = dhcp_file.expect("render writes the DHCP config");
-                oooi_dhcp::config::Config::from_yaml(text)
+                oooi_dhcp_config::Config::from_yaml(text)
                     .unwrap_or_else(|e| panic!("{label}: rendered config refused: {e}"));
             }
             Some(bad) => {
@@ -215,7 +215,7 @@ fn controller_render_and_server_agree_on_every_case() {
         }
 
         // The server loading the same network from its own file.
-        let loaded = oooi_dhcp::config::Config::from_yaml(&server_yaml(c));
+        let loaded = oooi_dhcp_config::Config::from_yaml(&server_yaml(c));
         match c.verdict {
             None => assert!(loaded.is_ok(), "{label}: {loaded:?}"),
             Some(bad) => {

@@ -576,7 +576,7 @@ fn dhcp_reservations_come_from_vmi_macs_and_conflicts_are_dropped() {
         ]
     );
     let cfg =
-        oooi_dhcp::config::Config::from_raw(dhcp).expect("oooi-dhcp accepts the planned config");
+        oooi_dhcp_config::Config::from_raw(dhcp).expect("oooi-dhcp accepts the planned config");
     assert_eq!(cfg.reservations.len(), 3);
 }
 
@@ -594,8 +594,7 @@ fn rendered_configs_pass_their_components_validators() {
     let p = plan_infra(&i, &atts, &obs);
     let d = p.desired.as_ref().unwrap();
 
-    let dhcp =
-        oooi_dhcp::config::Config::from_raw(&d.dhcp.as_ref().unwrap().spec.config.0).unwrap();
+    let dhcp = oooi_dhcp_config::Config::from_raw(&d.dhcp.as_ref().unwrap().spec.config.0).unwrap();
     assert_eq!(dhcp.server_ip, ip("192.0.2.2"));
     assert_eq!(dhcp.gateway, Some(ip("192.0.2.1")));
     assert_eq!(dhcp.dns_servers, vec![ip("192.0.2.3")]);

@@ -105,7 +105,7 @@ fn dhcp_children_carry_config_pvc_and_raw_socket_capability() {
     assert!(ctr.resources.as_ref().unwrap().requests.is_some());
     // The ConfigMap holds exactly the config oooi-dhcp accepts.
     let text = &c.config_map.as_ref().unwrap().data.as_ref().unwrap()["config.yaml"];
-    let cfg = oooi_dhcp::config::Config::from_yaml(text).expect("oooi-dhcp loads the ConfigMap");
+    let cfg = oooi_dhcp_config::Config::from_yaml(text).expect("oooi-dhcp loads the ConfigMap");
     assert_eq!(cfg.interface.as_deref(), Some("net1"));
     let pvc = c.pvc.as_ref().unwrap();
     assert_eq!(pvc.metadata.name.as_deref(), Some("vlan-dhcp-leases"));

@@ -148,7 +148,7 @@ fn two_cluster_example_routes_workers_and_apps() {
         .iter()
         .find(|(p, _)| p.ends_with("vlan200-dhcp.yaml"))
         .unwrap();
-    let cfg = oooi_dhcp::config::Config::from_yaml(&dhcp.1).unwrap();
+    let cfg = oooi_dhcp_config::Config::from_yaml(&dhcp.1).unwrap();
     assert_eq!(cfg.reservations.len(), 3);
     assert_eq!(cfg.lease_seconds, 7200);
     let envoy = out

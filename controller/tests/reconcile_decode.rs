@@ -1,9 +1,10 @@
 //! One derived object the controller cannot decode among good ones, through
 //! the real watches and wiring ([`oooi_controller::controllers::run`])
-//! against the mocked API: the list of DNSServers holds two good objects
-//! and two bad ones (a misspelt field, a wrong type). Each bad one gets
-//! `InvalidSpec` naming the field in its own status and no children; the
-//! good ones get their children and status as usual.
+//! against the mocked API: the lists of DHCPServers, DNSServers and
+//! ProxyServers each hold two good objects and two bad ones (a misspelt
+//! field, a wrong type). Each bad one gets `InvalidSpec` naming the field in
+//! its own status and no children; the good ones get their children and
+//! status as usual.
 
 #![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
 
@@ -20,8 +21,9 @@ use serde_json::{Value, json};
 const G: &str = "/apis/hostedcluster.densityops.com/v1alpha1/namespaces/oooi";
 const DEPLOYMENTS: &str = "/apis/apps/v1/namespaces/oooi/deployments";
 
-/// A valid DNSServer as the Infra planner derives it, renamed `name`.
-fn dns_server(name: &str) -> Value {
+/// A valid derived object of `kind` (`dhcp`, `dns` or `proxy`) as the Infra
+/// planner derives it, renamed `name`.
+fn derived(kind: &str, name: &str) -> Value {
     let infra = serde_json::from_value(json!({
         "apiVersion": "hostedcluster.densityops.com/v1alpha1", "kind": "Infra",
         "metadata": {"name": "vlan200", "namespace": "oooi", "uid": "uid-infra"},
@@ -38,8 +40,13 @@ fn dns_server(name: &str) -> Value {
     }))
     .unwrap();
     let plan = plan_infra(&infra, &[], &Observed::default());
-    let dns = plan.desired.unwrap().dns.unwrap();
-    let mut v = serde_json::to_value(dns).unwrap();
+    let d = plan.desired.unwrap();
+    let mut v = match kind {
+        "dhcp" => serde_json::to_value(d.dhcp.unwrap()).unwrap(),
+        "dns" => serde_json::to_value(d.dns.unwrap()).unwrap(),
+        "proxy" => serde_json::to_value(d.proxy.unwrap()).unwrap(),
+        other => panic!("no derived kind {other}"),
+    };
     v["metadata"] = json!({"name": name, "namespace": "oooi", "uid": format!("uid-{name}")});
     v
 }
@@ -60,22 +67,101 @@ async fn until(secs: u64, what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
+/// A route the routing table accepts.
+fn good_route() -> Value {
+    json!({
+        "port": 6443,
+        "sni": "api.c1.example.com",
+        "upstream": {"address": {"host": "kube-apiserver.clusters-c1.svc.cluster.local", "port": 6443}},
+    })
+}
+
+/// One kind's bad objects: how each is broken and the field its message
+/// must name.
+struct Kind {
+    /// `dhcp`, `dns` or `proxy`: the object names' prefix.
+    short: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+    misspelt: fn(&mut Value),
+    misspelt_field: &'static str,
+    misspelt_name: &'static str,
+    wrong_type: fn(&mut Value),
+    wrong_type_field: &'static str,
+}
+
+const KINDS: [Kind; 3] = [
+    Kind {
+        short: "dhcp",
+        kind: "DHCPServer",
+        plural: "dhcpservers",
+        misspelt: |o| o["spec"]["config"]["lease_secs"] = json!(600),
+        misspelt_field: "spec.config",
+        misspelt_name: "lease_secs",
+        wrong_type: |o| o["spec"]["config"]["lease_seconds"] = json!("an hour"),
+        wrong_type_field: "spec.config.lease_seconds",
+    },
+    Kind {
+        short: "dns",
+        kind: "DNSServer",
+        plural: "dnsservers",
+        misspelt: |o| o["spec"]["config"]["views"][0]["nmae"] = json!("vlan"),
+        misspelt_field: "spec.config.views[0]",
+        misspelt_name: "nmae",
+        wrong_type: |o| o["spec"]["config"]["ttl"] = json!("thirty"),
+        wrong_type_field: "spec.config.ttl",
+    },
+    Kind {
+        short: "proxy",
+        kind: "ProxyServer",
+        plural: "proxyservers",
+        misspelt: |o| {
+            let mut route = good_route();
+            route["snii"] = json!("api.c1.example.com");
+            o["spec"]["routes"] = json!([route]);
+        },
+        misspelt_field: "spec.routes[0]",
+        misspelt_name: "snii",
+        wrong_type: |o| {
+            let mut route = good_route();
+            route["port"] = json!("6443");
+            o["spec"]["routes"] = json!([route]);
+        },
+        wrong_type_field: "spec.routes[0].port",
+    },
+];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_undecodable_object_gets_invalid_spec_and_the_others_reconcile() {
     let mock = MockApi::start();
-    let mut misspelt = dns_server("dns-misspelt");
-    misspelt["spec"]["config"]["views"][0]["nmae"] = json!("vlan");
-    let mut wrong_type = dns_server("dns-wrong-type");
-    wrong_type["spec"]["config"]["ttl"] = json!("thirty");
-    // Listed in this order: the bad ones between and after the good ones.
-    for (name, obj) in [
-        ("dns-a", dns_server("dns-a")),
-        ("dns-misspelt", misspelt),
-        ("dns-b", dns_server("dns-b")),
-        ("dns-wrong-type", wrong_type),
-    ] {
-        mock.insert(&format!("{G}/dnsservers/{name}"), obj);
+    for k in &KINDS {
+        let name = |what: &str| format!("{}-{what}", k.short);
+        let mut misspelt = derived(k.short, &name("misspelt"));
+        (k.misspelt)(&mut misspelt);
+        let mut wrong_type = derived(k.short, &name("wrong-type"));
+        (k.wrong_type)(&mut wrong_type);
+        // Listed in this order: the bad ones between and after the good ones.
+        for (name, obj) in [
+            (name("a"), derived(k.short, &name("a"))),
+            (name("misspelt"), misspelt),
+            (name("b"), derived(k.short, &name("b"))),
+            (name("wrong-type"), wrong_type),
+        ] {
+            mock.insert(&format!("{G}/{}/{name}", k.plural), obj);
+        }
     }
+    // The push token the ProxyServers name (the Infra reconciler creates
+    // it): `push-token-for-the-decode-scenario`.
+    let proxy = derived("proxy", "proxy-a");
+    let token_secret = proxy["spec"]["pushTokenSecret"]["name"].as_str().unwrap();
+    mock.insert(
+        &format!("/api/v1/namespaces/oooi/secrets/{token_secret}"),
+        json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": token_secret, "namespace": "oooi", "uid": "uid-token"},
+            "data": {"token": "cHVzaC10b2tlbi1mb3ItdGhlLWRlY29kZS1zY2VuYXJpbw=="}
+        }),
+    );
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let run = tokio::spawn(oooi_controller::controllers::run(
         mock.client.clone(),
@@ -86,47 +172,55 @@ async fn an_undecodable_object_gets_invalid_spec_and_the_others_reconcile() {
         },
     ));
 
-    for good in ["dns-a", "dns-b"] {
-        until(30, &format!("{good}'s Deployment"), || {
-            mock.get(&format!("{DEPLOYMENTS}/{good}")).is_some()
-        })
-        .await;
-        until(30, &format!("{good}'s status"), || {
-            mock.get(&format!("{G}/dnsservers/{good}"))
-                .and_then(|o| condition(&o, "Ready"))
-                .is_some_and(|c| c["reason"] == "DeploymentNotReady")
-        })
-        .await;
-    }
-    for (bad, field) in [
-        ("dns-misspelt", "spec.config.views[0]"),
-        ("dns-wrong-type", "spec.config.ttl"),
-    ] {
-        until(30, &format!("{bad}'s InvalidSpec"), || {
-            mock.get(&format!("{G}/dnsservers/{bad}"))
-                .and_then(|o| condition(&o, "Ready"))
-                .is_some_and(|c| c["reason"] == "InvalidSpec")
-        })
-        .await;
-        let obj = mock.get(&format!("{G}/dnsservers/{bad}")).unwrap();
-        let degraded = condition(&obj, "Degraded").unwrap();
-        assert_eq!(degraded["status"], "True");
-        let message = degraded["message"].as_str().unwrap();
+    for k in &KINDS {
+        for good in [format!("{}-a", k.short), format!("{}-b", k.short)] {
+            until(30, &format!("{good}'s Deployment"), || {
+                mock.get(&format!("{DEPLOYMENTS}/{good}")).is_some()
+            })
+            .await;
+            until(30, &format!("{good}'s status"), || {
+                mock.get(&format!("{G}/{}/{good}", k.plural))
+                    .and_then(|o| condition(&o, "Ready"))
+                    .is_some_and(|c| c["reason"] == "DeploymentNotReady")
+            })
+            .await;
+        }
+        for (bad, field) in [
+            (format!("{}-misspelt", k.short), k.misspelt_field),
+            (format!("{}-wrong-type", k.short), k.wrong_type_field),
+        ] {
+            let path = format!("{G}/{}/{bad}", k.plural);
+            until(30, &format!("{bad}'s InvalidSpec"), || {
+                mock.get(&path)
+                    .and_then(|o| condition(&o, "Ready"))
+                    .is_some_and(|c| c["reason"] == "InvalidSpec")
+            })
+            .await;
+            let obj = mock.get(&path).unwrap();
+            let degraded = condition(&obj, "Degraded").unwrap();
+            assert_eq!(degraded["status"], "True");
+            let message = degraded["message"].as_str().unwrap();
+            assert!(
+                message.starts_with(&format!("{} {field}", k.kind)),
+                "{bad}: the message names the field: {message}"
+            );
+            assert!(
+                mock.get(&format!("{DEPLOYMENTS}/{bad}")).is_none(),
+                "{bad} gets no children"
+            );
+        }
+        let misspelt = mock
+            .get(&format!("{G}/{}/{}-misspelt", k.plural, k.short))
+            .unwrap();
+        let message = condition(&misspelt, "Degraded").unwrap()["message"].clone();
         assert!(
-            message.starts_with(&format!("DNSServer {field}")),
-            "{bad}: the message names the field: {message}"
-        );
-        assert!(
-            mock.get(&format!("{DEPLOYMENTS}/{bad}")).is_none(),
-            "{bad} gets no children"
+            message
+                .as_str()
+                .unwrap()
+                .contains(&format!("unknown field `{}`", k.misspelt_name)),
+            "the misspelt field is named: {message}"
         );
     }
-    let misspelt = mock.get(&format!("{G}/dnsservers/dns-misspelt")).unwrap();
-    let message = condition(&misspelt, "Degraded").unwrap()["message"].clone();
-    assert!(
-        message.as_str().unwrap().contains("unknown field `nmae`"),
-        "the misspelt field is named: {message}"
-    );
 
     stop.send(()).unwrap();
     tokio::time::timeout(Duration::from_secs(30), run)

@@ -1,30 +1,27 @@
 //! Schemas of the component config documents embedded in the derived kinds.
 //!
-//! The config formats belong to their crates (`oooi-dhcp`, `oooi-dns-config`,
-//! `oooi-routes`), which validate them. The DNS config's schema is the config
-//! crate's own (generated from its types), so the API server rejects a
-//! misspelt or mistyped field at admission; the DHCP config and the routes
-//! are still "an object" whose fields are kept
-//! (`x-kubernetes-preserve-unknown-fields`). In Rust the fields are the
-//! crates' own typed structs.
+//! The config formats belong to their crates (`oooi-dhcp-config`,
+//! `oooi-dns-config`, `oooi-routes`), which validate them. Each schema here
+//! is the crate's own, generated from its types, so the API server rejects a
+//! misspelt or mistyped field at admission instead of the controller failing
+//! to decode the object later. In Rust the fields are the crates' own typed
+//! structs.
 
 use std::borrow::Cow;
 
-use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
-fn preserved_object(description: &str) -> Schema {
-    json_schema!({
-        "type": "object",
-        "description": description,
-        "x-kubernetes-preserve-unknown-fields": true,
-    })
+/// `schema` with its top-level description replaced.
+fn described(mut schema: Schema, description: &str) -> Schema {
+    schema.insert("description".into(), description.into());
+    schema
 }
 
-/// The DHCP server's config file (`oooi_dhcp::config::RawConfig`).
+/// The DHCP server's config file (`oooi_dhcp_config::RawConfig`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct DhcpConfigDocument(pub oooi_dhcp::config::RawConfig);
+pub struct DhcpConfigDocument(pub oooi_dhcp_config::RawConfig);
 
 impl JsonSchema for DhcpConfigDocument {
     fn schema_name() -> Cow<'static, str> {
@@ -33,8 +30,11 @@ impl JsonSchema for DhcpConfigDocument {
     fn inline_schema() -> bool {
         true
     }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        preserved_object("The oooi-dhcp config file, validated by oooi-dhcp (see docs/dhcp.md).")
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        described(
+            oooi_dhcp_config::RawConfig::json_schema(generator),
+            "The oooi-dhcp config file, validated by oooi-dhcp (see docs/dhcp.md).",
+        )
     }
 }
 
@@ -51,14 +51,10 @@ impl JsonSchema for DnsConfigDocument {
         true
     }
     fn json_schema(generator: &mut SchemaGenerator) -> Schema {
-        // The config crate's own schema: the API server rejects a misspelt
-        // or mistyped field at admission.
-        let mut schema = oooi_dns_config::RawConfig::json_schema(generator);
-        schema.insert(
-            "description".into(),
-            "The oooi-dns config file, validated by oooi-dns (see docs/dns.md).".into(),
-        );
-        schema
+        described(
+            oooi_dns_config::RawConfig::json_schema(generator),
+            "The oooi-dns config file, validated by oooi-dns (see docs/dns.md).",
+        )
     }
 }
 
@@ -75,14 +71,10 @@ impl JsonSchema for RoutesDocument {
     fn inline_schema() -> bool {
         true
     }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "type": "array",
-            "description": "Routes of the oooi routing table (see docs/data-path.md): each has `port`, exactly one of `sni`, `source` or `alias_source`, `upstream` and an optional `owner`.",
-            "items": {
-                "type": "object",
-                "x-kubernetes-preserve-unknown-fields": true,
-            },
-        })
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        described(
+            Vec::<oooi_routes::Route>::json_schema(generator),
+            "Routes of the oooi routing table (see docs/data-path.md): each has `port`, exactly one of `sni`, `source` or `alias_source`, `upstream` and an optional `owner`.",
+        )
     }
 }

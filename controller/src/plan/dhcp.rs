@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{
     PersistentVolumeClaimVolumeSource, Volume, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use oooi_dhcp::config::{Mac, RawConfig, RawRange, RawReservation};
+use oooi_dhcp_config::{Mac, RawConfig, RawRange, RawReservation};
 
 use super::attachments::AttachmentOutcome;
 use super::labels::{Component, child_meta, instance_of};

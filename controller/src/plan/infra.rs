@@ -125,7 +125,7 @@ pub fn plan_infra(
         // Never hand a component a config it would reject: check each with
         // the component's own validator.
         if let Some(s) = &dhcp_spec
-            && let Err(e) = oooi_dhcp::config::Config::from_raw(&s.config.0)
+            && let Err(e) = oooi_dhcp_config::Config::from_raw(&s.config.0)
         {
             errors.push(field_error(
                 format!("derived DHCP config {}", e.field),

@@ -2,10 +2,10 @@
 //! cannot express. Every problem names the field (`spec.…`) and the value.
 
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{Ipv4Addr, SocketAddr};
 
 use ipnet::Ipv4Net;
-use oooi_dhcp::config::Subnet;
+use oooi_dhcp_config::Subnet;
 
 use crate::crd::Infra;
 
@@ -237,16 +237,12 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
 
     let mut upstreams = Vec::new();
     for (i, s) in nc.dns_servers.iter().enumerate() {
-        let s = s.trim();
-        let parsed = s
-            .parse::<SocketAddr>()
-            .ok()
-            .or_else(|| s.parse::<IpAddr>().ok().map(|ip| SocketAddr::new(ip, 53)));
-        match parsed {
-            Some(a) if a.port() != 0 => upstreams.push(a),
-            _ => errors.push(field_error(
+        // The DNS server's own rule for an upstream.
+        match oooi_dns_config::upstream_server(s) {
+            Ok(a) => upstreams.push(a),
+            Err(message) => errors.push(field_error(
                 format!("spec.networkConfig.dnsServers[{i}]"),
-                format!("`{s}` is not an `ip` or `ip:port`"),
+                message,
             )),
         }
     }

@@ -35,7 +35,7 @@ pub fn reservations(
     let mut out = Vec::new();
     for vmi in &cluster.vmis {
         for iface in &vmi.interfaces {
-            let Some(mac) = iface.mac.as_deref().and_then(oooi_dhcp::config::Mac::parse) else {
+            let Some(mac) = iface.mac.as_deref().and_then(oooi_dhcp_config::Mac::parse) else {
                 continue;
             };
             let ip = iface

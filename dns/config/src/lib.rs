@@ -42,7 +42,7 @@ pub use file::{
     RawChaos, RawCluster, RawConfig, RawRecord, RawUpstreams, RawView, RawZone, ViewKind,
 };
 pub use model::{Chaos, Config, RecordSet, Upstreams, View, Zone};
-pub use validate::{DEFAULT_HTTP_PORT, DEFAULT_TTL, MAX_CHAOS_BYTES, MAX_TTL};
+pub use validate::{DEFAULT_HTTP_PORT, DEFAULT_TTL, MAX_CHAOS_BYTES, MAX_TTL, upstream_server};
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,7 @@
 //! [`RawConfig::validate`]: the rules a config must meet, applied once.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -65,10 +66,22 @@ impl RawConfig {
     }
 }
 
+/// An upstream resolver, `ip` (port 53) or `ip:port`, surrounding blanks
+/// ignored; port 0 is refused (nothing answers there). The controller checks
+/// an Infra's resolvers with this same rule.
+/// The error is the message for the field.
+pub fn upstream_server(s: &str) -> Result<SocketAddr, String> {
+    match socket("", s.trim(), 53) {
+        Ok(a) if a.port() != 0 => Ok(a),
+        _ => Err(format!("`{s}` is not an `ip` or `ip:port`")),
+    }
+}
+
 fn upstreams(u: &RawUpstreams) -> Result<Upstreams, ConfigError> {
     let mut servers = Vec::new();
     for (i, s) in u.servers.iter().enumerate() {
-        servers.push(socket(&format!("upstreams.servers[{i}]"), s, 53)?);
+        servers
+            .push(upstream_server(s).map_err(|m| invalid(format!("upstreams.servers[{i}]"), m))?);
     }
     let timeout_ms = u.timeout_ms.unwrap_or(800);
     if timeout_ms == 0 || timeout_ms > 30_000 {

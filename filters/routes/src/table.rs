@@ -130,21 +130,43 @@ pub struct Route {
     pub owner: Option<String>,
 }
 
+/// A route as written: exactly one of `sni`, `source` or `alias_source`;
+/// `sources` only beside `sni`.
 #[derive(Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(rename = "Route"))]
 #[serde(deny_unknown_fields)]
 struct WireRoute {
+    /// Listener port the connection arrived on.
+    #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 65535)))]
     port: u16,
+    /// Server name (exact, or `*.` wildcard).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     sni: Option<String>,
+    /// Source network the route matches by address (no SNI needed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     source: Option<Cidr>,
+    /// The only source networks allowed to use an `sni` route.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     sources: Option<Vec<Cidr>>,
+    /// Source network of a Kubernetes-service alias route.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     alias_source: Option<Cidr>,
+    /// Where a matching connection goes.
     upstream: Upstream,
+    /// Who the route belongs to, for explanations only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     owner: Option<String>,
+}
+
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for Route {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Route".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        WireRoute::json_schema(generator)
+    }
 }
 
 impl TryFrom<WireRoute> for Route {
@@ -276,6 +298,7 @@ pub(crate) fn canonical_sources(sources: &[Cidr]) -> Vec<Cidr> {
 
 /// Where a connection goes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Upstream {
     /// An Envoy cluster that exists in the running config.
@@ -286,6 +309,7 @@ pub enum Upstream {
         /// DNS name or IP literal.
         host: String,
         /// Upstream port, 1-65535.
+        #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 65535)))]
         port: u16,
     },
 }
@@ -305,6 +329,22 @@ impl fmt::Display for Upstream {
 pub struct Cidr {
     addr: IpAddr,
     prefix: u8,
+}
+
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for Cidr {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Cidr".into()
+    }
+    fn inline_schema() -> bool {
+        true
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "description": "An IP network in CIDR form (`192.0.2.10/32`), no host bits set.",
+        })
+    }
 }
 
 impl Cidr {

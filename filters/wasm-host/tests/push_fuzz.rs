@@ -97,8 +97,11 @@ fn mutate(rng: &mut Rng, input: &str) -> Vec<u8> {
 
 #[test]
 fn the_push_api_holds_under_mutation() {
-    let path = std::env::var("OOOI_FILTER_WASM")
-        .expect("set OOOI_FILTER_WASM to the built oooi_sni_router.wasm");
+    let Ok(path) = std::env::var("OOOI_FILTER_WASM") else {
+        panic!(
+            "OOOI_FILTER_WASM is not set: run `tools/dev test` (it builds the filter module and sets it)"
+        );
+    };
     let module = std::fs::read(&path).unwrap();
     let seconds: u64 = std::env::var("OOOI_FUZZ_SECONDS")
         .ok()

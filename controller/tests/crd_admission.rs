@@ -1,0 +1,281 @@
+//! The API server's admission of the derived kinds, played against the
+//! generated CRD schemas: an object as the planner derives it is accepted,
+//! and a misspelt field or a wrong type in its embedded config is refused,
+//! for DHCPServer, DNSServer and ProxyServer alike.
+//!
+//! [`admit`] checks what the API server checks of a structural schema with
+//! strict field validation (kubectl's default): types, `required`, `enum`,
+//! lengths, ranges and patterns, and no field the schema does not name
+//! unless `x-kubernetes-preserve-unknown-fields` or `additionalProperties`
+//! allows it.
+
+#![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
+
+mod plan_support;
+
+use oooi_controller::crd;
+use oooi_controller::plan::{Observed, plan_infra};
+use plan_support::{attachment, infra};
+use serde_json::{Value, json};
+
+fn schema_of(kind: &str) -> Value {
+    let crd = crd::crds()
+        .into_iter()
+        .find(|c| c.spec.names.kind == kind)
+        .expect("kind exists");
+    let v = serde_json::to_value(&crd.spec.versions[0]).expect("serialises");
+    v["schema"]["openAPIV3Schema"].clone()
+}
+
+/// The errors the API server would answer `value` with, each naming its
+/// path; empty when it admits it.
+fn admit(schema: &Value, value: &Value) -> Vec<String> {
+    // The API server checks these itself; a CRD's schema leaves them out.
+    let mut value = value.clone();
+    if let Some(fields) = value.as_object_mut() {
+        for implicit in ["apiVersion", "kind", "metadata"] {
+            fields.remove(implicit);
+        }
+    }
+    let mut errors = Vec::new();
+    check(schema, &value, "", true, &mut errors);
+    errors
+}
+
+/// `structural`: a node of the schema's tree (where unknown fields are
+/// refused), not a branch of `anyOf`/`oneOf`/`allOf` (which only adds
+/// value checks).
+fn check(schema: &Value, value: &Value, path: &str, structural: bool, errors: &mut Vec<String>) {
+    let at = if path.is_empty() { "<root>" } else { path };
+    if value.is_null() {
+        if schema["nullable"] == true || !structural {
+            return;
+        }
+        if schema.get("type").is_some() {
+            errors.push(format!("{at}: null is not allowed"));
+        }
+        return;
+    }
+    if schema["x-kubernetes-int-or-string"] == true {
+        if !(value.is_i64() || value.is_u64() || value.is_string()) {
+            errors.push(format!("{at}: must be an integer or a string"));
+        }
+    } else if let Some(t) = schema["type"].as_str() {
+        let ok = match t {
+            "object" => value.is_object(),
+            "array" => value.is_array(),
+            "string" => value.is_string(),
+            "integer" => value.is_i64() || value.is_u64(),
+            "number" => value.is_number(),
+            "boolean" => value.is_boolean(),
+            other => panic!("{at}: schema type {other} is not handled here"),
+        };
+        if !ok {
+            errors.push(format!("{at}: must be of type {t}, got {value}"));
+            return;
+        }
+    }
+    if let Some(allowed) = schema["enum"].as_array()
+        && !allowed.contains(value)
+    {
+        errors.push(format!("{at}: {value} is not one of {allowed:?}"));
+    }
+    if let Some(s) = value.as_str() {
+        let chars = s.chars().count() as u64;
+        if schema["minLength"].as_u64().is_some_and(|m| chars < m) {
+            errors.push(format!("{at}: shorter than {}", schema["minLength"]));
+        }
+        if schema["maxLength"].as_u64().is_some_and(|m| chars > m) {
+            errors.push(format!("{at}: longer than {}", schema["maxLength"]));
+        }
+        if let Some(p) = schema["pattern"].as_str()
+            && !regex::Regex::new(p).unwrap().is_match(s)
+        {
+            errors.push(format!("{at}: `{s}` does not match {p}"));
+        }
+    }
+    if let Some(n) = value.as_f64() {
+        if schema["minimum"].as_f64().is_some_and(|m| n < m) {
+            errors.push(format!("{at}: below {}", schema["minimum"]));
+        }
+        if schema["maximum"].as_f64().is_some_and(|m| n > m) {
+            errors.push(format!("{at}: above {}", schema["maximum"]));
+        }
+    }
+    if let Some(items) = value.as_array()
+        && let Some(item_schema) = schema.get("items")
+    {
+        for (i, item) in items.iter().enumerate() {
+            check(
+                item_schema,
+                item,
+                &format!("{path}[{i}]"),
+                structural,
+                errors,
+            );
+        }
+    }
+    if let Some(fields) = value.as_object() {
+        for required in schema["required"].as_array().into_iter().flatten() {
+            let name = required.as_str().unwrap();
+            if !fields.contains_key(name) {
+                errors.push(format!("{at}: `{name}` is required"));
+            }
+        }
+        let properties = schema["properties"].as_object();
+        for (name, field) in fields {
+            let field_path = if path.is_empty() {
+                name.clone()
+            } else {
+                format!("{path}.{name}")
+            };
+            if let Some(s) = properties.and_then(|p| p.get(name)) {
+                check(s, field, &field_path, structural, errors);
+            } else if let Some(s) = schema.get("additionalProperties").filter(|s| s.is_object()) {
+                check(s, field, &field_path, structural, errors);
+            } else if structural
+                && schema["x-kubernetes-preserve-unknown-fields"] != true
+                && schema["additionalProperties"] != true
+            {
+                errors.push(format!("{field_path}: unknown field"));
+            }
+        }
+    }
+    // How many branches must match: all, at least one, exactly one.
+    for (junctor, least, most) in [
+        ("allOf", usize::MAX, usize::MAX),
+        ("anyOf", 1, usize::MAX),
+        ("oneOf", 1, 1),
+    ] {
+        let Some(branches) = schema[junctor].as_array() else {
+            continue;
+        };
+        let passing = branches
+            .iter()
+            .filter(|b| {
+                let mut e = Vec::new();
+                check(b, value, path, false, &mut e);
+                e.is_empty()
+            })
+            .count();
+        let ok = if least == usize::MAX {
+            passing == branches.len()
+        } else {
+            passing >= least && passing <= most
+        };
+        if !ok {
+            errors.push(format!("{at}: {passing} of the {junctor} branches match"));
+        }
+    }
+}
+
+/// The three derived objects of an Infra with one attachment, as the
+/// planner makes them (so the proxy has routes of every kind).
+fn derived() -> [(&'static str, Value); 3] {
+    let i = infra("oooi", "vlan");
+    let a = attachment("oooi", "c1", "vlan", "c1");
+    let plan = plan_infra(&i, &[a], &Observed::default());
+    assert!(plan.errors.is_empty(), "{:?}", plan.errors);
+    let d = plan.desired.unwrap();
+    [
+        ("DHCPServer", serde_json::to_value(d.dhcp.unwrap()).unwrap()),
+        ("DNSServer", serde_json::to_value(d.dns.unwrap()).unwrap()),
+        (
+            "ProxyServer",
+            serde_json::to_value(d.proxy.unwrap()).unwrap(),
+        ),
+    ]
+}
+
+/// Sets field `pointer` (its parent object exists) to `v`.
+fn set(obj: &mut Value, pointer: &str, v: Value) {
+    let (parent, name) = pointer.rsplit_once('/').unwrap();
+    obj.pointer_mut(parent)
+        .and_then(Value::as_object_mut)
+        .unwrap_or_else(|| panic!("{parent} is an object"))
+        .insert(name.to_string(), v);
+}
+
+fn rename(obj: &mut Value, pointer: &str, from: &str, to: &str) {
+    let map = obj
+        .pointer_mut(pointer)
+        .and_then(Value::as_object_mut)
+        .unwrap_or_else(|| panic!("{pointer} is an object"));
+    let v = map
+        .remove(from)
+        .unwrap_or_else(|| panic!("{pointer}/{from} exists"));
+    map.insert(to.to_string(), v);
+}
+
+#[test]
+fn derived_objects_are_admitted() {
+    for (kind, obj) in derived() {
+        let errors = admit(&schema_of(kind), &obj);
+        assert!(errors.is_empty(), "{kind}: {errors:?}\n{obj:#}");
+    }
+}
+
+#[test]
+fn a_typo_or_a_wrong_type_in_an_embedded_config_is_refused_at_admission() {
+    type Break = fn(&mut Value);
+    let cases: [(&str, &str, Break, &str); 8] = [
+        (
+            "DHCPServer",
+            "misspelt field",
+            |o| rename(o, "/spec/config", "server_ip", "server_ipp"),
+            "spec.config.server_ipp: unknown field",
+        ),
+        (
+            "DHCPServer",
+            "wrong type",
+            |o| set(o, "/spec/config/lease_seconds", json!("an hour")),
+            "spec.config.lease_seconds: must be of type integer",
+        ),
+        (
+            "DHCPServer",
+            "misspelt nested field",
+            |o| rename(o, "/spec/config/range", "start", "begin"),
+            "spec.config.range.begin: unknown field",
+        ),
+        (
+            "DNSServer",
+            "misspelt field",
+            |o| rename(o, "/spec/config/views/0", "name", "nmae"),
+            "spec.config.views[0].nmae: unknown field",
+        ),
+        (
+            "DNSServer",
+            "wrong type",
+            |o| set(o, "/spec/config/ttl", json!("thirty")),
+            "spec.config.ttl: must be of type integer",
+        ),
+        (
+            "ProxyServer",
+            "misspelt field",
+            |o| rename(o, "/spec/routes/0", "port", "prot"),
+            "spec.routes[0].prot: unknown field",
+        ),
+        (
+            "ProxyServer",
+            "wrong type",
+            |o| set(o, "/spec/routes/0/port", json!("443")),
+            "spec.routes[0].port: must be of type integer",
+        ),
+        (
+            "ProxyServer",
+            "misspelt upstream",
+            |o| rename(o, "/spec/routes/0/upstream", "address", "adress"),
+            "spec.routes[0].upstream.adress: unknown field",
+        ),
+    ];
+    let objects = derived();
+    for (kind, what, break_it, want) in cases {
+        let mut obj = objects.iter().find(|(k, _)| *k == kind).unwrap().1.clone();
+        break_it(&mut obj);
+        let errors = admit(&schema_of(kind), &obj);
+        assert!(
+            errors.iter().any(|e| e.starts_with(want)),
+            "{kind} with a {what}: expected `{want}`, got {errors:?}"
+        );
+    }
+}
