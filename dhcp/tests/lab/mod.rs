@@ -17,6 +17,26 @@ use std::time::{Duration, Instant};
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
 /// Runs a command, panicking with its stderr when it fails.
+/// Stops a test in one line when the machine lacks what the lab needs.
+fn require_tools() {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"0");
+    let missing: Vec<&str> = ["ip", "busybox", "dhclient"]
+        .into_iter()
+        .filter(|tool| {
+            !std::env::var_os("PATH").is_some_and(|path| {
+                std::env::split_paths(&path).any(|dir| dir.join(tool).is_file())
+            })
+        })
+        .collect();
+    assert!(
+        root && missing.is_empty(),
+        "the DHCP namespace tests need root and ip, busybox, dhclient (missing: {missing:?}, root: {root}): run `tools/dev test`, which installs them"
+    );
+}
+
 pub fn sh(args: &[&str]) {
     let out = Command::new(args[0])
         .args(&args[1..])
@@ -72,6 +92,7 @@ impl Lab {
     /// config, mounted the way Kubernetes does it (`config.yaml` →
     /// `..data/config.yaml`, `..data` → a versioned directory).
     pub fn new(yaml: &str) -> Lab {
+        require_tools();
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
         let prefix = format!("odh{}x{n}", std::process::id());
         let server_ns = format!("{prefix}s");
