@@ -68,6 +68,11 @@ enum Command {
         /// Images of components whose Infra names none, as `run` takes them.
         #[command(flatten)]
         images: oooi_controller::plan::images::DefaultImages,
+        /// Print the output and exit 0 even when an Infra is invalid or an
+        /// attachment is excluded (the problems still go to stderr). Without
+        /// it, render exits 1 on any of them, so it can gate a pipeline.
+        #[arg(long)]
+        allow_invalid: bool,
     },
     /// Run the controller (in cluster, or with $KUBECONFIG).
     ///
@@ -123,6 +128,7 @@ fn render(
     skip_filter_check: bool,
     controller_namespace: String,
     images: oooi_controller::plan::images::DefaultImages,
+    allow_invalid: bool,
 ) -> anyhow::Result<()> {
     use anyhow::Context;
     use oooi_controller::render;
@@ -146,6 +152,15 @@ fn render(
     for note in &rendered.notes {
         eprintln!("note: {note}");
     }
+    for problem in &rendered.problems {
+        eprintln!("invalid: {problem}");
+    }
+    if !rendered.problems.is_empty() && !allow_invalid {
+        anyhow::bail!(
+            "{} problem(s) in the input (listed above); --allow-invalid renders anyway",
+            rendered.problems.len()
+        );
+    }
     match out {
         None => print!("{}", render::to_yaml(&rendered)?),
         Some(dir) => render::write_out(&rendered, &dir)?,
@@ -165,6 +180,7 @@ fn main() -> ExitCode {
             skip_filter_check,
             controller_namespace,
             images,
+            allow_invalid,
         } => render(
             files,
             out,
@@ -173,6 +189,7 @@ fn main() -> ExitCode {
             skip_filter_check,
             controller_namespace,
             images,
+            allow_invalid,
         ),
         Command::Run(args) => oooi_controller::run::main(args),
         Command::Rbac {
