@@ -122,14 +122,12 @@ fn crds(out: Option<PathBuf>) -> anyhow::Result<()> {
 
 fn render(
     files: Vec<PathBuf>,
-    out: Option<PathBuf>,
     token: Option<String>,
     filter_wasm: Option<PathBuf>,
     skip_filter_check: bool,
     controller_namespace: String,
     images: oooi_controller::plan::images::DefaultImages,
-    allow_invalid: bool,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<oooi_controller::render::Rendered> {
     use anyhow::Context;
     use oooi_controller::render;
     let mut input = render::RenderInput {
@@ -148,7 +146,17 @@ fn render(
         input.add_file(f)?;
     }
     let token = token.unwrap_or_else(|| render::OFFLINE_PUSH_TOKEN.to_string());
-    let rendered = render::render(&input, &token)?;
+    render::render(&input, &token)
+}
+
+/// Prints (or writes) what render produced, after its notes and problems;
+/// fails on a problem unless `allow_invalid`.
+fn emit(
+    rendered: &oooi_controller::render::Rendered,
+    out: Option<PathBuf>,
+    allow_invalid: bool,
+) -> anyhow::Result<()> {
+    use oooi_controller::render;
     for note in &rendered.notes {
         eprintln!("note: {note}");
     }
@@ -162,8 +170,8 @@ fn render(
         );
     }
     match out {
-        None => print!("{}", render::to_yaml(&rendered)?),
-        Some(dir) => render::write_out(&rendered, &dir)?,
+        None => print!("{}", render::to_yaml(rendered)?),
+        Some(dir) => render::write_out(rendered, &dir)?,
     }
     Ok(())
 }
@@ -183,14 +191,13 @@ fn main() -> ExitCode {
             allow_invalid,
         } => render(
             files,
-            out,
             push_token,
             filter_wasm,
             skip_filter_check,
             controller_namespace,
             images,
-            allow_invalid,
-        ),
+        )
+        .and_then(|rendered| emit(&rendered, out, allow_invalid)),
         Command::Run(args) => oooi_controller::run::main(args),
         Command::Rbac {
             openshift_scc,

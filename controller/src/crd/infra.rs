@@ -212,10 +212,10 @@ impl JsonSchema for LeaseTime {
     }
 
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        // As Kubernetes' own IntOrString: any integer or string passes the
+        // API server; the planner checks the value and names the field.
         schemars::json_schema!({
             "x-kubernetes-int-or-string": true,
-            "anyOf": [{"type": "integer"}, {"type": "string"}],
-            "description": "Lease time: seconds (`3600`) or a duration (`1h`, `30m`, `1h30m`), between 60 s and a year. Default 3600 (one hour)."
         })
     }
 }
