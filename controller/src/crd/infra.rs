@@ -214,8 +214,10 @@ impl JsonSchema for LeaseTime {
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         // As Kubernetes' own IntOrString: any integer or string passes the
         // API server; the planner checks the value and names the field.
+        // Not nullable: the API server prunes a null, and the default applies.
         schemars::json_schema!({
             "x-kubernetes-int-or-string": true,
+            "nullable": false,
         })
     }
 }
