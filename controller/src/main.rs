@@ -68,6 +68,11 @@ enum Command {
         /// Images of components whose Infra names none, as `run` takes them.
         #[command(flatten)]
         images: oooi_controller::plan::images::DefaultImages,
+        /// Print the output and exit 0 even when an Infra is invalid or an
+        /// attachment is excluded (the problems still go to stderr). Without
+        /// it, render exits 1 on any of them, so it can gate a pipeline.
+        #[arg(long)]
+        allow_invalid: bool,
     },
     /// Run the controller (in cluster, or with $KUBECONFIG).
     ///
@@ -117,13 +122,12 @@ fn crds(out: Option<PathBuf>) -> anyhow::Result<()> {
 
 fn render(
     files: Vec<PathBuf>,
-    out: Option<PathBuf>,
     token: Option<String>,
     filter_wasm: Option<PathBuf>,
     skip_filter_check: bool,
     controller_namespace: String,
     images: oooi_controller::plan::images::DefaultImages,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<oooi_controller::render::Rendered> {
     use anyhow::Context;
     use oooi_controller::render;
     let mut input = render::RenderInput {
@@ -142,13 +146,32 @@ fn render(
         input.add_file(f)?;
     }
     let token = token.unwrap_or_else(|| render::OFFLINE_PUSH_TOKEN.to_string());
-    let rendered = render::render(&input, &token)?;
+    render::render(&input, &token)
+}
+
+/// Prints (or writes) what render produced, after its notes and problems;
+/// fails on a problem unless `allow_invalid`.
+fn emit(
+    rendered: &oooi_controller::render::Rendered,
+    out: Option<PathBuf>,
+    allow_invalid: bool,
+) -> anyhow::Result<()> {
+    use oooi_controller::render;
     for note in &rendered.notes {
         eprintln!("note: {note}");
     }
+    for problem in &rendered.problems {
+        eprintln!("invalid: {problem}");
+    }
+    if !rendered.problems.is_empty() && !allow_invalid {
+        anyhow::bail!(
+            "{} problem(s) in the input (listed above); --allow-invalid renders anyway",
+            rendered.problems.len()
+        );
+    }
     match out {
-        None => print!("{}", render::to_yaml(&rendered)?),
-        Some(dir) => render::write_out(&rendered, &dir)?,
+        None => print!("{}", render::to_yaml(rendered)?),
+        Some(dir) => render::write_out(rendered, &dir)?,
     }
     Ok(())
 }
@@ -165,15 +188,16 @@ fn main() -> ExitCode {
             skip_filter_check,
             controller_namespace,
             images,
+            allow_invalid,
         } => render(
             files,
-            out,
             push_token,
             filter_wasm,
             skip_filter_check,
             controller_namespace,
             images,
-        ),
+        )
+        .and_then(|rendered| emit(&rendered, out, allow_invalid)),
         Command::Run(args) => oooi_controller::run::main(args),
         Command::Rbac {
             openshift_scc,

@@ -189,9 +189,12 @@ pub fn machine(obj: &DynamicObject) -> ObservedMachine {
 }
 
 /// A VMI's name and `status.interfaces` (name, MAC, `ipAddress` and
-/// `ipAddresses` merged without duplicates).
+/// `ipAddresses` merged without duplicates), plus the interfaces of
+/// `spec.domain.devices.interfaces` with a `macAddress` that the status does
+/// not report yet: a VMI's MAC is known from its creation, its address only
+/// once its guest took a lease.
 pub fn vmi(obj: &DynamicObject) -> ObservedVmi {
-    let interfaces = obj.data["status"]["interfaces"]
+    let mut interfaces: Vec<ObservedInterface> = obj.data["status"]["interfaces"]
         .as_array()
         .map(|a| {
             a.iter()
@@ -211,6 +214,31 @@ pub fn vmi(obj: &DynamicObject) -> ObservedVmi {
                 .collect()
         })
         .unwrap_or_default();
+    for i in obj.data["spec"]["domain"]["devices"]["interfaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let Some(mac) = i["macAddress"].as_str() else {
+            continue;
+        };
+        let name = i["name"].as_str().map(str::to_string);
+        match interfaces
+            .iter_mut()
+            .find(|s| s.name.is_some() && s.name == name)
+        {
+            Some(reported) => {
+                if reported.mac.is_none() {
+                    reported.mac = Some(mac.to_string());
+                }
+            }
+            None => interfaces.push(ObservedInterface {
+                name,
+                mac: Some(mac.to_string()),
+                ip_addresses: Vec::new(),
+            }),
+        }
+    }
     ObservedVmi {
         name: obj.name_any(),
         interfaces,
@@ -339,6 +367,36 @@ mod tests {
             "metadata": {"name": "w2"}}),
         );
         assert!(machine(&bare).addresses.is_empty());
+    }
+
+    #[test]
+    fn a_vmi_mac_is_known_from_its_spec_before_its_status_reports_it() {
+        let fresh: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": {"name": "w-1", "namespace": "clusters-c1"},
+            "spec": {"domain": {"devices": {"interfaces": [
+                {"name": "vlan", "bridge": {}, "macAddress": "02:00:00:00:00:01"},
+                {"name": "nomac", "bridge": {}}
+            ]}}}
+        }))
+        .unwrap();
+        let got = vmi(&fresh);
+        assert_eq!(got.interfaces.len(), 1);
+        assert_eq!(got.interfaces[0].name.as_deref(), Some("vlan"));
+        assert_eq!(got.interfaces[0].mac.as_deref(), Some("02:00:00:00:00:01"));
+        assert!(got.interfaces[0].ip_addresses.is_empty());
+
+        // Once the status reports the interface, it is one interface.
+        let mut running = fresh.clone();
+        running.data["status"] = json!({"interfaces": [
+            {"name": "vlan", "mac": "02:00:00:00:00:01", "ipAddress": "192.0.2.10"}
+        ]});
+        let got = vmi(&running);
+        assert_eq!(got.interfaces.len(), 1);
+        assert_eq!(
+            got.interfaces[0].ip_addresses,
+            vec!["192.0.2.10".to_string()]
+        );
     }
 
     #[test]

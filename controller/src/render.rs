@@ -232,6 +232,9 @@ pub struct Rendered {
     pub files: Vec<(PathBuf, String)>,
     /// What the output lacks or did not check, for the user (stderr).
     pub notes: Vec<String>,
+    /// Why the input is not fit to apply: an invalid Infra (each field named)
+    /// or an excluded attachment. `render` fails on any unless told not to.
+    pub problems: Vec<String>,
 }
 
 fn object_of<T: serde::Serialize>(o: &T) -> anyhow::Result<Value> {
@@ -495,7 +498,9 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
                 json!({
                     "name": a.name,
                     "hostedCluster": a.hosted_cluster.to_string(),
-                    "accepted": a.accepted(),
+                    // Accepted only when the Infra is valid too (otherwise
+                    // its Accepted condition is Unknown).
+                    "accepted": a.accepted() && p.desired.is_some(),
                     "domain": a.domain,
                     "controlPlaneNamespace": a.control_plane_namespace,
                     "workerAddresses": a.worker_addresses.iter().map(|x| x.to_string()).collect::<Vec<_>>(),
@@ -505,14 +510,44 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
                 })
             })
             .collect();
+        for e in &p.errors {
+            out.problems.push(format!("Infra {ns}/{name}: {e}"));
+        }
+        for a in &p.attachments {
+            if let Some(e) = &a.exclusion {
+                out.problems.push(format!(
+                    "InfraClusterAttachment {ns}/{}: excluded ({}): {}",
+                    a.name,
+                    e.reason(),
+                    e.message()
+                ));
+            }
+        }
         let degraded = p.degraded();
+        // An invalid Infra has no accepted attachment (Accepted is Unknown).
+        let accepted_total = if p.desired.is_some() {
+            p.totals.accepted
+        } else {
+            0
+        };
+        let notices: Vec<Value> = p
+            .notices()
+            .into_iter()
+            .filter(|c| c.status == crate::crd::status::TRUE)
+            .map(|c| json!({"type": c.type_, "reason": c.reason, "message": c.message}))
+            .collect();
         out.objects.push(json!({
             "apiVersion": crate::crd::API_VERSION,
             "kind": "PlanSummary",
             "metadata": {"name": name, "namespace": ns},
             "valid": p.desired.is_some(),
             "degraded": {"status": degraded.status, "reason": degraded.reason, "message": degraded.message},
-            "attachments": {"total": p.totals.total, "accepted": p.totals.accepted, "excluded": p.totals.excluded},
+            "notices": notices,
+            "attachments": {
+                "total": p.totals.total,
+                "accepted": accepted_total,
+                "excluded": p.totals.excluded,
+            },
             "routesDigestAtGeneration1": routes_digest,
             "verdicts": attachments,
         }));

@@ -143,7 +143,7 @@ fn infra_of(c: &Case) -> oooi_controller::crd::Infra {
     let mut i = infra("oooi", "vlan");
     let [gw, dhcp, dns, proxy] = c.infra;
     i.spec.network_config.cidr = c.cidr.into();
-    i.spec.network_config.gateway = gw.into();
+    i.spec.network_config.gateway = Some(gw.into());
     let comps = &mut i.spec.infra_components;
     comps.dhcp.server_ip = dhcp.into();
     comps.dns.server_ip = dns.into();

@@ -134,7 +134,7 @@ fn errors_of(i: &crd::Infra) -> Vec<String> {
 #[test]
 fn gateway_outside_the_cidr_is_reported_by_field() {
     let mut i = infra("oooi", "vlan");
-    i.spec.network_config.gateway = "192.0.3.1".into();
+    i.spec.network_config.gateway = Some("192.0.3.1".into());
     let e = errors_of(&i);
     assert_eq!(e.len(), 1, "{e:?}");
     assert!(
@@ -215,7 +215,7 @@ fn cidr_with_host_bits_and_bad_upstreams_are_reported() {
 #[test]
 fn an_invalid_infra_leaves_attachments_unknown_not_rejected() {
     let mut i = infra("oooi", "vlan");
-    i.spec.network_config.gateway = "bad".into();
+    i.spec.network_config.gateway = Some("bad".into());
     let p = plan_infra(
         &i,
         &[attachment("oooi", "c1", "vlan", "c1")],
@@ -585,6 +585,8 @@ fn rendered_configs_pass_their_components_validators() {
     let mut i = infra("oooi", "vlan");
     i.spec.network_config.domain = Some("vlan.example.com".into());
     i.spec.network_config.mtu = Some(1450);
+    // The pod view answers only with an internal proxy the Infra names.
+    i.spec.infra_components.proxy.internal_proxy_service = Some("vlan-proxy.oooi.svc".into());
     let atts = [
         attachment("oooi", "c1", "vlan", "c1"),
         attachment("oooi", "c2", "vlan", "c2"),
@@ -634,7 +636,7 @@ fn rendered_configs_pass_their_components_validators() {
     assert_eq!(pod.listen, vec!["0.0.0.0:5353".parse().unwrap()]);
     assert!(
         !pod.hosts.is_empty(),
-        "the pod view answers the aliases with the internal proxy"
+        "the pod view answers the control-plane names with the internal proxy"
     );
     let raw = &d.dns.as_ref().unwrap().spec.config.0;
     assert_eq!(
@@ -718,7 +720,8 @@ fn apps_vip_adds_wildcard_route_and_dns_and_bad_pools_are_reported() {
 
 #[test]
 fn apps_vip_is_routed_on_80_by_host_and_reaches_pods_only_when_published() {
-    let i = infra("oooi", "vlan");
+    let mut i = infra("oooi", "vlan");
+    i.spec.infra_components.proxy.internal_proxy_service = Some("vlan-proxy.oooi.svc".into());
     let apps = |publish: bool| {
         format!(
             "  appsIngress:\n    enabled: true\n    publishToPodNetwork: {publish}\n    metallb: {{mode: External, addresses: [\"192.0.2.200-192.0.2.209\"]}}\n"

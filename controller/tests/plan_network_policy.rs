@@ -49,7 +49,7 @@ fn excluded_or_unknown_attachments_and_invalid_infras_get_no_policy() {
     assert!(control_plane_policy(&p, "nope", "oooi", "vlan").is_none());
 
     let mut bad = infra("oooi", "vlan");
-    bad.spec.network_config.gateway = "bad".into();
+    bad.spec.network_config.gateway = Some("bad".into());
     let p = plan_infra(
         &bad,
         &[attachment("oooi", "c1", "vlan", "c1")],

@@ -81,6 +81,10 @@ fn check(path: &Path) -> anyhow::Result<()> {
             r.hostname.as_deref().unwrap_or("-")
         );
     }
+    for (mac, hostname) in &c.known_clients {
+        println!("known {mac} {}", hostname.as_deref().unwrap_or("-"));
+    }
+    println!("unknown clients: {:?}", c.unknown_clients);
     Ok(())
 }
 

@@ -258,6 +258,18 @@ impl Decision {
 /// address even if the store was lost).
 pub fn decide(table: &mut LeaseTable, req: &Request, now: u64) -> Decision {
     let server_ip = table.config().server_ip;
+    // `unknown_clients: ignore`: a client neither reserved nor known gets
+    // nothing (a RELEASE or DECLINE still frees what it holds).
+    if !table.config().serves(&req.mac)
+        && matches!(
+            req.kind,
+            MessageType::Discover | MessageType::Request | MessageType::Inform
+        )
+    {
+        return Decision::Ignore {
+            reason: "unknown client (unknown_clients: ignore)",
+        };
+    }
     match req.kind {
         MessageType::Discover => match table.offer(req.mac, req.requested_ip(), now) {
             Ok(ip) => Decision::Offer { ip },
@@ -394,10 +406,10 @@ pub fn reply_options(cfg: &Config, mac: Mac, prl: Option<&[OptionCode]>) -> Vec<
     {
         out.push(DhcpOption::DomainName(d.clone()));
     }
-    if let Some(h) = cfg.reservations.get(&mac).and_then(|r| r.hostname.clone())
+    if let Some(h) = cfg.hostname(&mac)
         && wanted(OptionCode::Hostname)
     {
-        out.push(DhcpOption::Hostname(h));
+        out.push(DhcpOption::Hostname(h.to_string()));
     }
     if let Some(m) = cfg.mtu
         && wanted(OptionCode::InterfaceMtu)
@@ -784,6 +796,62 @@ reservations:
             r.opts().get(OptionCode::Hostname),
             Some(&DhcpOption::Hostname("worker-0".into()))
         );
+    }
+
+    #[test]
+    fn known_client_gets_a_pool_address_and_its_hostname_from_the_first_discover() {
+        let yaml = format!(
+            "{YAML}known_clients:\n  - {{ mac: \"02:00:00:00:00:bb\", hostname: worker-1 }}\n"
+        );
+        let mut t = LeaseTable::new(Arc::new(Config::from_yaml(&yaml).unwrap()));
+        let (_, r) = run(
+            &mut t,
+            &msg(MessageType::Discover, [2, 0, 0, 0, 0, 0xbb], vec![]),
+        );
+        let r = r.unwrap();
+        assert_eq!(r.yiaddr(), ip(100));
+        assert_eq!(
+            r.opts().get(OptionCode::Hostname),
+            Some(&DhcpOption::Hostname("worker-1".into()))
+        );
+        // Any other client gets no host name.
+        let (_, r) = run(&mut t, &msg(MessageType::Discover, MAC, vec![]));
+        assert_eq!(r.unwrap().opts().get(OptionCode::Hostname), None);
+    }
+
+    #[test]
+    fn ignore_answers_only_reserved_and_known_clients() {
+        let yaml = format!(
+            "{YAML}known_clients:\n  - {{ mac: \"02:00:00:00:00:bb\" }}\nunknown_clients: ignore\n"
+        );
+        let mut t = LeaseTable::new(Arc::new(Config::from_yaml(&yaml).unwrap()));
+        for kind in [MessageType::Discover, MessageType::Inform] {
+            let (o, r) = run(&mut t, &msg(kind, MAC, vec![]));
+            assert!(r.is_none(), "{kind:?}");
+            assert_eq!(o.decision.as_str(), "ignored");
+        }
+        let (_, r) = run(&mut t, &selecting(MAC, ip(100), ip(2)));
+        assert!(r.is_none(), "an unknown REQUEST is not answered either");
+        let (_, r) = run(&mut t, &msg(MessageType::Discover, RESERVED, vec![]));
+        assert_eq!(r.unwrap().yiaddr(), ip(50));
+        let (_, r) = run(
+            &mut t,
+            &msg(MessageType::Discover, [2, 0, 0, 0, 0, 0xbb], vec![]),
+        );
+        assert_eq!(r.unwrap().yiaddr(), ip(100));
+    }
+
+    #[test]
+    fn a_known_client_listed_twice_or_also_reserved_is_refused() {
+        for extra in [
+            "known_clients:\n  - { mac: \"02:00:00:00:00:aa\" }\n",
+            "known_clients:\n  - { mac: \"02:00:00:00:00:bb\" }\n  - { mac: \"02-00-00-00-00-BB\" }\n",
+        ] {
+            let err = Config::from_yaml(&format!("{YAML}{extra}")).unwrap_err();
+            assert!(err.field.starts_with("known_clients["), "{err:?}");
+        }
+        let err = Config::from_yaml(&format!("{YAML}unknown_clients: drop\n")).unwrap_err();
+        assert_eq!(err.field, "unknown_clients", "{err:?}");
     }
 
     fn selecting(mac: [u8; 6], want: Ipv4Addr, server: Ipv4Addr) -> Message {

@@ -211,7 +211,7 @@ views:
     }
 
     #[test]
-    fn kubernetes_aliases_only_in_vlan_view_without_internal_proxy() {
+    fn kubernetes_aliases_only_in_vlan_view() {
         let c = Config::parse(CFG).expect("cfg");
         for n in [
             "kubernetes.",
@@ -258,13 +258,12 @@ views:
         assert!(
             matches!(q(&c.views[1], "a.b.apps.c1.example.com.", RecordType::A), Answer::Records { addrs, .. } if addrs == ip("10.0.0.4"))
         );
-        // The VLAN view keeps the VIP; the pod view never sees control-plane names.
+        // The VLAN view keeps the VIP; the pod view never sees VLAN addresses.
         assert!(
             matches!(q(&c.views[0], "console.apps.c1.example.com.", RecordType::A), Answer::Records { addrs, .. } if addrs == ip("192.0.2.200"))
         );
-        assert_eq!(
-            q(&c.views[1], "api.c1.example.com.", RecordType::A),
-            Answer::Forward
+        assert!(
+            matches!(q(&c.views[1], "api.c1.example.com.", RecordType::A), Answer::Records { addrs, .. } if addrs == ip("10.0.0.4"))
         );
         // Without an internal proxy there is nothing to answer with.
         let bad = CFG.replace("apps_vip:", "apps_to_pods: true\n    apps_vip:");
@@ -276,11 +275,63 @@ views:
     }
 
     #[test]
-    fn internal_proxy_is_answered_in_pod_view() {
+    fn pod_view_answers_every_control_plane_name_with_the_internal_proxy() {
         let cfg = CFG.replace("apps_vip:", "internal_proxy: 10.0.0.4\n    apps_vip:");
         let c = Config::parse(&cfg).expect("cfg");
-        assert!(
-            matches!(q(&c.views[1], "kubernetes.default.svc.", RecordType::A), Answer::Records { addrs, .. } if addrs == ip("10.0.0.4"))
+        let pod = &c.views[1];
+        for n in [
+            "api.c1.example.com.",
+            "api-int.c1.example.com.",
+            "oauth.c1.example.com.",
+            "ignition.c1.example.com.",
+            "konnectivity.c1.example.com.",
+        ] {
+            assert!(
+                matches!(q(pod, n, RecordType::A), Answer::Records { addrs, .. } if addrs == ip("10.0.0.4")),
+                "{n}"
+            );
+        }
+        // Exact names only: the rest of the cluster's zone still forwards.
+        assert_eq!(
+            q(pod, "other.c1.example.com.", RecordType::A),
+            Answer::Forward
         );
+        assert_eq!(
+            q(pod, "console.apps.c1.example.com.", RecordType::A),
+            Answer::Forward
+        );
+    }
+
+    #[test]
+    fn pod_view_never_answers_the_kubernetes_aliases() {
+        let cfg = CFG.replace("apps_vip:", "internal_proxy: 10.0.0.4\n    apps_vip:");
+        let c = Config::parse(&cfg).expect("cfg");
+        for n in [
+            "kubernetes.",
+            "kubernetes.default.",
+            "kubernetes.default.svc.",
+            "kubernetes.default.svc.cluster.local.",
+        ] {
+            assert_eq!(q(&c.views[1], n, RecordType::A), Answer::Forward, "{n}");
+        }
+    }
+
+    #[test]
+    fn vlan_aliases_follow_the_clusters_aliases_switch() {
+        let off = CFG.replace("apps_vip:", "aliases: false\n    apps_vip:");
+        let c = Config::parse(&off).expect("cfg");
+        for n in [
+            "kubernetes.",
+            "kubernetes.default.",
+            "kubernetes.default.svc.",
+            "kubernetes.default.svc.cluster.local.",
+        ] {
+            assert_eq!(q(&c.views[0], n, RecordType::A), Answer::Forward, "{n}");
+        }
+        // The cluster's own names stay.
+        assert!(matches!(
+            q(&c.views[0], "api.c1.example.com.", RecordType::A),
+            Answer::Records { .. }
+        ));
     }
 }

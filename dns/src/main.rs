@@ -41,6 +41,34 @@ enum Command {
     },
 }
 
+/// The system resolvers `upstreams.resolv_conf` refers to.
+const RESOLV_CONF: &str = "/etc/resolv.conf";
+
+/// Parses a config and, when it asks for them, adds the resolvers of this
+/// process's own resolv.conf (read at every load, so a reload sees changes).
+fn parse(text: &str) -> Result<Config, oooi_dns::config::ConfigError> {
+    let c = Config::parse(text)?;
+    if !c.upstreams.resolv_conf {
+        return Ok(c);
+    }
+    match std::fs::read_to_string(RESOLV_CONF) {
+        Ok(system) => Ok(c.with_resolv_conf(&system)),
+        Err(e) => {
+            tracing::warn!(path = RESOLV_CONF, error = %e, "upstreams.resolv_conf: cannot read the system resolvers");
+            Ok(c)
+        }
+    }
+}
+
+/// An empty upstream list makes every forwarded name SERVFAIL: say so.
+fn warn_without_upstreams(c: &Config) {
+    if c.upstreams.servers.is_empty() {
+        tracing::warn!(
+            "no upstream resolvers: every name no view owns is answered SERVFAIL (list upstreams.servers, or set upstreams.resolv_conf)"
+        );
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -64,12 +92,14 @@ async fn main() -> anyhow::Result<()> {
             config,
             metrics_addr,
         } => {
-            let (c, reloader) = Reloader::start(&config, Settings::default(), Config::parse)?;
+            let (c, reloader) = Reloader::start(&config, Settings::default(), parse)?;
+            warn_without_upstreams(&c);
             let engine = Arc::new(Engine::new(c));
             let (tx, rx) = tokio::sync::watch::channel(());
             let reloaded = engine.clone();
             let _watch = reloader.spawn(move |outcome| match outcome {
                 Outcome::Accepted(c) => {
+                    warn_without_upstreams(&c);
                     reloaded.replace(c);
                     tx.send_replace(());
                     metrics::count_reload("ok");

@@ -417,9 +417,10 @@ fn reload_opens_new_listeners_and_closes_removed_ones() {
 }
 
 /// Every record kind, per view, asked with dig and with the Rust client (UDP
-/// and TCP): control-plane names, the apps wildcard at any depth, the
-/// kubernetes aliases (proxy in the VLAN view, internal proxy in the pod
-/// view), an explicit AAAA record, NODATA, NXDOMAIN, and forwarding.
+/// and TCP): control-plane names (proxy in the VLAN view, internal proxy in
+/// the pod view), the apps wildcard at any depth, the kubernetes aliases
+/// (proxy in the VLAN view, forwarded from the pod view), an explicit AAAA
+/// record, NODATA, NXDOMAIN, and forwarding.
 #[test]
 fn each_record_kind_per_view_with_dig_and_a_rust_client() {
     use hickory_proto::op::ResponseCode;
@@ -525,13 +526,16 @@ fn each_record_kind_per_view_with_dig_and_a_rust_client() {
             &["203.0.113.7"],
             false,
         ),
+        // The pod view answers the control-plane names with the internal
+        // proxy, forwards the rest of the cluster (apps not published to
+        // pods here), and never answers the kubernetes aliases.
         (
             pod,
             "api.c1.example.com.",
             RecordType::A,
             ResponseCode::NoError,
-            &["203.0.113.7"],
-            false,
+            &["10.0.0.4"],
+            true,
         ),
         (
             pod,
@@ -546,8 +550,8 @@ fn each_record_kind_per_view_with_dig_and_a_rust_client() {
             "kubernetes.default.",
             RecordType::A,
             ResponseCode::NoError,
-            &["10.0.0.4"],
-            true,
+            &["203.0.113.7"],
+            false,
         ),
         (
             pod,

@@ -52,6 +52,12 @@ pub struct InfraSpec {
     pub network_config: NetworkConfig,
     /// DHCP, DNS and proxy on the VLAN.
     pub infra_components: InfraComponents,
+    /// Not supported here: apps ingress is per hosted cluster. Write it as
+    /// `spec.appsIngress` of that cluster's InfraClusterAttachment; an Infra
+    /// that sets it is reported invalid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "legacy_object")]
+    pub apps_ingress: Option<serde_json::Value>,
 }
 
 /// The VLAN network.
@@ -61,9 +67,11 @@ pub struct NetworkConfig {
     /// IPv4 network of the VLAN in CIDR form, e.g. `192.0.2.0/24`.
     #[schemars(pattern(concat!("^", ipv4_re!(), "/([0-9]|[12][0-9]|3[0-2])$")))]
     pub cidr: String,
-    /// Default gateway of the VLAN; must lie inside `cidr`.
+    /// Default gateway of the VLAN, handed out by DHCP; must lie inside
+    /// `cidr`. Default: the first host of `cidr` (`.1` of a /24).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(concat!("^", ipv4_re!(), "$")))]
-    pub gateway: String,
+    pub gateway: Option<String>,
     /// Name of the Multus NetworkAttachmentDefinition of the VLAN. Its IPAM
     /// must accept static addresses (the `ips` key of the network annotation).
     #[schemars(length(min = 1, max = 253), pattern(concat!("^", dns_subdomain_re!(), "$")))]
@@ -73,10 +81,14 @@ pub struct NetworkConfig {
     #[schemars(length(min = 1, max = 63), pattern(concat!("^", dns_label_re!(), "$")))]
     pub network_attachment_namespace: Option<String>,
     /// Upstream resolvers for every name oooi does not answer itself, as
-    /// `ip` or `ip:port`, tried in order. Handed to workers through DHCP only
-    /// indirectly: workers use oooi-dns, which forwards here.
+    /// `ip` or `ip:port`, tried in order; `resolv.conf` stands for the
+    /// resolvers of the DNS pod's own `/etc/resolv.conf` (the management
+    /// cluster's DNS), in their place in the list. Handed to workers through
+    /// DHCP only indirectly: workers use oooi-dns, which forwards here.
+    /// Empty: nothing is forwarded (every name oooi does not own is answered
+    /// SERVFAIL), which the Infra reports as `NoUpstreams`.
     #[serde(default)]
-    #[schemars(inner(pattern(concat!("^", ipv4_re!(), "(:[0-9]{1,5})?$"))))]
+    #[schemars(inner(pattern(concat!("^(", ipv4_re!(), "(:[0-9]{1,5})?|resolv\\.conf)$"))))]
     pub dns_servers: Vec<String>,
     /// Search domain handed out by DHCP (option 15).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -100,12 +112,114 @@ pub struct InfraComponents {
     pub proxy: ProxyComponent,
 }
 
+/// Any object, kept as written, for fields oooi reads only to refuse them
+/// with a pointer to their replacement.
+fn legacy_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
 fn default_true() -> bool {
     true
 }
 
-fn default_lease_time() -> u32 {
-    3600
+fn default_lease_time() -> LeaseTime {
+    LeaseTime::Seconds(3600)
+}
+
+/// Shortest lease, in seconds.
+pub const MIN_LEASE_SECONDS: u32 = 60;
+/// Longest lease, in seconds (a year).
+pub const MAX_LEASE_SECONDS: u32 = 31_536_000;
+
+/// A lease time: seconds (`3600`) or a duration (`"1h"`, `"30m"`,
+/// `"1h30m"`, `"90s"`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum LeaseTime {
+    /// Whole seconds.
+    Seconds(u32),
+    /// A duration of hours, minutes and seconds, or a number of seconds.
+    Duration(String),
+}
+
+impl LeaseTime {
+    /// The lease in seconds, within [`MIN_LEASE_SECONDS`]..=[`MAX_LEASE_SECONDS`];
+    /// the error says what is wrong with the value.
+    pub fn seconds(&self) -> Result<u32, String> {
+        let secs = match self {
+            LeaseTime::Seconds(s) => u64::from(*s),
+            LeaseTime::Duration(text) => parse_duration(text).ok_or_else(|| {
+                format!(
+                    "`{text}` is neither a number of seconds nor a duration such as `1h`, `30m` or `1h30m`"
+                )
+            })?,
+        };
+        match u32::try_from(secs) {
+            Ok(s) if (MIN_LEASE_SECONDS..=MAX_LEASE_SECONDS).contains(&s) => Ok(s),
+            _ => Err(format!(
+                "{secs} seconds is outside {MIN_LEASE_SECONDS}..={MAX_LEASE_SECONDS}"
+            )),
+        }
+    }
+}
+
+/// `3600`, `1h`, `30m`, `1h30m`, `90s`, `2h0m10s`: whole hours, minutes and
+/// seconds in that order, each at most once.
+fn parse_duration(text: &str) -> Option<u64> {
+    let text = text.trim();
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text.parse().ok();
+    }
+    let mut total: u64 = 0;
+    let mut rest = text;
+    let mut last_unit = 0usize;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return None;
+        }
+        let n: u64 = rest[..digits].parse().ok()?;
+        let unit = rest[digits..].chars().next()?;
+        let (rank, factor) = match unit {
+            'h' => (1, 3600),
+            'm' => (2, 60),
+            's' => (3, 1),
+            _ => return None,
+        };
+        if rank <= last_unit {
+            return None;
+        }
+        last_unit = rank;
+        total = total.checked_add(n.checked_mul(factor)?)?;
+        rest = &rest[digits + 1..];
+    }
+    Some(total)
+}
+
+impl JsonSchema for LeaseTime {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "LeaseTime".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        // As Kubernetes' own IntOrString: any integer or string passes the
+        // API server; the planner checks the value and names the field.
+        // Not nullable: the API server prunes a null, and the default applies.
+        schemars::json_schema!({
+            "x-kubernetes-int-or-string": true,
+            "nullable": false,
+        })
+    }
 }
 
 /// DHCP settings.
@@ -125,10 +239,20 @@ pub struct DhcpComponent {
     /// Last address of the dynamic pool, inclusive (inside the CIDR, not before rangeStart).
     #[schemars(pattern(concat!("^", ipv4_re!(), "$")))]
     pub range_end: String,
-    /// Lease time in seconds. Default 3600.
+    /// Lease time: seconds (`3600`) or a duration (`1h`, `30m`, `1h30m`),
+    /// between 60 s and a year. Default 3600 (one hour).
     #[serde(default = "default_lease_time")]
-    #[schemars(range(min = 60, max = 31_536_000))]
-    pub lease_time: u32,
+    pub lease_time: LeaseTime,
+    /// Which DHCP clients get an address besides the worker VMs of the
+    /// attached clusters (reserved or known by their VMI's MAC, with the VMI
+    /// name as host name). `Pool` (default): any client gets a pool lease,
+    /// so a VM whose VMI the controller cannot see (no KubeVirt access, or
+    /// not yet observed) still boots, as does any other machine on the VLAN.
+    /// `Ignore`: only MACs of known VMIs get an address, so nothing else on
+    /// the VLAN can take pool addresses, at the cost that a worker gets no
+    /// answer until the controller has seen its VMI.
+    #[serde(default)]
+    pub unknown_clients: UnknownClients,
     /// Container image of oooi-dhcp. Default: the controller's
     /// (`--dhcp-image`; the chart sets it from `images.dhcp`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -143,6 +267,16 @@ pub struct DhcpComponent {
     /// StorageClass of the lease volume. Default: the cluster default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_class_name: Option<String>,
+}
+
+/// What the DHCP server gives a client whose MAC is no known VMI's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum UnknownClients {
+    /// A lease from the pool.
+    #[default]
+    Pool,
+    /// No answer.
+    Ignore,
 }
 
 /// DNS settings.
@@ -164,6 +298,14 @@ pub struct DnsComponent {
     /// Compute resources. Default: requests 10m CPU / 32Mi, limit 256Mi.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// Ignored: a hosted cluster's names come from its InfraClusterAttachment
+    /// (`spec.dns.clusterName`). Reported in the `LegacyFieldsIgnored` condition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_name: Option<String>,
+    /// Ignored: a hosted cluster's names come from its InfraClusterAttachment
+    /// (`spec.dns.baseDomain`). Reported in the `LegacyFieldsIgnored` condition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_domain: Option<String>,
 }
 
 /// Proxy (Envoy) settings.
@@ -179,9 +321,13 @@ pub struct ProxyComponent {
     #[serde(rename = "serverIP")]
     pub server_ip: String,
     /// How pods on the pod network reach the proxy: a Service DNS name
-    /// (`name.namespace.svc[.cluster.local]`) or a ClusterIP. The DNS pod view
-    /// answers the `kubernetes` aliases with its address. Default: the
-    /// proxy's own internal ClusterIP Service.
+    /// (`name.namespace.svc[.cluster.local]`) or a ClusterIP. When set, the
+    /// DNS pod view answers every control-plane name of the attached
+    /// clusters (`api`, `api-int`, `oauth`, `ignition`, `konnectivity`, and
+    /// `*.apps` where the attachment publishes it to pods) with its address;
+    /// the proxy's own Service is `<infra>-proxy.<namespace>.svc`. Unset:
+    /// the pod view answers none of them (they are forwarded upstream). The
+    /// `kubernetes` aliases are never answered in the pod view.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub internal_proxy_service: Option<String>,
@@ -194,6 +340,26 @@ pub struct ProxyComponent {
     /// Compute resources. Default: requests 50m CPU / 128Mi, limit 512Mi.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// Ignored: each hosted cluster's control-plane namespace comes from its
+    /// InfraClusterAttachment (`spec.controlPlaneNamespace`, default
+    /// `<namespace>-<name>` of the HostedCluster). Reported in the
+    /// `LegacyFieldsIgnored` condition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane_namespace: Option<String>,
+    /// Ignored: the kube-apiserver Service is named per cluster in its
+    /// InfraClusterAttachment (`spec.services`). Reported in the
+    /// `LegacyFieldsIgnored` condition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_server_service: Option<String>,
+    /// Ignored: the proxy has no xDS manager container; the controller pushes
+    /// routes to Envoy itself. Reported in the `LegacyFieldsIgnored` condition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manager_image: Option<String>,
+    /// Not supported: the proxy needs Envoy 1.40 with the V8 wasm runtime.
+    /// Write `image` instead (an Envoy 1.40 image, or unset for the chart's
+    /// proxy image); an Infra that sets `proxyImage` is reported invalid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_image: Option<String>,
 }
 
 /// Observed state of an Infra.

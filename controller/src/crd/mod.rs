@@ -75,6 +75,15 @@ pub mod condition {
     pub const ACCEPTED: &str = "Accepted";
     /// Every ready Envoy replica holds the current routing table.
     pub const ROUTES_SYNCED: &str = "RoutesSynced";
+    /// The Infra sets fields of the older single-cluster API that oooi
+    /// ignores; the message names each.
+    pub const LEGACY_FIELDS_IGNORED: &str = "LegacyFieldsIgnored";
+    /// The Infra lists no upstream resolver: names oooi does not own are
+    /// answered SERVFAIL.
+    pub const NO_UPSTREAMS: &str = "NoUpstreams";
+    /// At least one worker source address of the attachment's cluster is
+    /// known, so its `kubernetes` alias paths are published.
+    pub const WORKERS_KNOWN: &str = "WorkersKnown";
 }
 
 /// Status of a condition (`True`, `False`, `Unknown`) as Kubernetes writes it.

@@ -28,7 +28,7 @@ use super::apps_pools::check_apps_pools;
 use super::attachments::{AttachmentOutcome, Exclusion, resolve};
 use super::network::Network;
 use super::observed::Observed;
-use super::reservations::{reservations, retain_unique};
+use super::reservations::{known_clients, reservations, retain_unique};
 use super::workers::{split_conflicts, worker_addresses};
 use crate::crd::InfraClusterAttachment;
 
@@ -134,6 +134,7 @@ pub fn aggregate(
     for o in outcomes.iter_mut().filter(|o| o.accepted()) {
         o.worker_addresses = worker_addresses(network, observed, &o.hosted_cluster);
         o.reservations = reservations(network, observed, &o.hosted_cluster);
+        o.known_clients = known_clients(observed, &o.hosted_cluster);
         for a in &o.worker_addresses {
             *claims.entry(*a).or_default() += 1;
         }

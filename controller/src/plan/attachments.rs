@@ -11,7 +11,7 @@ use oooi_routes::{Route, RouteMatch, RouteTable, Upstream};
 use super::conditions::PlannedCondition;
 use super::network::{FieldError, field_error};
 use super::observed::HostedClusterKey;
-use super::reservations::Reservation;
+use super::reservations::{KnownClient, Reservation};
 use crate::crd::{InfraClusterAttachment, Isolation, condition};
 
 /// Why an attachment is left out.
@@ -96,6 +96,8 @@ pub struct AttachmentOutcome {
     pub conflicting_addresses: Vec<Ipv4Addr>,
     /// DHCP reservations from the cluster's VMIs.
     pub reservations: Vec<Reservation>,
+    /// The cluster's VMIs known by MAC before their address is.
+    pub known_clients: Vec<KnownClient>,
     /// The apps VIP, when apps ingress is enabled and a VIP is observed.
     pub apps_vip: Option<Ipv4Addr>,
     /// `appsIngress.publishToPodNetwork`: the DNS pod view answers `*.apps`
@@ -125,6 +127,7 @@ impl AttachmentOutcome {
             worker_addresses: Vec::new(),
             conflicting_addresses: Vec::new(),
             reservations: Vec::new(),
+            known_clients: Vec::new(),
             apps_vip: None,
             apps_to_pods: false,
             isolation: spec.isolation,
@@ -208,7 +211,23 @@ impl AttachmentOutcome {
             let message: Vec<String> = problems.into_iter().map(|(_, m)| m).collect();
             PlannedCondition::yes(condition::DEGRADED, reason, message.join("; "))
         };
-        vec![accepted, degraded]
+        let workers = if self.worker_addresses.is_empty() {
+            PlannedCondition::no(
+                condition::WORKERS_KNOWN,
+                "NoWorkerAddress",
+                "no worker address of this cluster is known yet: its kubernetes aliases are neither answered on the VLAN nor routed (443 by SNI, 6443 without) until a Machine or VMI reports one",
+            )
+        } else {
+            PlannedCondition::yes(
+                condition::WORKERS_KNOWN,
+                "WorkerAddressesKnown",
+                format!(
+                    "{} worker addresses: the kubernetes aliases are answered on the VLAN and routed from them (443 by SNI, 6443 without)",
+                    self.worker_addresses.len()
+                ),
+            )
+        };
+        vec![accepted, degraded, workers]
     }
 }
 

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{
     PersistentVolumeClaimVolumeSource, Volume, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use oooi_dhcp_config::{Mac, RawConfig, RawRange, RawReservation};
+use oooi_dhcp_config::{Mac, RawConfig, RawKnownClient, RawRange, RawReservation};
 
 use super::attachments::AttachmentOutcome;
 use super::labels::{Component, child_meta, instance_of};
@@ -17,7 +17,8 @@ use super::workload::{
     Children, PodPlan, deployment, http_probe, mount, pod_address, port, resources, service_account,
 };
 use crate::crd::{
-    DHCPServer, DHCPServerSpec, DhcpConfigDocument, Infra, LeaseStorage, VlanInterface,
+    DHCPServer, DHCPServerSpec, DhcpConfigDocument, Infra, LeaseStorage, UnknownClients,
+    VlanInterface,
 };
 
 /// Where the config file is mounted.
@@ -69,6 +70,28 @@ pub fn config(
         })
         .collect();
     reservations.sort_by_key(|r| r.mac);
+    // VMIs known by MAC only: a MAC listed twice (across clusters) gets no
+    // host name from either, and a reserved MAC needs no entry.
+    let mut known: BTreeMap<Mac, (usize, Option<String>)> = BTreeMap::new();
+    for k in attachments
+        .iter()
+        .filter(|a| a.accepted())
+        .flat_map(|a| a.known_clients.iter())
+    {
+        let Some(mac) = Mac::parse(&k.mac) else {
+            continue;
+        };
+        let e = known.entry(mac).or_insert((0, k.hostname.clone()));
+        e.0 += 1;
+    }
+    let known_clients: Vec<RawKnownClient> = known
+        .into_iter()
+        .filter(|(mac, _)| !reservations.iter().any(|r| r.mac == *mac))
+        .map(|(mac, (n, hostname))| RawKnownClient {
+            mac,
+            hostname: hostname.filter(|_| n == 1),
+        })
+        .collect();
     let nc = &infra.spec.network_config;
     Some(RawConfig {
         interface: Some(default_interface()),
@@ -82,12 +105,18 @@ pub fn config(
         excluded,
         dns_servers,
         domain: nc.domain.clone(),
-        lease_seconds: Some(infra.spec.infra_components.dhcp.lease_time),
+        // Checked by parse_network.
+        lease_seconds: infra.spec.infra_components.dhcp.lease_time.seconds().ok(),
         t1_seconds: None,
         t2_seconds: None,
         mtu: nc.mtu,
         classless_routes: Vec::new(),
         reservations,
+        known_clients,
+        unknown_clients: match infra.spec.infra_components.dhcp.unknown_clients {
+            UnknownClients::Pool => oooi_dhcp_config::UnknownClients::Pool,
+            UnknownClients::Ignore => oooi_dhcp_config::UnknownClients::Ignore,
+        },
         decline_quarantine_seconds: None,
         peer: None,
     })

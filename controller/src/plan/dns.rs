@@ -1,9 +1,11 @@
 //! The DNS server: its config from the Infra and attachments, and its children.
 //!
 //! Two views: `vlan` on the VLAN address, port 53 (control-plane names,
-//! `*.apps`, the `kubernetes` aliases → the proxy), and `pod` on every
-//! address at port 5353, reached through the ClusterIP Service (port 53) from
-//! the pod network (the aliases → the internal proxy address, when known).
+//! `*.apps`, and the `kubernetes` aliases while a worker address of the
+//! cluster is known → the proxy), and `pod` on every address at port 5353,
+//! reached through the ClusterIP Service (port 53) from the pod network (with
+//! `internalProxyService` set, the control-plane names, and `*.apps` where
+//! published to pods → the internal proxy; never the aliases).
 //! The pod view cannot bind port 53 on all addresses beside the VLAN view's
 //! port 53, so it uses 5353 behind the Service.
 
@@ -36,7 +38,8 @@ pub const POD_VIEW_PORT: i32 = 5353;
 pub const CAPABILITIES: [&str; 1] = ["NET_BIND_SERVICE"];
 
 /// The DNS config for an Infra and its accepted attachments.
-/// `internal_proxy` is the proxy's address on the pod network, when known.
+/// `internal_proxy` is the proxy's address on the pod network, when the
+/// Infra names one (`internalProxyService`) and it is known.
 pub fn config(
     network: &Network,
     attachments: &[AttachmentOutcome],
@@ -57,6 +60,8 @@ pub fn config(
                     apps_vip: a.apps_vip.map(|v| v.to_string()),
                     // The pod view can only point at a proxy it knows.
                     apps_to_pods: a.apps_to_pods && internal_proxy.is_some(),
+                    // As the proxy's alias routes: only from known workers.
+                    aliases: !a.worker_addresses.is_empty(),
                     names: Some(
                         a.services
                             .iter()
@@ -78,6 +83,7 @@ pub fn config(
         chaos: None,
         upstreams: RawUpstreams {
             servers: network.upstreams.iter().map(|a| a.to_string()).collect(),
+            resolv_conf: network.resolv_conf,
             ..RawUpstreams::default()
         },
         clusters,

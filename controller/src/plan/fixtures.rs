@@ -27,6 +27,7 @@ pub fn network() -> Network {
         nad: "vlan".into(),
         nad_namespace: "oooi".into(),
         upstreams: vec!["10.0.0.10:53".parse().unwrap()],
+        resolv_conf: false,
         dhcp: Some((
             ip(2),
             Ipv4Range {

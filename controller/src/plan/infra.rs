@@ -42,6 +42,12 @@ pub struct InfraPlan {
     pub attachments: Vec<AttachmentOutcome>,
     /// Attachment totals for the Infra's status.
     pub totals: AttachmentTotals,
+    /// Set fields of the older single-cluster API that are ignored, each
+    /// with where its meaning lives now (`LegacyFieldsIgnored`).
+    pub ignored_fields: Vec<String>,
+    /// DNS runs with no upstream resolver (`NoUpstreams`): every name it
+    /// does not own is answered SERVFAIL.
+    pub no_upstreams: bool,
 }
 
 impl InfraPlan {
@@ -69,6 +75,35 @@ impl InfraPlan {
             );
         }
         PlannedCondition::no(condition::DEGRADED, "AsExpected", "")
+    }
+
+    /// The Infra's `LegacyFieldsIgnored` and `NoUpstreams` conditions.
+    pub fn notices(&self) -> Vec<PlannedCondition> {
+        let legacy = if self.ignored_fields.is_empty() {
+            PlannedCondition::no(condition::LEGACY_FIELDS_IGNORED, "NoneSet", "")
+        } else {
+            PlannedCondition::yes(
+                condition::LEGACY_FIELDS_IGNORED,
+                "LegacyFieldsSet",
+                format!(
+                    "ignored: {}; remove them from the Infra",
+                    self.ignored_fields.join(", ")
+                ),
+            )
+        };
+        let upstreams = if self.no_upstreams {
+            PlannedCondition::yes(
+                condition::NO_UPSTREAMS,
+                "EmptyDnsServers",
+                format!(
+                    "spec.networkConfig.dnsServers is empty: DNS answers SERVFAIL for every name oooi does not own; list resolvers (`ip` or `ip:port`), or `{}` for the DNS pod's own",
+                    super::network::RESOLV_CONF
+                ),
+            )
+        } else {
+            PlannedCondition::no(condition::NO_UPSTREAMS, "UpstreamsListed", "")
+        };
+        vec![legacy, upstreams]
     }
 
     /// The planned conditions of one attachment of this Infra, by name.
@@ -109,6 +144,11 @@ pub fn plan_infra(
     for (field, message) in super::images::missing(infra) {
         errors.push(field_error(field, message));
     }
+    errors.extend(super::legacy::refused(infra));
+    let no_upstreams = infra.spec.infra_components.dns.enabled
+        && network
+            .as_ref()
+            .is_some_and(|n| n.upstreams.is_empty() && !n.resolv_conf);
     let outcomes = aggregate(&namespace, &name, network.as_ref(), attachments, observed);
     let accepted = outcomes.iter().filter(|o| o.accepted()).count() as u32;
     let totals = AttachmentTotals {
@@ -168,6 +208,8 @@ pub fn plan_infra(
         errors,
         attachments: outcomes,
         totals,
+        ignored_fields: super::legacy::ignored(infra),
+        no_upstreams,
     }
 }
 
@@ -247,14 +289,11 @@ pub fn infra_status(
         )
     };
     let generation = infra.metadata.generation;
+    let mut planned = vec![ready, progressing, plan.degraded()];
+    planned.extend(plan.notices());
     InfraStatus {
         observed_generation: generation,
-        conditions: merge_conditions(
-            &existing,
-            &[ready, progressing, plan.degraded()],
-            generation,
-            now,
-        ),
+        conditions: merge_conditions(&existing, &planned, generation, now),
         components,
         attachments: plan.totals.clone(),
     }

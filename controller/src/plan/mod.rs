@@ -22,6 +22,7 @@ pub(crate) mod fixtures;
 pub mod images;
 pub mod infra;
 pub mod labels;
+pub mod legacy;
 pub mod network;
 pub mod network_policy;
 pub mod observed;

@@ -92,6 +92,8 @@ pub struct Network {
     pub nad_namespace: String,
     /// Upstream resolvers as `ip:port`.
     pub upstreams: Vec<SocketAddr>,
+    /// `resolv.conf` is listed: the DNS pod's own resolvers follow `upstreams`.
+    pub resolv_conf: bool,
     /// DHCP server address and pool, when DHCP is enabled.
     pub dhcp: Option<(Ipv4Addr, Ipv4Range)>,
     /// DNS server address, when DNS is enabled.
@@ -119,6 +121,18 @@ impl Network {
     pub fn is_host(&self, a: Ipv4Addr) -> bool {
         self.cidr.is_host(a)
     }
+}
+
+/// The `dnsServers` entry that stands for the DNS pod's own resolvers.
+pub const RESOLV_CONF: &str = "resolv.conf";
+
+/// The first host of a network (its `.1` for a /24; the network address
+/// itself for /31 and /32, which have no network address).
+fn first_host(net: Ipv4Net) -> Ipv4Addr {
+    if net.prefix_len() >= 31 {
+        return net.network();
+    }
+    Ipv4Addr::from(u32::from(net.network()) + 1)
 }
 
 /// Parses and checks the Infra's network. Returns every problem found, not
@@ -155,7 +169,17 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
         }
     };
 
-    let gateway = addr("spec.networkConfig.gateway", &nc.gateway);
+    // Unset: the first host of the CIDR, as the reference deployments use.
+    let (gateway_field, gateway) = match &nc.gateway {
+        Some(g) => (
+            "spec.networkConfig.gateway",
+            addr("spec.networkConfig.gateway", g),
+        ),
+        None => (
+            "spec.networkConfig.gateway (unset: the first host of the CIDR)",
+            cidr.map(|c| first_host(c.net())),
+        ),
+    };
     let dhcp_ip = comps
         .dhcp
         .enabled
@@ -195,7 +219,7 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
     // Infra addresses must be distinct: two components on one address would
     // fight over ARP on the VLAN.
     let named = [
-        ("spec.networkConfig.gateway", gateway),
+        (gateway_field, gateway),
         ("spec.infraComponents.dhcp.serverIP", dhcp_ip),
         ("spec.infraComponents.dns.serverIP", dns_ip),
         ("spec.infraComponents.proxy.serverIP", proxy_ip),
@@ -235,14 +259,25 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
         }
     }
 
+    if comps.dhcp.enabled
+        && let Err(message) = comps.dhcp.lease_time.seconds()
+    {
+        errors.push(field_error("spec.infraComponents.dhcp.leaseTime", message));
+    }
+
     let mut upstreams = Vec::new();
+    let mut resolv_conf = false;
     for (i, s) in nc.dns_servers.iter().enumerate() {
+        if s.trim() == RESOLV_CONF {
+            resolv_conf = true;
+            continue;
+        }
         // The DNS server's own rule for an upstream.
         match oooi_dns_config::upstream_server(s) {
             Ok(a) => upstreams.push(a),
             Err(message) => errors.push(field_error(
                 format!("spec.networkConfig.dnsServers[{i}]"),
-                message,
+                format!("{message}, nor `{RESOLV_CONF}`"),
             )),
         }
     }
@@ -264,6 +299,7 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
             .or_else(|| infra.metadata.namespace.clone())
             .unwrap_or_default(),
         upstreams,
+        resolv_conf,
         dhcp: dhcp_ip.zip(pool),
         dns: dns_ip,
         proxy: proxy_ip,

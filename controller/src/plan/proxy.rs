@@ -299,16 +299,15 @@ pub fn spec(
 }
 
 /// The address the DNS pod view gives for the internal proxy: an IP literal
-/// in `internalProxyService`, else the observed ClusterIP.
+/// in `internalProxyService`, else the observed ClusterIP of the Service it
+/// names. Unset: none, and the pod view answers no control-plane name.
 pub fn internal_proxy_ip(infra: &Infra, observed: Option<Ipv4Addr>) -> Option<Ipv4Addr> {
     let comp = &infra.spec.infra_components.proxy;
     if !comp.enabled {
         return None;
     }
-    comp.internal_proxy_service
-        .as_deref()
-        .and_then(|s| s.trim().parse::<Ipv4Addr>().ok())
-        .or(observed)
+    let named = comp.internal_proxy_service.as_deref()?.trim();
+    named.parse::<Ipv4Addr>().ok().or(observed)
 }
 
 /// Envoy's configuration for a ProxyServer (what `oooi-envoy` renders).

@@ -22,6 +22,43 @@ pub struct Reservation {
     pub hostname: Option<String>,
 }
 
+/// A worker VM known by MAC before its address is: the DHCP server gives it
+/// a pool lease with its host name, and a reservation follows once the VMI
+/// reports the address.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct KnownClient {
+    /// MAC, lower case with colons.
+    pub mac: String,
+    /// VMI name, when it is a valid host name.
+    pub hostname: Option<String>,
+}
+
+/// The VMI interfaces of cluster `hc` with a MAC (from the VMI's spec or
+/// status) and no address yet, sorted: a VM that has not taken its first
+/// lease. Interfaces with an address are reservations (inside the CIDR) or
+/// on another network (outside it), never known clients.
+pub fn known_clients(observed: &Observed, hc: &HostedClusterKey) -> Vec<KnownClient> {
+    let Some(cluster) = observed.clusters.get(hc) else {
+        return Vec::new();
+    };
+    let mut out: Vec<KnownClient> = cluster
+        .vmis
+        .iter()
+        .flat_map(|vmi| {
+            vmi.interfaces
+                .iter()
+                .filter(|i| i.ip_addresses.iter().all(|a| a.trim().is_empty()))
+                .filter_map(|i| i.mac.as_deref().and_then(oooi_dhcp_config::Mac::parse))
+                .map(|mac| KnownClient {
+                    mac: mac.to_string(),
+                    hostname: is_dns_label(&vmi.name).then(|| vmi.name.clone()),
+                })
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// The reservations of cluster `hc`, sorted.
 pub fn reservations(
     network: &Network,

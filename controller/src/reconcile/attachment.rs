@@ -78,6 +78,8 @@ fn empty_plan() -> InfraPlan {
         errors: Vec::new(),
         attachments: Vec::new(),
         totals: AttachmentTotals::default(),
+        ignored_fields: Vec::new(),
+        no_upstreams: false,
     }
 }
 

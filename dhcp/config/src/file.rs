@@ -57,6 +57,15 @@ pub struct RawConfig {
     /// Fixed addresses by MAC.
     #[serde(default)]
     pub reservations: Vec<RawReservation>,
+    /// Clients known by MAC without a fixed address (a VM whose address is
+    /// not known yet): they get a pool lease, and their host name (option
+    /// 12) from the first DISCOVER.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub known_clients: Vec<RawKnownClient>,
+    /// What a client that is neither reserved nor known gets: `pool` (a
+    /// pool lease, the default) or `ignore` (no answer at all).
+    #[serde(default, skip_serializing_if = "UnknownClients::is_pool")]
+    pub unknown_clients: UnknownClients,
     /// How long a DECLINEd address stays out of the pool. Default 600.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decline_quarantine_seconds: Option<u32>,
@@ -144,6 +153,35 @@ pub struct RawReservation {
     /// Host name sent as option 12.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
+}
+
+/// A client known by MAC, without a fixed address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawKnownClient {
+    /// Client hardware address, `aa:bb:cc:dd:ee:ff` (or with `-`).
+    pub mac: Mac,
+    /// Host name sent as option 12.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+}
+
+/// What the server does for a client that is neither reserved nor known.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum UnknownClients {
+    /// A lease from the pool, like any client.
+    #[default]
+    Pool,
+    /// No answer: only reserved and known clients get an address.
+    Ignore,
+}
+
+impl UnknownClients {
+    /// True for the default, [`UnknownClients::Pool`].
+    pub fn is_pool(&self) -> bool {
+        *self == UnknownClients::Pool
+    }
 }
 
 impl RawConfig {

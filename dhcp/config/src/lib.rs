@@ -36,7 +36,9 @@ mod mac;
 mod subnet;
 mod validated;
 
-pub use file::{RawConfig, RawPeer, RawRange, RawReservation, RawRoute, Role};
+pub use file::{
+    RawConfig, RawKnownClient, RawPeer, RawRange, RawReservation, RawRoute, Role, UnknownClients,
+};
 pub use mac::Mac;
 pub use subnet::{MAX_PREFIX_LEN, Subnet};
 pub use validated::{Config, Peer, Reservation};

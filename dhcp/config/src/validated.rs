@@ -6,7 +6,7 @@ use std::path::Path;
 
 use ipnet::Ipv4Net;
 
-use crate::{ConfigError, Mac, RawConfig, Role};
+use crate::{ConfigError, Mac, RawConfig, Role, UnknownClients};
 
 /// The checked pair settings.
 #[derive(Clone, PartialEq, Eq)]
@@ -84,6 +84,10 @@ pub struct Config {
     pub classless_routes: Vec<(Ipv4Net, Ipv4Addr)>,
     /// Reservations by MAC.
     pub reservations: BTreeMap<Mac, Reservation>,
+    /// Clients known without a fixed address, by MAC, with their host name.
+    pub known_clients: BTreeMap<Mac, Option<String>>,
+    /// What clients neither reserved nor known get.
+    pub unknown_clients: UnknownClients,
     /// Quarantine after DECLINE, seconds.
     pub decline_quarantine_seconds: u32,
     /// The other server of a pair, if any.
@@ -176,6 +180,7 @@ impl Config {
             classless_routes.push((r.destination.trunc(), r.gateway));
         }
         let reservations = reservations(raw, &excluded)?;
+        let known_clients = known_clients(raw, &reservations)?;
         excluded.extend(reservations.values().map(|r| r.ip));
         let peer = match &raw.peer {
             Some(p) => Some(peer(raw, p, &mut excluded)?),
@@ -197,9 +202,28 @@ impl Config {
             mtu: raw.mtu,
             classless_routes,
             reservations,
+            known_clients,
+            unknown_clients: raw.unknown_clients,
             decline_quarantine_seconds: raw.decline_quarantine_seconds.unwrap_or(600),
             peer,
         })
+    }
+
+    /// The host name (option 12) of `mac`: its reservation's, else its
+    /// known client entry's.
+    pub fn hostname(&self, mac: &Mac) -> Option<&str> {
+        match self.reservations.get(mac) {
+            Some(r) => r.hostname.as_deref(),
+            None => self.known_clients.get(mac)?.as_deref(),
+        }
+    }
+
+    /// True when `mac` may get an address: always under `unknown_clients:
+    /// pool`, else only when it is reserved or known.
+    pub fn serves(&self, mac: &Mac) -> bool {
+        self.unknown_clients == UnknownClients::Pool
+            || self.reservations.contains_key(mac)
+            || self.known_clients.contains_key(mac)
     }
 
     /// Addresses of the dynamic pool, in order, minus the excluded ones.
@@ -332,6 +356,40 @@ fn reservations(
             None => None,
         };
         out.insert(r.mac, Reservation { ip: r.ip, hostname });
+    }
+    Ok(out)
+}
+
+fn host_name(field: String, h: &str) -> Result<String, ConfigError> {
+    let h = h.trim();
+    if !valid_label(h) {
+        return Err(ConfigError::new(
+            field,
+            format!("`{h}` is not a valid host name"),
+        ));
+    }
+    Ok(h.to_string())
+}
+
+/// Known clients: distinct MACs, none of them also reserved (a reservation
+/// says everything a known client entry would).
+fn known_clients(
+    raw: &RawConfig,
+    reservations: &BTreeMap<Mac, Reservation>,
+) -> Result<BTreeMap<Mac, Option<String>>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for (i, k) in raw.known_clients.iter().enumerate() {
+        if reservations.contains_key(&k.mac) || out.contains_key(&k.mac) {
+            return Err(ConfigError::new(
+                format!("known_clients[{i}].mac"),
+                format!("{} is listed twice (here, or in reservations)", k.mac),
+            ));
+        }
+        let hostname = match &k.hostname {
+            Some(h) => Some(host_name(format!("known_clients[{i}].hostname"), h)?),
+            None => None,
+        };
+        out.insert(k.mac, hostname);
     }
     Ok(out)
 }

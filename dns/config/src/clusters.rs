@@ -1,5 +1,13 @@
 //! Cluster expansion: each `clusters[]` entry becomes, per view `kind`, the
 //! control-plane names, the `*.apps` wildcard and the `kubernetes` aliases.
+//!
+//! - vlan: the cluster zone (its names and `*.apps` → proxy and apps VIP;
+//!   any other name in it NXDOMAIN), and the aliases → proxy while
+//!   `aliases` is set.
+//! - pod: with an `internal_proxy`, each control-plane name exactly (so the
+//!   rest of the zone still forwards) and, with `apps_to_pods`, the apps
+//!   zone → internal proxy. Never the aliases: on the management cluster
+//!   those names are its own API.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -24,6 +32,7 @@ pub(crate) struct Cluster {
     internal_proxy: Option<IpAddr>,
     apps_vip: Option<IpAddr>,
     apps_to_pods: bool,
+    aliases: bool,
     names: Vec<String>,
 }
 
@@ -73,6 +82,7 @@ impl Cluster {
             internal_proxy,
             apps_vip,
             apps_to_pods: c.apps_to_pods,
+            aliases: c.aliases,
             names,
         })
     }
@@ -103,9 +113,24 @@ impl Cluster {
                     origin: LowerName::new(&self.zone),
                     records,
                 });
-                self.aliases(&format!("{f}.proxy"), self.proxy, ttl, hosts)?;
+                if self.aliases {
+                    self.aliases(&format!("{f}.proxy"), self.proxy, ttl, hosts)?;
+                }
             }
             ViewKind::Pod => {
+                if let Some(ip) = self.internal_proxy {
+                    // Exact names, not the zone: the cluster's other names
+                    // (its public apps, say) still forward from the pods.
+                    for (j, n) in self.names.iter().enumerate() {
+                        let name = join(&format!("{f}.names[{j}]"), n, &self.zone)?;
+                        add_record(
+                            hosts,
+                            &format!("{f}.internal_proxy"),
+                            &name,
+                            single(ip, ttl),
+                        )?;
+                    }
+                }
                 if let (true, Some(ip)) = (self.apps_to_pods, self.internal_proxy) {
                     // Only the apps zone: every other name of the cluster
                     // stays forwarded in this view.
@@ -117,9 +142,6 @@ impl Cluster {
                         origin: LowerName::new(&apps),
                         records,
                     });
-                }
-                if let Some(ip) = self.internal_proxy {
-                    self.aliases(&format!("{f}.internal_proxy"), ip, ttl, hosts)?;
                 }
             }
             ViewKind::Custom => {}

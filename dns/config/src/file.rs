@@ -38,6 +38,11 @@ pub struct RawUpstreams {
     /// `ip:port` (or `ip`, port 53) of each resolver, tried in order.
     #[serde(default)]
     pub servers: Vec<String>,
+    /// Then the `nameserver` entries of the server's own `/etc/resolv.conf`
+    /// (in a pod: the cluster's DNS), read when the config is loaded.
+    /// Default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resolv_conf: bool,
     /// Time to wait for one upstream, in milliseconds (default 800, within
     /// 1..=30000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -67,8 +72,16 @@ pub struct RawChaos {
     pub hostname: Option<String>,
 }
 
+fn default_true() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
 /// One hosted cluster.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawCluster {
     /// Cluster name (one DNS label): names live under `<name>.<base_domain>`.
@@ -78,9 +91,17 @@ pub struct RawCluster {
     /// VLAN address of the proxy (Envoy) for the control-plane names.
     pub proxy: String,
     /// Address of the proxy reachable from the pod network. When set, the
-    /// pod view answers the `kubernetes` aliases with it.
+    /// pod view answers the control-plane names (`names`) with it; unset,
+    /// the pod view answers none of this cluster's names (they forward).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub internal_proxy: Option<String>,
+    /// Publish the `kubernetes[.default[.svc[.cluster.local]]]` aliases in
+    /// the vlan view (default true). The proxy routes them by worker source
+    /// address, so the controller sets false while no worker address of the
+    /// cluster is known: the names then forward like any other. The pod view
+    /// never answers them (on a cluster's pod network they are its own API).
+    #[serde(default = "default_true", skip_serializing_if = "is_true")]
+    pub aliases: bool,
     /// Apps ingress VIP for `*.apps.<name>.<base_domain>`. Unset: no wildcard.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub apps_vip: Option<String>,
@@ -101,9 +122,9 @@ pub struct RawCluster {
 pub enum ViewKind {
     /// The VLAN: cluster zones, apps wildcard, kubernetes aliases to the proxy.
     Vlan,
-    /// The pod network: only the kubernetes aliases (and `*.apps` where
-    /// `apps_to_pods` is set), and only to an internal proxy address when one
-    /// is configured.
+    /// The pod network: the control-plane names (and `*.apps` where
+    /// `apps_to_pods` is set) of clusters with an `internal_proxy`, answered
+    /// with it; never the kubernetes aliases. Every other name forwards.
     Pod,
     /// Nothing from `clusters`; only the view's own `zones`.
     #[default]

@@ -181,6 +181,25 @@ views:
         assert!(err.to_string().starts_with("http: `any`"), "{err}");
     }
 
+    #[test]
+    fn resolv_conf_adds_the_system_resolvers_after_the_listed_ones() {
+        let system = "# generated\nsearch svc.cluster.local\nnameserver 172.30.0.10\nnameserver 127.0.0.1\nnameserver fe80::1%eth0\noptions ndots:5\n";
+        let asked = SAMPLE.replace(
+            "servers: [\"127.0.0.1:5399\"]",
+            "servers: [\"127.0.0.1:5399\"]\n  resolv_conf: true",
+        );
+        let c = Config::parse(&asked)
+            .expect("valid")
+            .with_resolv_conf(system);
+        let got: Vec<String> = c.upstreams.servers.iter().map(|a| a.to_string()).collect();
+        assert_eq!(got, ["127.0.0.1:5399", "172.30.0.10:53", "127.0.0.1:53"]);
+        // Not asked: the system's resolvers stay out.
+        let c = Config::parse(SAMPLE)
+            .expect("valid")
+            .with_resolv_conf(system);
+        assert_eq!(c.upstreams.servers.len(), 1);
+    }
+
     /// The schema the CRD embeds: closed objects, required fields, and the
     /// view kinds as an enum.
     #[test]

@@ -29,6 +29,9 @@ pub struct Config {
 pub struct Upstreams {
     /// Resolvers in failover order.
     pub servers: Vec<SocketAddr>,
+    /// The config asks for the resolvers of the server's own resolv.conf
+    /// after `servers` ([`Config::with_resolv_conf`] adds them).
+    pub resolv_conf: bool,
     /// Per-upstream timeout.
     pub timeout: Duration,
     /// Cache capacity in entries.
@@ -97,6 +100,34 @@ impl Config {
     /// Parses YAML (which includes JSON) and validates it.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
         RawConfig::parse(text)?.validate()
+    }
+
+    /// With `upstreams.resolv_conf` set, appends the `nameserver` entries of
+    /// `resolv_conf` (the text of a resolv.conf) to the upstreams, port 53,
+    /// skipping duplicates. Unset: unchanged.
+    pub fn with_resolv_conf(mut self, resolv_conf: &str) -> Self {
+        if !self.upstreams.resolv_conf {
+            return self;
+        }
+        for line in resolv_conf.lines() {
+            let mut words = line.split_whitespace();
+            if words.next() != Some("nameserver") {
+                continue;
+            }
+            // Scoped IPv6 addresses (`fe80::1%eth0`) cannot be dialled from
+            // a socket address string; they are skipped.
+            let Some(ip) = words
+                .next()
+                .and_then(|w| w.parse::<std::net::IpAddr>().ok())
+            else {
+                continue;
+            };
+            let addr = SocketAddr::new(ip, 53);
+            if !self.upstreams.servers.contains(&addr) {
+                self.upstreams.servers.push(addr);
+            }
+        }
+        self
     }
 
     /// Every distinct listener address, in order of first appearance.

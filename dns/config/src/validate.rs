@@ -92,6 +92,7 @@ fn upstreams(u: &RawUpstreams) -> Result<Upstreams, ConfigError> {
     }
     Ok(Upstreams {
         servers,
+        resolv_conf: u.resolv_conf,
         timeout: Duration::from_millis(timeout_ms),
         cache_entries: u.cache_entries.unwrap_or(10_000),
         max_cache_ttl: u.max_cache_ttl.unwrap_or(300),
