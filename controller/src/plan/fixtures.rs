@@ -28,7 +28,7 @@ pub fn network() -> Network {
         nad_namespace: "oooi".into(),
         upstreams: vec!["10.0.0.10:53".parse().unwrap()],
         dhcp: Some((
-            ip(2),
+            vec![ip(2)],
             Ipv4Range {
                 start: ip(100),
                 end: ip(199),

@@ -92,8 +92,9 @@ pub struct Network {
     pub nad_namespace: String,
     /// Upstream resolvers as `ip:port`.
     pub upstreams: Vec<SocketAddr>,
-    /// DHCP server address and pool, when DHCP is enabled.
-    pub dhcp: Option<(Ipv4Addr, Ipv4Range)>,
+    /// DHCP server addresses (one per server: two for a pair) and the
+    /// pool, when DHCP is enabled.
+    pub dhcp: Option<(Vec<Ipv4Addr>, Ipv4Range)>,
     /// DNS server address, when DNS is enabled.
     pub dns: Option<Ipv4Addr>,
     /// Proxy address, when the proxy is enabled.
@@ -109,7 +110,7 @@ impl Network {
     /// Every infra address: gateway and the enabled components.
     pub fn infra_addresses(&self) -> Vec<Ipv4Addr> {
         let mut out = vec![self.gateway];
-        out.extend(self.dhcp.map(|d| d.0));
+        out.extend(self.dhcp.iter().flat_map(|d| d.0.iter().copied()));
         out.extend(self.dns);
         out.extend(self.proxy);
         out
@@ -118,6 +119,41 @@ impl Network {
     /// True when `a` is a host address of the VLAN (not network, not broadcast).
     pub fn is_host(&self, a: Ipv4Addr) -> bool {
         self.cidr.is_host(a)
+    }
+}
+
+/// Most DHCP servers one Infra runs: a pair shares one pool.
+pub const MAX_DHCP_SERVERS: usize = 2;
+
+/// The addresses of a component that runs one server per VLAN address, each
+/// with its field path: the list form `<base>.serverIPs` or the one-address
+/// form `<base>.serverIP`. Exactly one of the two must be set, the list
+/// holds 1 to `max` addresses, each once.
+pub fn server_addresses(
+    base: &str,
+    one: Option<&str>,
+    many: &[String],
+    max: usize,
+) -> Result<Vec<(String, String)>, FieldError> {
+    match (one, many.is_empty()) {
+        (Some(_), false) => Err(field_error(
+            format!("{base}.serverIPs"),
+            "set serverIP or serverIPs, not both",
+        )),
+        (None, true) => Err(field_error(
+            format!("{base}.serverIPs"),
+            "set serverIP (one server) or serverIPs (one address per server)",
+        )),
+        (Some(a), true) => Ok(vec![(format!("{base}.serverIP"), a.to_string())]),
+        (None, false) if many.len() > max => Err(field_error(
+            format!("{base}.serverIPs"),
+            format!("{} addresses given, at most {max}", many.len()),
+        )),
+        (None, false) => Ok(many
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (format!("{base}.serverIPs[{i}]"), a.clone()))
+            .collect()),
     }
 }
 
@@ -137,6 +173,22 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
         }
     };
 
+    let dhcp_fields = if comps.dhcp.enabled {
+        match server_addresses(
+            "spec.infraComponents.dhcp",
+            comps.dhcp.server_ip.as_deref(),
+            &comps.dhcp.server_ips,
+            MAX_DHCP_SERVERS,
+        ) {
+            Ok(fields) => fields,
+            Err(e) => {
+                errors.push(e);
+                Vec::new()
+            }
+        }
+    } else {
+        Vec::new()
+    };
     let mut addr = |field: &str, s: &str| -> Option<Ipv4Addr> {
         match s.trim().parse::<Ipv4Addr>() {
             Ok(a) => {
@@ -156,11 +208,13 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
     };
 
     let gateway = addr("spec.networkConfig.gateway", &nc.gateway);
-    let dhcp_ip = comps
-        .dhcp
-        .enabled
-        .then(|| addr("spec.infraComponents.dhcp.serverIP", &comps.dhcp.server_ip))
-        .flatten();
+    let dhcp_ips: Vec<(String, Option<Ipv4Addr>)> = dhcp_fields
+        .into_iter()
+        .map(|(field, text)| {
+            let a = addr(&field, &text);
+            (field, a)
+        })
+        .collect();
     let range_start = comps
         .dhcp
         .enabled
@@ -194,17 +248,16 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
 
     // Infra addresses must be distinct: two components on one address would
     // fight over ARP on the VLAN.
-    let named = [
-        ("spec.networkConfig.gateway", gateway),
-        ("spec.infraComponents.dhcp.serverIP", dhcp_ip),
-        ("spec.infraComponents.dns.serverIP", dns_ip),
-        ("spec.infraComponents.proxy.serverIP", proxy_ip),
-    ];
+    let mut named: Vec<(String, Option<Ipv4Addr>)> =
+        vec![("spec.networkConfig.gateway".to_string(), gateway)];
+    named.extend(dhcp_ips.iter().cloned());
+    named.push(("spec.infraComponents.dns.serverIP".to_string(), dns_ip));
+    named.push(("spec.infraComponents.proxy.serverIP".to_string(), proxy_ip));
     for (i, (field, a)) in named.iter().enumerate() {
         let Some(a) = a else { continue };
         if let Some((other, _)) = named[..i].iter().find(|(_, b)| *b == Some(*a)) {
             errors.push(field_error(
-                *field,
+                field.clone(),
                 format!("{a} is already used by {other}"),
             ));
         }
@@ -221,8 +274,8 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
             errors.push(field_error(e.field, e.message));
         } else {
             let range = Ipv4Range { start, end };
-            for (field, a) in named {
-                if let Some(a) = a
+            for (field, a) in &named {
+                if let Some(a) = *a
                     && range.contains(a)
                 {
                     errors.push(field_error(
@@ -268,7 +321,9 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
             .or_else(|| infra.metadata.namespace.clone())
             .unwrap_or_default(),
         upstreams,
-        dhcp: dhcp_ip.zip(pool),
+        dhcp: pool
+            .filter(|_| !dhcp_ips.is_empty())
+            .map(|p| (dhcp_ips.iter().filter_map(|(_, a)| *a).collect(), p)),
         dns: dns_ip,
         proxy: proxy_ip,
     })
