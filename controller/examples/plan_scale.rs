@@ -78,7 +78,7 @@ spec:
         .ok_or_else(|| anyhow::anyhow!("invalid: {:?}", p.errors))?;
     let t = Instant::now();
     let mut objects = 0;
-    objects += plan::dhcp::children(d.dhcp.as_ref().unwrap())?
+    objects += plan::dhcp::children(d.dhcp.first().unwrap())?
         .to_values()
         .len();
     objects += plan::dns::children(d.dns.as_ref().unwrap())?
@@ -96,7 +96,7 @@ spec:
         p.totals.accepted,
         table.routes.len(),
         json.len(),
-        d.dhcp.as_ref().unwrap().spec.config.0.reservations.len(),
+        d.dhcp.first().unwrap().spec.config.0.reservations.len(),
     );
     println!(
         "plan_infra (incl. config validation): {:.1} ms",

@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount,
 };
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ApiResource, DynamicObject};
@@ -110,6 +111,7 @@ caches! {
     services: Service,
     service_accounts: ServiceAccount,
     pvcs: PersistentVolumeClaim,
+    pdbs: PodDisruptionBudget,
     network_policies: NetworkPolicy,
     pods: Pod,
     roles: Role,
@@ -329,6 +331,7 @@ pub fn start(client: &Client, scope: &Scope, w: StoreWriters, observers: Observe
         managed(),
         w.pvcs,
     );
+    let _ = spawn_watch(scoped::<PodDisruptionBudget>(client, ns), managed(), w.pdbs);
     let _ = spawn_watch(
         Api::<NetworkPolicy>::all(client.clone()),
         managed(),

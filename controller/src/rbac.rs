@@ -96,6 +96,7 @@ pub fn rules() -> Vec<Rule> {
             WRITE,
         ),
         rule("", &["pods"], READ),
+        rule("policy", &["poddisruptionbudgets"], WRITE),
         rule("networking.k8s.io", &["networkpolicies"], WRITE),
         rule("events.k8s.io", &["events"], &["create", "patch"]),
         rule("", &["events"], &["create", "patch"]),

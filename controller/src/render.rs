@@ -252,12 +252,12 @@ struct Common<'a> {
 fn render_children(
     out: &mut Rendered,
     dir: &Path,
-    dhcp: Option<&DHCPServer>,
+    dhcp: &[DHCPServer],
     dns: Option<&DNSServer>,
     proxy: Option<&ProxyServer>,
     common: &Common<'_>,
 ) -> anyhow::Result<()> {
-    if let Some(d) = dhcp {
+    for d in dhcp {
         let name = d.metadata.name.clone().unwrap_or_default();
         out.objects.push(object_of(d)?);
         out.objects.extend(
@@ -451,6 +451,20 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
             if names.len() == 1 { "it" } else { "them" },
         ));
     }
+    let mut pair_tokens: Vec<String> = plans
+        .iter()
+        .filter_map(|(_, _, p)| p.desired.as_ref())
+        .flat_map(|d| d.dhcp.iter())
+        .chain(input.dhcp_servers.iter())
+        .filter_map(|d| d.spec.pair_token_secret.as_ref().map(|s| s.name.clone()))
+        .collect();
+    pair_tokens.dedup();
+    if !pair_tokens.is_empty() {
+        out.notes.push(format!(
+            "the DHCP pair token Secret(s) {} (key `token`) are not included: the controller creates each once with a random token",
+            pair_tokens.join(", ")
+        ));
+    }
     let common = Common {
         push_token,
         controller_namespace,
@@ -466,7 +480,7 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
             render_children(
                 &mut out,
                 &dir,
-                d.dhcp.as_ref(),
+                &d.dhcp,
                 d.dns.as_ref(),
                 d.proxy.as_ref(),
                 &common,
@@ -554,13 +568,13 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
     }
     let dir = PathBuf::from("standalone");
     for d in &input.dhcp_servers {
-        render_children(&mut out, &dir, Some(d), None, None, &common)?;
+        render_children(&mut out, &dir, std::slice::from_ref(d), None, None, &common)?;
     }
     for d in &input.dns_servers {
-        render_children(&mut out, &dir, None, Some(d), None, &common)?;
+        render_children(&mut out, &dir, &[], Some(d), None, &common)?;
     }
     for p in &input.proxy_servers {
-        render_children(&mut out, &dir, None, None, Some(p), &common)?;
+        render_children(&mut out, &dir, &[], None, Some(p), &common)?;
     }
     Ok(out)
 }

@@ -98,7 +98,7 @@ fn derived_objects_are_named_labelled_and_owned_by_the_infra() {
     let i = infra("oooi", "vlan");
     let p = plan_infra(&i, &[], &Observed::default());
     let d = p.desired.unwrap();
-    let dhcp = d.dhcp.unwrap();
+    let dhcp = d.dhcp.into_iter().next().unwrap();
     assert_eq!(dhcp.metadata.name.as_deref(), Some("vlan-dhcp"));
     assert_eq!(dhcp.metadata.namespace.as_deref(), Some("oooi"));
     let owner = &dhcp.metadata.owner_references.as_ref().unwrap()[0];
@@ -232,10 +232,10 @@ fn an_invalid_infra_leaves_attachments_unknown_not_rejected() {
 fn a_disabled_component_is_not_planned_and_its_address_is_not_checked() {
     let mut i = infra("oooi", "vlan");
     i.spec.infra_components.dhcp.enabled = false;
-    i.spec.infra_components.dhcp.server_ip = "10.9.9.9".into();
+    i.spec.infra_components.dhcp.server_ip = Some("10.9.9.9".into());
     let p = plan_infra(&i, &[], &Observed::default());
     let d = p.desired.expect("valid");
-    assert!(d.dhcp.is_none());
+    assert!(d.dhcp.is_empty());
     assert!(d.dns.is_some() && d.proxy.is_some());
 }
 
@@ -545,7 +545,7 @@ fn dhcp_reservations_come_from_vmi_macs_and_conflicts_are_dropped() {
         .as_ref()
         .unwrap()
         .dhcp
-        .as_ref()
+        .first()
         .unwrap()
         .spec
         .config
@@ -596,7 +596,7 @@ fn rendered_configs_pass_their_components_validators() {
     let p = plan_infra(&i, &atts, &obs);
     let d = p.desired.as_ref().unwrap();
 
-    let dhcp = oooi_dhcp_config::Config::from_raw(&d.dhcp.as_ref().unwrap().spec.config.0).unwrap();
+    let dhcp = oooi_dhcp_config::Config::from_raw(&d.dhcp.first().unwrap().spec.config.0).unwrap();
     assert_eq!(dhcp.server_ip, ip("192.0.2.2"));
     assert_eq!(dhcp.gateway, Some(ip("192.0.2.1")));
     assert_eq!(dhcp.dns_servers, vec![ip("192.0.2.3")]);

@@ -66,7 +66,7 @@ fn multus(d: &Deployment) -> Value {
 #[test]
 fn dhcp_children_carry_config_pvc_and_raw_socket_capability() {
     let d = desired();
-    let mut server = d.dhcp.unwrap();
+    let mut server = d.dhcp.into_iter().next().unwrap();
     server.metadata.uid = Some("uid-dhcp".into());
     let c = plan::dhcp::children(&server).unwrap();
     let dep = &c.deployment;
@@ -344,7 +344,7 @@ fn a_standalone_server_is_its_own_instance() {
 #[test]
 fn every_child_carries_the_contract_labels() {
     let d = desired();
-    let mut all = plan::dhcp::children(d.dhcp.as_ref().unwrap())
+    let mut all = plan::dhcp::children(d.dhcp.first().unwrap())
         .unwrap()
         .to_values();
     all.extend(
@@ -485,8 +485,8 @@ fn attachments_and_workers_change_configs_but_never_restart_pods() {
     assert_ne!(d1.config_map, d2.config_map);
     assert_eq!(d1.deployment, d2.deployment, "oooi-dns reloads its file");
     let (h1, h2) = (
-        plan::dhcp::children(one.dhcp.as_ref().unwrap()).unwrap(),
-        plan::dhcp::children(two.dhcp.as_ref().unwrap()).unwrap(),
+        plan::dhcp::children(one.dhcp.first().unwrap()).unwrap(),
+        plan::dhcp::children(two.dhcp.first().unwrap()).unwrap(),
     );
     assert_eq!(h1.deployment, h2.deployment, "oooi-dhcp reloads its file");
 }

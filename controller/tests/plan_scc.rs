@@ -23,7 +23,7 @@ fn components() -> (Children, Children, Children) {
     );
     let d = p.desired.expect("valid");
     (
-        dhcp::children(&d.dhcp.unwrap()).unwrap(),
+        dhcp::children(&d.dhcp.into_iter().next().unwrap()).unwrap(),
         dns::children(&d.dns.unwrap()).unwrap(),
         proxy::children(&d.proxy.unwrap(), TOKEN).unwrap(),
     )

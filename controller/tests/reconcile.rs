@@ -1001,3 +1001,173 @@ async fn deleting_everything_leaves_no_object_the_controller_created() {
         .collect();
     assert!(left.is_empty(), "left in the cluster: {left:#?}");
 }
+
+/// The Infra `vlan200` asking for a DHCP pair.
+fn pair_infra_json(generation: i64) -> Value {
+    let mut infra = infra_json(generation);
+    let dhcp = &mut infra["spec"]["infraComponents"]["dhcp"];
+    dhcp.as_object_mut().unwrap().remove("serverIP");
+    dhcp["serverIPs"] = json!(["198.51.100.2", "198.51.100.5"]);
+    infra
+}
+
+/// Two addresses: the pair's token Secret is made once and kept, both
+/// DHCPServers are applied and reconcile to their children (the primary
+/// with the pair's budget), going back to one address deletes the second
+/// server, and deleting the Infra leaves nothing of the pair behind.
+#[tokio::test]
+async fn a_dhcp_pair_gets_one_token_two_servers_and_their_children_and_leaves_nothing() {
+    let mut h = Harness::new(false);
+    h.mock.insert(&infra_path(), pair_infra_json(1));
+    h.reconcile_infra().await; // finalizer
+    let log = h.reconcile_infra().await;
+    assert_eq!(
+        lines(&log),
+        vec![
+            "POST /api/v1/namespaces/oooi/secrets".to_string(),
+            "POST /api/v1/namespaces/oooi/secrets".to_string(),
+            format!("PATCH {G}/dhcpservers/vlan200-dhcp"),
+            format!("PATCH {G}/dhcpservers/vlan200-dhcp-2"),
+            format!("PATCH {G}/dnsservers/vlan200-dns"),
+            format!("PATCH {G}/proxyservers/vlan200-proxy"),
+            format!("PATCH {G}/infras/vlan200/status"),
+            "POST /apis/events.k8s.io/v1/namespaces/oooi/events".to_string(),
+        ]
+    );
+    let secret = log[1].body.as_ref().unwrap();
+    assert_eq!(secret["metadata"]["name"], "vlan200-dhcp-pair-token");
+    assert_eq!(owner_uid(secret), "uid-infra");
+    assert_eq!(
+        secret["metadata"]["labels"]["app.kubernetes.io/component"],
+        "dhcp"
+    );
+    let token_path = "/api/v1/namespaces/oooi/secrets/vlan200-dhcp-pair-token";
+    let token = reconcile_support::base64_decode(&h.mock.get(token_path).unwrap()["data"]["token"]);
+    assert_eq!(token.len(), 64, "32 random bytes in hex");
+    for (r, role, other) in [
+        (&log[2], "primary", "vlan200-dhcp-2-peer"),
+        (&log[3], "secondary", "vlan200-dhcp-peer"),
+    ] {
+        assert_apply(r);
+        let spec = &r.body.as_ref().unwrap()["spec"];
+        assert_eq!(spec["pairTokenSecret"]["name"], "vlan200-dhcp-pair-token");
+        assert_eq!(spec["config"]["peer"]["role"], role);
+        assert_eq!(
+            spec["config"]["peer"]["api"],
+            format!("{other}.oooi.svc:9068")
+        );
+    }
+    // Kept across reconciles: nothing more is written, the token is the same.
+    assert!(h.reconcile_infra().await.is_empty());
+    assert_eq!(
+        reconcile_support::base64_decode(&h.mock.get(token_path).unwrap()["data"]["token"]),
+        token
+    );
+
+    let log = h.reconcile_dhcp().await;
+    assert_eq!(
+        lines(&log),
+        vec![
+            "PATCH /api/v1/namespaces/oooi/serviceaccounts/vlan200-dhcp".to_string(),
+            "PATCH /api/v1/namespaces/oooi/configmaps/vlan200-dhcp-config".to_string(),
+            "PATCH /api/v1/namespaces/oooi/persistentvolumeclaims/vlan200-dhcp-leases".to_string(),
+            "PATCH /api/v1/namespaces/oooi/services/vlan200-dhcp-peer".to_string(),
+            "PATCH /apis/policy/v1/namespaces/oooi/poddisruptionbudgets/vlan200-dhcp-pair"
+                .to_string(),
+            "PATCH /apis/apps/v1/namespaces/oooi/deployments/vlan200-dhcp".to_string(),
+            format!("PATCH {G}/dhcpservers/vlan200-dhcp/status"),
+        ]
+    );
+    let path = format!("{G}/dhcpservers/vlan200-dhcp-2");
+    let log = h.run(&path, component::reconcile_dhcp).await;
+    assert_eq!(
+        lines(&log),
+        vec![
+            "PATCH /api/v1/namespaces/oooi/serviceaccounts/vlan200-dhcp-2".to_string(),
+            "PATCH /api/v1/namespaces/oooi/configmaps/vlan200-dhcp-2-config".to_string(),
+            "PATCH /api/v1/namespaces/oooi/persistentvolumeclaims/vlan200-dhcp-2-leases"
+                .to_string(),
+            "PATCH /api/v1/namespaces/oooi/services/vlan200-dhcp-2-peer".to_string(),
+            "PATCH /apis/apps/v1/namespaces/oooi/deployments/vlan200-dhcp-2".to_string(),
+            format!("PATCH {G}/dhcpservers/vlan200-dhcp-2/status"),
+        ]
+    );
+    let dep = log[4].body.as_ref().unwrap();
+    assert!(
+        dep["spec"]["template"]["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"]
+            .as_str()
+            .unwrap()
+            .contains("198.51.100.5/24"),
+        "{dep}"
+    );
+    // The second server's PDB-free children settle like the first's.
+    let log = h.run(&path, component::reconcile_dhcp).await;
+    assert_eq!(lines(&log), vec![format!("PATCH {path}/status")]);
+    assert!(h.run(&path, component::reconcile_dhcp).await.is_empty());
+    // The Infra's DHCP status covers both Deployments.
+    let log = h.reconcile_infra().await;
+    let status = &log[0].body.as_ref().unwrap()["status"];
+    assert_eq!(status["components"]["dhcp"]["ready"], false);
+    let message = status["components"]["dhcp"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("vlan200-dhcp:") && message.contains("vlan200-dhcp-2:"),
+        "{message}"
+    );
+
+    // Back to one address: the second server goes (and with it, through
+    // its owner references, its children); the primary runs alone.
+    let mut one = pair_infra_json(2);
+    one["spec"]["infraComponents"]["dhcp"]["serverIPs"] = json!(["198.51.100.2"]);
+    one["metadata"]["finalizers"] = json!([reconcile_support::FINALIZER]);
+    h.mock.insert(&infra_path(), one);
+    let log = h.reconcile_infra().await;
+    let l = lines(&log);
+    assert!(
+        l.contains(&format!("PATCH {G}/dhcpservers/vlan200-dhcp")),
+        "{l:#?}"
+    );
+    assert!(
+        l.contains(&format!("DELETE {G}/dhcpservers/vlan200-dhcp-2")),
+        "{l:#?}"
+    );
+    let primary = apply_of(&log, &format!("{G}/dhcpservers/vlan200-dhcp"));
+    assert!(primary.body.as_ref().unwrap()["spec"]["config"]["peer"].is_null());
+    h.mock.collect_garbage();
+    for gone in [
+        "/apis/apps/v1/namespaces/oooi/deployments/vlan200-dhcp-2",
+        "/api/v1/namespaces/oooi/persistentvolumeclaims/vlan200-dhcp-2-leases",
+        "/api/v1/namespaces/oooi/services/vlan200-dhcp-2-peer",
+    ] {
+        assert!(h.mock.get(gone).is_none(), "{gone} collected");
+    }
+    // One server has no peer Service and no budget: the pair's go.
+    let log = h.reconcile_dhcp().await;
+    let l = lines(&log);
+    let budget = "/apis/policy/v1/namespaces/oooi/poddisruptionbudgets/vlan200-dhcp-pair";
+    let peer = "/api/v1/namespaces/oooi/services/vlan200-dhcp-peer";
+    assert!(l.contains(&format!("DELETE {budget}")), "{l:#?}");
+    assert!(l.contains(&format!("DELETE {peer}")), "{l:#?}");
+    assert!(h.mock.get(peer).is_none());
+    assert!(
+        !l.iter()
+            .any(|r| r.starts_with("PATCH") && r.contains("poddisruptionbudgets")),
+        "{l:#?}"
+    );
+    assert!(h.mock.get(budget).is_none());
+
+    // Deleting the Infra: everything in its namespace is owned and goes
+    // with it, the pair's token and budget included.
+    let mut infra = h.mock.get(&infra_path()).unwrap();
+    infra["metadata"]["deletionTimestamp"] = json!("2026-12-03T08:05:00Z");
+    h.mock.insert(&infra_path(), infra);
+    h.reconcile_infra().await;
+    assert!(h.mock.get(&infra_path()).is_none(), "finalizer removed");
+    h.mock.collect_garbage();
+    let left: Vec<String> = h
+        .mock
+        .paths("/")
+        .into_iter()
+        .filter(|p| !p.contains("/events/"))
+        .collect();
+    assert!(left.is_empty(), "left in the cluster: {left:#?}");
+}

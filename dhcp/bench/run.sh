@@ -3,12 +3,26 @@
 # DORA exchanges, relayed (perfdhcp sets giaddr), across a veth pair between
 # two network namespaces this script creates and removes. Same /16 pool for
 # every server; server and perfdhcp pinned to different CPUs (see Layout). oooi-dhcp runs
-# once per durability mode (default: fsync, then write), then Kea; a summary
-# table at the end gives leases/s at saturation, drops and the guarantee of
-# each.
+# once per durability mode (default: fsync, then write), then as a pair,
+# then Kea; a summary table at the end gives leases/s at saturation, drops
+# and the guarantee of each.
+#
+# The pair: two oooi-dhcp servers (--durability fsync, primary and
+# secondary) in namespaces of their own, whose VLAN legs share a bridge with
+# perfdhcp, joined by a separate link standing in for the pod network that
+# carries their pair API. perfdhcp broadcasts (relay-style: it sets giaddr
+# and listens on port 67), both servers see every request and each answers
+# its half (RFC 3074 hash). Each lease is fdatasynced on the server that
+# decided it, sent to the other, which fdatasyncs it too, and only then
+# ACKed. Both servers share the one server's CPU (PAIR_CPUS overrides),
+# so the comparison is at equal CPU. After the run both lease stores are
+# compared: every lease must be in both.
 #
 # Usage: dhcp/bench/run.sh [path/to/release/oooi-dhcp] [seconds] [offered rate/s]
-# Env:   MODES="fsync write"  oooi-dhcp durability modes to run
+# Env:   MODES="fsync write pair"  oooi-dhcp modes to run (durability modes
+#                              of one server, and the pair)
+#        PAIR_CPUS="A B"       CPUs of the two pair servers (default: both
+#                              on the server CPU)
 #        PERFDHCP_OPTS=...     extra perfdhcp options (e.g. "-g multi")
 #        OOOI_BENCH_DATA_DIR   lease log directory (default: on the real disk)
 #        BENCH_PRIORITY=0      run at normal priority (see below)
@@ -20,21 +34,25 @@ set -euo pipefail
 BIN=${1:-${CARGO_TARGET_DIR:-target}/release/oooi-dhcp}
 SECS=${2:-10}
 RATE=${3:-20000}
-MODES=${MODES:-fsync write}
+MODES=${MODES:-fsync write pair}
 for t in perfdhcp kea-dhcp4 taskset setsid ip; do
   command -v "$t" >/dev/null || { echo "missing $t (tools/dev setup installs it)" >&2; exit 1; }
 done
 [ -x "$BIN" ] || { echo "build it first: cargo build --release -p oooi-dhcp" >&2; exit 1; }
 
 S="odb$$s"; C="odb$$c"
+# The pair's namespaces: its two servers and perfdhcp's (with the bridge).
+PA="odb$$a"; PB="odb$$b"; PC="odb$$p"
 # Lease files live on the real disk (not tmpfs), so fsync costs what it costs.
 W=$(mktemp -d /var/tmp/oooi-dhcp-bench.XXXXXX)
 cleanup() {
   stop "$W/server.pid" >/dev/null 2>&1 || true
+  stop "$W/server-b.pid" >/dev/null 2>&1 || true
   stop "$W/perfdhcp.pid" >/dev/null 2>&1 || true
   wait 2>/dev/null || true
   ip netns del "$S" 2>/dev/null || true
   ip netns del "$C" 2>/dev/null || true
+  for n in "$PA" "$PB" "$PC"; do ip netns del "$n" 2>/dev/null || true; done
   [ -n "${BENCH_KEEP:-}" ] && { cat "$W"/out/*.log >&2; }; rm -rf "$W"
 }
 trap cleanup EXIT
@@ -124,22 +142,23 @@ cat > "$W/etc/kea.json" <<K
 K
 
 udp_rcvbuf_errors() {
-  # RcvbufErrors of the client namespace: replies lost because perfdhcp's
+  # RcvbufErrors of the client namespace ($1): replies lost because perfdhcp's
   # socket buffer was full (perfdhcp itself falling behind).
-  ip netns exec "$C" awk '/^Udp:/ { if (h) { for (i = 1; i <= NF; i++) if (n[i] == "RcvbufErrors") print $i } else { for (i = 1; i <= NF; i++) n[i] = $i; h = 1 } }' /proc/net/snmp
+  ip netns exec "$1" awk '/^Udp:/ { if (h) { for (i = 1; i <= NF; i++) if (n[i] == "RcvbufErrors") print $i } else { for (i = 1; i <= NF; i++) n[i] = $i; h = 1 } }' /proc/net/snmp
 }
 
 SUMMARY=()
 # run_perfdhcp NAME GUARANTEE: runs perfdhcp, prints its report, adds a
-# summary row.
+# summary row. PERF_NS, PERF_IF and PERF_TO (the server address; empty:
+# broadcast) say where it runs and whom it asks (default: the one server).
 run_perfdhcp() {
-  local before lost out="$W/out/$1.perfdhcp"
-  before=$(udp_rcvbuf_errors)
+  local before lost out="$W/out/$1.perfdhcp" ns=${PERF_NS:-$C}
+  before=$(udp_rcvbuf_errors "$ns")
   # -R: simulated clients (random MACs), -d 1: a reply later than 1 s is a drop.
   # shellcheck disable=SC2086
-  prio "$W/perfdhcp.pid" taskset -c "$CLIENT_CPU" ip netns exec "$C" perfdhcp -4 ${PERFDHCP_OPTS:-} -l vc -r "$RATE" -R 60000 -p "$SECS" -d 1 10.20.0.1 \
+  prio "$W/perfdhcp.pid" taskset -c "$CLIENT_CPU" ip netns exec "$ns" perfdhcp -4 ${PERFDHCP_OPTS:-} -l "${PERF_IF:-vc}" -r "$RATE" -R 60000 -p "$SECS" -d 1 ${PERF_TO-10.20.0.1} \
     > "$out" 2>&1 || true
-  lost=$(( $(udp_rcvbuf_errors) - before ))
+  lost=$(( $(udp_rcvbuf_errors "$ns") - before ))
   grep -E "^Rate:|drops:|sent packets|received packets|orphans|rejected|avg delay" "$out" || cat "$out"
   echo "   replies lost in perfdhcp's socket buffer: $lost"
   local rate do_drops ra_drops
@@ -149,23 +168,11 @@ run_perfdhcp() {
   SUMMARY+=("$(printf '%-16s %10s %10s %10s %12s  %s' "$1" "${rate:-?}" "${do_drops:-?}" "${ra_drops:-?}" "$lost" "$2")")
 }
 
-echo "== load: $(uptime)"
-echo "== offered: $RATE DISCOVER/s for $SECS s, 60000 simulated clients, perfdhcp $(perfdhcp -v 2>&1 | head -1)"
-echo "== servers on CPU $SERVER_CPU (the lease disk's interrupts: CPU $(disk_irq_cpu "$DATA_PARENT")), perfdhcp on CPU $CLIENT_CPU"
-for mode in $MODES; do
-  data="${OOOI_BENCH_DATA_DIR:-$W/oooi-data}-$mode"
-  case $mode in
-    fsync) guarantee="ACK after fdatasync (group commit): survives kill -9 and power loss" ;;
-    write) guarantee="ACK after write(): survives kill -9, not power loss (= Kea memfile)" ;;
-    *) echo "unknown mode $mode" >&2; exit 1 ;;
-  esac
-  echo "== oooi-dhcp --durability $mode: $guarantee"
-  RUST_LOG=warn prio "$W/server.pid" taskset -c "$SERVER_CPU" ip netns exec "$S" "$BIN" serve --config "$W/etc/oooi.yaml" \
-    --data-dir "$data" --durability "$mode" --metrics-addr 127.0.0.1:9067 > "$W/out/oooi-$mode.log" 2>&1 &
-  sleep 1
-  run_perfdhcp "oooi-dhcp $mode" "$guarantee"
-  ip netns exec "$S" python3 - <<'P' || true
-import urllib.request
+# server_metrics NS [pair]: the server's counters (replies, syncs; with
+# `pair`, the lease updates between the two servers).
+server_metrics() {
+  ip netns exec "$1" python3 - "${2:-}" <<'P' || true
+import sys, urllib.request
 m = urllib.request.urlopen("http://127.0.0.1:9067/metrics", timeout=2).read().decode()
 v = {}
 for l in m.splitlines():
@@ -178,7 +185,97 @@ print("   server: %d offers, %d acks sent; %d fdatasyncs, %.1f records and %.2f 
       % (g('oooi_dhcp_messages_sent_total{type="offer"}'), g('oooi_dhcp_messages_sent_total{type="ack"}'),
          syncs, g("oooi_dhcp_store_batch_records_sum") / max(syncs, 1),
          1000 * g("oooi_dhcp_store_sync_duration_seconds_sum") / max(syncs, 1), g("oooi_dhcp_send_errors_total")))
+if sys.argv[1] == "pair":
+    print("   pair: state %d (1 load balancing); %d lease records sent, %d received, %d unsent, %d update errors, %d takeovers"
+          % (g("oooi_dhcp_pair_state"), g("oooi_dhcp_pair_updates_sent_total"), g("oooi_dhcp_pair_updates_received_total"),
+             g("oooi_dhcp_pair_updates_unsent_total"), g("oooi_dhcp_pair_update_errors_total"), g("oooi_dhcp_pair_takeovers_total")))
 P
+}
+
+# pair_config ME OTHER ROLE: the config of one pair server.
+pair_config() {
+  sed "s/^server_ip: .*/server_ip: $1/" "$W/etc/oooi.yaml"
+  cat <<Y
+peer:
+  role: $3
+  server_ip: $2
+  api: "$4"
+  listen: "0.0.0.0:9068"
+  token_file: $W/etc/pair-token
+Y
+}
+
+# run_pair: the pair (see the top), perfdhcp broadcasting on the bridge.
+run_pair() {
+  local guarantee="ACK after fdatasync on both servers: survives kill -9 and power loss of either"
+  local a_cpu b_cpu da="${OOOI_BENCH_DATA_DIR:-$W/oooi-data}-pair-a" db="${OOOI_BENCH_DATA_DIR:-$W/oooi-data}-pair-b"
+  read -r a_cpu b_cpu <<<"${PAIR_CPUS:-$SERVER_CPU $SERVER_CPU}"
+  echo "== oooi-dhcp pair (--durability fsync, servers on CPUs $a_cpu and $b_cpu): $guarantee"
+  for n in "$PA" "$PB" "$PC"; do ip netns add "$n"; ip -n "$n" link set lo up; done
+  ip -n "$PC" link add br0 type bridge; ip -n "$PC" link set br0 up
+  ip -n "$PC" addr add 10.20.0.2/16 dev br0
+  ip -n "$PA" link add vs type veth peer name va netns "$PC"
+  ip -n "$PB" link add vs type veth peer name vb netns "$PC"
+  for v in va vb; do ip -n "$PC" link set "$v" master br0; ip -n "$PC" link set "$v" up; done
+  ip -n "$PA" addr add 10.20.0.1/16 dev vs; ip -n "$PA" link set vs up
+  ip -n "$PB" addr add 10.20.0.4/16 dev vs; ip -n "$PB" link set vs up
+  # The pod network: a link of its own, never the VLAN.
+  ip -n "$PA" link add pod type veth peer name pod netns "$PB"
+  ip -n "$PA" addr add 10.30.0.1/30 dev pod; ip -n "$PA" link set pod up
+  ip -n "$PB" addr add 10.30.0.2/30 dev pod; ip -n "$PB" link set pod up
+  head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$W/etc/pair-token"
+  pair_config 10.20.0.1 10.20.0.4 primary 10.30.0.2:9068 > "$W/etc/pair-a.yaml"
+  pair_config 10.20.0.4 10.20.0.1 secondary 10.30.0.1:9068 > "$W/etc/pair-b.yaml"
+  RUST_LOG=warn prio "$W/server.pid" taskset -c "$a_cpu" ip netns exec "$PA" "$BIN" serve --config "$W/etc/pair-a.yaml" \
+    --data-dir "$da" --metrics-addr 127.0.0.1:9067 --pair-listen 10.30.0.1:9068 > "$W/out/oooi-pair-a.log" 2>&1 &
+  RUST_LOG=warn prio "$W/server-b.pid" taskset -c "$b_cpu" ip netns exec "$PB" "$BIN" serve --config "$W/etc/pair-b.yaml" \
+    --data-dir "$db" --metrics-addr 127.0.0.1:9067 --pair-listen 10.30.0.2:9068 > "$W/out/oooi-pair-b.log" 2>&1 &
+  # Both must be load balancing (synced with each other) before the burst.
+  local n state_a state_b
+  for n in $(seq 100); do
+    state_a=$(ip netns exec "$PA" curl -s http://127.0.0.1:9067/metrics | awk '/^oooi_dhcp_pair_state / { print $2 }')
+    state_b=$(ip netns exec "$PB" curl -s http://127.0.0.1:9067/metrics | awk '/^oooi_dhcp_pair_state / { print $2 }')
+    [ "$state_a" = 1 ] && [ "$state_b" = 1 ] && break
+    sleep 0.1
+  done
+  [ "$state_a" = 1 ] && [ "$state_b" = 1 ] || { echo "the pair did not reach load balancing (states: ${state_a:-?} ${state_b:-?})" >&2; cat "$W"/out/oooi-pair-*.log >&2; exit 1; }
+  PERF_NS=$PC PERF_IF=br0 PERF_TO="" run_perfdhcp "oooi-dhcp pair" "$guarantee"
+  echo "   server A (primary):"; server_metrics "$PA" pair
+  echo "   server B (secondary):"; server_metrics "$PB" pair
+  stop "$W/server.pid"; stop "$W/server-b.pid"
+  "$BIN" leases --data-dir "$da" | tail -n +2 | awk '{ print $1, $2 }' | sort > "$W/out/pair-a.leases"
+  "$BIN" leases --data-dir "$db" | tail -n +2 | awk '{ print $1, $2 }' | sort > "$W/out/pair-b.leases"
+  local in_a in_b both held_twice
+  in_a=$(wc -l < "$W/out/pair-a.leases"); in_b=$(wc -l < "$W/out/pair-b.leases")
+  both=$(comm -12 "$W/out/pair-a.leases" "$W/out/pair-b.leases" | wc -l)
+  held_twice=$(sort -u "$W/out/pair-a.leases" "$W/out/pair-b.leases" | awk '{ print $1 }' | uniq -d | wc -l)
+  echo "   leases: $in_a in A's store, $in_b in B's, $both in both; addresses held by two clients: $held_twice"
+  if [ "$in_a" != "$both" ] || [ "$in_b" != "$both" ] || [ "$held_twice" != 0 ]; then
+    echo "   FAILED: every lease must be in both stores, no address held twice" >&2
+    PAIR_FAILED=1
+  fi
+  rm -rf "$da" "$db"
+  for n in "$PA" "$PB" "$PC"; do ip netns del "$n"; done
+}
+
+echo "== load: $(uptime)"
+echo "== offered: $RATE DISCOVER/s for $SECS s, 60000 simulated clients, perfdhcp $(perfdhcp -v 2>&1 | head -1)"
+echo "== servers on CPU $SERVER_CPU (the lease disk's interrupts: CPU $(disk_irq_cpu "$DATA_PARENT")), perfdhcp on CPU $CLIENT_CPU"
+PAIR_FAILED=0
+for mode in $MODES; do
+  data="${OOOI_BENCH_DATA_DIR:-$W/oooi-data}-$mode"
+  case $mode in
+    fsync) guarantee="ACK after fdatasync (group commit): survives kill -9 and power loss" ;;
+    write) guarantee="ACK after write(): survives kill -9, not power loss (= Kea memfile)" ;;
+    pair) run_pair; continue ;;
+    *) echo "unknown mode $mode" >&2; exit 1 ;;
+  esac
+  echo "== oooi-dhcp --durability $mode: $guarantee"
+  RUST_LOG=warn prio "$W/server.pid" taskset -c "$SERVER_CPU" ip netns exec "$S" "$BIN" serve --config "$W/etc/oooi.yaml" \
+    --data-dir "$data" --durability "$mode" --metrics-addr 127.0.0.1:9067 > "$W/out/oooi-$mode.log" 2>&1 &
+  sleep 1
+  run_perfdhcp "oooi-dhcp $mode" "$guarantee"
+  server_metrics "$S"
   stop "$W/server.pid"
   echo "   leases in the store: $("$BIN" leases --data-dir "$data" | tail -n +2 | wc -l)"
   rm -rf "$data"
@@ -197,3 +294,4 @@ echo
 echo "== summary: $RATE DISCOVER/s offered for $SECS s (leases/s = perfdhcp's completed DORAs/s)"
 printf '%-16s %10s %10s %10s %12s  %s\n' server leases/s "DO drops" "RA drops" "lost@client" durability
 for row in "${SUMMARY[@]}"; do echo "$row"; done
+exit "$PAIR_FAILED"

@@ -49,6 +49,11 @@ enum Command {
         /// guarantee).
         #[arg(long, env = "OOOI_DHCP_DURABILITY", value_enum, default_value_t = Durability::Fsync)]
         durability: Durability,
+        /// Address of the pair API, in place of the config's `peer.listen`.
+        /// In a pod, give the pod's own address: the file cannot know it,
+        /// and the wildcard would expose the API on the VLAN.
+        #[arg(long, env = "OOOI_DHCP_PAIR_LISTEN")]
+        pair_listen: Option<SocketAddr>,
     },
     /// Validate CONFIG and print the pool and reservations.
     Check {
@@ -111,6 +116,7 @@ async fn serve(
     data_dir: PathBuf,
     metrics_addr: SocketAddr,
     durability: Durability,
+    pair_listen: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
     let (c, reloader) = Reloader::start(&config, Settings::default(), Config::from_yaml)?;
     let (store, recovery) = LeaseStore::open(&data_dir)
@@ -138,9 +144,12 @@ async fn serve(
         Some(p) => Some(Pair::new(p.clone())?),
         None => None,
     };
-    let api = pair
-        .as_ref()
-        .map(|p| (p.shared.clone(), p.shared.peer.listen));
+    let api = pair.as_ref().map(|p| {
+        (
+            p.shared.clone(),
+            pair_listen.unwrap_or(p.shared.peer.listen),
+        )
+    });
     let server = Server::new(socket, store, Arc::new(c), rx, durability, pair);
     let dhcp = tokio::task::spawn_blocking(move || server.run());
     let pair_api = async move {
@@ -174,7 +183,8 @@ async fn main() {
             data_dir,
             metrics_addr,
             durability,
-        } => serve(config, data_dir, metrics_addr, durability).await,
+            pair_listen,
+        } => serve(config, data_dir, metrics_addr, durability, pair_listen).await,
     };
     if let Err(e) = result {
         eprintln!("oooi-dhcp: {e}");

@@ -93,6 +93,11 @@ pub struct DHCPServerSpec {
     /// Lease volume.
     #[serde(default)]
     pub storage: LeaseStorage,
+    /// Secret (key `token`) with the token the two servers of a pair
+    /// present to each other; required when `config.peer` is set. Mounted
+    /// where `config.peer.token_file` points.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pair_token_secret: Option<LocalObjectReference>,
 }
 
 /// The PVC holding DHCP leases.

@@ -229,10 +229,21 @@ pub struct DhcpComponent {
     /// Run the DHCP server. Default true.
     #[serde(default = "default_true")]
     pub enabled: bool,
-    /// Static VLAN address of the DHCP server (inside the CIDR).
+    /// Static VLAN address of the DHCP server (inside the CIDR): the
+    /// one-server form of `serverIPs`. Set this or `serverIPs`, not both.
     #[schemars(pattern(concat!("^", ipv4_re!(), "$")))]
-    #[serde(rename = "serverIP")]
-    pub server_ip: String,
+    #[serde(rename = "serverIP", default, skip_serializing_if = "Option::is_none")]
+    pub server_ip: Option<String>,
+    /// Static VLAN addresses of the DHCP servers (inside the CIDR), one
+    /// server per address. Two addresses make a pair: each server runs on
+    /// its own node with its own lease volume, both hold every reservation,
+    /// the pool is split between them by a hash of the client (RFC 3074),
+    /// every lease is stored on both before it is acknowledged, and either
+    /// serves the whole pool while the other is down. Set this or
+    /// `serverIP`, not both.
+    #[serde(rename = "serverIPs", default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 2), inner(pattern(concat!("^", ipv4_re!(), "$"))))]
+    pub server_ips: Vec<String>,
     /// First address of the dynamic pool (inside the CIDR).
     #[schemars(pattern(concat!("^", ipv4_re!(), "$")))]
     pub range_start: String,

@@ -40,7 +40,7 @@ pub fn check_apps_pools(
                 ));
                 continue;
             }
-            if let Some((_, pool)) = network.dhcp
+            if let Some((_, pool)) = &network.dhcp
                 && pool.overlaps(&range)
             {
                 errors.push(field_error(

@@ -1,24 +1,32 @@
 //! The DHCP server: its config from the Infra and attachments, and its children.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapVolumeSource, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PersistentVolumeClaimVolumeSource, Volume, VolumeResourceRequirements,
+    ConfigMap, ConfigMapVolumeSource, KeyToPath, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimVolumeSource, SecretVolumeSource, Service, ServicePort, ServiceSpec,
+    Volume, VolumeResourceRequirements,
 };
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use oooi_dhcp_config::{Mac, RawConfig, RawKnownClient, RawRange, RawReservation};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use oooi_dhcp_config::{Mac, RawConfig, RawKnownClient, RawPeer, RawRange, RawReservation, Role};
 
 use super::attachments::AttachmentOutcome;
-use super::labels::{Component, child_meta, instance_of};
+use super::labels::{
+    Component, SERVER_LABEL, child_meta, instance_of, pair_token_secret_name, selector,
+};
 use super::network::Network;
 use super::workload::{
-    Children, PodPlan, deployment, http_probe, mount, pod_address, port, resources, service_account,
+    Children, Placement, PodPlan, deployment, http_probe, mount, pod_address, port, resources,
+    service_account, spread,
 };
 use crate::crd::{
-    DHCPServer, DHCPServerSpec, DhcpConfigDocument, Infra, LeaseStorage, UnknownClients,
-    VlanInterface,
+    DHCPServer, DHCPServerSpec, DhcpConfigDocument, Infra, LeaseStorage, LocalObjectReference,
+    UnknownClients, VlanInterface,
 };
 
 /// Where the config file is mounted.
@@ -32,16 +40,44 @@ pub const DATA_DIR: &str = "/var/lib/oooi-dhcp";
 pub const HTTP_PORT: i32 = 9067;
 /// Capabilities: port 67 and SO_BINDTODEVICE on the VLAN interface.
 pub const CAPABILITIES: [&str; 2] = ["NET_BIND_SERVICE", "NET_RAW"];
+/// Port of the pair API (`--pair-listen`, on the pod address; its peer
+/// Service forwards to it).
+pub const PEER_PORT: u16 = 9068;
+/// Where the pair token Secret is mounted.
+pub const PAIR_TOKEN_DIR: &str = "/etc/oooi-dhcp-pair";
+/// Key of the pair token in its Secret (and file name in the mount).
+pub const PAIR_TOKEN_KEY: &str = "token";
 
-/// The DHCP config for an Infra and its accepted attachments. Reservations
-/// come from the VMIs' MACs; the DNS server (or, without one, the upstream
-/// resolvers) is handed out as option 6.
+/// The DHCP config for an Infra and its accepted attachments, as the first
+/// server runs it (see [`configs`] for every server).
 pub fn config(
     infra: &Infra,
     network: &Network,
     attachments: &[AttachmentOutcome],
 ) -> Option<RawConfig> {
-    let (server_ip, pool) = network.dhcp?;
+    configs(infra, network, attachments)
+        .into_iter()
+        .next()
+        .map(|(_, cfg)| cfg)
+}
+
+/// The DHCP configs for an Infra and its accepted attachments: one per
+/// server address, each with the name of its DHCPServer. Reservations come
+/// from the VMIs' MACs, and every server holds all of them; the DNS server
+/// (or, without one, the upstream resolvers) is handed out as option 6. With
+/// two addresses the servers form a pair: each config names the other
+/// server (its VLAN address and the pair API behind its peer Service) and
+/// this server's role, the first address being the primary.
+pub fn configs(
+    infra: &Infra,
+    network: &Network,
+    attachments: &[AttachmentOutcome],
+) -> Vec<(String, RawConfig)> {
+    let Some((servers, pool)) = &network.dhcp else {
+        return Vec::new();
+    };
+    let infra_name = infra.metadata.name.clone().unwrap_or_default();
+    let namespace = infra.metadata.namespace.clone().unwrap_or_default();
     let mut excluded: Vec<Ipv4Addr> = Vec::new();
     excluded.extend(network.dns);
     excluded.extend(network.proxy);
@@ -93,9 +129,9 @@ pub fn config(
         })
         .collect();
     let nc = &infra.spec.network_config;
-    Some(RawConfig {
+    let base = RawConfig {
         interface: Some(default_interface()),
-        server_ip,
+        server_ip: servers.first().copied().unwrap_or(network.gateway),
         subnet: network.cidr,
         gateway: Some(network.gateway),
         range: RawRange {
@@ -119,48 +155,112 @@ pub fn config(
         },
         decline_quarantine_seconds: None,
         peer: None,
-    })
+    };
+    let names: Vec<String> = (0..servers.len())
+        .map(|i| Component::Dhcp.replica_name(&infra_name, i))
+        .collect();
+    servers
+        .iter()
+        .enumerate()
+        .map(|(i, ip)| {
+            let mut cfg = base.clone();
+            cfg.server_ip = *ip;
+            if servers.len() == 2 {
+                let other = 1 - i;
+                cfg.peer = Some(RawPeer {
+                    role: if i == 0 {
+                        Role::Primary
+                    } else {
+                        Role::Secondary
+                    },
+                    server_ip: servers[other],
+                    api: format!(
+                        "{}.{namespace}.svc:{PEER_PORT}",
+                        peer_service_name(&names[other])
+                    ),
+                    // The pod runs with `--pair-listen` on its own pod
+                    // address; this is the file's fallback.
+                    listen: SocketAddr::from((Ipv4Addr::UNSPECIFIED, PEER_PORT)),
+                    token_file: PathBuf::from(PAIR_TOKEN_DIR).join(PAIR_TOKEN_KEY),
+                    heartbeat_ms: None,
+                    down_after_ms: None,
+                });
+            }
+            (names[i].clone(), cfg)
+        })
+        .collect()
 }
 
 fn default_interface() -> String {
     "net1".to_string()
 }
 
-/// The DHCPServer spec derived from an Infra (None when DHCP is disabled).
+/// Name of the Service in front of a pair server's pair API.
+pub fn peer_service_name(server: &str) -> String {
+    format!("{server}-peer")
+}
+
+/// The DHCPServer specs derived from an Infra, with their names: one per
+/// server address (none when DHCP is disabled).
+pub fn specs(
+    infra: &Infra,
+    network: &Network,
+    attachments: &[AttachmentOutcome],
+) -> Vec<(String, DHCPServerSpec)> {
+    let comp = &infra.spec.infra_components.dhcp;
+    if !comp.enabled {
+        return Vec::new();
+    }
+    let infra_name = infra.metadata.name.clone().unwrap_or_default();
+    configs(infra, network, attachments)
+        .into_iter()
+        .map(|(name, cfg)| {
+            let pair_token_secret = cfg.peer.as_ref().map(|_| LocalObjectReference {
+                name: pair_token_secret_name(&infra_name),
+            });
+            let spec = DHCPServerSpec {
+                vlan: VlanInterface {
+                    network_attachment_definition: network.nad.clone(),
+                    network_attachment_namespace: network.nad_namespace.clone(),
+                    address: network.with_prefix(cfg.server_ip),
+                    interface: default_interface(),
+                },
+                // Set: plan_infra reports an unset image instead of planning.
+                image: comp.image.clone().unwrap_or_default(),
+                config: DhcpConfigDocument(cfg),
+                resources: comp.resources.clone(),
+                storage: LeaseStorage {
+                    size: comp
+                        .storage_size
+                        .clone()
+                        .unwrap_or_else(|| LeaseStorage::default().size),
+                    storage_class_name: comp.storage_class_name.clone(),
+                },
+                pair_token_secret,
+            };
+            (name, spec)
+        })
+        .collect()
+}
+
+/// The first DHCPServer spec derived from an Infra (see [`specs`]).
 pub fn spec(
     infra: &Infra,
     network: &Network,
     attachments: &[AttachmentOutcome],
 ) -> Option<DHCPServerSpec> {
-    let comp = &infra.spec.infra_components.dhcp;
-    if !comp.enabled {
-        return None;
-    }
-    let cfg = config(infra, network, attachments)?;
-    let (server_ip, _) = network.dhcp?;
-    Some(DHCPServerSpec {
-        vlan: VlanInterface {
-            network_attachment_definition: network.nad.clone(),
-            network_attachment_namespace: network.nad_namespace.clone(),
-            address: network.with_prefix(server_ip),
-            interface: default_interface(),
-        },
-        // Set: plan_infra reports an unset image instead of planning.
-        image: comp.image.clone().unwrap_or_default(),
-        config: DhcpConfigDocument(cfg),
-        resources: comp.resources.clone(),
-        storage: LeaseStorage {
-            size: comp
-                .storage_size
-                .clone()
-                .unwrap_or_else(|| LeaseStorage::default().size),
-            storage_class_name: comp.storage_class_name.clone(),
-        },
-    })
+    specs(infra, network, attachments)
+        .into_iter()
+        .next()
+        .map(|(_, s)| s)
 }
 
 /// The children of a DHCPServer: ServiceAccount, ConfigMap, PVC, Deployment.
-/// The DHCP server is reached only on the VLAN, so it has no Service.
+/// Clients reach the DHCP server only on the VLAN. A server of a pair
+/// (`config.peer` set) also gets the pair token mounted, its pair API on its
+/// pod address behind a peer Service (the pod network, never the VLAN), a
+/// place apart from the other server ([`spread`]) and, on the primary, the
+/// pair's PodDisruptionBudget ([`pair_budget`]).
 pub fn children(server: &DHCPServer) -> anyhow::Result<Children> {
     let name = server.metadata.name.clone().unwrap_or_default();
     let instance = instance_of(&server.metadata);
@@ -191,7 +291,7 @@ pub fn children(server: &DHCPServer) -> anyhow::Result<Children> {
         }),
         ..PersistentVolumeClaim::default()
     };
-    let volumes = vec![
+    let mut volumes = vec![
         Volume {
             name: "config".to_string(),
             config_map: Some(ConfigMapVolumeSource {
@@ -209,6 +309,87 @@ pub fn children(server: &DHCPServer) -> anyhow::Result<Children> {
             ..Volume::default()
         },
     ];
+    let mut args = vec![
+        "serve".to_string(),
+        "--config".to_string(),
+        format!("{CONFIG_DIR}/{CONFIG_FILE}"),
+        "--data-dir".to_string(),
+        DATA_DIR.to_string(),
+        "--metrics-addr".to_string(),
+        pod_address(HTTP_PORT),
+    ];
+    let mut ports = vec![port("dhcp", 67, "UDP"), port("http", HTTP_PORT, "TCP")];
+    let mut mounts = vec![
+        mount("config", CONFIG_DIR, true),
+        mount("leases", DATA_DIR, false),
+    ];
+    let mut services = Vec::new();
+    let mut placement = Placement::default();
+    let mut pdb = None;
+    if let Some(peer) = &cfg.peer {
+        let secret = server.spec.pair_token_secret.as_ref().ok_or_else(|| {
+            anyhow::anyhow!("spec.pairTokenSecret: required when config.peer is set")
+        })?;
+        let (Some(dir), Some(file)) = (
+            peer.token_file.parent().and_then(|d| d.to_str()),
+            peer.token_file.file_name().and_then(|f| f.to_str()),
+        ) else {
+            anyhow::bail!(
+                "spec.config.peer.token_file: `{}` is not a file path",
+                peer.token_file.display()
+            );
+        };
+        let api_port = i32::from(peer.listen.port());
+        volumes.push(Volume {
+            name: "pair-token".to_string(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret.name.clone()),
+                items: Some(vec![KeyToPath {
+                    key: PAIR_TOKEN_KEY.to_string(),
+                    path: file.to_string(),
+                    ..KeyToPath::default()
+                }]),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+        mounts.push(mount("pair-token", dir, true));
+        args.extend(["--pair-listen".to_string(), pod_address(api_port)]);
+        ports.push(port("peer", api_port, "TCP"));
+        let own = BTreeMap::from([(SERVER_LABEL.to_string(), name.clone())]);
+        let mut own_selector = selector(&instance, c);
+        own_selector.extend(own.clone());
+        services.push(Service {
+            metadata: child_meta(server, peer_service_name(&name), &instance, c),
+            spec: Some(ServiceSpec {
+                type_: Some("ClusterIP".to_string()),
+                selector: Some(own_selector),
+                ports: Some(vec![ServicePort {
+                    name: Some("peer".to_string()),
+                    port: api_port,
+                    target_port: Some(IntOrString::Int(api_port)),
+                    protocol: Some("TCP".to_string()),
+                    ..ServicePort::default()
+                }]),
+                // Reachable from the start, before the readiness probe
+                // passes: a server that starts pulls the other's leases at
+                // once.
+                publish_not_ready_addresses: Some(true),
+                ..ServiceSpec::default()
+            }),
+            ..Service::default()
+        });
+        placement = spread(&instance, c);
+        placement.pod_labels = own.clone();
+        match peer.role {
+            Role::Primary => pdb = Some(pair_budget(server, &name, &instance)),
+            // The primary keeps the selector of a single server, so one
+            // server grows into a pair without replacing its Deployment (a
+            // Deployment's selector cannot change); the secondary's
+            // selector names it alone.
+            Role::Secondary => placement.selector_labels = own,
+        }
+    }
     let deployment = deployment(
         server,
         PodPlan {
@@ -218,34 +399,340 @@ pub fn children(server: &DHCPServer) -> anyhow::Result<Children> {
             vlan: server.spec.vlan.clone(),
             image: server.spec.image.clone(),
             command: None,
-            args: vec![
-                "serve".to_string(),
-                "--config".to_string(),
-                format!("{CONFIG_DIR}/{CONFIG_FILE}"),
-                "--data-dir".to_string(),
-                DATA_DIR.to_string(),
-                "--metrics-addr".to_string(),
-                pod_address(HTTP_PORT),
-            ],
-            ports: vec![port("dhcp", 67, "UDP"), port("http", HTTP_PORT, "TCP")],
+            args,
+            ports,
             volumes,
-            mounts: vec![
-                mount("config", CONFIG_DIR, true),
-                mount("leases", DATA_DIR, false),
-            ],
+            mounts,
             caps: CAPABILITIES.to_vec(),
             readiness: http_probe("/healthz", HTTP_PORT, 5, 3),
             liveness: http_probe("/healthz", HTTP_PORT, 10, 6),
             resources: resources(server.spec.resources.as_ref(), "10m", "32Mi", "128Mi"),
             fs_group: Some(super::workload::NON_ROOT_UID),
+            placement,
         },
     );
     Ok(Children {
         service_account: service_account(server, &name, &instance, c),
         config_map: Some(config_map),
         secret: None,
-        services: Vec::new(),
+        services,
         pvc: Some(pvc),
+        pdb,
         deployment,
     })
+}
+
+/// The PodDisruptionBudget of a pair (both servers' pods): a drain evicts
+/// one server at a time, so the other keeps serving the whole pool. A pod
+/// that is not Ready may be evicted anyway (it serves nobody).
+pub fn pair_budget(primary: &DHCPServer, name: &str, instance: &str) -> PodDisruptionBudget {
+    PodDisruptionBudget {
+        metadata: child_meta(primary, format!("{name}-pair"), instance, Component::Dhcp),
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(selector(instance, Component::Dhcp)),
+                ..LabelSelector::default()
+            }),
+            unhealthy_pod_eviction_policy: Some("AlwaysAllow".to_string()),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        ..PodDisruptionBudget::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::plan::{Observed, plan_infra};
+
+    /// An Infra `vlan` in `oooi` whose DHCP block is `dhcp` (YAML flow
+    /// mapping entries, without the braces).
+    fn infra(dhcp: &str) -> Infra {
+        serde_saphyr::from_str(&format!(
+            r#"
+apiVersion: hostedcluster.densityops.com/v1alpha1
+kind: Infra
+metadata: {{name: vlan, namespace: oooi, uid: uid-vlan}}
+spec:
+  networkConfig: {{cidr: 192.0.2.0/24, gateway: 192.0.2.1, networkAttachmentDefinition: vlan}}
+  infraComponents:
+    dhcp: {{{dhcp}, rangeStart: 192.0.2.100, rangeEnd: 192.0.2.199, image: dhcp:1}}
+    dns: {{serverIP: 192.0.2.3, image: dns:1}}
+    proxy: {{serverIP: 192.0.2.4, image: envoy:1}}
+"#
+        ))
+        .unwrap()
+    }
+
+    fn servers(dhcp: &str) -> Vec<DHCPServer> {
+        let p = plan_infra(&infra(dhcp), &[], &Observed::default());
+        assert!(p.errors.is_empty(), "{:?}", p.errors);
+        let mut servers = p.desired.unwrap().dhcp;
+        for s in &mut servers {
+            s.metadata.uid = Some(format!("uid-{}", s.metadata.name.clone().unwrap()));
+        }
+        servers
+    }
+
+    fn errors(dhcp: &str) -> Vec<String> {
+        plan_infra(&infra(dhcp), &[], &Observed::default())
+            .errors
+            .iter()
+            .map(|e| e.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn two_addresses_make_a_pair_whose_servers_name_each_other() {
+        let pair = servers("serverIPs: [192.0.2.2, 192.0.2.5]");
+        let names: Vec<_> = pair
+            .iter()
+            .map(|s| s.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(names, ["vlan-dhcp", "vlan-dhcp-2"]);
+        let (a, b) = (&pair[0].spec, &pair[1].spec);
+        assert_eq!(a.vlan.address, "192.0.2.2/24");
+        assert_eq!(b.vlan.address, "192.0.2.5/24");
+        let pa = a.config.0.peer.as_ref().unwrap();
+        let pb = b.config.0.peer.as_ref().unwrap();
+        assert_eq!((pa.role, pb.role), (Role::Primary, Role::Secondary));
+        assert_eq!(pa.server_ip, Ipv4Addr::new(192, 0, 2, 5));
+        assert_eq!(pb.server_ip, Ipv4Addr::new(192, 0, 2, 2));
+        // Each reaches the other's pair API through the other's peer
+        // Service, on the pod network.
+        assert_eq!(pa.api, "vlan-dhcp-2-peer.oooi.svc:9068");
+        assert_eq!(pb.api, "vlan-dhcp-peer.oooi.svc:9068");
+        assert_eq!(pa.token_file, PathBuf::from("/etc/oooi-dhcp-pair/token"));
+        for s in [a, b] {
+            assert_eq!(
+                s.pair_token_secret.as_ref().unwrap().name,
+                "vlan-dhcp-pair-token"
+            );
+        }
+        // Apart from its own address and the pair section, both servers run
+        // the same config: the same pool, reservations and options.
+        let strip = |c: &RawConfig| RawConfig {
+            server_ip: Ipv4Addr::UNSPECIFIED,
+            peer: None,
+            ..c.clone()
+        };
+        assert_eq!(strip(&a.config.0), strip(&b.config.0));
+    }
+
+    #[test]
+    fn both_servers_of_a_pair_hold_every_reservation() {
+        use crate::plan::fixtures::{attachment, cluster, cluster_key, machine, vmi};
+        let mut observed = Observed::default();
+        observed.clusters.insert(
+            cluster_key("c1"),
+            cluster(
+                vec![machine("w0", &["192.0.2.50"])],
+                vec![vmi("w0", Some("02:00:00:00:00:50"), &["192.0.2.50"])],
+            ),
+        );
+        let mut i = infra("serverIPs: [192.0.2.2, 192.0.2.5]");
+        i.metadata.name = Some("vlan200".into());
+        let p = plan_infra(
+            &i,
+            &[attachment("c1", "c1", serde_json::json!({}))],
+            &observed,
+        );
+        assert!(p.errors.is_empty(), "{:?}", p.errors);
+        let d = p.desired.unwrap();
+        assert_eq!(d.dhcp.len(), 2);
+        for s in &d.dhcp {
+            let r = &s.spec.config.0.reservations;
+            assert_eq!(r.len(), 1, "{:?}", s.metadata.name);
+            assert_eq!(r[0].ip, Ipv4Addr::new(192, 0, 2, 50));
+        }
+    }
+
+    #[test]
+    fn one_address_in_either_form_is_one_server_without_a_pair() {
+        let one = servers("serverIP: 192.0.2.2");
+        let listed = servers("serverIPs: [192.0.2.2]");
+        assert_eq!(one, listed);
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].metadata.name.as_deref(), Some("vlan-dhcp"));
+        assert!(one[0].spec.config.0.peer.is_none());
+        assert!(one[0].spec.pair_token_secret.is_none());
+        let c = children(&one[0]).unwrap();
+        assert!(c.pdb.is_none() && c.services.is_empty());
+        let pod = c.deployment.spec.unwrap().template.spec.unwrap();
+        assert!(pod.affinity.is_none() && pod.topology_spread_constraints.is_none());
+    }
+
+    #[test]
+    fn server_addresses_are_one_form_at_most_two_and_distinct() {
+        assert_eq!(
+            errors("serverIP: 192.0.2.2, serverIPs: [192.0.2.5]"),
+            ["spec.infraComponents.dhcp.serverIPs: set serverIP or serverIPs, not both"]
+        );
+        assert_eq!(
+            errors("serverIPs: [192.0.2.2, 192.0.2.5, 192.0.2.6]"),
+            ["spec.infraComponents.dhcp.serverIPs: 3 addresses given, at most 2"]
+        );
+        assert_eq!(
+            errors("serverIPs: [192.0.2.2, 192.0.2.3]"),
+            [
+                "spec.infraComponents.dns.serverIP: 192.0.2.3 is already used by spec.infraComponents.dhcp.serverIPs[1]"
+            ]
+        );
+        let e = errors("serverIPs: [192.0.2.2, 192.0.2.150]");
+        assert!(
+            e.iter().any(
+                |m| m.contains("contains 192.0.2.150 (spec.infraComponents.dhcp.serverIPs[1])")
+            ),
+            "{e:?}"
+        );
+        assert_eq!(
+            errors("serverIPs: []").len(),
+            1,
+            "neither form given is refused"
+        );
+    }
+
+    fn pod_labels(c: &Children) -> BTreeMap<String, String> {
+        c.deployment
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .labels
+            .clone()
+            .unwrap()
+    }
+
+    fn matches(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
+        selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+    }
+
+    #[test]
+    fn pair_servers_get_the_token_a_peer_service_a_node_each_and_one_budget() {
+        let pair = servers("serverIPs: [192.0.2.2, 192.0.2.5]");
+        let a = children(&pair[0]).unwrap();
+        let b = children(&pair[1]).unwrap();
+        for (c, name) in [(&a, "vlan-dhcp"), (&b, "vlan-dhcp-2")] {
+            let dep = c.deployment.spec.as_ref().unwrap();
+            let pod = dep.template.spec.as_ref().unwrap();
+            let ctr = &pod.containers[0];
+            // The pair API listens on the pod address only (never the VLAN).
+            let args = ctr.args.clone().unwrap();
+            let at = args.iter().position(|a| a == "--pair-listen").unwrap();
+            assert_eq!(args[at + 1], "$(POD_IP):9068");
+            // The token Secret, mounted where the config reads it.
+            let vol = pod
+                .volumes
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|v| v.name == "pair-token")
+                .unwrap();
+            let secret = vol.secret.as_ref().unwrap();
+            assert_eq!(secret.secret_name.as_deref(), Some("vlan-dhcp-pair-token"));
+            assert_eq!(secret.items.as_ref().unwrap()[0].path, "token");
+            let m = ctr
+                .volume_mounts
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|m| m.name == "pair-token")
+                .unwrap();
+            assert_eq!(m.mount_path, "/etc/oooi-dhcp-pair");
+            assert_eq!(m.read_only, Some(true));
+            // Its peer Service selects its own pod and no other.
+            let svc = &c.services[0];
+            assert_eq!(svc.metadata.name.as_deref(), Some(&*format!("{name}-peer")));
+            let sel = svc.spec.as_ref().unwrap().selector.clone().unwrap();
+            assert!(matches(&sel, &pod_labels(c)));
+            let other = if name == "vlan-dhcp" { &b } else { &a };
+            assert!(!matches(&sel, &pod_labels(other)));
+            assert_eq!(
+                svc.spec.as_ref().unwrap().ports.as_ref().unwrap()[0].port,
+                9068
+            );
+            // Never two servers on one node; spread over zones.
+            let anti = pod
+                .affinity
+                .as_ref()
+                .unwrap()
+                .pod_anti_affinity
+                .as_ref()
+                .unwrap()
+                .required_during_scheduling_ignored_during_execution
+                .clone()
+                .unwrap();
+            assert_eq!(anti[0].topology_key, "kubernetes.io/hostname");
+            let both = anti[0]
+                .label_selector
+                .clone()
+                .unwrap()
+                .match_labels
+                .unwrap();
+            assert!(matches(&both, &pod_labels(&a)) && matches(&both, &pod_labels(&b)));
+            let spread = pod.topology_spread_constraints.clone().unwrap();
+            assert_eq!(spread[0].topology_key, "topology.kubernetes.io/zone");
+            // Every object belongs to its DHCPServer (GC removes it with it).
+            for v in c.to_values() {
+                assert_eq!(
+                    v["metadata"]["ownerReferences"][0]["name"], *name,
+                    "{}",
+                    v["kind"]
+                );
+            }
+            // The ConfigMap holds exactly the config oooi-dhcp accepts
+            // (with a token file where the Secret would be mounted).
+            let text = &c.config_map.as_ref().unwrap().data.as_ref().unwrap()["config.yaml"];
+            let mut raw = RawConfig::from_yaml(text).unwrap();
+            let token = tempfile_token();
+            raw.peer.as_mut().unwrap().token_file = token.clone();
+            oooi_dhcp_config::Config::from_raw(&raw).unwrap();
+            let _ = std::fs::remove_file(token);
+        }
+        // The secondary's Deployment selects its own pod alone; the primary
+        // keeps the one-server selector.
+        let sel = |c: &Children| {
+            c.deployment
+                .spec
+                .as_ref()
+                .unwrap()
+                .selector
+                .match_labels
+                .clone()
+                .unwrap()
+        };
+        assert_eq!(sel(&a), selector("vlan", Component::Dhcp));
+        assert!(!matches(&sel(&b), &pod_labels(&a)));
+        // One budget over both pods, held by the primary: a drain takes one
+        // server at a time.
+        assert!(b.pdb.is_none());
+        let pdb = a.pdb.as_ref().unwrap().spec.clone().unwrap();
+        assert_eq!(pdb.max_unavailable, Some(IntOrString::Int(1)));
+        let budget = pdb.selector.unwrap().match_labels.unwrap();
+        assert!(matches(&budget, &pod_labels(&a)) && matches(&budget, &pod_labels(&b)));
+    }
+
+    fn tempfile_token() -> PathBuf {
+        let p = std::env::temp_dir().join(format!(
+            "oooi-plan-pair-token-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::write(&p, "0123456789abcdef0123").unwrap();
+        p
+    }
+
+    #[test]
+    fn a_pair_server_without_its_token_secret_is_refused() {
+        let mut pair = servers("serverIPs: [192.0.2.2, 192.0.2.5]");
+        pair[1].spec.pair_token_secret = None;
+        let e = children(&pair[1]).unwrap_err().to_string();
+        assert!(e.contains("spec.pairTokenSecret"), "{e}");
+    }
 }

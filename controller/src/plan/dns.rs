@@ -22,7 +22,8 @@ use super::attachments::AttachmentOutcome;
 use super::labels::{Component, child_meta, instance_of, selector};
 use super::network::Network;
 use super::workload::{
-    Children, PodPlan, deployment, http_probe, mount, pod_address, port, resources, service_account,
+    Children, Placement, PodPlan, deployment, http_probe, mount, pod_address, port, resources,
+    service_account,
 };
 use crate::crd::{DNSServer, DNSServerSpec, DnsConfigDocument, Infra, VlanInterface};
 
@@ -197,6 +198,7 @@ pub fn children(server: &DNSServer) -> anyhow::Result<Children> {
             liveness: http_probe("/healthz", HTTP_PORT, 10, 6),
             resources: resources(server.spec.resources.as_ref(), "10m", "32Mi", "256Mi"),
             fs_group: None,
+            placement: Placement::default(),
         },
     );
     Ok(Children {
@@ -205,6 +207,7 @@ pub fn children(server: &DNSServer) -> anyhow::Result<Children> {
         secret: None,
         services: vec![service],
         pvc: None,
+        pdb: None,
         deployment,
     })
 }

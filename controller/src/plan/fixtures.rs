@@ -29,7 +29,7 @@ pub fn network() -> Network {
         upstreams: vec!["10.0.0.10:53".parse().unwrap()],
         resolv_conf: false,
         dhcp: Some((
-            ip(2),
+            vec![ip(2)],
             Ipv4Range {
                 start: ip(100),
                 end: ip(199),

@@ -22,8 +22,9 @@ use crate::crd::{
 /// derived object (and so its children) must be deleted.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DesiredComponents {
-    /// `<infra>-dhcp`.
-    pub dhcp: Option<DHCPServer>,
+    /// `<infra>-dhcp`, and `<infra>-dhcp-2` for the second server of a pair
+    /// (one per DHCP address; empty when DHCP is disabled).
+    pub dhcp: Vec<DHCPServer>,
     /// `<infra>-dns`.
     pub dns: Option<DNSServer>,
     /// `<infra>-proxy`.
@@ -117,8 +118,13 @@ impl InfraPlan {
 
 fn derived_meta(infra: &Infra, component: Component) -> ObjectMeta {
     let infra_name = infra.metadata.name.clone().unwrap_or_default();
+    derived_meta_named(infra, component, component.derived_name(&infra_name))
+}
+
+fn derived_meta_named(infra: &Infra, component: Component, name: String) -> ObjectMeta {
+    let infra_name = infra.metadata.name.clone().unwrap_or_default();
     ObjectMeta {
-        name: Some(component.derived_name(&infra_name)),
+        name: Some(name),
         namespace: infra.metadata.namespace.clone(),
         labels: Some(super::labels::labels(&infra_name, component)),
         owner_references: owner_refs(infra),
@@ -159,18 +165,21 @@ pub fn plan_infra(
 
     let desired = network.as_ref().and_then(|net| {
         let internal = proxy::internal_proxy_ip(infra, observed.internal_proxy_ip);
-        let dhcp_spec = dhcp::spec(infra, net, &outcomes);
+        let dhcp_specs = dhcp::specs(infra, net, &outcomes);
         let dns_spec = dns::spec(infra, net, &outcomes, internal);
         let proxy_spec = proxy::spec(infra, net, &outcomes, observed.filter_sha256.as_deref());
         // Never hand a component a config it would reject: check each with
         // the component's own validator.
-        if let Some(s) = &dhcp_spec
-            && let Err(e) = oooi_dhcp_config::Config::from_raw(&s.config.0)
-        {
-            errors.push(field_error(
-                format!("derived DHCP config {}", e.field),
-                e.message,
-            ));
+        // (The pair token file does not exist here: check the rest.)
+        for (name, s) in &dhcp_specs {
+            let mut cfg = s.config.0.clone();
+            cfg.peer = None;
+            if let Err(e) = oooi_dhcp_config::Config::from_raw(&cfg) {
+                errors.push(field_error(
+                    format!("derived DHCP config of {name} {}", e.field),
+                    e.message,
+                ));
+            }
         }
         if let Some(s) = &dns_spec
             && let Err(e) = s.config.0.validate()
@@ -186,11 +195,14 @@ pub fn plan_infra(
             return None;
         }
         Some(DesiredComponents {
-            dhcp: dhcp_spec.map(|spec| DHCPServer {
-                metadata: derived_meta(infra, Component::Dhcp),
-                spec,
-                status: None,
-            }),
+            dhcp: dhcp_specs
+                .into_iter()
+                .map(|(name, spec)| DHCPServer {
+                    metadata: derived_meta_named(infra, Component::Dhcp, name),
+                    spec,
+                    status: None,
+                })
+                .collect(),
             dns: dns_spec.map(|spec| DNSServer {
                 metadata: derived_meta(infra, Component::Dns),
                 spec,
@@ -211,6 +223,35 @@ pub fn plan_infra(
         ignored_fields: super::legacy::ignored(infra),
         no_upstreams,
     }
+}
+
+/// Readiness of a component with one server per address, from each
+/// server's Deployment (by name; `None`: not created yet): ready when every
+/// server is, replicas summed, the message naming the servers that are not.
+pub fn servers_status(enabled: bool, servers: &[(&str, Option<&Deployment>)]) -> ComponentStatus {
+    if let [(_, one)] = servers {
+        return component_status(enabled, *one);
+    }
+    if !enabled {
+        return component_status(false, None);
+    }
+    let mut total = ComponentStatus {
+        enabled: true,
+        ready: true,
+        ..ComponentStatus::default()
+    };
+    let mut waiting = Vec::new();
+    for (name, d) in servers {
+        let st = component_status(true, *d);
+        total.ready &= st.ready;
+        total.replicas += st.replicas;
+        total.ready_replicas += st.ready_replicas;
+        if let Some(m) = st.message {
+            waiting.push(format!("{name}: {m}"));
+        }
+    }
+    total.message = (!waiting.is_empty()).then(|| waiting.join("; "));
+    total
 }
 
 /// Readiness of one component from its Deployment (`None`: not created yet).
@@ -369,4 +410,47 @@ pub fn attachment_status(
 /// The labels a derived object carries, to find an Infra's derived objects.
 pub fn derived_selector(infra_name: &str) -> BTreeMap<String, String> {
     BTreeMap::from([(INFRA_LABEL.to_string(), infra_name.to_string())])
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn deployment(ready: i32) -> Deployment {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "d", "generation": 1},
+            "spec": {"replicas": 1, "selector": {}, "template": {}},
+            "status": {"observedGeneration": 1, "replicas": 1, "readyReplicas": ready,
+                       "updatedReplicas": 1, "availableReplicas": ready}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_pair_is_ready_only_when_both_servers_are_and_names_the_one_that_is_not() {
+        let (up, down) = (deployment(1), deployment(0));
+        let both = servers_status(true, &[("a", Some(&up)), ("b", Some(&up))]);
+        assert!(both.ready);
+        assert_eq!((both.replicas, both.ready_replicas), (2, 2));
+        assert_eq!(both.message, None);
+        let one = servers_status(true, &[("a", Some(&up)), ("b", Some(&down))]);
+        assert!(!one.ready);
+        assert_eq!((one.replicas, one.ready_replicas), (2, 1));
+        assert!(
+            one.message.as_deref().unwrap().starts_with("b: "),
+            "{one:?}"
+        );
+        let missing = servers_status(true, &[("a", Some(&up)), ("b", None)]);
+        assert_eq!(
+            missing.message.as_deref(),
+            Some("b: Deployment not created yet")
+        );
+        // One server: exactly the one-Deployment status.
+        assert_eq!(
+            servers_status(true, &[("a", Some(&down))]),
+            component_status(true, Some(&down))
+        );
+    }
 }

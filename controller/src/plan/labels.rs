@@ -37,6 +37,28 @@ impl Component {
     pub fn derived_name(self, infra: &str) -> String {
         format!("{infra}-{}", self.as_str())
     }
+
+    /// Name of the derived object of the server on the `index`-th address
+    /// (from 0) of a component that runs one server per address:
+    /// `<infra>-<component>` for the first (the name of the one-server
+    /// form, so a single server grows into several without being
+    /// replaced), `<infra>-<component>-<index + 1>` for the others.
+    pub fn replica_name(self, infra: &str, index: usize) -> String {
+        match index {
+            0 => self.derived_name(infra),
+            i => format!("{}-{}", self.derived_name(infra), i + 1),
+        }
+    }
+}
+
+/// Label naming the one server a pod runs, on the pods of components with
+/// one server per address (selects a server's own peer Service).
+pub const SERVER_LABEL: &str = "hostedcluster.densityops.com/server";
+
+/// Name of the Secret (key `token`) the two DHCP servers of an Infra's pair
+/// authenticate each other with.
+pub fn pair_token_secret_name(infra: &str) -> String {
+    format!("{infra}-dhcp-pair-token")
 }
 
 /// Name of the push-token Secret of an Infra's proxy (key `token`).
@@ -112,5 +134,17 @@ where
         labels: Some(labels(instance, component)),
         owner_references: owner_refs(owner),
         ..ObjectMeta::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_server_keeps_the_one_server_name() {
+        assert_eq!(Component::Dhcp.replica_name("vlan", 0), "vlan-dhcp");
+        assert_eq!(Component::Dhcp.replica_name("vlan", 1), "vlan-dhcp-2");
+        assert_eq!(Component::Dns.replica_name("vlan", 2), "vlan-dns-3");
     }
 }

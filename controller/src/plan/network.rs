@@ -94,8 +94,9 @@ pub struct Network {
     pub upstreams: Vec<SocketAddr>,
     /// `resolv.conf` is listed: the DNS pod's own resolvers follow `upstreams`.
     pub resolv_conf: bool,
-    /// DHCP server address and pool, when DHCP is enabled.
-    pub dhcp: Option<(Ipv4Addr, Ipv4Range)>,
+    /// DHCP server addresses (one per server: two for a pair) and the
+    /// pool, when DHCP is enabled.
+    pub dhcp: Option<(Vec<Ipv4Addr>, Ipv4Range)>,
     /// DNS server address, when DNS is enabled.
     pub dns: Option<Ipv4Addr>,
     /// Proxy address, when the proxy is enabled.
@@ -111,7 +112,7 @@ impl Network {
     /// Every infra address: gateway and the enabled components.
     pub fn infra_addresses(&self) -> Vec<Ipv4Addr> {
         let mut out = vec![self.gateway];
-        out.extend(self.dhcp.map(|d| d.0));
+        out.extend(self.dhcp.iter().flat_map(|d| d.0.iter().copied()));
         out.extend(self.dns);
         out.extend(self.proxy);
         out
@@ -135,6 +136,41 @@ fn first_host(net: Ipv4Net) -> Ipv4Addr {
     Ipv4Addr::from(u32::from(net.network()) + 1)
 }
 
+/// Most DHCP servers one Infra runs: a pair shares one pool.
+pub const MAX_DHCP_SERVERS: usize = 2;
+
+/// The addresses of a component that runs one server per VLAN address, each
+/// with its field path: the list form `<base>.serverIPs` or the one-address
+/// form `<base>.serverIP`. Exactly one of the two must be set, the list
+/// holds 1 to `max` addresses, each once.
+pub fn server_addresses(
+    base: &str,
+    one: Option<&str>,
+    many: &[String],
+    max: usize,
+) -> Result<Vec<(String, String)>, FieldError> {
+    match (one, many.is_empty()) {
+        (Some(_), false) => Err(field_error(
+            format!("{base}.serverIPs"),
+            "set serverIP or serverIPs, not both",
+        )),
+        (None, true) => Err(field_error(
+            format!("{base}.serverIPs"),
+            "set serverIP (one server) or serverIPs (one address per server)",
+        )),
+        (Some(a), true) => Ok(vec![(format!("{base}.serverIP"), a.to_string())]),
+        (None, false) if many.len() > max => Err(field_error(
+            format!("{base}.serverIPs"),
+            format!("{} addresses given, at most {max}", many.len()),
+        )),
+        (None, false) => Ok(many
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (format!("{base}.serverIPs[{i}]"), a.clone()))
+            .collect()),
+    }
+}
+
 /// Parses and checks the Infra's network. Returns every problem found, not
 /// only the first, so one status update lists them all.
 pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
@@ -151,6 +187,22 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
         }
     };
 
+    let dhcp_fields = if comps.dhcp.enabled {
+        match server_addresses(
+            "spec.infraComponents.dhcp",
+            comps.dhcp.server_ip.as_deref(),
+            &comps.dhcp.server_ips,
+            MAX_DHCP_SERVERS,
+        ) {
+            Ok(fields) => fields,
+            Err(e) => {
+                errors.push(e);
+                Vec::new()
+            }
+        }
+    } else {
+        Vec::new()
+    };
     let mut addr = |field: &str, s: &str| -> Option<Ipv4Addr> {
         match s.trim().parse::<Ipv4Addr>() {
             Ok(a) => {
@@ -180,11 +232,13 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
             cidr.map(|c| first_host(c.net())),
         ),
     };
-    let dhcp_ip = comps
-        .dhcp
-        .enabled
-        .then(|| addr("spec.infraComponents.dhcp.serverIP", &comps.dhcp.server_ip))
-        .flatten();
+    let dhcp_ips: Vec<(String, Option<Ipv4Addr>)> = dhcp_fields
+        .into_iter()
+        .map(|(field, text)| {
+            let a = addr(&field, &text);
+            (field, a)
+        })
+        .collect();
     let range_start = comps
         .dhcp
         .enabled
@@ -218,17 +272,15 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
 
     // Infra addresses must be distinct: two components on one address would
     // fight over ARP on the VLAN.
-    let named = [
-        (gateway_field, gateway),
-        ("spec.infraComponents.dhcp.serverIP", dhcp_ip),
-        ("spec.infraComponents.dns.serverIP", dns_ip),
-        ("spec.infraComponents.proxy.serverIP", proxy_ip),
-    ];
+    let mut named: Vec<(String, Option<Ipv4Addr>)> = vec![(gateway_field.to_string(), gateway)];
+    named.extend(dhcp_ips.iter().cloned());
+    named.push(("spec.infraComponents.dns.serverIP".to_string(), dns_ip));
+    named.push(("spec.infraComponents.proxy.serverIP".to_string(), proxy_ip));
     for (i, (field, a)) in named.iter().enumerate() {
         let Some(a) = a else { continue };
         if let Some((other, _)) = named[..i].iter().find(|(_, b)| *b == Some(*a)) {
             errors.push(field_error(
-                *field,
+                field.clone(),
                 format!("{a} is already used by {other}"),
             ));
         }
@@ -245,8 +297,8 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
             errors.push(field_error(e.field, e.message));
         } else {
             let range = Ipv4Range { start, end };
-            for (field, a) in named {
-                if let Some(a) = a
+            for (field, a) in &named {
+                if let Some(a) = *a
                     && range.contains(a)
                 {
                     errors.push(field_error(
@@ -300,7 +352,9 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
             .unwrap_or_default(),
         upstreams,
         resolv_conf,
-        dhcp: dhcp_ip.zip(pool),
+        dhcp: pool
+            .filter(|_| !dhcp_ips.is_empty())
+            .map(|p| (dhcp_ips.iter().filter_map(|(_, a)| *a).collect(), p)),
         dns: dns_ip,
         proxy: proxy_ip,
     })

@@ -52,7 +52,8 @@ use super::labels::{Component, child_meta, instance_of, push_token_secret_name, 
 use super::network::Network;
 use super::network_policy::push_api_policy;
 use super::workload::{
-    Children, PodPlan, deployment, http_probe, mount, port, resources, service_account, tcp_probe,
+    Children, Placement, PodPlan, deployment, http_probe, mount, port, resources, service_account,
+    tcp_probe,
 };
 use crate::crd::{
     FilterSource, Infra, Isolation, LocalObjectReference, ProxyServer, ProxyServerSpec,
@@ -564,6 +565,7 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
             liveness: tcp_probe(push, 10, 6),
             resources: resources(server.spec.resources.as_ref(), "50m", "128Mi", "512Mi"),
             fs_group: None,
+            placement: Placement::default(),
         },
     );
     Ok(Children {
@@ -572,6 +574,7 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
         secret: Some(secret),
         services,
         pvc: None,
+        pdb: None,
         deployment,
     })
 }

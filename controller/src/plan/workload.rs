@@ -18,11 +18,13 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMap, Container, ContainerPort, EnvVar, EnvVarSource, ObjectFieldSelector,
-    PersistentVolumeClaim, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, SeccompProfile, Secret, SecurityContext, Service, ServiceAccount, Volume,
+    Affinity, Capabilities, ConfigMap, Container, ContainerPort, EnvVar, EnvVarSource,
+    ObjectFieldSelector, PersistentVolumeClaim, PodAffinityTerm, PodAntiAffinity,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
+    Secret, SecurityContext, Service, ServiceAccount, TopologySpreadConstraint, Volume,
     VolumeMount,
 };
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::Resource;
@@ -49,19 +51,24 @@ pub struct Children {
     pub services: Vec<Service>,
     /// DHCP lease volume.
     pub pvc: Option<PersistentVolumeClaim>,
+    /// The disruption budget over every server of a component with several
+    /// (held by the first server's children).
+    pub pdb: Option<PodDisruptionBudget>,
     /// The Deployment.
     pub deployment: Deployment,
 }
 
 impl Children {
     /// Every object as JSON (with `apiVersion` and `kind`), in apply order:
-    /// ServiceAccount, ConfigMap, Secret, PVC, Services, Deployment.
+    /// ServiceAccount, ConfigMap, Secret, PVC, Services, PodDisruptionBudget,
+    /// Deployment.
     pub fn to_values(&self) -> Vec<Value> {
         let mut out = vec![to_value(&self.service_account)];
         out.extend(self.config_map.iter().map(to_value));
         out.extend(self.secret.iter().map(to_value));
         out.extend(self.pvc.iter().map(to_value));
         out.extend(self.services.iter().map(to_value));
+        out.extend(self.pdb.iter().map(to_value));
         out.push(to_value(&self.deployment));
         out
     }
@@ -142,6 +149,53 @@ pub(crate) struct PodPlan {
     pub liveness: Probe,
     pub resources: ResourceRequirements,
     pub fs_group: Option<i64>,
+    pub placement: Placement,
+}
+
+/// How the pod of one server of a component with several servers (one per
+/// VLAN address) is told apart and placed. Default: one server, nothing extra.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Placement {
+    /// Extra pod labels (the server's own, [`super::labels::SERVER_LABEL`]).
+    pub pod_labels: BTreeMap<String, String>,
+    /// Extra Deployment selector labels (a subset of `pod_labels`).
+    pub selector_labels: BTreeMap<String, String>,
+    /// Pod (anti-)affinity.
+    pub affinity: Option<Affinity>,
+    /// Topology spread constraints.
+    pub topology_spread: Option<Vec<TopologySpreadConstraint>>,
+}
+
+/// Spreads the servers of a component instance: never two on one node
+/// (required anti-affinity: a server that finds no other node stays
+/// Pending while the others serve, rather than sharing the fate of a node
+/// with them), and across zones where the nodes have them.
+pub(crate) fn spread(instance: &str, component: Component) -> Placement {
+    let peers = LabelSelector {
+        match_labels: Some(selector(instance, component)),
+        ..LabelSelector::default()
+    };
+    Placement {
+        affinity: Some(Affinity {
+            pod_anti_affinity: Some(PodAntiAffinity {
+                required_during_scheduling_ignored_during_execution: Some(vec![PodAffinityTerm {
+                    label_selector: Some(peers.clone()),
+                    topology_key: "kubernetes.io/hostname".to_string(),
+                    ..PodAffinityTerm::default()
+                }]),
+                ..PodAntiAffinity::default()
+            }),
+            ..Affinity::default()
+        }),
+        topology_spread: Some(vec![TopologySpreadConstraint {
+            label_selector: Some(peers),
+            max_skew: 1,
+            topology_key: "topology.kubernetes.io/zone".to_string(),
+            when_unsatisfiable: "ScheduleAnyway".to_string(),
+            ..TopologySpreadConstraint::default()
+        }]),
+        ..Placement::default()
+    }
 }
 
 /// The environment variable holding the pod's own address on the pod
@@ -161,7 +215,10 @@ pub(crate) fn deployment<K>(owner: &K, plan: PodPlan) -> Deployment
 where
     K: Resource<DynamicType = ()>,
 {
-    let pod_labels = labels(&plan.instance, plan.component);
+    let mut pod_labels = labels(&plan.instance, plan.component);
+    pod_labels.extend(plan.placement.pod_labels.clone());
+    let mut match_labels = selector(&plan.instance, plan.component);
+    match_labels.extend(plan.placement.selector_labels.clone());
     let container = Container {
         name: plan.component.as_str().to_string(),
         image: Some(plan.image),
@@ -201,7 +258,7 @@ where
         spec: Some(DeploymentSpec {
             replicas: Some(1),
             selector: LabelSelector {
-                match_labels: Some(selector(&plan.instance, plan.component)),
+                match_labels: Some(match_labels),
                 ..LabelSelector::default()
             },
             strategy: Some(DeploymentStrategy {
@@ -232,6 +289,8 @@ where
                         ..PodSecurityContext::default()
                     }),
                     termination_grace_period_seconds: Some(30),
+                    affinity: plan.placement.affinity,
+                    topology_spread_constraints: plan.placement.topology_spread,
                     ..PodSpec::default()
                 }),
             },

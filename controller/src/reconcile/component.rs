@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::Api;
+use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, DeleteParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
@@ -60,7 +61,8 @@ where
 }
 
 /// Applies every child (ServiceAccount, with `--openshift-scc` its SCC Role
-/// and RoleBinding, ConfigMap, Secret, PVC, Services, Deployment, in that
+/// and RoleBinding, ConfigMap, Secret, PVC, Services, PodDisruptionBudget,
+/// Deployment, in that
 /// order, so the pods find what they mount and are admitted); returns how
 /// many were written.
 pub async fn apply_children(ctx: &Context, ns: &str, c: &Children) -> Result<usize> {
@@ -85,8 +87,72 @@ pub async fn apply_children(ctx: &Context, ns: &str, c: &Children) -> Result<usi
     for svc in &c.services {
         written.push(apply_one(ctx, &s.services, ns, svc).await?);
     }
+    if let Some(pdb) = &c.pdb {
+        written.push(apply_one(ctx, &s.pdbs, ns, pdb).await?);
+    }
+    if remove_stale(ctx, ns, c).await? {
+        written.push(Applied::Written);
+    }
     written.push(apply_one(ctx, &s.deployments, ns, &c.deployment).await?);
     Ok(written.iter().filter(|w| **w == Applied::Written).count())
+}
+
+/// Deletes the Services and PodDisruptionBudgets the same owner holds that
+/// the children no longer plan (a DHCP pair gone back to one server: its
+/// peer Service and budget); true when one went.
+async fn remove_stale(ctx: &Context, ns: &str, c: &Children) -> Result<bool> {
+    let owner = c
+        .deployment
+        .metadata
+        .owner_references
+        .as_ref()
+        .and_then(|o| o.first())
+        .map(|o| o.uid.clone());
+    let Some(owner) = owner else {
+        return Ok(false);
+    };
+    let owned = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        meta.namespace.as_deref() == Some(ns)
+            && meta
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.uid == owner)
+    };
+    let keep: Vec<String> = c.services.iter().map(|s| s.name_any()).collect();
+    let services = ctx
+        .stores
+        .services
+        .state_filter(|s| owned(&s.metadata) && !keep.contains(&s.name_any()));
+    let keep = c.pdb.as_ref().map(|p| p.name_any());
+    let budgets = ctx
+        .stores
+        .pdbs
+        .state_filter(|p| owned(&p.metadata) && Some(p.name_any()) != keep);
+    let mut removed = false;
+    for s in services {
+        removed |= delete::<Service>(ctx, ns, &s.name_any()).await?;
+    }
+    for p in budgets {
+        removed |= delete::<PodDisruptionBudget>(ctx, ns, &p.name_any()).await?;
+    }
+    Ok(removed)
+}
+
+/// Deletes `name` (already gone is fine); true when this call deleted it.
+async fn delete<K>(ctx: &Context, ns: &str, name: &str) -> Result<bool>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + DeserializeOwned
+        + Clone
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The rollout of Deployment `name`, from the cache.

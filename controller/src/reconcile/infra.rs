@@ -1,16 +1,20 @@
 //! The Infra reconciler.
 //!
-//! Apply: make sure the push-token Secret exists (created once with a random
-//! token, never overwritten), plan the Infra with its attachments and the
-//! observed workers, apply the derived DHCPServer/DNSServer/ProxyServer (or
-//! delete one whose component was disabled), and write the status (per
-//! component readiness from the Deployments, attachment totals, conditions).
+//! Apply: make sure the push-token Secret exists, and for a DHCP pair the
+//! pair-token Secret (each created once with a random token, never
+//! overwritten), plan the Infra with its attachments and the observed
+//! workers, apply the derived DHCPServer(s)/DNSServer/ProxyServer (or delete
+//! one whose component was disabled, or the second DHCPServer of a pair that
+//! went back to one address), and write the status (per component readiness
+//! from the Deployments, attachment totals, conditions).
 //!
 //! Cleanup (finalizer `hostedcluster.densityops.com/cleanup`): objects the
 //! garbage collector cannot reach because an owner reference cannot cross
 //! namespaces: NetworkPolicies labelled for this Infra outside its namespace.
 //! Everything in the Infra's namespace is owned by it (or by its derived
-//! objects) and goes with it.
+//! objects) and goes with it: the token Secrets, both DHCPServers of a pair
+//! and their children (Deployments, lease PVCs, peer Services, the pair's
+//! PodDisruptionBudget).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -33,8 +37,11 @@ use crate::cache::{Decoded, cached};
 use crate::crd::{
     ComponentsStatus, DHCPServer, DNSServer, FINALIZER, Infra, ProxyServer, condition,
 };
-use crate::plan::infra::{component_status, infra_status};
-use crate::plan::labels::{Component, INFRA_LABEL, labels, owner_refs, push_token_secret_name};
+use crate::plan::infra::{component_status, infra_status, servers_status};
+use crate::plan::labels::{
+    Component, INFRA_LABEL, labels, owner_refs, pair_token_secret_name, push_token_secret_name,
+};
+use crate::plan::network::MAX_DHCP_SERVERS;
 use crate::plan::{PlannedCondition, merge_conditions};
 
 /// Resync period.
@@ -58,10 +65,16 @@ pub async fn reconcile(infra: Arc<Infra>, ctx: Arc<Context>) -> Result<Action> {
     .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
-/// Creates the push-token Secret when it does not exist. Created, not
-/// applied: an existing token is never replaced (Envoy pods hold it).
-async fn ensure_push_token(ctx: &Context, infra: &Infra, ns: &str) -> Result<bool> {
-    let name = push_token_secret_name(&infra.name_any());
+/// Creates the token Secret `name` (key `token`, 32 random bytes in hex)
+/// when it does not exist. Created, not applied: an existing token is never
+/// replaced (running pods hold it: the Envoys' push token, the DHCP pair's).
+async fn ensure_token(
+    ctx: &Context,
+    infra: &Infra,
+    ns: &str,
+    name: String,
+    component: Component,
+) -> Result<bool> {
     if cached::<Secret>(&ctx.stores.secrets, ns, &name).is_some() {
         return Ok(false);
     }
@@ -70,7 +83,7 @@ async fn ensure_push_token(ctx: &Context, infra: &Infra, ns: &str) -> Result<boo
         metadata: ObjectMeta {
             name: Some(name.clone()),
             namespace: Some(ns.to_string()),
-            labels: Some(labels(&infra.name_any(), Component::Proxy)),
+            labels: Some(labels(&infra.name_any(), component)),
             owner_references: owner_refs(infra),
             ..ObjectMeta::default()
         },
@@ -128,6 +141,18 @@ where
     }
 }
 
+/// How many DHCP servers the Infra asks for (one per address; the
+/// one-address form and an invalid list count as one).
+fn dhcp_servers(infra: &Infra) -> usize {
+    infra
+        .spec
+        .infra_components
+        .dhcp
+        .server_ips
+        .len()
+        .clamp(1, MAX_DHCP_SERVERS)
+}
+
 fn deployment(ctx: &Context, ns: &str, name: &str) -> Option<Deployment> {
     cached::<Deployment>(&ctx.stores.deployments, ns, name).map(|d| (*d).clone())
 }
@@ -138,7 +163,12 @@ async fn apply_infra(infra: &Infra, ctx: &Context) -> Result<Action> {
     let name = infra.name_any();
     let comps = &infra.spec.infra_components;
     if comps.proxy.enabled {
-        ensure_push_token(ctx, infra, &ns).await?;
+        let secret = push_token_secret_name(&name);
+        ensure_token(ctx, infra, &ns, secret, Component::Proxy).await?;
+    }
+    if comps.dhcp.enabled && comps.dhcp.server_ips.len() == MAX_DHCP_SERVERS {
+        let secret = pair_token_secret_name(&name);
+        ensure_token(ctx, infra, &ns, secret, Component::Dhcp).await?;
     }
     let plan = observe_infra(ctx, infra).await?;
     ctx.metrics.set_attachments_excluded(
@@ -154,12 +184,17 @@ async fn apply_infra(infra: &Infra, ctx: &Context) -> Result<Action> {
     // neither updated nor deleted until the spec is fixed.
     if let Some(d) = plan.desired.clone() {
         let s = &ctx.stores;
-        let dhcp = Component::Dhcp.derived_name(&name);
         let dns = Component::Dns.derived_name(&name);
         let proxy = Component::Proxy.derived_name(&name);
-        written += usize::from(
-            apply_derived::<DHCPServer>(ctx, &s.dhcp_servers, &ns, &dhcp, d.dhcp).await?,
-        );
+        // One DHCPServer per address; the names of the addresses no longer
+        // given go (their children with them).
+        for i in 0..MAX_DHCP_SERVERS {
+            let server = Component::Dhcp.replica_name(&name, i);
+            let desired = d.dhcp.get(i).cloned();
+            written += usize::from(
+                apply_derived::<DHCPServer>(ctx, &s.dhcp_servers, &ns, &server, desired).await?,
+            );
+        }
         written +=
             usize::from(apply_derived::<DNSServer>(ctx, &s.dns_servers, &ns, &dns, d.dns).await?);
         written += usize::from(
@@ -167,10 +202,20 @@ async fn apply_infra(infra: &Infra, ctx: &Context) -> Result<Action> {
         );
     }
     let components = ComponentsStatus {
-        dhcp: Some(component_status(
-            comps.dhcp.enabled,
-            deployment(ctx, &ns, &Component::Dhcp.derived_name(&name)).as_ref(),
-        )),
+        dhcp: Some({
+            let servers: Vec<(String, Option<Deployment>)> = (0..dhcp_servers(infra))
+                .map(|i| Component::Dhcp.replica_name(&name, i))
+                .map(|n| {
+                    let d = deployment(ctx, &ns, &n);
+                    (n, d)
+                })
+                .collect();
+            let refs: Vec<(&str, Option<&Deployment>)> = servers
+                .iter()
+                .map(|(n, d)| (n.as_str(), d.as_ref()))
+                .collect();
+            servers_status(comps.dhcp.enabled, &refs)
+        }),
         dns: Some(component_status(
             comps.dns.enabled,
             deployment(ctx, &ns, &Component::Dns.derived_name(&name)).as_ref(),
