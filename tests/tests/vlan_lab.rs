@@ -1,8 +1,10 @@
 //! The local lab end to end (root): `oooi-vlan-lab up --hold` on a simulated
 //! VLAN built from `tests/lab/two-clusters.yaml` (cluster `a` Standard, `b`
 //! Strict with apps ingress), every step checked: leases, names, SNI and
-//! alias routing, cross-cluster refusals, an apps VIP move and an
-//! attachment deletion (re-render, DNS ConfigMap swap, table push). Then
+//! alias routing, cross-cluster refusals, an apps VIP move, an attachment
+//! deletion, and the aliases absent while no worker is known then present
+//! once a Machine reports its address (each a re-render, DNS ConfigMap
+//! swap and table push). Then
 //! the lab process is killed with SIGKILL (a crash) and `down` must remove
 //! everything it left.
 //!
@@ -145,6 +147,8 @@ fn two_clusters_on_a_simulated_vlan_then_down_after_a_crash() {
         "TLS api.b.example.com:6443 by SNI",
         "clusters-b/kube-apiserver",
     );
+    // The alias resolves on the VLAN to the proxy.
+    step("dig @192.0.2.3 kubernetes.default.svc (alias)", "192.0.2.4");
     // The alias and the no-SNI path go by source: each worker to its own.
     let alias: Vec<&String> = lines
         .iter()
@@ -240,6 +244,57 @@ fn two_clusters_on_a_simulated_vlan_then_down_after_a_crash() {
     step_after(
         gone,
         "TLS api.a.example.com:6443 by SNI (kept)",
+        "clusters-a/kube-apiserver",
+    );
+    // a's workers are not yet known: no alias answer, no alias route; its
+    // own names stay. Then its Machine reports the address and both appear.
+    let unknown = "workers of cluster a not yet known";
+    step_after(unknown, "push generation 4", "200");
+    step_after(
+        unknown,
+        "dig kubernetes.default.svc (alias, no known worker)",
+        "no answer",
+    );
+    step_after(
+        unknown,
+        "TLS kubernetes.default.svc:443 (alias, no known worker)",
+        "refused",
+    );
+    step_after(
+        unknown,
+        "TLS kubernetes.default.svc:6443 (alias, no known worker)",
+        "refused",
+    );
+    step_after(
+        unknown,
+        "TLS :6443 without SNI (no known worker)",
+        "refused",
+    );
+    step_after(
+        unknown,
+        "TLS api.a.example.com:6443 by SNI (no known worker)",
+        "clusters-a/kube-apiserver",
+    );
+    let known = "Machine a-workers-1 of cluster a reports its address 192.0.2.51";
+    step_after(known, "push generation 5", "200");
+    step_after(
+        known,
+        "dig kubernetes.default.svc (alias, worker known)",
+        "192.0.2.4",
+    );
+    step_after(
+        known,
+        "TLS kubernetes.default.svc:443 (alias, worker known)",
+        "clusters-a/kube-apiserver",
+    );
+    step_after(
+        known,
+        "TLS kubernetes.default.svc:6443 (alias, worker known)",
+        "clusters-a/kube-apiserver",
+    );
+    step_after(
+        known,
+        "TLS :6443 without SNI (worker known)",
         "clusters-a/kube-apiserver",
     );
     assert!(

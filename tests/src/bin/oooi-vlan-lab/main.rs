@@ -27,7 +27,9 @@
 //!
 //! Then the lab changes the manifests as the cluster would and checks that
 //! DNS and routes follow: MetalLB moves an apps VIP (the `ObservedCluster`'s
-//! `appsVip`), and the last attachment is deleted. Each change is rendered
+//! `appsVip`), the last attachment is deleted, and the remaining cluster's
+//! workers are first unknown (no alias answer, no alias route), then its
+//! Machine reports its address (both appear). Each change is rendered
 //! again, the DNS config is swapped into its ConfigMap-like mount (`..data`
 //! rename, which oooi-dns watches) and the table is pushed with the next
 //! generation.

@@ -370,3 +370,56 @@ pub fn rerender(
     )?;
     Ok(push.put(lab, &routes))
 }
+
+/// The observed state of `cluster` before its workers' addresses are known:
+/// its Machines without addresses, its VMIs' interfaces without
+/// `ipAddresses` (their MACs stay). The addresses taken away, by Machine.
+pub fn forget_worker_addresses(docs: &mut [Value], cluster: &str) -> Result<Vec<(String, Value)>> {
+    let doc = observed_cluster(docs, cluster)?;
+    let mut taken = Vec::new();
+    for m in doc["machines"].as_array_mut().into_iter().flatten() {
+        let name = m["name"].as_str().unwrap_or_default().to_string();
+        taken.push((name, m["addresses"].take()));
+        m["addresses"] = Value::Array(Vec::new());
+    }
+    for vmi in doc["vmis"].as_array_mut().into_iter().flatten() {
+        for iface in vmi["interfaces"].as_array_mut().into_iter().flatten() {
+            iface["ipAddresses"] = Value::Array(Vec::new());
+        }
+    }
+    Ok(taken)
+}
+
+/// Machine `machine` of `cluster` reports `addresses`.
+pub fn set_machine_addresses(
+    docs: &mut [Value],
+    cluster: &str,
+    machine: &str,
+    addresses: Value,
+) -> Result<()> {
+    let doc = observed_cluster(docs, cluster)?;
+    let m = doc["machines"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+        .find(|m| m["name"] == machine)
+        .ok_or_else(|| anyhow!("cluster {cluster} has no Machine {machine}"))?;
+    m["addresses"] = addresses;
+    Ok(())
+}
+
+/// The `ObservedCluster` of hosted cluster `cluster`.
+fn observed_cluster<'a>(docs: &'a mut [Value], cluster: &str) -> Result<&'a mut Value> {
+    docs.iter_mut()
+        .find(|d| d["kind"] == "ObservedCluster" && d["hostedCluster"]["name"] == cluster)
+        .ok_or_else(|| anyhow!("no ObservedCluster for cluster {cluster}"))
+}
+
+/// The clusters the InfraClusterAttachments in `docs` attach.
+pub fn attached_clusters(docs: &[Value]) -> Vec<String> {
+    docs.iter()
+        .filter(|d| d["kind"] == "InfraClusterAttachment")
+        .filter_map(|d| d["spec"]["hostedClusterRef"]["name"].as_str())
+        .map(str::to_string)
+        .collect()
+}

@@ -43,7 +43,8 @@ pub fn run(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
     // 6. Workers.
     let booted = workers::run_all(lab, &rendered, &ns, &mut report)?;
 
-    // 7. MetalLB moves an apps VIP; 8. the last attachment is deleted.
+    // 7. MetalLB moves an apps VIP; 8. the last attachment is deleted;
+    // 9. the remaining cluster's workers become known.
     let mut changes = changes::Changes {
         docs: std::mem::take(&mut rendered.docs),
         generation: 1,
@@ -53,5 +54,6 @@ pub fn run(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
     };
     changes.move_apps_vips(lab, &rendered, &booted, &mut report)?;
     changes.delete_last_attachment(lab, &rendered, &booted, &mut report)?;
+    changes.workers_become_known(lab, &rendered, &booted, &mut report)?;
     Ok(report)
 }
