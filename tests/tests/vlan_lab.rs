@@ -2,9 +2,10 @@
 //! VLAN built from `tests/lab/two-clusters.yaml` (cluster `a` Standard, `b`
 //! Strict with apps ingress), every step checked: leases, names, SNI and
 //! alias routing, cross-cluster refusals, an apps VIP move, an attachment
-//! deletion, and the aliases absent while no worker is known then present
-//! once a Machine reports its address (each a re-render, DNS ConfigMap
-//! swap and table push). Then
+//! deletion, the aliases absent while no worker is known then present
+//! once a Machine reports its address, and the pod view of a management
+//! pod with `internalProxyService` then without it (each change a
+//! re-render, DNS ConfigMap swap and table push). Then
 //! the lab process is killed with SIGKILL (a crash) and `down` must remove
 //! everything it left.
 //!
@@ -235,7 +236,12 @@ fn two_clusters_on_a_simulated_vlan_then_down_after_a_crash() {
     // b's attachment is deleted: its records and routes go, a's stay.
     let gone = "attachment of cluster b deleted";
     step_after(gone, "push generation 3", "200");
-    step_after(gone, "dig api.b.example.com from its worker", "no answer");
+    // Its name is no longer oooi's: forwarded, the site resolver answers.
+    step_after(
+        gone,
+        "dig api.b.example.com from its worker (forwarded)",
+        "198.51.100.11",
+    );
     step_after(gone, &format!("dig {apps}"), "no answer");
     step_after(gone, "TLS api.b.example.com:6443 by SNI", "refused");
     step_after(gone, "TLS kubernetes.default.svc:6443 (alias)", "refused");
@@ -245,6 +251,33 @@ fn two_clusters_on_a_simulated_vlan_then_down_after_a_crash() {
         gone,
         "TLS api.a.example.com:6443 by SNI (kept)",
         "clusters-a/kube-apiserver",
+    );
+    // A management pod: the pod view answers every cluster's API name with
+    // the internal proxy and never the alias; without internalProxyService
+    // the name is forwarded to the site resolver.
+    step(
+        "pod view: dig api.a.example.com from a management pod (internal proxy)",
+        "10.128.0.2",
+    );
+    step(
+        "pod view: dig api.b.example.com from a management pod (internal proxy)",
+        "10.128.0.2",
+    );
+    step(
+        "pod view: dig kubernetes.default.svc (never answered)",
+        "no answer",
+    );
+    let unnamed = "internalProxyService removed from the Infra";
+    step_after(unnamed, "push generation 6", "200");
+    step_after(
+        unnamed,
+        "pod view: dig api.a.example.com from a management pod (forwarded)",
+        "198.51.100.10",
+    );
+    step_after(
+        unnamed,
+        "pod view: dig kubernetes.default.svc (never answered)",
+        "no answer",
     );
     // a's workers are not yet known: no alias answer, no alias route; its
     // own names stay. Then its Machine reports the address and both appear.

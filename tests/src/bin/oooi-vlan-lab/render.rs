@@ -44,6 +44,13 @@ pub struct Rendered {
     pub services: BTreeMap<String, (Ipv4Addr, u16)>,
     /// The base domain of the clusters' names.
     pub base: String,
+    /// The attached clusters' names.
+    pub clusters: Vec<String>,
+    /// The address the DNS pod view gives for the control-plane names
+    /// (the internal proxy), when the Infra names one.
+    pub internal_proxy: Option<String>,
+    /// The DNS servers' upstreams (`address[:port]`).
+    pub upstreams: Vec<String>,
 }
 
 impl Rendered {
@@ -115,6 +122,23 @@ impl Rendered {
                 apps_vips.insert(name.to_string(), (vip, next));
             }
         }
+        let clusters: Vec<String> = dns_doc["clusters"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["name"].as_str().map(str::to_string))
+            .collect();
+        let internal_proxy = dns_doc["clusters"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find_map(|c| c["internal_proxy"].as_str().map(str::to_string));
+        let upstreams: Vec<String> = dns_doc["upstreams"]["servers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect();
         let api_ecds = json_file(&envoy_src.join("ecds_oooi_table_api.json"))?;
         let api_cfg: Value = serde_json::from_str(
             api_ecds["resources"][0]["typed_config"]["config"]["configuration"]["value"]
@@ -172,6 +196,9 @@ impl Rendered {
             api_port,
             services,
             base,
+            clusters,
+            internal_proxy,
+            upstreams,
         })
     }
 
@@ -422,4 +449,18 @@ pub fn attached_clusters(docs: &[Value]) -> Vec<String> {
         .filter_map(|d| d["spec"]["hostedClusterRef"]["name"].as_str())
         .map(str::to_string)
         .collect()
+}
+
+/// The Infra's proxy no longer names an internal Service
+/// (`internalProxyService` removed).
+pub fn remove_internal_proxy_service(docs: &mut [Value]) -> Result<()> {
+    let proxy = docs
+        .iter_mut()
+        .find(|d| d["kind"] == "Infra")
+        .and_then(|d| d["spec"]["infraComponents"]["proxy"].as_object_mut())
+        .ok_or_else(|| anyhow!("no Infra with a proxy"))?;
+    proxy
+        .remove("internalProxyService")
+        .map(|_| ())
+        .ok_or_else(|| anyhow!("the Infra's proxy names no internalProxyService"))
 }

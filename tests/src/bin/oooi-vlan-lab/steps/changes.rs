@@ -4,17 +4,20 @@
 //! rendered again, the DNS ConfigMap swapped and the next table generation
 //! pushed; DNS and routes must follow.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Result, anyhow, bail};
 use serde_json::Value;
 
+use super::pods;
+use super::topology::Namespaces;
 use super::workers::Booted;
 use crate::clients::{Push, dig, probe, wait_until};
 use crate::lab::Lab;
 use crate::render::{
-    Rendered, attached_clusters, forget_worker_addresses, remove_last_attachment, rerender,
-    set_machine_addresses, set_observed_apps_vip,
+    Rendered, attached_clusters, forget_worker_addresses, remove_internal_proxy_service,
+    remove_last_attachment, rerender, set_machine_addresses, set_observed_apps_vip,
 };
 use crate::report::Report;
 
@@ -26,6 +29,8 @@ pub struct Changes<'a> {
     /// The DNS pod's ConfigMap mount.
     pub dns_mount: &'a Path,
     pub push: &'a Push,
+    /// The site resolver's answers, by name: what an unowned name forwards to.
+    pub public: &'a BTreeMap<String, String>,
 }
 
 impl Changes<'_> {
@@ -117,16 +122,22 @@ impl Changes<'_> {
             for (cluster, ns) in booted {
                 let own = format!("clusters-{cluster}/kube-apiserver");
                 if *cluster == gone {
+                    // No longer oooi's: forwarded like any unowned name.
+                    let want = self.public.get(&fqdn).map_or("no answer", String::as_str);
                     let got = wait_until(10, "the DNS reload", || {
                         let got = dig(lab, ns, dns_ip, &fqdn);
-                        if got == "no answer" {
+                        if got == want {
                             Ok(got)
                         } else {
                             bail!("still {got}")
                         }
                     })
                     .unwrap_or_else(|_| dig(lab, ns, dns_ip, &fqdn));
-                    report.step(&format!("dig {fqdn} from its worker"), "no answer", &got);
+                    report.step(
+                        &format!("dig {fqdn} from its worker (forwarded)"),
+                        want,
+                        &got,
+                    );
                     if apps_vips.contains_key(gone.as_str()) {
                         let console = format!("console-openshift-console.apps.{gone}.{base}");
                         let got = dig(lab, ns, dns_ip, &console);
@@ -284,6 +295,32 @@ impl Changes<'_> {
         );
         let got = probe(lab, ns, proxy_ip, 6443, None);
         report.step("TLS :6443 without SNI (worker known)", &own, &got);
+        Ok(())
+    }
+
+    /// The Infra no longer names an internal proxy Service: the pod view
+    /// answers no control-plane name, a management pod gets the site
+    /// resolver's answer for them.
+    pub fn remove_internal_proxy_service(
+        &mut self,
+        lab: &Lab,
+        r: &Rendered,
+        ns: &Namespaces,
+        report: &mut Report,
+    ) -> Result<()> {
+        let (wasm, dns_mount, push) = (self.wasm, self.dns_mount, self.push);
+        println!("\ninternalProxyService removed from the Infra:");
+        remove_internal_proxy_service(&mut self.docs)?;
+        self.generation += 1;
+        let generation = self.generation;
+        let got = rerender(lab, &self.docs, generation, wasm, dns_mount, push)?;
+        report.step(
+            &format!("re-render, DNS ConfigMap swap, push generation {generation}"),
+            "200",
+            &got,
+        );
+        let attached = attached_clusters(&self.docs);
+        pods::pod_view(lab, (&attached, &r.base), ns, None, self.public, report);
         Ok(())
     }
 }
