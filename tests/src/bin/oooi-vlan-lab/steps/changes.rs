@@ -163,11 +163,10 @@ impl Changes<'_> {
         Ok(())
     }
 
-    /// The remaining clusters' workers are not yet known (each Machine
+    /// The attached clusters' workers are not yet known (each Machine
     /// without an address, each VMI reporting none): the VLAN view answers
-    /// no alias and the proxy routes none. Then a Machine address arrives
-    /// and both appear. The alias names are shared by every cluster on the
-    /// VLAN, so this runs once a single cluster is left.
+    /// no alias and the proxy routes none. Then a Machine address of one
+    /// cluster arrives and both appear for its worker.
     pub fn workers_become_known(
         &mut self,
         lab: &Lab,
@@ -184,19 +183,24 @@ impl Changes<'_> {
         let (wasm, dns_mount, push) = (self.wasm, self.dns_mount, self.push);
         let docs = &mut self.docs;
         let attached = attached_clusters(docs);
-        let [cluster] = attached.as_slice() else {
-            bail!("expected one attached cluster, found {attached:?}");
-        };
-        let Some((_, ns)) = booted.iter().find(|(c, _)| c == cluster) else {
-            bail!("no booted worker of cluster {cluster}");
+        let Some((cluster, ns)) = booted.iter().find(|(c, _)| attached.contains(c)) else {
+            bail!("no booted worker of an attached cluster ({attached:?})");
         };
         let own = format!("clusters-{cluster}/kube-apiserver");
         let alias = "kubernetes.default.svc";
 
         println!(
-            "\nworkers of cluster {cluster} not yet known (Machine without address, VMI reports none):"
+            "\nworkers of cluster {} not yet known (Machine without address, VMI reports none):",
+            attached.join(", ")
         );
-        let taken = forget_worker_addresses(docs, cluster)?;
+        // Every attached cluster's: the alias names are shared on the VLAN.
+        let mut taken = Vec::new();
+        for c in &attached {
+            let forgotten = forget_worker_addresses(docs, c)?;
+            if c == cluster {
+                taken = forgotten;
+            }
+        }
         self.generation += 1;
         let generation = self.generation;
         let got = rerender(lab, docs, generation, wasm, dns_mount, push)?;

@@ -54,7 +54,11 @@ pub fn site_resolver(
     );
     for (i, c) in r.clusters.iter().enumerate() {
         let name = format!("api.{c}.{}", r.base);
-        let addr = Ipv4Addr::new(198, 51, 100, 10 + i as u8);
+        let host = u8::try_from(10 + i)
+            .ok()
+            .filter(|h| *h < 255)
+            .ok_or_else(|| anyhow!("more clusters than the lab's 198.51.100.0/24 holds"))?;
+        let addr = Ipv4Addr::new(198, 51, 100, host);
         conf.push_str(&format!("  local-data: \"{name}. 30 IN A {addr}\"\n"));
         public.insert(name, addr.to_string());
     }
