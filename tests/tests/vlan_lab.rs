@@ -1,8 +1,11 @@
 //! The local lab end to end (root): `oooi-vlan-lab up --hold` on a simulated
 //! VLAN built from `tests/lab/two-clusters.yaml` (cluster `a` Standard, `b`
 //! Strict with apps ingress), every step checked: leases, names, SNI and
-//! alias routing, cross-cluster refusals, an apps VIP move and an
-//! attachment deletion (re-render, DNS ConfigMap swap, table push). Then
+//! alias routing, cross-cluster refusals, an apps VIP move, an attachment
+//! deletion, the aliases absent while no worker is known then present
+//! once a Machine reports its address, and the pod view of a management
+//! pod with `internalProxyService` then without it (each change a
+//! re-render, DNS ConfigMap swap and table push). Then
 //! the lab process is killed with SIGKILL (a crash) and `down` must remove
 //! everything it left.
 //!
@@ -145,6 +148,8 @@ fn two_clusters_on_a_simulated_vlan_then_down_after_a_crash() {
         "TLS api.b.example.com:6443 by SNI",
         "clusters-b/kube-apiserver",
     );
+    // The alias resolves on the VLAN to the proxy.
+    step("dig @192.0.2.3 kubernetes.default.svc (alias)", "192.0.2.4");
     // The alias and the no-SNI path go by source: each worker to its own.
     let alias: Vec<&String> = lines
         .iter()
@@ -231,7 +236,12 @@ fn two_clusters_on_a_simulated_vlan_then_down_after_a_crash() {
     // b's attachment is deleted: its records and routes go, a's stay.
     let gone = "attachment of cluster b deleted";
     step_after(gone, "push generation 3", "200");
-    step_after(gone, "dig api.b.example.com from its worker", "no answer");
+    // Its name is no longer oooi's: forwarded, the site resolver answers.
+    step_after(
+        gone,
+        "dig api.b.example.com from its worker (forwarded)",
+        "198.51.100.11",
+    );
     step_after(gone, &format!("dig {apps}"), "no answer");
     step_after(gone, "TLS api.b.example.com:6443 by SNI", "refused");
     step_after(gone, "TLS kubernetes.default.svc:6443 (alias)", "refused");
@@ -240,6 +250,84 @@ fn two_clusters_on_a_simulated_vlan_then_down_after_a_crash() {
     step_after(
         gone,
         "TLS api.a.example.com:6443 by SNI (kept)",
+        "clusters-a/kube-apiserver",
+    );
+    // A management pod: the pod view answers every cluster's API name with
+    // the internal proxy and never the alias; without internalProxyService
+    // the name is forwarded to the site resolver.
+    step(
+        "pod view: dig api.a.example.com from a management pod (internal proxy)",
+        "10.128.0.2",
+    );
+    step(
+        "pod view: dig api.b.example.com from a management pod (internal proxy)",
+        "10.128.0.2",
+    );
+    step(
+        "pod view: dig kubernetes.default.svc (never answered)",
+        "no answer",
+    );
+    let unnamed = "internalProxyService removed from the Infra";
+    step_after(unnamed, "push generation 6", "200");
+    step_after(
+        unnamed,
+        "pod view: dig api.a.example.com from a management pod (forwarded)",
+        "198.51.100.10",
+    );
+    step_after(
+        unnamed,
+        "pod view: dig kubernetes.default.svc (never answered)",
+        "no answer",
+    );
+    // a's workers are not yet known: no alias answer, no alias route; its
+    // own names stay. Then its Machine reports the address and both appear.
+    let unknown = "workers of cluster a not yet known";
+    step_after(unknown, "push generation 4", "200");
+    step_after(
+        unknown,
+        "dig kubernetes.default.svc (alias, no known worker)",
+        "no answer",
+    );
+    step_after(
+        unknown,
+        "TLS kubernetes.default.svc:443 (alias, no known worker)",
+        "refused",
+    );
+    step_after(
+        unknown,
+        "TLS kubernetes.default.svc:6443 (alias, no known worker)",
+        "refused",
+    );
+    step_after(
+        unknown,
+        "TLS :6443 without SNI (no known worker)",
+        "refused",
+    );
+    step_after(
+        unknown,
+        "TLS api.a.example.com:6443 by SNI (no known worker)",
+        "clusters-a/kube-apiserver",
+    );
+    let known = "Machine a-workers-1 of cluster a reports its address 192.0.2.51";
+    step_after(known, "push generation 5", "200");
+    step_after(
+        known,
+        "dig kubernetes.default.svc (alias, worker known)",
+        "192.0.2.4",
+    );
+    step_after(
+        known,
+        "TLS kubernetes.default.svc:443 (alias, worker known)",
+        "clusters-a/kube-apiserver",
+    );
+    step_after(
+        known,
+        "TLS kubernetes.default.svc:6443 (alias, worker known)",
+        "clusters-a/kube-apiserver",
+    );
+    step_after(
+        known,
+        "TLS :6443 without SNI (worker known)",
         "clusters-a/kube-apiserver",
     );
     assert!(

@@ -35,6 +35,11 @@ pub fn probe(lab: &Lab, ns: &str, ip: &str, port: u16, sni: Option<&str>) -> Str
 /// The first A record `server` gives for `name`, asked from `ns`, or
 /// `no answer`.
 pub fn dig(lab: &Lab, ns: &str, server: &str, name: &str) -> String {
+    dig_port(lab, ns, server, 53, name)
+}
+
+/// [`dig`] at `port` of `server`.
+pub fn dig_port(lab: &Lab, ns: &str, server: &str, port: u16, name: &str) -> String {
     lab.run_in(
         ns,
         &[
@@ -42,6 +47,8 @@ pub fn dig(lab: &Lab, ns: &str, server: &str, name: &str) -> String {
             "+short",
             "+time=2",
             "+tries=1",
+            "-p",
+            &port.to_string(),
             &format!("@{server}"),
             name,
             "A",

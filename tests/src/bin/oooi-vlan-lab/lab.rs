@@ -156,6 +156,13 @@ impl Lab {
         self.spawn_argv(log, &argv)
     }
 
+    /// Starts `argv` in `ns`, logging to `<dir>/<log>.log`.
+    pub fn spawn_in(&mut self, ns: &str, log: &str, argv: &[&str]) -> Result<()> {
+        let mut all = vec!["ip", "netns", "exec", ns];
+        all.extend_from_slice(argv);
+        self.spawn_argv(log, &all)
+    }
+
     /// Starts `argv`, logging to `<dir>/<log>.log`; records the pid.
     fn spawn_argv(&mut self, log: &str, argv: &[&str]) -> Result<()> {
         let logf = std::fs::File::create(self.dir.join(format!("{log}.log")))?;

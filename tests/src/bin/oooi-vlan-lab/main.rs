@@ -11,7 +11,11 @@
 //!   their pods run them: UID 0, the pod's capabilities only, read-only root
 //!   filesystem, in the namespace's network), with `--from-build` the
 //!   cargo-built binaries and the `envoy` on PATH;
-//! - `<p>-mgmt`: the management pod network; TLS servers stand in for each
+//! - `<p>-mgmt`: the management pod network (a bridge the proxy and DNS pods
+//!   are on, the DNS pod at 10.128.0.3); a management pod there asks the DNS
+//!   pod view (port 5353) for `api.<cluster>.<base>`: the internal proxy with
+//!   the Infra's `internalProxyService`, forwarded once it is removed, and
+//!   never an answer for `kubernetes.default.svc`; TLS servers stand in for each
 //!   hosted cluster's kube-apiserver, oauth, ignition and konnectivity at the
 //!   Service names the routing table points to (the proxy resolves them
 //!   through `/etc/netns/<p>-proxy/hosts`, the lab's stand-in for cluster
@@ -22,12 +26,18 @@
 //!   Envoy by SNI and by the `kubernetes.default.svc` alias, then tries the
 //!   other clusters' names (refused when that cluster is `isolation: Strict`;
 //!   the filter's log must show `source_not_allowed` for each);
+//! - `<p>-site`: the site's resolver, unbound at the DNS servers' upstream
+//!   (192.0.2.1), answering each cluster's public `api` name and NXDOMAIN
+//!   for every other name;
 //! - `<p>-apps`: the MetalLB stand-in, a TLS server on each apps VIP (the
 //!   observed one and the next address) on the VLAN.
 //!
 //! Then the lab changes the manifests as the cluster would and checks that
 //! DNS and routes follow: MetalLB moves an apps VIP (the `ObservedCluster`'s
-//! `appsVip`), and the last attachment is deleted. Each change is rendered
+//! `appsVip`), the last attachment is deleted, and the remaining cluster's
+//! workers are first unknown (no alias answer, no alias route), then its
+//! Machine reports its address (both appear), and the Infra stops naming its
+//! internal proxy Service. Each change is rendered
 //! again, the DNS config is swapped into its ConfigMap-like mount (`..data`
 //! rename, which oooi-dns watches) and the table is pushed with the next
 //! generation.

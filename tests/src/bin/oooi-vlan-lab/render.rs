@@ -44,6 +44,13 @@ pub struct Rendered {
     pub services: BTreeMap<String, (Ipv4Addr, u16)>,
     /// The base domain of the clusters' names.
     pub base: String,
+    /// The attached clusters' names.
+    pub clusters: Vec<String>,
+    /// The address the DNS pod view gives for the control-plane names
+    /// (the internal proxy), when the Infra names one.
+    pub internal_proxy: Option<String>,
+    /// The DNS servers' upstreams (`address[:port]`).
+    pub upstreams: Vec<String>,
 }
 
 impl Rendered {
@@ -115,6 +122,23 @@ impl Rendered {
                 apps_vips.insert(name.to_string(), (vip, next));
             }
         }
+        let clusters: Vec<String> = dns_doc["clusters"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["name"].as_str().map(str::to_string))
+            .collect();
+        let internal_proxy = dns_doc["clusters"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find_map(|c| c["internal_proxy"].as_str().map(str::to_string));
+        let upstreams: Vec<String> = dns_doc["upstreams"]["servers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect();
         let api_ecds = json_file(&envoy_src.join("ecds_oooi_table_api.json"))?;
         let api_cfg: Value = serde_json::from_str(
             api_ecds["resources"][0]["typed_config"]["config"]["configuration"]["value"]
@@ -172,6 +196,9 @@ impl Rendered {
             api_port,
             services,
             base,
+            clusters,
+            internal_proxy,
+            upstreams,
         })
     }
 
@@ -369,4 +396,71 @@ pub fn rerender(
         &std::fs::read_to_string(&out.dns_cfg)?,
     )?;
     Ok(push.put(lab, &routes))
+}
+
+/// The observed state of `cluster` before its workers' addresses are known:
+/// its Machines without addresses, its VMIs' interfaces without
+/// `ipAddresses` (their MACs stay). The addresses taken away, by Machine.
+pub fn forget_worker_addresses(docs: &mut [Value], cluster: &str) -> Result<Vec<(String, Value)>> {
+    let doc = observed_cluster(docs, cluster)?;
+    let mut taken = Vec::new();
+    for m in doc["machines"].as_array_mut().into_iter().flatten() {
+        let name = m["name"].as_str().unwrap_or_default().to_string();
+        taken.push((name, m["addresses"].take()));
+        m["addresses"] = Value::Array(Vec::new());
+    }
+    for vmi in doc["vmis"].as_array_mut().into_iter().flatten() {
+        for iface in vmi["interfaces"].as_array_mut().into_iter().flatten() {
+            iface["ipAddresses"] = Value::Array(Vec::new());
+        }
+    }
+    Ok(taken)
+}
+
+/// Machine `machine` of `cluster` reports `addresses`.
+pub fn set_machine_addresses(
+    docs: &mut [Value],
+    cluster: &str,
+    machine: &str,
+    addresses: Value,
+) -> Result<()> {
+    let doc = observed_cluster(docs, cluster)?;
+    let m = doc["machines"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+        .find(|m| m["name"] == machine)
+        .ok_or_else(|| anyhow!("cluster {cluster} has no Machine {machine}"))?;
+    m["addresses"] = addresses;
+    Ok(())
+}
+
+/// The `ObservedCluster` of hosted cluster `cluster`.
+fn observed_cluster<'a>(docs: &'a mut [Value], cluster: &str) -> Result<&'a mut Value> {
+    docs.iter_mut()
+        .find(|d| d["kind"] == "ObservedCluster" && d["hostedCluster"]["name"] == cluster)
+        .ok_or_else(|| anyhow!("no ObservedCluster for cluster {cluster}"))
+}
+
+/// The clusters the InfraClusterAttachments in `docs` attach.
+pub fn attached_clusters(docs: &[Value]) -> Vec<String> {
+    docs.iter()
+        .filter(|d| d["kind"] == "InfraClusterAttachment")
+        .filter_map(|d| d["spec"]["hostedClusterRef"]["name"].as_str())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The Infra's proxy no longer names an internal Service
+/// (`internalProxyService` removed).
+pub fn remove_internal_proxy_service(docs: &mut [Value]) -> Result<()> {
+    let proxy = docs
+        .iter_mut()
+        .find(|d| d["kind"] == "Infra")
+        .and_then(|d| d["spec"]["infraComponents"]["proxy"].as_object_mut())
+        .ok_or_else(|| anyhow!("no Infra with a proxy"))?;
+    proxy
+        .remove("internalProxyService")
+        .map(|_| ())
+        .ok_or_else(|| anyhow!("the Infra's proxy names no internalProxyService"))
 }

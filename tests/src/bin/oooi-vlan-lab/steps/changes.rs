@@ -1,17 +1,24 @@
 //! Changes in the cluster, as the controller sees them: MetalLB moves an
-//! apps VIP, then the last attachment is deleted. Each is rendered again,
-//! the DNS ConfigMap swapped and the next table generation pushed; DNS and
-//! routes must follow.
+//! apps VIP, the last attachment is deleted, then the remaining cluster's
+//! workers are unknown until a Machine reports its address. Each is
+//! rendered again, the DNS ConfigMap swapped and the next table generation
+//! pushed; DNS and routes must follow.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
-use anyhow::{Result, bail};
+use anyhow::{Result, anyhow, bail};
 use serde_json::Value;
 
+use super::pods;
+use super::topology::Namespaces;
 use super::workers::Booted;
 use crate::clients::{Push, dig, probe, wait_until};
 use crate::lab::Lab;
-use crate::render::{Rendered, remove_last_attachment, rerender, set_observed_apps_vip};
+use crate::render::{
+    Rendered, attached_clusters, forget_worker_addresses, remove_internal_proxy_service,
+    remove_last_attachment, rerender, set_machine_addresses, set_observed_apps_vip,
+};
 use crate::report::Report;
 
 /// The manifests as changed so far and the last pushed generation.
@@ -22,6 +29,8 @@ pub struct Changes<'a> {
     /// The DNS pod's ConfigMap mount.
     pub dns_mount: &'a Path,
     pub push: &'a Push,
+    /// The site resolver's answers, by name: what an unowned name forwards to.
+    pub public: &'a BTreeMap<String, String>,
 }
 
 impl Changes<'_> {
@@ -113,16 +122,22 @@ impl Changes<'_> {
             for (cluster, ns) in booted {
                 let own = format!("clusters-{cluster}/kube-apiserver");
                 if *cluster == gone {
+                    // No longer oooi's: forwarded like any unowned name.
+                    let want = self.public.get(&fqdn).map_or("no answer", String::as_str);
                     let got = wait_until(10, "the DNS reload", || {
                         let got = dig(lab, ns, dns_ip, &fqdn);
-                        if got == "no answer" {
+                        if got == want {
                             Ok(got)
                         } else {
                             bail!("still {got}")
                         }
                     })
                     .unwrap_or_else(|_| dig(lab, ns, dns_ip, &fqdn));
-                    report.step(&format!("dig {fqdn} from its worker"), "no answer", &got);
+                    report.step(
+                        &format!("dig {fqdn} from its worker (forwarded)"),
+                        want,
+                        &got,
+                    );
                     if apps_vips.contains_key(gone.as_str()) {
                         let console = format!("console-openshift-console.apps.{gone}.{base}");
                         let got = dig(lab, ns, dns_ip, &console);
@@ -145,6 +160,171 @@ impl Changes<'_> {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// The attached clusters' workers are not yet known (each Machine
+    /// without an address, each VMI reporting none): the VLAN view answers
+    /// no alias and the proxy routes none. Then a Machine address of one
+    /// cluster arrives and both appear for its worker.
+    pub fn workers_become_known(
+        &mut self,
+        lab: &Lab,
+        r: &Rendered,
+        booted: &[Booted],
+        report: &mut Report,
+    ) -> Result<()> {
+        let Rendered {
+            dns_ip,
+            proxy_ip,
+            base,
+            ..
+        } = r;
+        let (wasm, dns_mount, push) = (self.wasm, self.dns_mount, self.push);
+        let docs = &mut self.docs;
+        let attached = attached_clusters(docs);
+        let Some((cluster, ns)) = booted.iter().find(|(c, _)| attached.contains(c)) else {
+            bail!("no booted worker of an attached cluster ({attached:?})");
+        };
+        let own = format!("clusters-{cluster}/kube-apiserver");
+        let alias = "kubernetes.default.svc";
+
+        println!(
+            "\nworkers of cluster {} not yet known (Machine without address, VMI reports none):",
+            attached.join(", ")
+        );
+        // Every attached cluster's: the alias names are shared on the VLAN.
+        let mut taken = Vec::new();
+        for c in &attached {
+            let forgotten = forget_worker_addresses(docs, c)?;
+            if c == cluster {
+                taken = forgotten;
+            }
+        }
+        self.generation += 1;
+        let generation = self.generation;
+        let got = rerender(lab, docs, generation, wasm, dns_mount, push)?;
+        report.step(
+            &format!("re-render, DNS ConfigMap swap, push generation {generation}"),
+            "200",
+            &got,
+        );
+        let got = wait_until(10, "the DNS reload", || {
+            let got = dig(lab, ns, dns_ip, alias);
+            if got == "no answer" {
+                Ok(got)
+            } else {
+                bail!("still {got}")
+            }
+        })
+        .unwrap_or_else(|_| dig(lab, ns, dns_ip, alias));
+        report.step(
+            &format!("dig {alias} (alias, no known worker)"),
+            "no answer",
+            &got,
+        );
+        let got = probe(lab, ns, proxy_ip, 443, Some(alias));
+        report.step(
+            &format!("TLS {alias}:443 (alias, no known worker)"),
+            "refused",
+            &got,
+        );
+        let got = probe(lab, ns, proxy_ip, 6443, Some(alias));
+        report.step(
+            &format!("TLS {alias}:6443 (alias, no known worker)"),
+            "refused",
+            &got,
+        );
+        let got = probe(lab, ns, proxy_ip, 6443, None);
+        report.step("TLS :6443 without SNI (no known worker)", "refused", &got);
+        // The cluster's own names do not depend on its workers.
+        let fqdn = format!("api.{cluster}.{base}");
+        let got = dig(lab, ns, dns_ip, &fqdn);
+        report.step(&format!("dig {fqdn} (no known worker)"), proxy_ip, &got);
+        let got = probe(lab, ns, proxy_ip, 6443, Some(&fqdn));
+        report.step(
+            &format!("TLS {fqdn}:6443 by SNI (no known worker)"),
+            &own,
+            &got,
+        );
+
+        let (machine, addresses) = taken
+            .into_iter()
+            .find(|(_, a)| a.as_array().is_some_and(|a| !a.is_empty()))
+            .ok_or_else(|| anyhow!("cluster {cluster} has no Machine with an address"))?;
+        let shown: Vec<&str> = addresses
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        println!(
+            "\nMachine {machine} of cluster {cluster} reports its address {}:",
+            shown.join(", ")
+        );
+        set_machine_addresses(docs, cluster, &machine, addresses)?;
+        self.generation += 1;
+        let generation = self.generation;
+        let got = rerender(lab, docs, generation, wasm, dns_mount, push)?;
+        report.step(
+            &format!("re-render, DNS ConfigMap swap, push generation {generation}"),
+            "200",
+            &got,
+        );
+        let got = wait_until(10, "the DNS reload", || {
+            let got = dig(lab, ns, dns_ip, alias);
+            if got == *proxy_ip {
+                Ok(got)
+            } else {
+                bail!("still {got}")
+            }
+        })
+        .unwrap_or_else(|_| dig(lab, ns, dns_ip, alias));
+        report.step(
+            &format!("dig {alias} (alias, worker known)"),
+            proxy_ip,
+            &got,
+        );
+        let got = probe(lab, ns, proxy_ip, 443, Some(alias));
+        report.step(
+            &format!("TLS {alias}:443 (alias, worker known)"),
+            &own,
+            &got,
+        );
+        let got = probe(lab, ns, proxy_ip, 6443, Some(alias));
+        report.step(
+            &format!("TLS {alias}:6443 (alias, worker known)"),
+            &own,
+            &got,
+        );
+        let got = probe(lab, ns, proxy_ip, 6443, None);
+        report.step("TLS :6443 without SNI (worker known)", &own, &got);
+        Ok(())
+    }
+
+    /// The Infra no longer names an internal proxy Service: the pod view
+    /// answers no control-plane name, a management pod gets the site
+    /// resolver's answer for them.
+    pub fn remove_internal_proxy_service(
+        &mut self,
+        lab: &Lab,
+        r: &Rendered,
+        ns: &Namespaces,
+        report: &mut Report,
+    ) -> Result<()> {
+        let (wasm, dns_mount, push) = (self.wasm, self.dns_mount, self.push);
+        println!("\ninternalProxyService removed from the Infra:");
+        remove_internal_proxy_service(&mut self.docs)?;
+        self.generation += 1;
+        let generation = self.generation;
+        let got = rerender(lab, &self.docs, generation, wasm, dns_mount, push)?;
+        report.step(
+            &format!("re-render, DNS ConfigMap swap, push generation {generation}"),
+            "200",
+            &got,
+        );
+        let attached = attached_clusters(&self.docs);
+        pods::pod_view(lab, (&attached, &r.base), ns, None, self.public, report);
         Ok(())
     }
 }

@@ -77,6 +77,11 @@ pub fn build(lab: &Lab, r: &Rendered) -> Result<Namespaces> {
         "eth0",
     ])?;
     run(&["ip", "-n", &proxy_ns, "link", "set", "eth0", "up"])?;
+    // The pod network is a bridge (`pods`): the proxy and DNS pods are on
+    // it, and mgmt's own addresses (a management pod, the control-plane
+    // Services) sit on the bridge.
+    run(&["ip", "-n", &mgmt, "link", "add", "pods", "type", "bridge"])?;
+    run(&["ip", "-n", &mgmt, "link", "set", "pods", "up"])?;
     run(&[
         "ip",
         "-n",
@@ -85,7 +90,7 @@ pub fn build(lab: &Lab, r: &Rendered) -> Result<Namespaces> {
         "add",
         "10.128.0.1/16",
         "dev",
-        "proxy",
+        "pods",
     ])?;
     for (ip, _) in services.values() {
         run(&[
@@ -96,10 +101,12 @@ pub fn build(lab: &Lab, r: &Rendered) -> Result<Namespaces> {
             "add",
             &format!("{ip}/16"),
             "dev",
-            "proxy",
+            "pods",
         ])?;
     }
-    run(&["ip", "-n", &mgmt, "link", "set", "proxy", "up"])?;
+    run(&[
+        "ip", "-n", &mgmt, "link", "set", "proxy", "master", "pods", "up",
+    ])?;
     // Cluster DNS stand-in for the proxy: `ip netns exec` mounts these over /etc.
     let etc = Path::new("/etc/netns").join(&proxy_ns);
     std::fs::create_dir_all(&etc)?;

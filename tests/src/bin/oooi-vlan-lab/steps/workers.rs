@@ -261,6 +261,11 @@ fn worker(
     report.step(&format!("dig @{got_dns} {fqdn}"), proxy_ip, &resolved);
     // HyperShift's control-plane namespace is `<namespace>-<name>`.
     let own = format!("{cns}-{cluster}/kube-apiserver");
+    // The alias resolves on the VLAN while a worker of some cluster is
+    // known; the proxy picks the cluster by source.
+    let alias = "kubernetes.default.svc";
+    let got = dig(lab, ns, got_dns, alias);
+    report.step(&format!("dig @{got_dns} {alias} (alias)"), proxy_ip, &got);
     let got = probe(lab, ns, &resolved, 6443, Some(&fqdn));
     report.step(&format!("TLS {fqdn}:6443 by SNI"), &own, &got);
     let got = probe(
