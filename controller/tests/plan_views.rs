@@ -194,3 +194,39 @@ fn the_vlan_view_answers_the_aliases_only_while_a_worker_address_is_known() {
         );
     }
 }
+
+/// Naming the proxy's own Service (in any of its DNS forms) keeps oooi
+/// making it; naming another Service or an address leaves the Service to
+/// the operator.
+#[test]
+fn naming_the_proxys_own_service_keeps_oooi_making_it() {
+    let internal_service = |named: Option<&str>| {
+        let mut i = infra("oooi", "vlan");
+        i.spec.infra_components.proxy.internal_proxy_service = named.map(str::to_string);
+        let p = plan_infra(&i, &[attachment("oooi", "c1", "vlan", "c1")], &observed(&[]));
+        p.desired
+            .unwrap()
+            .proxy
+            .unwrap()
+            .spec
+            .internal_service
+    };
+    assert!(internal_service(None));
+    for own in [
+        "vlan-proxy",
+        "vlan-proxy.oooi",
+        "vlan-proxy.oooi.svc",
+        "vlan-proxy.oooi.svc.cluster.local",
+        "vlan-proxy.oooi.svc.cluster.local.",
+    ] {
+        assert!(internal_service(Some(own)), "{own}");
+    }
+    for other in [
+        "ingress.oooi.svc",
+        "vlan-proxy.other.svc",
+        "vlan-proxy-x.oooi.svc",
+        "172.30.40.4",
+    ] {
+        assert!(!internal_service(Some(other)), "{other}");
+    }
+}

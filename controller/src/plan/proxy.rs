@@ -293,10 +293,30 @@ pub fn spec(
             ..FilterSource::default()
         },
         connect_timeout_ms: 5000,
-        // A named internal Service is the operator's; otherwise oooi makes one.
-        internal_service: comp.internal_proxy_service.is_none(),
+        // oooi makes its own internal Service unless another one is named.
+        internal_service: comp
+            .internal_proxy_service
+            .as_deref()
+            .is_none_or(|named| names_own_service(infra, named)),
         resources: comp.resources.clone(),
     })
+}
+
+/// Whether `internalProxyService` names the proxy's own Service
+/// (`<infra>-proxy`, in the Infra's namespace, as `name`,
+/// `name.namespace`, `name.namespace.svc` or `….svc.cluster.local`), which
+/// oooi makes, rather than an operator's Service or an address.
+pub fn names_own_service(infra: &Infra, named: &str) -> bool {
+    let own = Component::Proxy.derived_name(&infra.metadata.name.clone().unwrap_or_default());
+    let infra_ns = infra.metadata.namespace.as_deref().unwrap_or_default();
+    let named = named.trim().trim_end_matches('.');
+    let named = named.strip_suffix(".cluster.local").unwrap_or(named);
+    let named = named.strip_suffix(".svc").unwrap_or(named);
+    let mut parts = named.split('.');
+    let (Some(name), ns, None) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    name == own && ns.unwrap_or(infra_ns) == infra_ns
 }
 
 /// The address the DNS pod view gives for the internal proxy: an IP literal
