@@ -44,6 +44,8 @@ fn rule(group: &'static str, resources: &[&'static str], verbs: &[&'static str])
 ///   Secrets, NetworkPolicies): applied, watched for readiness and drift,
 ///   deleted when a component is disabled or on cleanup. Secrets also hold the
 ///   push token and, in HostedCluster namespaces, the admin kubeconfig.
+/// - ClusterUserDefinedNetworks (OVN-Kubernetes): an Infra's own, found by
+///   its labels (list), created, applied over and deleted.
 /// - pods: the Envoy replicas to push routes to.
 /// - events: transitions are recorded through `events.k8s.io/v1`.
 /// - leases: leader election (get, create when absent, patch to take and
@@ -98,6 +100,11 @@ pub fn rules() -> Vec<Rule> {
         rule("", &["pods"], READ),
         rule("policy", &["poddisruptionbudgets"], WRITE),
         rule("networking.k8s.io", &["networkpolicies"], WRITE),
+        rule(
+            crate::plan::cudn::GROUP,
+            &[crate::plan::cudn::PLURAL],
+            &["list", "create", "patch", "delete"],
+        ),
         rule("events.k8s.io", &["events"], &["create", "patch"]),
         rule("", &["events"], &["create", "patch"]),
         rule(
@@ -290,6 +297,17 @@ mod tests {
         assert!(allows("cluster.x-k8s.io", "machines", "watch"));
         assert!(!allows("cluster.x-k8s.io", "machines", "patch"));
         assert!(!allows("", "pods", "delete"));
+        assert!(allows(
+            "k8s.ovn.org",
+            "clusteruserdefinednetworks",
+            "create"
+        ));
+        assert!(allows(
+            "k8s.ovn.org",
+            "clusteruserdefinednetworks",
+            "delete"
+        ));
+        assert!(!allows("k8s.ovn.org", "userdefinednetworks", "create"));
         assert!(!allows(
             "rbac.authorization.k8s.io",
             "clusterroles",

@@ -486,6 +486,17 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
                 &common,
             )?;
         }
+        // The ClusterUserDefinedNetwork the Infra asks for, as the Infra
+        // reconciler creates it (only with a valid spec, as there).
+        if p.desired.is_some()
+            && let Some(infra) = input.infras.iter().find(|i| {
+                i.metadata.namespace.as_deref() == Some(ns.as_str())
+                    && i.metadata.name.as_deref() == Some(name.as_str())
+            })
+            && let Some(c) = plan::cudn::desired_cudn(infra)
+        {
+            out.objects.push(object_of(&c)?);
+        }
         // One NetworkPolicy per accepted attachment in its control-plane
         // namespace, as the attachment reconciler applies it.
         for a in &p.attachments {

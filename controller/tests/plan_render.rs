@@ -163,10 +163,18 @@ fn two_cluster_example_routes_workers_and_apps() {
         .iter()
         .map(|l| l["name"].as_str().unwrap())
         .collect();
-    // Port 80 (apps by HTTP Host) comes with the apps VIP.
+    // Port 80 (apps by HTTP Host) comes with the apps VIP; Prometheus
+    // scrapes the `metrics` listener.
     assert_eq!(
         names,
-        ["http_80", "tls_443", "tls_6443", "tls_22623", "table_api"]
+        [
+            "http_80",
+            "tls_443",
+            "tls_6443",
+            "tls_22623",
+            "table_api",
+            "metrics"
+        ]
     );
 }
 
@@ -256,4 +264,68 @@ fn rendering_twice_gives_the_same_bytes() {
         render::to_yaml(&render::render(&input, render::OFFLINE_PUSH_TOKEN).unwrap()).unwrap()
     };
     assert_eq!(once(), once());
+}
+
+#[test]
+fn an_infra_on_a_managed_localnet_renders_its_cluster_user_defined_network() {
+    let infra = r#"
+apiVersion: hostedcluster.densityops.com/v1alpha1
+kind: Infra
+metadata: {name: vlan100, namespace: oooi}
+spec:
+  networkConfig:
+    cidr: 192.0.2.0/24
+    dnsServers: ["10.0.0.10"]
+    clusterUserDefinedNetwork:
+      name: vlan100
+      localnet: {physicalNetworkName: physnet, vlanId: 100, mtu: 1400}
+  infraComponents:
+    dhcp: {serverIP: 192.0.2.2, rangeStart: 192.0.2.100, rangeEnd: 192.0.2.199, image: "registry.example.com/oooi-dhcp:1"}
+    dns: {serverIP: 192.0.2.3, image: "registry.example.com/oooi-dns:1"}
+    proxy: {serverIP: 192.0.2.4, image: "registry.example.com/envoy:1"}
+"#;
+    let mut input = RenderInput::default();
+    input.add_yaml("infra.yaml", infra).unwrap();
+    let out = render::render(&input, render::OFFLINE_PUSH_TOKEN).unwrap();
+    let cudns: Vec<&Value> = out
+        .objects
+        .iter()
+        .filter(|o| o["kind"] == "ClusterUserDefinedNetwork")
+        .collect();
+    assert_eq!(cudns.len(), 1, "{:?}", kinds(&out.objects));
+    let c = cudns[0];
+    assert_eq!(c["apiVersion"], "k8s.ovn.org/v1");
+    assert_eq!(c["metadata"]["name"], "vlan100");
+    assert_eq!(
+        c["spec"]["network"]["localnet"]["vlan"],
+        serde_json::json!({"mode": "Access", "access": {"id": 100}})
+    );
+    let dns = out
+        .objects
+        .iter()
+        .find(|o| o["kind"] == "DNSServer")
+        .expect("a DNSServer");
+    assert_eq!(
+        dns["spec"]["vlan"]["networkAttachmentDefinition"],
+        "vlan100"
+    );
+    assert_eq!(dns["spec"]["vlan"]["networkAttachmentNamespace"], "oooi");
+
+    // The NAD form renders none.
+    let mut input = RenderInput::default();
+    input
+        .add_yaml(
+            "infra.yaml",
+            &infra.replace(
+                "    clusterUserDefinedNetwork:\n      name: vlan100\n      localnet: {physicalNetworkName: physnet, vlanId: 100, mtu: 1400}\n",
+                "    networkAttachmentDefinition: vlan100\n",
+            ),
+        )
+        .unwrap();
+    let out = render::render(&input, render::OFFLINE_PUSH_TOKEN).unwrap();
+    assert!(
+        !kinds(&out.objects).contains(&"ClusterUserDefinedNetwork".to_string()),
+        "{:?}",
+        kinds(&out.objects)
+    );
 }

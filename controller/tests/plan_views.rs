@@ -203,13 +203,12 @@ fn naming_the_proxys_own_service_keeps_oooi_making_it() {
     let internal_service = |named: Option<&str>| {
         let mut i = infra("oooi", "vlan");
         i.spec.infra_components.proxy.internal_proxy_service = named.map(str::to_string);
-        let p = plan_infra(&i, &[attachment("oooi", "c1", "vlan", "c1")], &observed(&[]));
-        p.desired
-            .unwrap()
-            .proxy
-            .unwrap()
-            .spec
-            .internal_service
+        let p = plan_infra(
+            &i,
+            &[attachment("oooi", "c1", "vlan", "c1")],
+            &observed(&[]),
+        );
+        p.desired.unwrap().proxy.unwrap().spec.internal_service
     };
     assert!(internal_service(None));
     for own in [

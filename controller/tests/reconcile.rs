@@ -1171,3 +1171,175 @@ async fn a_dhcp_pair_gets_one_token_two_servers_and_their_children_and_leaves_no
         .collect();
     assert!(left.is_empty(), "left in the cluster: {left:#?}");
 }
+
+const CUDNS: &str = "/apis/k8s.ovn.org/v1/clusteruserdefinednetworks";
+
+/// The Infra on a localnet ClusterUserDefinedNetwork the controller owns,
+/// VLAN `vlan_id`.
+fn cudn_infra(generation: i64, vlan_id: u16) -> Value {
+    let mut infra = infra_json(generation);
+    let nc = infra["spec"]["networkConfig"].as_object_mut().unwrap();
+    nc.remove("networkAttachmentDefinition");
+    nc.remove("networkAttachmentNamespace");
+    nc.insert(
+        "clusterUserDefinedNetwork".into(),
+        json!({"name": "vlan200", "localnet": {
+            "physicalNetworkName": "physnet", "vlanId": vlan_id, "mtu": 1400
+        }}),
+    );
+    infra
+}
+
+#[tokio::test]
+async fn a_managed_cluster_user_defined_network_is_created_kept_updated_and_deleted() {
+    let mut h = Harness::new(false);
+    h.mock.insert(&infra_path(), cudn_infra(1, 200));
+    h.reconcile_infra().await; // finalizer
+
+    // First reconcile with the finalizer: the network is created.
+    let log = h.reconcile_infra().await;
+    assert_eq!(
+        lines(&log),
+        vec![
+            "POST /api/v1/namespaces/oooi/secrets".to_string(),
+            format!("PATCH {G}/dhcpservers/vlan200-dhcp"),
+            format!("PATCH {G}/dnsservers/vlan200-dns"),
+            format!("PATCH {G}/proxyservers/vlan200-proxy"),
+            format!("GET {CUDNS}"),
+            format!("POST {CUDNS}"),
+            format!("PATCH {G}/infras/vlan200/status"),
+            "POST /apis/events.k8s.io/v1/namespaces/oooi/events".to_string(),
+        ]
+    );
+    assert_eq!(
+        log[4].query("labelSelector").as_deref(),
+        Some(
+            "hostedcluster.densityops.com/infra=vlan200,hostedcluster.densityops.com/infra-namespace=oooi"
+        )
+    );
+    assert_eq!(
+        log[5].query("fieldManager").as_deref(),
+        Some("oooi-controller")
+    );
+    let cudn = log[5].body.as_ref().unwrap();
+    assert_eq!(cudn["apiVersion"], "k8s.ovn.org/v1");
+    assert_eq!(cudn["kind"], "ClusterUserDefinedNetwork");
+    assert_eq!(cudn["metadata"]["name"], "vlan200");
+    let labels = &cudn["metadata"]["labels"];
+    assert_eq!(labels["hostedcluster.densityops.com/infra"], "vlan200");
+    assert_eq!(
+        labels["hostedcluster.densityops.com/infra-namespace"],
+        "oooi"
+    );
+    assert_eq!(
+        cudn["spec"],
+        json!({
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "oooi"}},
+            "network": {"topology": "Localnet", "localnet": {
+                "role": "Secondary", "physicalNetworkName": "physnet",
+                "ipam": {"mode": "Disabled"}, "mtu": 1400,
+                "vlan": {"mode": "Access", "access": {"id": 200}}
+            }}
+        })
+    );
+    // The components attach to the NAD OVN-Kubernetes names after the
+    // network, in the Infra's namespace, with their static addresses.
+    let dns = log[2].body.as_ref().unwrap();
+    assert_eq!(
+        dns["spec"]["vlan"]["networkAttachmentDefinition"],
+        "vlan200"
+    );
+    assert_eq!(dns["spec"]["vlan"]["networkAttachmentNamespace"], "oooi");
+    assert!(h.mock.get(&format!("{CUDNS}/vlan200")).is_some());
+
+    // Unchanged: the list, and no write.
+    let log = h.reconcile_infra().await;
+    assert_eq!(lines(&log), vec![format!("GET {CUDNS}")]);
+
+    // Another VLAN id: applied over.
+    let mut infra = cudn_infra(2, 300);
+    infra["metadata"]["finalizers"] = json!(["hostedcluster.densityops.com/cleanup"]);
+    infra["status"] = h.mock.get(&infra_path()).unwrap()["status"].clone();
+    h.mock.insert(&infra_path(), infra);
+    let log = h.reconcile_infra().await;
+    assert_eq!(
+        lines(&log),
+        vec![
+            format!("PATCH {G}/dhcpservers/vlan200-dhcp"),
+            format!("GET {CUDNS}"),
+            format!("PATCH {CUDNS}/vlan200"),
+            format!("PATCH {G}/infras/vlan200/status"),
+        ]
+    );
+    assert_apply(&log[2]);
+    assert_eq!(
+        log[2].body.as_ref().unwrap()["spec"]["network"]["localnet"]["vlan"]["access"]["id"],
+        300
+    );
+    assert_eq!(
+        lines(&h.reconcile_infra().await),
+        vec![format!("GET {CUDNS}")]
+    );
+
+    // Deletion: the cleanup deletes the network, then the finalizer goes.
+    let mut infra = h.mock.get(&infra_path()).unwrap();
+    infra["metadata"]["deletionTimestamp"] = json!("2026-12-03T08:02:00Z");
+    h.mock.insert(&infra_path(), infra);
+    let log = h.reconcile_infra().await;
+    assert_eq!(
+        lines(&log),
+        vec![
+            format!("GET {CUDNS}"),
+            format!("DELETE {CUDNS}/vlan200"),
+            "POST /apis/events.k8s.io/v1/namespaces/oooi/events".to_string(),
+            format!("PATCH {}", infra_path()),
+        ]
+    );
+    assert!(h.mock.get(&format!("{CUDNS}/vlan200")).is_none());
+    assert!(h.mock.get(&infra_path()).is_none(), "Infra deleted");
+}
+
+#[tokio::test]
+async fn a_network_of_that_name_without_the_infra_labels_is_never_written() {
+    let mut h = Harness::new(false);
+    let foreign = json!({
+        "apiVersion": "k8s.ovn.org/v1", "kind": "ClusterUserDefinedNetwork",
+        "metadata": {"name": "vlan200"},
+        "spec": {"namespaceSelector": {}, "network": {"topology": "Layer2"}}
+    });
+    h.mock.insert(&format!("{CUDNS}/vlan200"), foreign.clone());
+    h.mock.insert(&infra_path(), cudn_infra(1, 200));
+    h.reconcile_infra().await; // finalizer
+    let log = h.reconcile_infra().await;
+    let cudn_requests: Vec<String> = lines(&log)
+        .into_iter()
+        .filter(|l| l.contains("clusteruserdefinednetworks"))
+        .collect();
+    assert_eq!(
+        cudn_requests,
+        vec![format!("GET {CUDNS}"), format!("POST {CUDNS}")],
+        "created, never applied over"
+    );
+    let events: Vec<&Value> = log
+        .iter()
+        .filter(|r| r.path().ends_with("/events"))
+        .filter_map(|r| r.body.as_ref())
+        .collect();
+    assert!(
+        events.iter().any(|e| e["reason"] == "NetworkNotOwned"),
+        "{events:#?}"
+    );
+    let live = h.mock.get(&format!("{CUDNS}/vlan200")).unwrap();
+    assert_eq!(live["spec"], foreign["spec"]);
+
+    // Deleting the Infra leaves it too.
+    let mut infra = h.mock.get(&infra_path()).unwrap();
+    infra["metadata"]["deletionTimestamp"] = json!("2026-12-03T08:02:00Z");
+    h.mock.insert(&infra_path(), infra);
+    let log = h.reconcile_infra().await;
+    assert!(
+        !lines(&log).iter().any(|l| l.starts_with("DELETE")),
+        "{log:#?}"
+    );
+    assert!(h.mock.get(&format!("{CUDNS}/vlan200")).is_some());
+}

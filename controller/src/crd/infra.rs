@@ -74,12 +74,23 @@ pub struct NetworkConfig {
     pub gateway: Option<String>,
     /// Name of the Multus NetworkAttachmentDefinition of the VLAN. Its IPAM
     /// must accept static addresses (the `ips` key of the network annotation).
+    /// Set exactly one of this and `clusterUserDefinedNetwork`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253), pattern(concat!("^", dns_subdomain_re!(), "$")))]
-    pub network_attachment_definition: String,
-    /// Namespace of the NetworkAttachmentDefinition. Default: the Infra's namespace.
+    pub network_attachment_definition: Option<String>,
+    /// Namespace of the NetworkAttachmentDefinition. Default: the Infra's
+    /// namespace. Not allowed with `clusterUserDefinedNetwork`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63), pattern(concat!("^", dns_label_re!(), "$")))]
     pub network_attachment_namespace: Option<String>,
+    /// The VLAN as an OVN-Kubernetes ClusterUserDefinedNetwork
+    /// (`k8s.ovn.org/v1`) with a localnet topology, instead of a
+    /// NetworkAttachmentDefinition. OVN-Kubernetes makes a
+    /// NetworkAttachmentDefinition named after it in every namespace it
+    /// selects; the components attach to the one in the Infra's namespace.
+    /// Set exactly one of this and `networkAttachmentDefinition`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_user_defined_network: Option<ClusterUserDefinedNetworkConfig>,
     /// Upstream resolvers for every name oooi does not answer itself, as
     /// `ip` or `ip:port`, tried in order; `resolv.conf` stands for the
     /// resolvers of the DNS pod's own `/etc/resolv.conf` (the management
@@ -98,6 +109,43 @@ pub struct NetworkConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 68, max = 9216))]
     pub mtu: Option<u16>,
+}
+
+/// The VLAN as an OVN-Kubernetes ClusterUserDefinedNetwork.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterUserDefinedNetworkConfig {
+    /// Name of the ClusterUserDefinedNetwork (cluster-scoped), and so of the
+    /// NetworkAttachmentDefinition OVN-Kubernetes makes in the Infra's
+    /// namespace.
+    #[schemars(length(min = 1, max = 253), pattern(concat!("^", dns_subdomain_re!(), "$")))]
+    pub name: String,
+    /// Set: the controller creates the ClusterUserDefinedNetwork with this
+    /// localnet topology, selecting the Infra's namespace, keeps it as
+    /// written here and deletes it with the Infra. Unset: the network exists
+    /// already (made by the cluster administrator) and must select the
+    /// Infra's namespace; the controller never writes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub localnet: Option<LocalnetConfig>,
+}
+
+/// A localnet topology: the VLAN on a physical network of the nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalnetConfig {
+    /// The physical network of the nodes (the bridge mapping of the OVS
+    /// bridge the VLAN leaves on), `physicalNetworkName` of the localnet.
+    #[schemars(length(min = 1, max = 253))]
+    pub physical_network_name: String,
+    /// VLAN id, in access mode. Unset: untagged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 4094))]
+    pub vlan_id: Option<u16>,
+    /// MTU of the network. Default: `networkConfig.mtu` when set, else
+    /// OVN-Kubernetes' default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 576, max = 65536))]
+    pub mtu: Option<u32>,
 }
 
 /// The three components.

@@ -14,6 +14,7 @@ pub mod aggregate;
 pub mod apps_pools;
 pub mod attachments;
 pub mod conditions;
+pub mod cudn;
 pub mod dhcp;
 pub mod dns;
 pub mod filter;

@@ -334,22 +334,59 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
         }
     }
 
+    let infra_ns = infra.metadata.namespace.clone().unwrap_or_default();
+    let attachment = match (
+        &nc.network_attachment_definition,
+        &nc.cluster_user_defined_network,
+    ) {
+        (Some(nad), None) => Some((
+            nad.clone(),
+            nc.network_attachment_namespace
+                .clone()
+                .unwrap_or_else(|| infra_ns.clone()),
+        )),
+        // OVN-Kubernetes names the NetworkAttachmentDefinition of a selected
+        // namespace after the ClusterUserDefinedNetwork.
+        (None, Some(cudn)) => {
+            if let Some(other) = &nc.network_attachment_namespace {
+                errors.push(field_error(
+                    "spec.networkConfig.networkAttachmentNamespace",
+                    format!(
+                        "`{other}` cannot be set with clusterUserDefinedNetwork: its NetworkAttachmentDefinition is in the Infra's namespace"
+                    ),
+                ));
+            }
+            Some((cudn.name.clone(), infra_ns.clone()))
+        }
+        (Some(_), Some(_)) => {
+            errors.push(field_error(
+                "spec.networkConfig.clusterUserDefinedNetwork",
+                "set either networkAttachmentDefinition or clusterUserDefinedNetwork, not both",
+            ));
+            None
+        }
+        (None, None) => {
+            errors.push(field_error(
+                "spec.networkConfig.networkAttachmentDefinition",
+                "unset: name the VLAN with networkAttachmentDefinition or clusterUserDefinedNetwork",
+            ));
+            None
+        }
+    };
+
     if !errors.is_empty() {
         return Err(errors);
     }
     // Every value below was checked above; an absent one means a disabled component.
-    let (Some(cidr), Some(gateway)) = (cidr, gateway) else {
+    let (Some(cidr), Some(gateway), Some((nad, nad_namespace))) = (cidr, gateway, attachment)
+    else {
         return Err(vec![field_error("spec.networkConfig", "incomplete")]);
     };
     Ok(Network {
         cidr,
         gateway,
-        nad: nc.network_attachment_definition.clone(),
-        nad_namespace: nc
-            .network_attachment_namespace
-            .clone()
-            .or_else(|| infra.metadata.namespace.clone())
-            .unwrap_or_default(),
+        nad,
+        nad_namespace,
         upstreams,
         resolv_conf,
         dhcp: pool

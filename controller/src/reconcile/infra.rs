@@ -8,9 +8,14 @@
 //! went back to one address), and write the status (per component readiness
 //! from the Deployments, attachment totals, conditions).
 //!
+//! When the Infra's network is a ClusterUserDefinedNetwork it asks the
+//! controller to own, that network is created, applied over when it
+//! differs, and one it no longer asks for is deleted ([`crate::plan::cudn`]).
+//!
 //! Cleanup (finalizer `hostedcluster.densityops.com/cleanup`): objects the
 //! garbage collector cannot reach because an owner reference cannot cross
-//! namespaces: NetworkPolicies labelled for this Infra outside its namespace.
+//! namespaces or reach a cluster-scoped object: NetworkPolicies labelled for
+//! this Infra outside its namespace, and its ClusterUserDefinedNetworks.
 //! Everything in the Infra's namespace is owned by it (or by its derived
 //! objects) and goes with it: the token Secrets, both DHCPServers of a pair
 //! and their children (Deployments, lease PVCs, peer Services, the pair's
@@ -25,18 +30,19 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Resource, ResourceExt};
 
-use super::apply::apply;
+use super::apply::{Applied, apply, stamp};
 use super::step::{Announce, observe_infra, write_status};
 use super::{Context, Error, Result};
 use crate::cache::{Decoded, cached};
 use crate::crd::{
     ComponentsStatus, DHCPServer, DNSServer, FINALIZER, Infra, ProxyServer, condition,
 };
+use crate::plan::cudn;
 use crate::plan::infra::{component_status, infra_status, servers_status};
 use crate::plan::labels::{
     Component, INFRA_LABEL, labels, owner_refs, pair_token_secret_name, push_token_secret_name,
@@ -200,6 +206,7 @@ async fn apply_infra(infra: &Infra, ctx: &Context) -> Result<Action> {
         written += usize::from(
             apply_derived::<ProxyServer>(ctx, &s.proxy_servers, &ns, &proxy, d.proxy).await?,
         );
+        written += apply_cudns(ctx, infra).await?;
     }
     let components = ComponentsStatus {
         dhcp: Some({
@@ -270,6 +277,84 @@ pub fn foreign_policies(ctx: &Context, infra: &Infra) -> Vec<Arc<NetworkPolicy>>
 
 pub use crate::plan::network_policy::OWNER_NAMESPACE_LABEL;
 
+fn cudn_api(ctx: &Context) -> Api<DynamicObject> {
+    Api::all_with(ctx.client.clone(), &cudn::api_resource())
+}
+
+/// The ClusterUserDefinedNetworks labelled for `infra` (none when the
+/// cluster does not serve the kind).
+async fn owned_cudns(ctx: &Context, infra: &Infra) -> Result<Vec<DynamicObject>> {
+    let lp = ListParams::default().labels(&cudn::owner_selector(infra));
+    match cudn_api(ctx).list(&lp).await {
+        // The selector is the owner check; this one guards a server that
+        // ignored it.
+        Ok(list) => Ok(list
+            .items
+            .into_iter()
+            .filter(|c| cudn::owned_by(c, infra))
+            .collect()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(Vec::new()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn delete_cudn(ctx: &Context, name: &str) -> Result<bool> {
+    match cudn_api(ctx).delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Creates, applies over or deletes `infra`'s ClusterUserDefinedNetworks as
+/// [`cudn::plan_cudns`] says; returns the number of writes. Only an Infra
+/// whose network is a ClusterUserDefinedNetwork is looked at, so one on a
+/// NetworkAttachmentDefinition sends no request for them.
+async fn apply_cudns(ctx: &Context, infra: &Infra) -> Result<usize> {
+    if !cudn::names_a_cudn(infra) {
+        return Ok(0);
+    }
+    let owned = owned_cudns(ctx, infra).await?;
+    let plan = cudn::plan_cudns(cudn::desired_cudn(infra), &owned);
+    let api = cudn_api(ctx);
+    let mut written = 0;
+    if let Some(mut d) = plan.create {
+        // Created, not applied: a network of that name that is not this
+        // Infra's (no owner labels) is refused by the server, not taken over.
+        stamp(&mut d);
+        let pp = PostParams {
+            field_manager: Some(crate::crd::FIELD_MANAGER.to_string()),
+            ..PostParams::default()
+        };
+        match api.create(&pp, &d).await {
+            Ok(_) => written += 1,
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                ctx.event(
+                    infra,
+                    true,
+                    "NetworkNotOwned",
+                    "Reconcile",
+                    format!(
+                        "ClusterUserDefinedNetwork {} exists and is not this Infra's; it is left as it is",
+                        d.name_any()
+                    ),
+                )
+                .await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if let Some((d, live)) = plan.apply
+        && apply(&api, Some(&live), d).await? == Applied::Written
+    {
+        written += 1;
+    }
+    for name in plan.delete {
+        written += usize::from(delete_cudn(ctx, &name).await?);
+    }
+    Ok(written)
+}
+
 async fn cleanup(infra: &Infra, ctx: &Context) -> Result<Action> {
     for p in foreign_policies(ctx, infra) {
         let api: Api<NetworkPolicy> =
@@ -278,6 +363,11 @@ async fn cleanup(infra: &Infra, ctx: &Context) -> Result<Action> {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => return Err(e.into()),
+        }
+    }
+    if cudn::names_a_cudn(infra) {
+        for c in owned_cudns(ctx, infra).await? {
+            delete_cudn(ctx, &c.name_any()).await?;
         }
     }
     ctx.event(

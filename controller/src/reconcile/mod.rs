@@ -9,8 +9,9 @@
 //!
 //! - [`infra`]: Infra → the derived DHCPServer, DNSServer and ProxyServer
 //!   (planned by [`crate::plan::plan_infra`], owned by the Infra), the push
-//!   token Secret, and the Infra's status; cleanup of what garbage
-//!   collection cannot reach.
+//!   token Secret, the ClusterUserDefinedNetwork it asks for
+//!   ([`crate::plan::cudn`]), and the Infra's status; cleanup of what
+//!   garbage collection cannot reach.
 //! - [`attachment`]: InfraClusterAttachment → its status (from the same
 //!   plan), its control-plane NetworkPolicy and its finalizer; the hosted
 //!   cluster side ([`hosted`]: apps ingress, public DNS).
