@@ -177,8 +177,9 @@ fn derived() -> [(&'static str, Value); 3] {
     let plan = plan_infra(&i, &[a], &Observed::default());
     assert!(plan.errors.is_empty(), "{:?}", plan.errors);
     let d = plan.desired.unwrap();
+    let [dhcp] = <[_; 1]>::try_from(d.dhcp).expect("one DHCP server");
     [
-        ("DHCPServer", serde_json::to_value(d.dhcp.unwrap()).unwrap()),
+        ("DHCPServer", serde_json::to_value(dhcp).unwrap()),
         ("DNSServer", serde_json::to_value(d.dns.unwrap()).unwrap()),
         (
             "ProxyServer",

@@ -15,7 +15,7 @@ fn dhcp(p: &plan::InfraPlan) -> &oooi_dhcp_config::RawConfig {
         .as_ref()
         .unwrap()
         .dhcp
-        .as_ref()
+        .first()
         .unwrap()
         .spec
         .config

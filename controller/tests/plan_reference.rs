@@ -77,7 +77,7 @@ fn lease_seconds(p: &plan::InfraPlan) -> Option<u32> {
         .as_ref()
         .unwrap()
         .dhcp
-        .as_ref()
+        .first()
         .unwrap()
         .spec
         .config
@@ -276,7 +276,7 @@ fn an_unset_gateway_is_the_first_host_of_the_cidr() {
         .as_ref()
         .unwrap()
         .dhcp
-        .as_ref()
+        .first()
         .unwrap()
         .spec
         .config

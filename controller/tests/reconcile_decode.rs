@@ -42,7 +42,7 @@ fn derived(kind: &str, name: &str) -> Value {
     let plan = plan_infra(&infra, &[], &Observed::default());
     let d = plan.desired.unwrap();
     let mut v = match kind {
-        "dhcp" => serde_json::to_value(d.dhcp.unwrap()).unwrap(),
+        "dhcp" => serde_json::to_value(d.dhcp.first().unwrap()).unwrap(),
         "dns" => serde_json::to_value(d.dns.unwrap()).unwrap(),
         "proxy" => serde_json::to_value(d.proxy.unwrap()).unwrap(),
         other => panic!("no derived kind {other}"),
