@@ -237,7 +237,7 @@ fn proxy_children_render_envoy_through_oooi_envoy_with_the_token() {
         .iter()
         .map(|l| l["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["tls_443", "tls_6443", "table_api"]);
+    assert_eq!(names, ["tls_443", "tls_6443", "table_api", "metrics"]);
     // The token reaches Envoy only through the Secret (it is in the table
     // API filter's configuration).
     assert!(
