@@ -56,7 +56,7 @@ pub fn config(
                 Some(RawCluster {
                     name: name.to_string(),
                     base_domain: base.to_string(),
-                    proxy: proxy.to_string(),
+                    proxy: proxy.to_string().into(),
                     internal_proxy: internal_proxy.map(|a| a.to_string()),
                     apps_vip: a.apps_vip.map(|v| v.to_string()),
                     // The pod view can only point at a proxy it knows.

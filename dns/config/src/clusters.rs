@@ -16,7 +16,7 @@ use hickory_proto::rr::{LowerName, Name};
 use oooi_routes::KUBERNETES_ALIASES;
 
 use crate::error::{ConfigError, invalid};
-use crate::fields::{add_record, ip, join, name, single};
+use crate::fields::{add_record, ip, join, many, name, single};
 use crate::file::{RawCluster, ViewKind};
 use crate::model::{RecordSet, Zone};
 
@@ -28,7 +28,7 @@ pub const DEFAULT_CONTROL_PLANE_NAMES: [&str; 5] =
 pub(crate) struct Cluster {
     field: String,
     zone: Name,
-    proxy: IpAddr,
+    proxy: Vec<IpAddr>,
     internal_proxy: Option<IpAddr>,
     apps_vip: Option<IpAddr>,
     apps_to_pods: bool,
@@ -48,7 +48,16 @@ impl Cluster {
         }
         let base = name(&format!("{f}.base_domain"), &c.base_domain)?;
         let zone = join(&format!("{f}.name"), &c.name, &base)?;
-        let proxy = ip(&format!("{f}.proxy"), &c.proxy)?;
+        if c.proxy.0.is_empty() {
+            return Err(invalid(format!("{f}.proxy"), "needs at least one address"));
+        }
+        let proxy = c
+            .proxy
+            .0
+            .iter()
+            .enumerate()
+            .map(|(j, s)| ip(&format!("{f}.proxy[{j}]"), s))
+            .collect::<Result<Vec<_>, _>>()?;
         let internal_proxy = c
             .internal_proxy
             .as_deref()
@@ -102,7 +111,7 @@ impl Cluster {
                 let mut records = BTreeMap::new();
                 for (j, n) in self.names.iter().enumerate() {
                     let name = join(&format!("{f}.names[{j}]"), n, &self.zone)?;
-                    add_record(&mut records, f, &name, single(self.proxy, ttl))?;
+                    add_record(&mut records, f, &name, many(&self.proxy, ttl))?;
                 }
                 if let Some(vip) = self.apps_vip {
                     let name = join(&format!("{f}.apps_vip"), "*.apps", &self.zone)?;
@@ -114,7 +123,7 @@ impl Cluster {
                     records,
                 });
                 if self.aliases {
-                    self.aliases(&format!("{f}.proxy"), self.proxy, ttl, hosts)?;
+                    self.aliases(&format!("{f}.proxy"), &self.proxy, ttl, hosts)?;
                 }
             }
             ViewKind::Pod => {
@@ -152,13 +161,13 @@ impl Cluster {
     fn aliases(
         &self,
         field: &str,
-        ip: IpAddr,
+        ips: &[IpAddr],
         ttl: u32,
         hosts: &mut BTreeMap<LowerName, RecordSet>,
     ) -> Result<(), ConfigError> {
         for alias in KUBERNETES_ALIASES {
             let name = name(&self.field, alias)?;
-            add_record(hosts, field, &name, single(ip, ttl))?;
+            add_record(hosts, field, &name, many(ips, ttl))?;
         }
         Ok(())
     }

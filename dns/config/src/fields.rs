@@ -82,6 +82,22 @@ pub(crate) fn add_record(
 }
 
 /// The record set of one address.
+/// Several addresses, in the order given, split by family.
+pub(crate) fn many(ips: &[IpAddr], ttl: u32) -> RecordSet {
+    let mut set = RecordSet {
+        a: vec![],
+        aaaa: vec![],
+        ttl,
+    };
+    for ip in ips {
+        match ip {
+            IpAddr::V4(a) => set.a.push(*a),
+            IpAddr::V6(a) => set.aaaa.push(*a),
+        }
+    }
+    set
+}
+
 pub(crate) fn single(ip: IpAddr, ttl: u32) -> RecordSet {
     match ip {
         IpAddr::V4(a) => RecordSet {

@@ -88,8 +88,11 @@ pub struct RawCluster {
     pub name: String,
     /// Base domain.
     pub base_domain: String,
-    /// VLAN address of the proxy (Envoy) for the control-plane names.
-    pub proxy: String,
+    /// VLAN address of the proxy (Envoy) for the control-plane names: one
+    /// address, or a list with one address per proxy replica. Every name is
+    /// answered with all of them, in the order given (clients that fail to
+    /// connect to one try the next).
+    pub proxy: Addresses,
     /// Address of the proxy reachable from the pod network. When set, the
     /// pod view answers the control-plane names (`names`) with it; unset,
     /// the pod view answers none of this cluster's names (they forward).
@@ -179,4 +182,71 @@ pub struct RawRecord {
     /// TTL in seconds (default: the top-level `ttl`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl: Option<u32>,
+}
+
+/// One address or a list of addresses: `proxy: 192.0.2.10` or
+/// `proxy: [192.0.2.10, 192.0.2.11]`. Written back as a plain string when
+/// there is one, so single-replica files look as they always did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Addresses(pub Vec<String>);
+
+impl From<String> for Addresses {
+    fn from(one: String) -> Self {
+        Addresses(vec![one])
+    }
+}
+
+impl From<Vec<String>> for Addresses {
+    fn from(list: Vec<String>) -> Self {
+        Addresses(list)
+    }
+}
+
+impl Serialize for Addresses {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0.as_slice() {
+            [one] => s.serialize_str(one),
+            list => list.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Addresses {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Addresses;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an IP address or a list of IP addresses")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Addresses, E> {
+                Ok(Addresses(vec![v.to_string()]))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Addresses, A::Error> {
+                let mut list = Vec::new();
+                while let Some(one) = seq.next_element::<String>()? {
+                    list.push(one);
+                }
+                Ok(Addresses(list))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+impl JsonSchema for Addresses {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Addresses".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "anyOf": [
+                { "type": "string" },
+                { "type": "array", "items": { "type": "string" }, "minItems": 1 }
+            ]
+        })
+    }
 }

@@ -39,7 +39,7 @@ mod validate;
 pub use clusters::DEFAULT_CONTROL_PLANE_NAMES;
 pub use error::ConfigError;
 pub use file::{
-    RawChaos, RawCluster, RawConfig, RawRecord, RawUpstreams, RawView, RawZone, ViewKind,
+    Addresses, RawChaos, RawCluster, RawConfig, RawRecord, RawUpstreams, RawView, RawZone, ViewKind,
 };
 pub use model::{Chaos, Config, RecordSet, Upstreams, View, Zone};
 pub use validate::{DEFAULT_HTTP_PORT, DEFAULT_TTL, MAX_CHAOS_BYTES, MAX_TTL, upstream_server};
@@ -113,6 +113,60 @@ views:
         let text = SAMPLE.replace("192.0.2.4", "192.0.2.999");
         let err = Config::parse(&text).expect_err("invalid").to_string();
         assert!(err.starts_with("clusters[0].proxy"), "{err}");
+    }
+
+    #[test]
+    fn a_proxy_list_answers_every_replica_in_order() {
+        let text = SAMPLE.replace("proxy: 192.0.2.4", "proxy: [192.0.2.5, 192.0.2.4]");
+        let c = Config::parse(&text).expect("valid");
+        let want = [Ipv4Addr::new(192, 0, 2, 5), Ipv4Addr::new(192, 0, 2, 4)];
+        let vlan = &c.views[0];
+        let api = vlan.zones[0]
+            .records
+            .iter()
+            .find(|(n, _)| n.to_string() == "api.c1.example.com.")
+            .expect("api")
+            .1;
+        assert_eq!(api.a, want);
+        for set in vlan.hosts.values() {
+            assert_eq!(set.a, want, "every alias names both replicas");
+        }
+        // The pod view still answers with the one internal address.
+        assert_eq!(c.views[1].hosts.values().next().expect("name").a.len(), 1);
+    }
+
+    #[test]
+    fn one_proxy_is_written_as_a_string_and_a_list_as_a_list() {
+        let one: RawCluster =
+            serde_saphyr::from_str("{name: c, base_domain: example.com, proxy: 192.0.2.4}")
+                .expect("one");
+        assert_eq!(one.proxy, Addresses(vec!["192.0.2.4".into()]));
+        let json = serde_json::to_value(&one).expect("json");
+        assert_eq!(json["proxy"], "192.0.2.4");
+        let two = RawCluster {
+            proxy: Addresses(vec!["192.0.2.4".into(), "192.0.2.5".into()]),
+            ..one
+        };
+        let json = serde_json::to_value(&two).expect("json");
+        assert_eq!(json["proxy"], serde_json::json!(["192.0.2.4", "192.0.2.5"]));
+        let back: RawCluster = serde_json::from_value(json).expect("round trip");
+        assert_eq!(back, two);
+    }
+
+    #[test]
+    fn proxy_lists_name_the_bad_entry_and_refuse_empty() {
+        let text = SAMPLE.replace("proxy: 192.0.2.4", "proxy: [192.0.2.5, nope]");
+        let err = Config::parse(&text).expect_err("invalid").to_string();
+        assert!(err.starts_with("clusters[0].proxy[1]"), "{err}");
+        let text = SAMPLE.replace("proxy: 192.0.2.4", "proxy: []");
+        let err = Config::parse(&text).expect_err("invalid").to_string();
+        assert!(err.contains("at least one address"), "{err}");
+        let text = SAMPLE.replace("proxy: 192.0.2.4", "proxy: 4");
+        let err = Config::parse(&text).expect_err("invalid").to_string();
+        assert!(
+            err.contains("an IP address or a list of IP addresses"),
+            "{err}"
+        );
     }
 
     #[test]
