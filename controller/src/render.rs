@@ -253,8 +253,8 @@ fn render_children(
     out: &mut Rendered,
     dir: &Path,
     dhcp: &[DHCPServer],
-    dns: Option<&DNSServer>,
-    proxy: Option<&ProxyServer>,
+    dns: &[DNSServer],
+    proxy: &[ProxyServer],
     common: &Common<'_>,
 ) -> anyhow::Result<()> {
     for d in dhcp {
@@ -270,7 +270,7 @@ fn render_children(
             serde_saphyr::to_string(&d.spec.config.0)?,
         ));
     }
-    if let Some(d) = dns {
+    for d in dns {
         let name = d.metadata.name.clone().unwrap_or_default();
         out.objects.push(object_of(d)?);
         out.objects.extend(
@@ -283,7 +283,7 @@ fn render_children(
             serde_saphyr::to_string(&d.spec.config.0)?,
         ));
     }
-    if let Some(p) = proxy {
+    for p in proxy {
         let name = p.metadata.name.clone().unwrap_or_default();
         out.objects.push(object_of(p)?);
         // As the ProxyServer reconcile plans them (the same planner).
@@ -424,7 +424,8 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
         .collect();
     let proxies: Vec<&ProxyServer> = plans
         .iter()
-        .filter_map(|(_, _, p)| p.desired.as_ref().and_then(|d| d.proxy.as_ref()))
+        .filter_map(|(_, _, p)| p.desired.as_ref())
+        .flat_map(|d| d.proxy.iter())
         .chain(input.proxy_servers.iter())
         .collect();
     let verdict = match &input.filter {
@@ -477,14 +478,7 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
     for (ns, name, p) in &plans {
         let dir = PathBuf::from(ns);
         if let Some(d) = &p.desired {
-            render_children(
-                &mut out,
-                &dir,
-                &d.dhcp,
-                d.dns.as_ref(),
-                d.proxy.as_ref(),
-                &common,
-            )?;
+            render_children(&mut out, &dir, &d.dhcp, &d.dns, &d.proxy, &common)?;
         }
         // The ClusterUserDefinedNetwork the Infra asks for, as the Infra
         // reconciler creates it (only with a valid spec, as there).
@@ -507,7 +501,7 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
         let routes_digest = p
             .desired
             .as_ref()
-            .and_then(|d| d.proxy.as_ref())
+            .and_then(|d| d.proxy.first())
             .map(|px| plan::proxy::table(&px.spec, 1).digest());
         let attachments: Vec<Value> = p
             .attachments
@@ -579,13 +573,13 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
     }
     let dir = PathBuf::from("standalone");
     for d in &input.dhcp_servers {
-        render_children(&mut out, &dir, std::slice::from_ref(d), None, None, &common)?;
+        render_children(&mut out, &dir, std::slice::from_ref(d), &[], &[], &common)?;
     }
     for d in &input.dns_servers {
-        render_children(&mut out, &dir, &[], Some(d), None, &common)?;
+        render_children(&mut out, &dir, &[], std::slice::from_ref(d), &[], &common)?;
     }
     for p in &input.proxy_servers {
-        render_children(&mut out, &dir, &[], None, Some(p), &common)?;
+        render_children(&mut out, &dir, &[], &[], std::slice::from_ref(p), &common)?;
     }
     Ok(out)
 }

@@ -180,10 +180,13 @@ fn derived() -> [(&'static str, Value); 3] {
     let [dhcp] = <[_; 1]>::try_from(d.dhcp).expect("one DHCP server");
     [
         ("DHCPServer", serde_json::to_value(dhcp).unwrap()),
-        ("DNSServer", serde_json::to_value(d.dns.unwrap()).unwrap()),
+        (
+            "DNSServer",
+            serde_json::to_value(d.dns.into_iter().next().unwrap()).unwrap(),
+        ),
         (
             "ProxyServer",
-            serde_json::to_value(d.proxy.unwrap()).unwrap(),
+            serde_json::to_value(d.proxy.into_iter().next().unwrap()).unwrap(),
         ),
     ]
 }

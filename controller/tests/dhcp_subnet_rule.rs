@@ -146,8 +146,8 @@ fn infra_of(c: &Case) -> oooi_controller::crd::Infra {
     i.spec.network_config.gateway = Some(gw.into());
     let comps = &mut i.spec.infra_components;
     comps.dhcp.server_ip = Some(dhcp.into());
-    comps.dns.server_ip = dns.into();
-    comps.proxy.server_ip = proxy.into();
+    comps.dns.server_ip = Some(dns.into());
+    comps.proxy.server_ip = Some(proxy.into());
     comps.dhcp.range_start = c.range.0.into();
     comps.dhcp.range_end = c.range.1.into();
     i

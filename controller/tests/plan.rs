@@ -88,7 +88,7 @@ fn defaults_follow_hypershift() {
             .iter()
             .all(|r| r.owner.as_deref() == Some("clusters/c1"))
     );
-    let proxy = p.desired.as_ref().unwrap().proxy.as_ref().unwrap();
+    let proxy = p.desired.as_ref().unwrap().proxy.first().unwrap();
     assert_eq!(proxy.spec.tls_ports, vec![443, 6443]);
     assert_eq!(proxy.spec.push_token_secret.name, "vlan-proxy-push-token");
 }
@@ -113,9 +113,12 @@ fn derived_objects_are_named_labelled_and_owned_by_the_infra() {
     // NAD namespace defaults to the Infra's; the address carries the CIDR's prefix.
     assert_eq!(dhcp.spec.vlan.network_attachment_namespace, "oooi");
     assert_eq!(dhcp.spec.vlan.address, "192.0.2.2/24");
-    assert_eq!(d.dns.unwrap().spec.vlan.address, "192.0.2.3/24");
     assert_eq!(
-        d.proxy.unwrap().metadata.name.as_deref(),
+        d.dns.into_iter().next().unwrap().spec.vlan.address,
+        "192.0.2.3/24"
+    );
+    assert_eq!(
+        d.proxy.into_iter().next().unwrap().metadata.name.as_deref(),
         Some("vlan-proxy")
     );
 }
@@ -146,8 +149,8 @@ fn gateway_outside_the_cidr_is_reported_by_field() {
 #[test]
 fn component_addresses_must_be_host_addresses_inside_the_cidr() {
     let mut i = infra("oooi", "vlan");
-    i.spec.infra_components.dns.server_ip = "10.1.1.1".into();
-    i.spec.infra_components.proxy.server_ip = "192.0.2.255".into();
+    i.spec.infra_components.dns.server_ip = Some("10.1.1.1".into());
+    i.spec.infra_components.proxy.server_ip = Some("192.0.2.255".into());
     let e = errors_of(&i);
     assert!(
         e.iter()
@@ -183,7 +186,7 @@ fn the_pool_must_exclude_infra_addresses() {
 fn a_reversed_range_and_shared_infra_addresses_are_reported() {
     let mut i = infra("oooi", "vlan");
     i.spec.infra_components.dhcp.range_start = "192.0.2.200".into();
-    i.spec.infra_components.proxy.server_ip = "192.0.2.3".into();
+    i.spec.infra_components.proxy.server_ip = Some("192.0.2.3".into());
     let e = errors_of(&i);
     assert!(
         e.iter().any(|m| m.starts_with(
@@ -236,7 +239,7 @@ fn a_disabled_component_is_not_planned_and_its_address_is_not_checked() {
     let p = plan_infra(&i, &[], &Observed::default());
     let d = p.desired.expect("valid");
     assert!(d.dhcp.is_empty());
-    assert!(d.dns.is_some() && d.proxy.is_some());
+    assert!(!d.dns.is_empty() && !d.proxy.is_empty());
 }
 
 #[test]
@@ -309,7 +312,7 @@ fn table_or_empty(p: &plan::InfraPlan) -> Vec<oooi_routes::Route> {
         .as_ref()
         .unwrap()
         .proxy
-        .as_ref()
+        .first()
         .unwrap()
         .spec
         .routes
@@ -611,7 +614,7 @@ fn rendered_configs_pass_their_components_validators() {
 
     let dns = d
         .dns
-        .as_ref()
+        .first()
         .unwrap()
         .spec
         .config
@@ -638,7 +641,7 @@ fn rendered_configs_pass_their_components_validators() {
         !pod.hosts.is_empty(),
         "the pod view answers the control-plane names with the internal proxy"
     );
-    let raw = &d.dns.as_ref().unwrap().spec.config.0;
+    let raw = &d.dns.first().unwrap().spec.config.0;
     assert_eq!(
         raw.clusters[0].internal_proxy.as_deref(),
         Some("172.30.0.10")
@@ -748,7 +751,7 @@ fn apps_vip_is_routed_on_80_by_host_and_reaches_pods_only_when_published() {
         .or_default()
         .apps_vip = Some(ip("192.0.2.200"));
     let p = plan_infra(&i, &atts, &obs);
-    let spec = &p.desired.as_ref().unwrap().proxy.as_ref().unwrap().spec;
+    let spec = &p.desired.as_ref().unwrap().proxy.first().unwrap().spec;
     assert!(spec.tls_ports.contains(&80), "{:?}", spec.tls_ports);
     let router = Router::new(table(&p));
     let host = "console-openshift-console.apps.c1.example.com";
@@ -847,8 +850,8 @@ fn two_infras_in_one_namespace_keep_their_attachments_and_pods_apart() {
 
     let da = pa.desired.unwrap();
     let db = pb.desired.unwrap();
-    let ca = plan::dns::children(da.dns.as_ref().unwrap()).unwrap();
-    let cb = plan::dns::children(db.dns.as_ref().unwrap()).unwrap();
+    let ca = plan::dns::children(da.dns.first().unwrap()).unwrap();
+    let cb = plan::dns::children(db.dns.first().unwrap()).unwrap();
     let sel = |c: &plan::Children| {
         c.deployment
             .spec
@@ -1015,7 +1018,7 @@ fn both_alias_paths_lead_each_worker_to_its_own_kube_apiserver() {
         Err(Refusal::UnknownSource)
     );
     // The proxy listens on both ports.
-    let proxy = p.desired.as_ref().unwrap().proxy.as_ref().unwrap();
+    let proxy = p.desired.as_ref().unwrap().proxy.first().unwrap();
     assert_eq!(proxy.spec.tls_ports, vec![443, 6443]);
 }
 

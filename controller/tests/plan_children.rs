@@ -136,7 +136,7 @@ fn dhcp_children_carry_config_pvc_and_raw_socket_capability() {
 #[test]
 fn dns_children_serve_the_pod_view_through_a_cluster_ip() {
     let d = desired();
-    let c = plan::dns::children(d.dns.as_ref().unwrap()).unwrap();
+    let c = plan::dns::children(d.dns.first().unwrap()).unwrap();
     let (add, _, _) = caps(&c.deployment);
     assert_eq!(add, ["NET_BIND_SERVICE"]);
     let svc: &Service = &c.services[0];
@@ -214,7 +214,7 @@ fn assert_metrics_on_the_pod_address(ctr: &k8s_openapi::api::core::v1::Container
 #[test]
 fn proxy_children_render_envoy_through_oooi_envoy_with_the_token() {
     let d = desired();
-    let proxy = d.proxy.unwrap();
+    let proxy = d.proxy.into_iter().next().unwrap();
     let c = plan::proxy::children(&proxy, TOKEN).unwrap();
     let (add, _, _) = caps(&c.deployment);
     assert_eq!(add, ["NET_BIND_SERVICE"], "443 is below 1024");
@@ -296,7 +296,7 @@ fn proxy_children_render_envoy_through_oooi_envoy_with_the_token() {
 #[test]
 fn a_proxy_on_high_ports_runs_non_root_without_capabilities() {
     let d = desired();
-    let mut proxy: ProxyServer = d.proxy.unwrap();
+    let mut proxy: ProxyServer = d.proxy.into_iter().next().unwrap();
     proxy.spec.tls_ports = vec![6443, 8443];
     proxy.spec.routes.0.retain(|r| r.port == 6443);
     let c = plan::proxy::children(&proxy, TOKEN).unwrap();
@@ -311,7 +311,7 @@ fn a_proxy_on_high_ports_runs_non_root_without_capabilities() {
 #[test]
 fn a_short_token_or_a_bad_table_is_refused() {
     let d = desired();
-    let proxy = d.proxy.unwrap();
+    let proxy = d.proxy.into_iter().next().unwrap();
     let e = plan::proxy::children(&proxy, "short").unwrap_err();
     assert!(e.to_string().contains("push token"));
     let mut bad = proxy.clone();
@@ -324,7 +324,7 @@ fn a_short_token_or_a_bad_table_is_refused() {
 #[test]
 fn a_standalone_server_is_its_own_instance() {
     let d = desired();
-    let mut dns = d.dns.unwrap();
+    let mut dns = d.dns.into_iter().next().unwrap();
     dns.metadata.labels = None;
     dns.metadata.name = Some("lab-dns".into());
     let c = plan::dns::children(&dns).unwrap();
@@ -348,12 +348,12 @@ fn every_child_carries_the_contract_labels() {
         .unwrap()
         .to_values();
     all.extend(
-        plan::dns::children(d.dns.as_ref().unwrap())
+        plan::dns::children(d.dns.first().unwrap())
             .unwrap()
             .to_values(),
     );
     all.extend(
-        plan::proxy::children(d.proxy.as_ref().unwrap(), TOKEN)
+        plan::proxy::children(d.proxy.first().unwrap(), TOKEN)
             .unwrap()
             .to_values(),
     );
@@ -467,8 +467,8 @@ fn attachments_and_workers_change_configs_but_never_restart_pods() {
     .desired
     .unwrap();
     let (p1, p2) = (
-        plan::proxy::children(one.proxy.as_ref().unwrap(), TOKEN).unwrap(),
-        plan::proxy::children(two.proxy.as_ref().unwrap(), TOKEN).unwrap(),
+        plan::proxy::children(one.proxy.first().unwrap(), TOKEN).unwrap(),
+        plan::proxy::children(two.proxy.first().unwrap(), TOKEN).unwrap(),
     );
     assert_ne!(
         p1.secret, p2.secret,
@@ -479,8 +479,8 @@ fn attachments_and_workers_change_configs_but_never_restart_pods() {
         "Envoy watches its files: no rollout"
     );
     let (d1, d2) = (
-        plan::dns::children(one.dns.as_ref().unwrap()).unwrap(),
-        plan::dns::children(two.dns.as_ref().unwrap()).unwrap(),
+        plan::dns::children(one.dns.first().unwrap()).unwrap(),
+        plan::dns::children(two.dns.first().unwrap()).unwrap(),
     );
     assert_ne!(d1.config_map, d2.config_map);
     assert_eq!(d1.deployment, d2.deployment, "oooi-dns reloads its file");

@@ -24,8 +24,8 @@ fn components() -> (Children, Children, Children) {
     let d = p.desired.expect("valid");
     (
         dhcp::children(&d.dhcp.into_iter().next().unwrap()).unwrap(),
-        dns::children(&d.dns.unwrap()).unwrap(),
-        proxy::children(&d.proxy.unwrap(), TOKEN).unwrap(),
+        dns::children(&d.dns.into_iter().next().unwrap()).unwrap(),
+        proxy::children(&d.proxy.into_iter().next().unwrap(), TOKEN).unwrap(),
     )
 }
 
@@ -71,7 +71,7 @@ fn every_component_gets_the_scc_its_pod_needs_and_no_more() {
 fn envoy_on_high_ports_runs_non_root_under_nonroot_v2() {
     let i = infra("oooi", "vlan");
     let p = plan_infra(&i, &[], &Observed::default());
-    let mut server = p.desired.unwrap().proxy.unwrap();
+    let mut server = p.desired.unwrap().proxy.into_iter().next().unwrap();
     server.spec.tls_ports = vec![8443, 16443];
     let envoy = proxy::children(&server, TOKEN).unwrap();
     assert_eq!(scc::choose(&envoy.deployment).unwrap().name, "nonroot-v2");

@@ -208,7 +208,14 @@ fn naming_the_proxys_own_service_keeps_oooi_making_it() {
             &[attachment("oooi", "c1", "vlan", "c1")],
             &observed(&[]),
         );
-        p.desired.unwrap().proxy.unwrap().spec.internal_service
+        p.desired
+            .unwrap()
+            .proxy
+            .into_iter()
+            .next()
+            .unwrap()
+            .spec
+            .internal_service
     };
     assert!(internal_service(None));
     for own in [

@@ -43,8 +43,8 @@ fn derived(kind: &str, name: &str) -> Value {
     let d = plan.desired.unwrap();
     let mut v = match kind {
         "dhcp" => serde_json::to_value(d.dhcp.first().unwrap()).unwrap(),
-        "dns" => serde_json::to_value(d.dns.unwrap()).unwrap(),
-        "proxy" => serde_json::to_value(d.proxy.unwrap()).unwrap(),
+        "dns" => serde_json::to_value(d.dns.into_iter().next().unwrap()).unwrap(),
+        "proxy" => serde_json::to_value(d.proxy.into_iter().next().unwrap()).unwrap(),
         other => panic!("no derived kind {other}"),
     };
     v["metadata"] = json!({"name": name, "namespace": "oooi", "uid": format!("uid-{name}")});

@@ -158,6 +158,26 @@ pub struct DNSServerSpec {
     /// Compute resources.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// Set when this server is one of several replicas of an Infra's DNS
+    /// (one per VLAN address); unset for a single server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<ReplicaOf>,
+}
+
+/// The place of one server among the replicas of an Infra's component (one
+/// replica per VLAN address). The replicas run on different nodes, share
+/// one PodDisruptionBudget that keeps all but one available, and take a
+/// change that restarts pods one at a time, in index order, each only
+/// while every other replica is ready (and, for the proxy, holds the
+/// current routing table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaOf {
+    /// This replica's index, from 0 (the order of the Infra's `serverIPs`).
+    pub index: u32,
+    /// How many replicas there are.
+    #[schemars(range(min = 1))]
+    pub count: u32,
 }
 
 fn default_push_port() -> u16 {
@@ -232,12 +252,17 @@ pub struct ProxyServerSpec {
     #[serde(default = "default_connect_timeout_ms")]
     #[schemars(range(min = 100, max = 60_000))]
     pub connect_timeout_ms: u32,
-    /// Create the internal ClusterIP Service (pod network → proxy). Default true.
+    /// Create the internal ClusterIP Service (pod network → proxy). Default
+    /// true. Of several replicas, the first makes it, for all of them.
     #[serde(default = "default_true")]
     pub internal_service: bool,
     /// Compute resources.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// Set when this proxy is one of several replicas of an Infra's proxy
+    /// (one per VLAN address); unset for a single proxy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<ReplicaOf>,
 }
 
 fn default_true() -> bool {

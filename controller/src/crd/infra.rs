@@ -345,10 +345,19 @@ pub struct DnsComponent {
     /// Run the DNS server. Default true.
     #[serde(default = "default_true")]
     pub enabled: bool,
-    /// Static VLAN address of the DNS server (inside the CIDR); handed out by DHCP.
+    /// Static VLAN address of the DNS server (inside the CIDR), handed out
+    /// by DHCP: the one-replica form of `serverIPs`. Set this or
+    /// `serverIPs`, not both.
     #[schemars(pattern(concat!("^", ipv4_re!(), "$")))]
-    #[serde(rename = "serverIP")]
-    pub server_ip: String,
+    #[serde(rename = "serverIP", default, skip_serializing_if = "Option::is_none")]
+    pub server_ip: Option<String>,
+    /// Static VLAN addresses of the DNS replicas (inside the CIDR), one
+    /// replica per address, each on its own node. DHCP hands out every
+    /// address (option 6) in this order, so a worker's resolver tries the
+    /// next one while a replica is down. Set this or `serverIP`, not both.
+    #[serde(rename = "serverIPs", default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 5), inner(pattern(concat!("^", ipv4_re!(), "$"))))]
+    pub server_ips: Vec<String>,
     /// Container image of oooi-dns. Default: the controller's
     /// (`--dns-image`; the chart sets it from `images.dns`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -375,10 +384,19 @@ pub struct ProxyComponent {
     #[serde(default = "default_true")]
     pub enabled: bool,
     /// Static VLAN address of Envoy (inside the CIDR); every control-plane
-    /// name resolves to it on the VLAN.
+    /// name resolves to it on the VLAN: the one-replica form of
+    /// `serverIPs`. Set this or `serverIPs`, not both.
     #[schemars(pattern(concat!("^", ipv4_re!(), "$")))]
-    #[serde(rename = "serverIP")]
-    pub server_ip: String,
+    #[serde(rename = "serverIP", default, skip_serializing_if = "Option::is_none")]
+    pub server_ip: Option<String>,
+    /// Static VLAN addresses of the Envoy replicas (inside the CIDR), one
+    /// replica per address, each on its own node and each holding the same
+    /// routing table. On the VLAN every control-plane name resolves to all
+    /// of them in this order, so a client that fails to connect to one
+    /// tries the next. Set this or `serverIP`, not both.
+    #[serde(rename = "serverIPs", default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 5), inner(pattern(concat!("^", ipv4_re!(), "$"))))]
+    pub server_ips: Vec<String>,
     /// How pods on the pod network reach the proxy: a Service DNS name
     /// (`name.namespace.svc[.cluster.local]`) or a ClusterIP. When set, the
     /// DNS pod view answers every control-plane name of the attached

@@ -288,7 +288,7 @@ mod tests {
                 ("vlan200", "oooi")
             );
             // Static addresses are requested the same way as with a NAD.
-            assert_eq!(n.with_prefix(n.proxy.unwrap()), "192.0.2.4/24");
+            assert_eq!(n.with_prefix(n.proxy[0]), "192.0.2.4/24");
         }
         let n = parse_network(&infra(json!({
             "networkAttachmentDefinition": "vlan", "networkAttachmentNamespace": "net"

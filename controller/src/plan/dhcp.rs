@@ -9,9 +9,8 @@ use k8s_openapi::api::core::v1::{
     PersistentVolumeClaimVolumeSource, SecretVolumeSource, Service, ServicePort, ServiceSpec,
     Volume, VolumeResourceRequirements,
 };
-use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use oooi_dhcp_config::{Mac, RawConfig, RawKnownClient, RawPeer, RawRange, RawReservation, Role};
 
@@ -64,7 +63,7 @@ pub fn config(
 /// The DHCP configs for an Infra and its accepted attachments: one per
 /// server address, each with the name of its DHCPServer. Reservations come
 /// from the VMIs' MACs, and every server holds all of them; the DNS server
-/// (or, without one, the upstream resolvers) is handed out as option 6. With
+/// replicas (or, without DNS, the upstream resolvers) are handed out as option 6. With
 /// two addresses the servers form a pair: each config names the other
 /// server (its VLAN address and the pair API behind its peer Service) and
 /// this server's role, the first address being the primary.
@@ -79,11 +78,13 @@ pub fn configs(
     let infra_name = infra.metadata.name.clone().unwrap_or_default();
     let namespace = infra.metadata.namespace.clone().unwrap_or_default();
     let mut excluded: Vec<Ipv4Addr> = Vec::new();
-    excluded.extend(network.dns);
-    excluded.extend(network.proxy);
-    let dns_servers = match network.dns {
-        Some(dns) => vec![dns],
-        None => network
+    excluded.extend(network.dns.iter().copied());
+    excluded.extend(network.proxy.iter().copied());
+    // Every DNS replica, in the Infra's order: a resolver that gets no
+    // answer from one asks the next.
+    let dns_servers = match network.dns.is_empty() {
+        false => network.dns.clone(),
+        true => network
             .upstreams
             .iter()
             .filter(|a| a.port() == 53)
@@ -426,19 +427,7 @@ pub fn children(server: &DHCPServer) -> anyhow::Result<Children> {
 /// one server at a time, so the other keeps serving the whole pool. A pod
 /// that is not Ready may be evicted anyway (it serves nobody).
 pub fn pair_budget(primary: &DHCPServer, name: &str, instance: &str) -> PodDisruptionBudget {
-    PodDisruptionBudget {
-        metadata: child_meta(primary, format!("{name}-pair"), instance, Component::Dhcp),
-        spec: Some(PodDisruptionBudgetSpec {
-            max_unavailable: Some(IntOrString::Int(1)),
-            selector: Some(LabelSelector {
-                match_labels: Some(selector(instance, Component::Dhcp)),
-                ..LabelSelector::default()
-            }),
-            unhealthy_pod_eviction_policy: Some("AlwaysAllow".to_string()),
-            ..PodDisruptionBudgetSpec::default()
-        }),
-        ..PodDisruptionBudget::default()
-    }
+    super::rolling::replicas_budget(primary, &format!("{name}-pair"), instance, Component::Dhcp)
 }
 
 #[cfg(test)]

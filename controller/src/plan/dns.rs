@@ -21,11 +21,11 @@ use oooi_dns_config::{RawCluster, RawConfig, RawUpstreams, RawView, ViewKind};
 use super::attachments::AttachmentOutcome;
 use super::labels::{Component, child_meta, instance_of, selector};
 use super::network::Network;
+use super::rolling::replica_placement;
 use super::workload::{
-    Children, Placement, PodPlan, deployment, http_probe, mount, pod_address, port, resources,
-    service_account,
+    Children, PodPlan, deployment, http_probe, mount, pod_address, port, resources, service_account,
 };
-use crate::crd::{DNSServer, DNSServerSpec, DnsConfigDocument, Infra, VlanInterface};
+use crate::crd::{DNSServer, DNSServerSpec, DnsConfigDocument, Infra, ReplicaOf, VlanInterface};
 
 /// Where the config file is mounted.
 pub const CONFIG_DIR: &str = "/etc/oooi-dns";
@@ -46,9 +46,21 @@ pub fn config(
     attachments: &[AttachmentOutcome],
     internal_proxy: Option<Ipv4Addr>,
 ) -> Option<RawConfig> {
-    let dns_ip = network.dns?;
-    let clusters = match network.proxy {
-        Some(proxy) => attachments
+    config_for(network, attachments, internal_proxy, *network.dns.first()?)
+}
+
+/// The DNS config of the replica on `dns_ip` (the replicas differ only in
+/// the address their VLAN view listens on). The VLAN view answers the
+/// control-plane names with every proxy replica, in the Infra's order.
+pub fn config_for(
+    network: &Network,
+    attachments: &[AttachmentOutcome],
+    internal_proxy: Option<Ipv4Addr>,
+    dns_ip: Ipv4Addr,
+) -> Option<RawConfig> {
+    let proxies: Vec<String> = network.proxy.iter().map(|a| a.to_string()).collect();
+    let clusters = match proxies.is_empty() {
+        false => attachments
             .iter()
             .filter(|a| a.accepted())
             .filter_map(|a| {
@@ -56,7 +68,7 @@ pub fn config(
                 Some(RawCluster {
                     name: name.to_string(),
                     base_domain: base.to_string(),
-                    proxy: proxy.to_string().into(),
+                    proxy: proxies.clone().into(),
                     internal_proxy: internal_proxy.map(|a| a.to_string()),
                     apps_vip: a.apps_vip.map(|v| v.to_string()),
                     // The pod view can only point at a proxy it knows.
@@ -74,7 +86,7 @@ pub fn config(
             })
             .collect(),
         // Without a proxy nothing answers on the control-plane names.
-        None => Vec::new(),
+        true => Vec::new(),
     };
     Some(RawConfig {
         // The endpoint's address comes from `--metrics-addr` on the pod
@@ -105,30 +117,63 @@ pub fn config(
     })
 }
 
-/// The DNSServer spec derived from an Infra (None when DNS is disabled).
+/// The DNSServer specs derived from an Infra, one per DNS address with
+/// the name of its DNSServer (`<infra>-dns`, `<infra>-dns-2`, …); empty
+/// when DNS is disabled.
+pub fn specs(
+    infra: &Infra,
+    network: &Network,
+    attachments: &[AttachmentOutcome],
+    internal_proxy: Option<Ipv4Addr>,
+) -> Vec<(String, DNSServerSpec)> {
+    let comp = &infra.spec.infra_components.dns;
+    if !comp.enabled {
+        return Vec::new();
+    }
+    let infra_name = infra.metadata.name.clone().unwrap_or_default();
+    let count = network.dns.len() as u32;
+    network
+        .dns
+        .iter()
+        .enumerate()
+        .filter_map(|(i, dns_ip)| {
+            let spec = DNSServerSpec {
+                vlan: VlanInterface {
+                    network_attachment_definition: network.nad.clone(),
+                    network_attachment_namespace: network.nad_namespace.clone(),
+                    address: network.with_prefix(*dns_ip),
+                    interface: "net1".to_string(),
+                },
+                // Set: plan_infra reports an unset image instead of planning.
+                image: comp.image.clone().unwrap_or_default(),
+                config: DnsConfigDocument(config_for(
+                    network,
+                    attachments,
+                    internal_proxy,
+                    *dns_ip,
+                )?),
+                resources: comp.resources.clone(),
+                replica: (count > 1).then_some(ReplicaOf {
+                    index: i as u32,
+                    count,
+                }),
+            };
+            Some((Component::Dns.replica_name(&infra_name, i), spec))
+        })
+        .collect()
+}
+
+/// The DNSServer spec of the first DNS address (None when DNS is disabled).
 pub fn spec(
     infra: &Infra,
     network: &Network,
     attachments: &[AttachmentOutcome],
     internal_proxy: Option<Ipv4Addr>,
 ) -> Option<DNSServerSpec> {
-    let comp = &infra.spec.infra_components.dns;
-    if !comp.enabled {
-        return None;
-    }
-    let dns_ip = network.dns?;
-    Some(DNSServerSpec {
-        vlan: VlanInterface {
-            network_attachment_definition: network.nad.clone(),
-            network_attachment_namespace: network.nad_namespace.clone(),
-            address: network.with_prefix(dns_ip),
-            interface: "net1".to_string(),
-        },
-        // Set: plan_infra reports an unset image instead of planning.
-        image: comp.image.clone().unwrap_or_default(),
-        config: DnsConfigDocument(config(network, attachments, internal_proxy)?),
-        resources: comp.resources.clone(),
-    })
+    specs(infra, network, attachments, internal_proxy)
+        .into_iter()
+        .next()
+        .map(|(_, s)| s)
 }
 
 /// The children of a DNSServer: ServiceAccount, ConfigMap, the ClusterIP
@@ -150,7 +195,10 @@ pub fn children(server: &DNSServer) -> anyhow::Result<Children> {
         target_port: Some(IntOrString::Int(POD_VIEW_PORT)),
         ..ServicePort::default()
     };
-    let service = Service {
+    // The pod view's Service selects every replica of the instance; with
+    // several, the first makes it, for all of them.
+    let first = server.spec.replica.is_none_or(|r| r.index == 0);
+    let service = first.then(|| Service {
         metadata: child_meta(server, name.clone(), &instance, c),
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".to_string()),
@@ -159,7 +207,8 @@ pub fn children(server: &DNSServer) -> anyhow::Result<Children> {
             ..ServiceSpec::default()
         }),
         ..Service::default()
-    };
+    });
+    let (placement, pdb) = replica_placement(server, &name, &instance, c, server.spec.replica);
     let volumes = vec![Volume {
         name: "config".to_string(),
         config_map: Some(ConfigMapVolumeSource {
@@ -198,16 +247,16 @@ pub fn children(server: &DNSServer) -> anyhow::Result<Children> {
             liveness: http_probe("/healthz", HTTP_PORT, 10, 6),
             resources: resources(server.spec.resources.as_ref(), "10m", "32Mi", "256Mi"),
             fs_group: None,
-            placement: Placement::default(),
+            placement,
         },
     );
     Ok(Children {
         service_account: service_account(server, &name, &instance, c),
         config_map: Some(config_map),
         secret: None,
-        services: vec![service],
+        services: service.into_iter().collect(),
         pvc: None,
-        pdb: None,
+        pdb,
         deployment,
     })
 }

@@ -35,8 +35,8 @@ pub fn network() -> Network {
                 end: ip(199),
             },
         )),
-        dns: Some(ip(3)),
-        proxy: Some(ip(4)),
+        dns: vec![ip(3)],
+        proxy: vec![ip(4)],
     }
 }
 

@@ -25,10 +25,12 @@ pub struct DesiredComponents {
     /// `<infra>-dhcp`, and `<infra>-dhcp-2` for the second server of a pair
     /// (one per DHCP address; empty when DHCP is disabled).
     pub dhcp: Vec<DHCPServer>,
-    /// `<infra>-dns`.
-    pub dns: Option<DNSServer>,
-    /// `<infra>-proxy`.
-    pub proxy: Option<ProxyServer>,
+    /// `<infra>-dns`, and `<infra>-dns-<n>` for further replicas (one per
+    /// DNS address; empty when DNS is disabled).
+    pub dns: Vec<DNSServer>,
+    /// `<infra>-proxy`, and `<infra>-proxy-<n>` for further replicas (one
+    /// per proxy address; empty when the proxy is disabled).
+    pub proxy: Vec<ProxyServer>,
 }
 
 /// Everything the planner decided for one Infra.
@@ -116,11 +118,6 @@ impl InfraPlan {
     }
 }
 
-fn derived_meta(infra: &Infra, component: Component) -> ObjectMeta {
-    let infra_name = infra.metadata.name.clone().unwrap_or_default();
-    derived_meta_named(infra, component, component.derived_name(&infra_name))
-}
-
 fn derived_meta_named(infra: &Infra, component: Component, name: String) -> ObjectMeta {
     let infra_name = infra.metadata.name.clone().unwrap_or_default();
     ObjectMeta {
@@ -166,8 +163,8 @@ pub fn plan_infra(
     let desired = network.as_ref().and_then(|net| {
         let internal = proxy::internal_proxy_ip(infra, observed.internal_proxy_ip);
         let dhcp_specs = dhcp::specs(infra, net, &outcomes);
-        let dns_spec = dns::spec(infra, net, &outcomes, internal);
-        let proxy_spec = proxy::spec(infra, net, &outcomes, observed.filter_sha256.as_deref());
+        let dns_specs = dns::specs(infra, net, &outcomes, internal);
+        let proxy_specs = proxy::specs(infra, net, &outcomes, observed.filter_sha256.as_deref());
         // Never hand a component a config it would reject: check each with
         // the component's own validator.
         // (The pair token file does not exist here: check the rest.)
@@ -181,12 +178,16 @@ pub fn plan_infra(
                 ));
             }
         }
-        if let Some(s) = &dns_spec
-            && let Err(e) = s.config.0.validate()
-        {
-            errors.push(field_error("derived DNS config", e.to_string()));
+        for (name, s) in &dns_specs {
+            if let Err(e) = s.config.0.validate() {
+                errors.push(field_error(
+                    format!("derived DNS config of {name}"),
+                    e.to_string(),
+                ));
+            }
         }
-        if let Some(s) = &proxy_spec
+        // The replicas share one table: check it once.
+        if let Some((_, s)) = proxy_specs.first()
             && let Err(e) = proxy::validate(s)
         {
             errors.push(field_error("derived routing table", e));
@@ -203,16 +204,22 @@ pub fn plan_infra(
                     status: None,
                 })
                 .collect(),
-            dns: dns_spec.map(|spec| DNSServer {
-                metadata: derived_meta(infra, Component::Dns),
-                spec,
-                status: None,
-            }),
-            proxy: proxy_spec.map(|spec| ProxyServer {
-                metadata: derived_meta(infra, Component::Proxy),
-                spec,
-                status: None,
-            }),
+            dns: dns_specs
+                .into_iter()
+                .map(|(name, spec)| DNSServer {
+                    metadata: derived_meta_named(infra, Component::Dns, name),
+                    spec,
+                    status: None,
+                })
+                .collect(),
+            proxy: proxy_specs
+                .into_iter()
+                .map(|(name, spec)| ProxyServer {
+                    metadata: derived_meta_named(infra, Component::Proxy, name),
+                    spec,
+                    status: None,
+                })
+                .collect(),
         })
     });
     InfraPlan {

@@ -9,6 +9,8 @@
 //!    Infra's and every attachment's conditions).
 //! 2. [`dhcp::children`], [`dns::children`], [`proxy::children`]: one derived
 //!    object → its Deployment, ConfigMap/Secret, ServiceAccount, Services, PVC.
+//! 3. [`rolling::gate`]: whether a replica of a component with several may
+//!    take a change that restarts its pod now.
 
 pub mod aggregate;
 pub mod apps_pools;
@@ -30,6 +32,7 @@ pub mod observed;
 pub mod proxy;
 pub mod readiness;
 pub mod reservations;
+pub mod rolling;
 pub mod scc;
 pub mod workers;
 pub mod workload;

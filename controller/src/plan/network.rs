@@ -97,10 +97,12 @@ pub struct Network {
     /// DHCP server addresses (one per server: two for a pair) and the
     /// pool, when DHCP is enabled.
     pub dhcp: Option<(Vec<Ipv4Addr>, Ipv4Range)>,
-    /// DNS server address, when DNS is enabled.
-    pub dns: Option<Ipv4Addr>,
-    /// Proxy address, when the proxy is enabled.
-    pub proxy: Option<Ipv4Addr>,
+    /// DNS replica addresses, in the Infra's order (empty when DNS is
+    /// disabled).
+    pub dns: Vec<Ipv4Addr>,
+    /// Proxy replica addresses, in the Infra's order (empty when the proxy
+    /// is disabled).
+    pub proxy: Vec<Ipv4Addr>,
 }
 
 impl Network {
@@ -113,8 +115,8 @@ impl Network {
     pub fn infra_addresses(&self) -> Vec<Ipv4Addr> {
         let mut out = vec![self.gateway];
         out.extend(self.dhcp.iter().flat_map(|d| d.0.iter().copied()));
-        out.extend(self.dns);
-        out.extend(self.proxy);
+        out.extend(self.dns.iter().copied());
+        out.extend(self.proxy.iter().copied());
         out
     }
 
@@ -138,6 +140,9 @@ fn first_host(net: Ipv4Net) -> Ipv4Addr {
 
 /// Most DHCP servers one Infra runs: a pair shares one pool.
 pub const MAX_DHCP_SERVERS: usize = 2;
+
+/// Most DNS or proxy replicas one Infra runs (one per VLAN address).
+pub const MAX_REPLICAS: usize = 5;
 
 /// The addresses of a component that runs one server per VLAN address, each
 /// with its field path: the list form `<base>.serverIPs` or the one-address
@@ -203,6 +208,27 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
     } else {
         Vec::new()
     };
+    let mut replica_fields = |enabled: bool, base: &str, one: Option<&str>, many: &[String]| {
+        if !enabled {
+            return Vec::new();
+        }
+        server_addresses(base, one, many, MAX_REPLICAS).unwrap_or_else(|e| {
+            errors.push(e);
+            Vec::new()
+        })
+    };
+    let dns_fields = replica_fields(
+        comps.dns.enabled,
+        "spec.infraComponents.dns",
+        comps.dns.server_ip.as_deref(),
+        &comps.dns.server_ips,
+    );
+    let proxy_fields = replica_fields(
+        comps.proxy.enabled,
+        "spec.infraComponents.proxy",
+        comps.proxy.server_ip.as_deref(),
+        &comps.proxy.server_ips,
+    );
     let mut addr = |field: &str, s: &str| -> Option<Ipv4Addr> {
         match s.trim().parse::<Ipv4Addr>() {
             Ok(a) => {
@@ -254,28 +280,27 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
         .enabled
         .then(|| addr("spec.infraComponents.dhcp.rangeEnd", &comps.dhcp.range_end))
         .flatten();
-    let dns_ip = comps
-        .dns
-        .enabled
-        .then(|| addr("spec.infraComponents.dns.serverIP", &comps.dns.server_ip))
-        .flatten();
-    let proxy_ip = comps
-        .proxy
-        .enabled
-        .then(|| {
-            addr(
-                "spec.infraComponents.proxy.serverIP",
-                &comps.proxy.server_ip,
-            )
+    let dns_ips: Vec<(String, Option<Ipv4Addr>)> = dns_fields
+        .into_iter()
+        .map(|(field, text)| {
+            let a = addr(&field, &text);
+            (field, a)
         })
-        .flatten();
+        .collect();
+    let proxy_ips: Vec<(String, Option<Ipv4Addr>)> = proxy_fields
+        .into_iter()
+        .map(|(field, text)| {
+            let a = addr(&field, &text);
+            (field, a)
+        })
+        .collect();
 
     // Infra addresses must be distinct: two components on one address would
     // fight over ARP on the VLAN.
     let mut named: Vec<(String, Option<Ipv4Addr>)> = vec![(gateway_field.to_string(), gateway)];
     named.extend(dhcp_ips.iter().cloned());
-    named.push(("spec.infraComponents.dns.serverIP".to_string(), dns_ip));
-    named.push(("spec.infraComponents.proxy.serverIP".to_string(), proxy_ip));
+    named.extend(dns_ips.iter().cloned());
+    named.extend(proxy_ips.iter().cloned());
     for (i, (field, a)) in named.iter().enumerate() {
         let Some(a) = a else { continue };
         if let Some((other, _)) = named[..i].iter().find(|(_, b)| *b == Some(*a)) {
@@ -392,7 +417,7 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
         dhcp: pool
             .filter(|_| !dhcp_ips.is_empty())
             .map(|p| (dhcp_ips.iter().filter_map(|(_, a)| *a).collect(), p)),
-        dns: dns_ip,
-        proxy: proxy_ip,
+        dns: dns_ips.iter().filter_map(|(_, a)| *a).collect(),
+        proxy: proxy_ips.iter().filter_map(|(_, a)| *a).collect(),
     })
 }

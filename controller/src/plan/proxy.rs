@@ -51,12 +51,12 @@ use super::filter::FilterPlan;
 use super::labels::{Component, child_meta, instance_of, push_token_secret_name, selector};
 use super::network::Network;
 use super::network_policy::push_api_policy;
+use super::rolling::{replica_placement, server_selector};
 use super::workload::{
-    Children, Placement, PodPlan, deployment, http_probe, mount, port, resources, service_account,
-    tcp_probe,
+    Children, PodPlan, deployment, http_probe, mount, port, resources, service_account, tcp_probe,
 };
 use crate::crd::{
-    FilterSource, Infra, Isolation, LocalObjectReference, ProxyServer, ProxyServerSpec,
+    FilterSource, Infra, Isolation, LocalObjectReference, ProxyServer, ProxyServerSpec, ReplicaOf,
     RoutesDocument, VlanInterface,
 };
 
@@ -258,48 +258,78 @@ pub fn check_tables<'a>(proxies: impl IntoIterator<Item = &'a ProxyServer>) -> V
         .collect()
 }
 
-/// The ProxyServer spec derived from an Infra (None when the proxy is disabled).
+/// The ProxyServer specs derived from an Infra, one per proxy address with
+/// the name of its ProxyServer (`<infra>-proxy`, `<infra>-proxy-2`, …), all
+/// with the same routing table; empty when the proxy is disabled.
+pub fn specs(
+    infra: &Infra,
+    network: &Network,
+    attachments: &[AttachmentOutcome],
+    filter_sha256: Option<&str>,
+) -> Vec<(String, ProxyServerSpec)> {
+    let comp = &infra.spec.infra_components.proxy;
+    if !comp.enabled {
+        return Vec::new();
+    }
+    let infra_name = infra.metadata.name.clone().unwrap_or_default();
+    let routes = routes(network, attachments);
+    let count = network.proxy.len() as u32;
+    // oooi makes its own internal Service unless another one is named.
+    let internal_service = comp
+        .internal_proxy_service
+        .as_deref()
+        .is_none_or(|named| names_own_service(infra, named));
+    network
+        .proxy
+        .iter()
+        .enumerate()
+        .map(|(i, proxy_ip)| {
+            let spec = ProxyServerSpec {
+                vlan: VlanInterface {
+                    network_attachment_definition: network.nad.clone(),
+                    network_attachment_namespace: network.nad_namespace.clone(),
+                    address: network.with_prefix(*proxy_ip),
+                    interface: "net1".to_string(),
+                },
+                // Set: plan_infra reports an unset image instead of planning.
+                image: comp.image.clone().unwrap_or_default(),
+                tls_ports: tls_ports(&routes),
+                routes: RoutesDocument(routes.clone()),
+                push_port: 9445,
+                admin_port: 9901,
+                push_token_secret: LocalObjectReference {
+                    name: push_token_secret_name(&infra_name),
+                },
+                filter: FilterSource {
+                    sha256: filter_sha256.map(str::to_string),
+                    ..FilterSource::default()
+                },
+                connect_timeout_ms: 5000,
+                // One Service for every replica, made by the first.
+                internal_service: internal_service && i == 0,
+                resources: comp.resources.clone(),
+                replica: (count > 1).then_some(ReplicaOf {
+                    index: i as u32,
+                    count,
+                }),
+            };
+            (Component::Proxy.replica_name(&infra_name, i), spec)
+        })
+        .collect()
+}
+
+/// The ProxyServer spec of the first proxy address (None when the proxy
+/// is disabled).
 pub fn spec(
     infra: &Infra,
     network: &Network,
     attachments: &[AttachmentOutcome],
     filter_sha256: Option<&str>,
 ) -> Option<ProxyServerSpec> {
-    let comp = &infra.spec.infra_components.proxy;
-    if !comp.enabled {
-        return None;
-    }
-    let proxy_ip = network.proxy?;
-    let infra_name = infra.metadata.name.clone().unwrap_or_default();
-    let routes = routes(network, attachments);
-    Some(ProxyServerSpec {
-        vlan: VlanInterface {
-            network_attachment_definition: network.nad.clone(),
-            network_attachment_namespace: network.nad_namespace.clone(),
-            address: network.with_prefix(proxy_ip),
-            interface: "net1".to_string(),
-        },
-        // Set: plan_infra reports an unset image instead of planning.
-        image: comp.image.clone().unwrap_or_default(),
-        tls_ports: tls_ports(&routes),
-        routes: RoutesDocument(routes),
-        push_port: 9445,
-        admin_port: 9901,
-        push_token_secret: LocalObjectReference {
-            name: push_token_secret_name(&infra_name),
-        },
-        filter: FilterSource {
-            sha256: filter_sha256.map(str::to_string),
-            ..FilterSource::default()
-        },
-        connect_timeout_ms: 5000,
-        // oooi makes its own internal Service unless another one is named.
-        internal_service: comp
-            .internal_proxy_service
-            .as_deref()
-            .is_none_or(|named| names_own_service(infra, named)),
-        resources: comp.resources.clone(),
-    })
+    specs(infra, network, attachments, filter_sha256)
+        .into_iter()
+        .next()
+        .map(|(_, s)| s)
 }
 
 /// Whether `internalProxyService` names the proxy's own Service
@@ -494,12 +524,13 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
             ..Service::default()
         });
     }
+    let replica = server.spec.replica;
     services.push(Service {
         metadata: child_meta(server, format!("{name}-push"), &instance, c),
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".to_string()),
             publish_not_ready_addresses: Some(true),
-            selector: Some(selector(&instance, c)),
+            selector: Some(server_selector(&name, &instance, c, replica)),
             ports: Some(vec![ServicePort {
                 name: Some("push".to_string()),
                 port: i32::from(server.spec.push_port),
@@ -547,6 +578,7 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
             ..Volume::default()
         },
     ];
+    let (placement, pdb) = replica_placement(server, &name, &instance, c, replica);
     let low_port = cfg.tls_ports.iter().any(|p| *p < 1024);
     let push = i32::from(server.spec.push_port);
     let deployment = deployment(
@@ -585,7 +617,7 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
             liveness: tcp_probe(push, 10, 6),
             resources: resources(server.spec.resources.as_ref(), "50m", "128Mi", "512Mi"),
             fs_group: None,
-            placement: Placement::default(),
+            placement,
         },
     );
     Ok(Children {
@@ -594,7 +626,7 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
         secret: Some(secret),
         services,
         pvc: None,
-        pdb: None,
+        pdb,
         deployment,
     })
 }

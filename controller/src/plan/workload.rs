@@ -12,7 +12,8 @@
 //!   set is the added capabilities alone.
 //! - A component that needs none runs as UID 65532 with `runAsNonRoot`.
 //! - One replica with the `Recreate` strategy: the static VLAN address can be
-//!   held by one pod at a time (two would fight over ARP).
+//!   held by one pod at a time (two would fight over ARP). Several replicas
+//!   are several Deployments, one per address (see `rolling`).
 
 use std::collections::BTreeMap;
 
@@ -253,7 +254,7 @@ where
         ]),
         ..Container::default()
     };
-    Deployment {
+    let mut d = Deployment {
         metadata: child_meta(owner, plan.name.clone(), &plan.instance, plan.component),
         spec: Some(DeploymentSpec {
             replicas: Some(1),
@@ -297,7 +298,9 @@ where
             ..DeploymentSpec::default()
         }),
         ..Deployment::default()
-    }
+    };
+    super::rolling::stamp(&mut d);
+    d
 }
 
 /// The component's ServiceAccount.

@@ -25,14 +25,15 @@ use super::step::{Announce, namespace, write_status};
 use super::{Context, Error, Result};
 use crate::cache::{Decoded, cached};
 use crate::crd::{
-    DHCPServer, DNSServer, ProxyReplicaStatus, ProxyServer, ProxyServerStatus, ServerStatus,
-    condition,
+    DHCPServer, DNSServer, ProxyReplicaStatus, ProxyServer, ProxyServerStatus, ReplicaOf,
+    ServerStatus, condition,
 };
-use crate::plan::labels::instance_of;
+use crate::plan::labels::{SERVER_LABEL, instance_of};
 use crate::plan::proxy::next_table;
 use crate::plan::readiness::{
     Rollout, config_digest, invalid_conditions, rollout, rollout_conditions, server_status,
 };
+use crate::plan::rolling::{self, Gate, ReplicaState};
 use crate::plan::{Children, PlannedCondition, merge_conditions};
 use crate::push::{Outcome, Replica};
 
@@ -65,7 +66,11 @@ where
 /// Deployment, in that
 /// order, so the pods find what they mount and are admitted); returns how
 /// many were written.
-pub async fn apply_children(ctx: &Context, ns: &str, c: &Children) -> Result<usize> {
+///
+/// The Deployment waits when `gate` says so (a replica whose restart would
+/// take a second replica of its component down, see [`rolling::gate`]);
+/// everything else, which the programs reload, is applied at once.
+pub async fn apply_children(ctx: &Context, ns: &str, c: &Children, gate: &Gate) -> Result<usize> {
     let s = &ctx.stores;
     let mut written = Vec::new();
     written.push(apply_one(ctx, &s.service_accounts, ns, &c.service_account).await?);
@@ -93,7 +98,12 @@ pub async fn apply_children(ctx: &Context, ns: &str, c: &Children) -> Result<usi
     if remove_stale(ctx, ns, c).await? {
         written.push(Applied::Written);
     }
-    written.push(apply_one(ctx, &s.deployments, ns, &c.deployment).await?);
+    match gate {
+        Gate::Apply => written.push(apply_one(ctx, &s.deployments, ns, &c.deployment).await?),
+        Gate::Wait(why) => {
+            info!(deployment = %c.deployment.name_any(), namespace = ns, "update held back: {why}");
+        }
+    }
     Ok(written.iter().filter(|w| **w == Applied::Written).count())
 }
 
@@ -170,6 +180,9 @@ pub async fn reconcile_dhcp(obj: Arc<Decoded<DHCPServer>>, ctx: Arc<Context>) ->
                 d.status.as_ref(),
                 "DHCPServer",
                 crate::plan::dhcp::children,
+                // A DHCP pair's servers restart on their own: each serves
+                // the whole pool while the other is down.
+                |_, _, _| Gate::Apply,
                 &ctx,
             )
             .await
@@ -187,6 +200,7 @@ pub async fn reconcile_dns(obj: Arc<Decoded<DNSServer>>, ctx: Arc<Context>) -> R
                 d.status.as_ref(),
                 "DNSServer",
                 crate::plan::dns::children,
+                dns_gate,
                 &ctx,
             )
             .await
@@ -256,6 +270,7 @@ async fn reconcile_server<K>(
     status: Option<&ServerStatus>,
     kind: &'static str,
     plan: fn(&K) -> anyhow::Result<Children>,
+    gate: fn(&Context, &K, &Deployment) -> Gate,
     ctx: &Context,
 ) -> Result<Action>
 where
@@ -267,26 +282,155 @@ where
     let started = Instant::now();
     let ns = namespace(obj)?;
     let generation = obj.meta().generation;
+    let mut again = RESYNC;
     let (planned, digest, rollout) = match plan(obj) {
         Ok(children) => {
-            apply_children(ctx, &ns, &children).await?;
+            let gate = gate(ctx, obj, &children.deployment);
+            apply_children(ctx, &ns, &children, &gate).await?;
             let r = rollout_of(ctx, &ns, &children.deployment.name_any());
-            (rollout_conditions(&r), config_digest(&children), r)
+            let mut planned = rollout_conditions(&r);
+            if let Gate::Wait(why) = &gate {
+                planned = waiting_conditions(&r, why);
+                again = RETRY_PUSH;
+            }
+            (planned, config_digest(&children), r)
         }
         Err(e) => (invalid_conditions(&e), None, Rollout::default()),
     };
     let st = server_status(status, generation, &planned, &rollout, digest, &(ctx.now)());
     write_status(ctx, obj, status, &st, None).await?;
     ctx.metrics.reconciled(kind, started.elapsed());
-    Ok(Action::requeue(RESYNC))
+    Ok(Action::requeue(again))
+}
+
+/// `Ready` and `Progressing` of a replica whose update waits for the
+/// others: ready as its (old) pod is, progressing with the reason.
+fn waiting_conditions(r: &Rollout, why: &str) -> Vec<PlannedCondition> {
+    let mut planned = rollout_conditions(r);
+    planned.retain(|c| c.type_ != condition::PROGRESSING);
+    planned.push(PlannedCondition::yes(
+        condition::PROGRESSING,
+        "WaitingForReplicas",
+        format!("the new pod template waits: {why}"),
+    ));
+    planned
+}
+
+/// The gate of a replica's Deployment ([`rolling::gate`]), from the cache:
+/// the live Deployments of every replica of the same instance and what
+/// `view` says of each sibling (its replica place, the template hash of its
+/// planned Deployment, whether it holds its current config). A server that
+/// is not one of several replicas always applies.
+fn replica_gate<K>(
+    ctx: &Context,
+    store: &Store<Decoded<K>>,
+    me: &K,
+    replica: Option<ReplicaOf>,
+    desired: &Deployment,
+    view: impl Fn(&K) -> Option<(ReplicaOf, Option<String>, bool)>,
+) -> Gate
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    let Some(mine) = replica.filter(|r| rolling::is_replica(Some(*r))) else {
+        return Gate::Apply;
+    };
+    let ns = me.meta().namespace.clone().unwrap_or_default();
+    let instance = instance_of(me.meta());
+    let name = me.name_any();
+    let live = |server: &str, in_sync: bool| {
+        cached::<Deployment>(&ctx.stores.deployments, &ns, server)
+            .map(|d| rolling::LiveReplica::of(&d, in_sync))
+    };
+    let me_state = ReplicaState {
+        name: name.clone(),
+        index: mine.index,
+        desired: rolling::template_hash(desired),
+        live: live(&name, true),
+    };
+    let others: Vec<ReplicaState> = store
+        .state()
+        .iter()
+        .filter(|o| {
+            o.meta().namespace.as_deref() == Some(ns.as_str())
+                && instance_of(o.meta()) == instance
+                && o.name_any() != name
+        })
+        .filter_map(|o| {
+            let k = o.get()?;
+            let (r, desired, in_sync) = view(k)?;
+            let server = o.name_any();
+            let live = live(&server, in_sync);
+            // A sibling that cannot be planned is judged by its live pod.
+            let desired = desired
+                .or_else(|| live.as_ref().and_then(|l| l.hash.clone()))
+                .unwrap_or_default();
+            Some(ReplicaState {
+                name: server,
+                index: r.index,
+                desired,
+                live,
+            })
+        })
+        .collect();
+    rolling::gate(&me_state, &others)
+}
+
+fn dns_gate(ctx: &Context, me: &DNSServer, desired: &Deployment) -> Gate {
+    replica_gate(
+        ctx,
+        &ctx.stores.dns_servers,
+        me,
+        me.spec.replica,
+        desired,
+        |d: &DNSServer| {
+            let planned = crate::plan::dns::children(d).ok();
+            Some((
+                d.spec.replica?,
+                planned.map(|c| rolling::template_hash(&c.deployment)),
+                true,
+            ))
+        },
+    )
+}
+
+fn proxy_gate(ctx: &Context, me: &ProxyServer, desired: &Deployment, token: &str) -> Gate {
+    replica_gate(
+        ctx,
+        &ctx.stores.proxy_servers,
+        me,
+        me.spec.replica,
+        desired,
+        |p: &ProxyServer| {
+            let planned = crate::plan::proxy::children(p, token).ok();
+            Some((
+                p.spec.replica?,
+                planned.map(|c| rolling::template_hash(&c.deployment)),
+                routes_synced(p),
+            ))
+        },
+    )
+}
+
+/// Whether a ProxyServer's status says every pod holds the routing table of
+/// its current spec.
+fn routes_synced(p: &ProxyServer) -> bool {
+    p.status.as_ref().is_some_and(|st| {
+        st.observed_generation == p.metadata.generation
+            && st
+                .conditions
+                .iter()
+                .any(|c| c.type_ == condition::ROUTES_SYNCED && c.status == "True")
+    })
 }
 
 /// The Envoy pods of a ProxyServer that can take a push: running, with an
 /// IP, not being deleted. Not only Ready ones: an Envoy is not Ready until
-/// it holds a table.
+/// it holds a table. Of several replicas, each pushes to its own pods.
 pub fn replicas(ctx: &Context, proxy: &ProxyServer) -> Vec<Replica> {
     let ns = proxy.namespace().unwrap_or_default();
     let instance = instance_of(&proxy.metadata);
+    let own = rolling::is_replica(proxy.spec.replica).then(|| proxy.name_any());
     let mut pods: Vec<Replica> = ctx
         .stores
         .pods
@@ -297,6 +441,9 @@ pub fn replicas(ctx: &Context, proxy: &ProxyServer) -> Vec<Replica> {
                     .get("app.kubernetes.io/component")
                     .map(String::as_str)
                     == Some("proxy")
+                && own
+                    .as_ref()
+                    .is_none_or(|own| p.labels().get(SERVER_LABEL) == Some(own))
                 && p.metadata.deletion_timestamp.is_none()
         })
         .iter()
@@ -389,16 +536,23 @@ pub async fn reconcile_proxy(
             requeue = RETRY_PUSH * 6;
         }
         Ok((objects, token)) => {
-            apply_children(&ctx, &ns, &objects.children).await?;
+            let gate = proxy_gate(&ctx, obj, &objects.children.deployment, &token);
+            apply_children(&ctx, &ns, &objects.children, &gate).await?;
             if let Some(policy) = &objects.push_policy {
                 apply_one(&ctx, &ctx.stores.network_policies, &ns, policy).await?;
             }
             let r = rollout_of(&ctx, &ns, &objects.children.deployment.name_any());
             st.replicas = r.replicas;
             st.ready_replicas = r.ready;
-            planned = rollout_conditions(&r);
+            planned = match &gate {
+                Gate::Apply => rollout_conditions(&r),
+                Gate::Wait(why) => waiting_conditions(&r, why),
+            };
             let (synced, again) = sync_routes(&ctx, obj, &token, &mut st, &now).await;
-            requeue = again;
+            requeue = match gate {
+                Gate::Apply => again,
+                Gate::Wait(_) => again.min(RETRY_PUSH),
+            };
             planned.push(synced);
         }
     }

@@ -43,11 +43,11 @@ use crate::crd::{
     ComponentsStatus, DHCPServer, DNSServer, FINALIZER, Infra, ProxyServer, condition,
 };
 use crate::plan::cudn;
-use crate::plan::infra::{component_status, infra_status, servers_status};
+use crate::plan::infra::{infra_status, servers_status};
 use crate::plan::labels::{
     Component, INFRA_LABEL, labels, owner_refs, pair_token_secret_name, push_token_secret_name,
 };
-use crate::plan::network::MAX_DHCP_SERVERS;
+use crate::plan::network::{MAX_DHCP_SERVERS, MAX_REPLICAS};
 use crate::plan::{PlannedCondition, merge_conditions};
 
 /// Resync period.
@@ -147,16 +147,34 @@ where
     }
 }
 
-/// How many DHCP servers the Infra asks for (one per address; the
-/// one-address form and an invalid list count as one).
-fn dhcp_servers(infra: &Infra) -> usize {
-    infra
-        .spec
-        .infra_components
-        .dhcp
-        .server_ips
-        .len()
-        .clamp(1, MAX_DHCP_SERVERS)
+/// How many servers a component asks for (one per address in `serverIPs`;
+/// the one-address form and an invalid list count as one).
+fn server_count(server_ips: &[String], max: usize) -> usize {
+    server_ips.len().clamp(1, max)
+}
+
+/// The readiness of a component with one server per address, from the
+/// Deployments of its first `count` servers.
+fn replicas_status(
+    ctx: &Context,
+    ns: &str,
+    infra: &str,
+    component: Component,
+    enabled: bool,
+    count: usize,
+) -> crate::crd::ComponentStatus {
+    let servers: Vec<(String, Option<Deployment>)> = (0..count)
+        .map(|i| component.replica_name(infra, i))
+        .map(|n| {
+            let d = deployment(ctx, ns, &n);
+            (n, d)
+        })
+        .collect();
+    let refs: Vec<(&str, Option<&Deployment>)> = servers
+        .iter()
+        .map(|(n, d)| (n.as_str(), d.as_ref()))
+        .collect();
+    servers_status(enabled, &refs)
 }
 
 fn deployment(ctx: &Context, ns: &str, name: &str) -> Option<Deployment> {
@@ -190,8 +208,6 @@ async fn apply_infra(infra: &Infra, ctx: &Context) -> Result<Action> {
     // neither updated nor deleted until the spec is fixed.
     if let Some(d) = plan.desired.clone() {
         let s = &ctx.stores;
-        let dns = Component::Dns.derived_name(&name);
-        let proxy = Component::Proxy.derived_name(&name);
         // One DHCPServer per address; the names of the addresses no longer
         // given go (their children with them).
         for i in 0..MAX_DHCP_SERVERS {
@@ -201,35 +217,45 @@ async fn apply_infra(infra: &Infra, ctx: &Context) -> Result<Action> {
                 apply_derived::<DHCPServer>(ctx, &s.dhcp_servers, &ns, &server, desired).await?,
             );
         }
-        written +=
-            usize::from(apply_derived::<DNSServer>(ctx, &s.dns_servers, &ns, &dns, d.dns).await?);
-        written += usize::from(
-            apply_derived::<ProxyServer>(ctx, &s.proxy_servers, &ns, &proxy, d.proxy).await?,
-        );
+        // One DNSServer and one ProxyServer per replica address, likewise.
+        for i in 0..MAX_REPLICAS {
+            let server = Component::Dns.replica_name(&name, i);
+            let desired = d.dns.get(i).cloned();
+            written += usize::from(
+                apply_derived::<DNSServer>(ctx, &s.dns_servers, &ns, &server, desired).await?,
+            );
+            let server = Component::Proxy.replica_name(&name, i);
+            let desired = d.proxy.get(i).cloned();
+            written += usize::from(
+                apply_derived::<ProxyServer>(ctx, &s.proxy_servers, &ns, &server, desired).await?,
+            );
+        }
         written += apply_cudns(ctx, infra).await?;
     }
     let components = ComponentsStatus {
-        dhcp: Some({
-            let servers: Vec<(String, Option<Deployment>)> = (0..dhcp_servers(infra))
-                .map(|i| Component::Dhcp.replica_name(&name, i))
-                .map(|n| {
-                    let d = deployment(ctx, &ns, &n);
-                    (n, d)
-                })
-                .collect();
-            let refs: Vec<(&str, Option<&Deployment>)> = servers
-                .iter()
-                .map(|(n, d)| (n.as_str(), d.as_ref()))
-                .collect();
-            servers_status(comps.dhcp.enabled, &refs)
-        }),
-        dns: Some(component_status(
-            comps.dns.enabled,
-            deployment(ctx, &ns, &Component::Dns.derived_name(&name)).as_ref(),
+        dhcp: Some(replicas_status(
+            ctx,
+            &ns,
+            &name,
+            Component::Dhcp,
+            comps.dhcp.enabled,
+            server_count(&comps.dhcp.server_ips, MAX_DHCP_SERVERS),
         )),
-        proxy: Some(component_status(
+        dns: Some(replicas_status(
+            ctx,
+            &ns,
+            &name,
+            Component::Dns,
+            comps.dns.enabled,
+            server_count(&comps.dns.server_ips, MAX_REPLICAS),
+        )),
+        proxy: Some(replicas_status(
+            ctx,
+            &ns,
+            &name,
+            Component::Proxy,
             comps.proxy.enabled,
-            deployment(ctx, &ns, &Component::Proxy.derived_name(&name)).as_ref(),
+            server_count(&comps.proxy.server_ips, MAX_REPLICAS),
         )),
     };
     let now = (ctx.now)();

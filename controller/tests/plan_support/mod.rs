@@ -16,7 +16,7 @@ use oooi_routes::RouteTable;
 /// The routing table a plan's proxy would get at generation 1, validated
 /// whole as the filter would.
 pub fn table(p: &plan::InfraPlan) -> RouteTable {
-    let proxy = p.desired.as_ref().unwrap().proxy.as_ref().unwrap();
+    let proxy = p.desired.as_ref().unwrap().proxy.first().unwrap();
     let t = plan::proxy::table(&proxy.spec, 1);
     t.validate().expect("planned table is valid");
     t
@@ -28,7 +28,7 @@ pub fn dns_config(p: &plan::InfraPlan) -> &oooi_dns_config::RawConfig {
         .as_ref()
         .unwrap()
         .dns
-        .as_ref()
+        .first()
         .unwrap()
         .spec
         .config
