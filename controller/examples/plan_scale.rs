@@ -81,14 +81,14 @@ spec:
     objects += plan::dhcp::children(d.dhcp.first().unwrap())?
         .to_values()
         .len();
-    objects += plan::dns::children(d.dns.as_ref().unwrap())?
+    objects += plan::dns::children(d.dns.first().unwrap())?
         .to_values()
         .len();
-    objects += plan::proxy::children(d.proxy.as_ref().unwrap(), "0123456789abcdef0123")?
+    objects += plan::proxy::children(d.proxy.first().unwrap(), "0123456789abcdef0123")?
         .to_values()
         .len();
     let children_time = t.elapsed();
-    let proxy = d.proxy.as_ref().unwrap();
+    let proxy = d.proxy.first().unwrap();
     let table = plan::proxy::table(&proxy.spec, 1);
     let json = table.to_json();
     println!(
