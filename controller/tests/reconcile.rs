@@ -1343,3 +1343,205 @@ async fn a_network_of_that_name_without_the_infra_labels_is_never_written() {
     );
     assert!(h.mock.get(&format!("{CUDNS}/vlan200")).is_some());
 }
+
+fn replicas_infra_json(generation: i64, proxy_image: &str) -> Value {
+    let mut infra = infra_json(generation);
+    let proxy = &mut infra["spec"]["infraComponents"]["proxy"];
+    proxy.as_object_mut().unwrap().remove("serverIP");
+    proxy["serverIPs"] = json!(["198.51.100.4", "198.51.100.5", "198.51.100.6"]);
+    proxy["image"] = json!(proxy_image);
+    infra
+}
+
+const PROXIES: [&str; 3] = ["vlan200-proxy", "vlan200-proxy-2", "vlan200-proxy-3"];
+
+fn deployment_path(name: &str) -> String {
+    format!("/apis/apps/v1/namespaces/oooi/deployments/{name}")
+}
+
+impl Harness {
+    /// Reconciles the ProxyServer `name`; then, as the pusher would leave
+    /// it, its status says whether its pod holds the current table: the
+    /// mock has no Envoy pods to push to, so the reconcile itself reports
+    /// `NoReplicas` (the push is covered against a real Envoy in
+    /// `machine_address_change_is_pushed_to_a_real_envoy`).
+    async fn reconcile_proxy_named(&mut self, name: &str) -> Vec<Recorded> {
+        let path = format!("{G}/proxyservers/{name}");
+        let log = self.run(&path, component::reconcile_proxy).await;
+        let serving = self
+            .mock
+            .get(&deployment_path(name))
+            .is_some_and(|d| d["status"]["readyReplicas"] == 1);
+        self.set_in_sync(name, serving);
+        log
+    }
+
+    /// The Deployment `name` as its controller reports it: ready on its
+    /// current template, or restarting (new spec not rolled out yet).
+    fn set_ready(&self, name: &str, ready: bool) {
+        self.mock.update(&deployment_path(name), |d| {
+            let g = d["metadata"]["generation"].as_i64().unwrap();
+            let n = i64::from(ready);
+            d["status"] = json!({"observedGeneration": g, "replicas": 1,
+                "readyReplicas": n, "updatedReplicas": n, "availableReplicas": n});
+        });
+    }
+
+    /// The ProxyServer `name`'s status as the pusher leaves it when its pod
+    /// holds the current table, or not.
+    fn set_in_sync(&self, name: &str, synced: bool) {
+        self.mock.update(&format!("{G}/proxyservers/{name}"), |p| {
+            let g = p["metadata"]["generation"].clone();
+            p["status"] = json!({"observedGeneration": g, "conditions": [{
+                "type": "RoutesSynced", "status": if synced { "True" } else { "False" },
+                "reason": "AllReplicasSynced", "message": "",
+                "lastTransitionTime": "2026-12-03T08:00:00Z"}]});
+        });
+    }
+
+    fn image_of(&self, name: &str) -> String {
+        let d = self.mock.get(&deployment_path(name)).unwrap();
+        d["spec"]["template"]["spec"]["containers"][0]["image"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+}
+
+/// Three proxy replicas take a new image one at a time, in index order,
+/// whatever order their reconcilers run in: each waits until every other
+/// replica is ready and holds the current table, and a later one until the
+/// earlier ones run the new template. Never two replicas down at once.
+#[tokio::test]
+async fn proxy_replicas_roll_a_new_image_one_at_a_time_in_order() {
+    let mut h = Harness::new(false);
+    h.mock
+        .insert(&infra_path(), replicas_infra_json(1, "envoy:old"));
+    h.reconcile_infra().await; // finalizer
+    let log = h.reconcile_infra().await;
+    let applied: Vec<String> = writes(&log).iter().map(|r| r.line()).collect();
+    for p in PROXIES {
+        assert!(
+            applied.contains(&format!("PATCH {G}/proxyservers/{p}")),
+            "{applied:?}"
+        );
+    }
+    // First rollout: every Deployment is created at once (nothing serves yet).
+    for p in PROXIES {
+        let log = h.reconcile_proxy_named(p).await;
+        assert!(
+            lines(&log).contains(&format!("PATCH {}", deployment_path(p))),
+            "{p}: {:?}",
+            lines(&log)
+        );
+        let d = h.mock.get(&deployment_path(p)).unwrap();
+        assert!(
+            d["metadata"]["annotations"]["hostedcluster.densityops.com/template-hash"].is_string()
+        );
+    }
+    for p in PROXIES {
+        h.set_ready(p, true);
+        h.set_in_sync(p, true);
+    }
+    // A new image: the Infra rewrites the three ProxyServers.
+    h.mock.insert(
+        &infra_path(),
+        finalized_infra(replicas_infra_json(2, "envoy:new")),
+    );
+    h.reconcile_infra().await;
+    for p in PROXIES {
+        h.set_in_sync(p, true); // their tables did not change
+    }
+    let mut order = Vec::new();
+    for _round in 0..PROXIES.len() {
+        // Every reconciler runs, last replica first: exactly one rolls.
+        let mut rolled = Vec::new();
+        for p in PROXIES.iter().rev() {
+            let log = h.reconcile_proxy_named(p).await;
+            if lines(&log).contains(&format!("PATCH {}", deployment_path(p))) {
+                rolled.push(p.to_string());
+            } else if h.image_of(p) == "envoy:old" {
+                let status = &writes(&log)
+                    .iter()
+                    .find(|r| r.path().ends_with("/status"))
+                    .map(|r| r.body.clone().unwrap())
+                    .unwrap_or_else(|| h.mock.get(&format!("{G}/proxyservers/{p}")).unwrap())["status"];
+                if let Some(c) = status["conditions"]
+                    .as_array()
+                    .and_then(|c| c.iter().find(|c| c["type"] == "Progressing"))
+                {
+                    assert_eq!(c["reason"], "WaitingForReplicas", "{p}: {c}");
+                }
+            }
+        }
+        assert_eq!(rolled.len(), 1, "one replica at a time: {rolled:?}");
+        let p = rolled[0].clone();
+        assert_eq!(h.image_of(&p), "envoy:new");
+        // It restarts: not ready and without its table. Nobody else moves.
+        h.set_ready(&p, false);
+        h.set_in_sync(&p, false);
+        for q in PROXIES {
+            let log = h.reconcile_proxy_named(q).await;
+            if q != p {
+                assert!(
+                    !lines(&log).contains(&format!("PATCH {}", deployment_path(q))),
+                    "{q} rolled while {p} was down"
+                );
+            }
+        }
+        let down: Vec<&str> = PROXIES
+            .iter()
+            .copied()
+            .filter(|q| {
+                let d = h.mock.get(&deployment_path(q)).unwrap();
+                d["status"]["readyReplicas"] != 1
+            })
+            .collect();
+        assert_eq!(down, [p.as_str()], "never two replicas down at once");
+        // Ready again and the push reached it.
+        h.set_ready(&p, true);
+        h.set_in_sync(&p, true);
+        order.push(p);
+    }
+    assert_eq!(order, PROXIES);
+    for p in PROXIES {
+        assert_eq!(h.image_of(p), "envoy:new");
+        let log = h.reconcile_proxy_named(p).await;
+        assert!(!lines(&log).contains(&format!("PATCH {}", deployment_path(p))));
+    }
+}
+
+/// A replica that is down anyway takes its update at once: replacing it
+/// costs no availability, and a broken template on every replica stays
+/// fixable.
+#[tokio::test]
+async fn a_replica_that_is_not_ready_takes_its_update_at_once() {
+    let mut h = Harness::new(false);
+    h.mock
+        .insert(&infra_path(), replicas_infra_json(1, "envoy:broken"));
+    h.reconcile_infra().await;
+    h.reconcile_infra().await;
+    for p in PROXIES {
+        h.reconcile_proxy_named(p).await;
+        h.set_ready(p, false);
+        h.set_in_sync(p, false);
+    }
+    h.mock.insert(
+        &infra_path(),
+        finalized_infra(replicas_infra_json(2, "envoy:fixed")),
+    );
+    h.reconcile_infra().await;
+    for p in PROXIES {
+        let log = h.reconcile_proxy_named(p).await;
+        assert!(
+            lines(&log).contains(&format!("PATCH {}", deployment_path(p))),
+            "{p}: {:?}",
+            lines(&log)
+        );
+        assert_eq!(h.image_of(p), "envoy:fixed");
+    }
+}
+
+fn finalized_infra(infra: Value) -> Value {
+    reconcile_support::finalized(infra)
+}

@@ -92,15 +92,27 @@ async fn apply_attachment(att: &InfraClusterAttachment, ctx: &Context) -> Result
         Some(i) => observe_infra(ctx, i).await?,
         None => empty_plan(),
     };
-    let proxy = cached::<Decoded<ProxyServer>>(
-        &ctx.stores.proxy_servers,
-        &ns,
-        &Component::Proxy.derived_name(infra_name),
-    );
-    let routes_synced = proxy.as_ref().and_then(|p| {
-        let st = p.get()?.status.as_ref()?;
-        condition_status(&st.conditions, condition::ROUTES_SYNCED).map(|s| s == status::TRUE)
-    });
+    // Every proxy replica must hold the table: unknown while one has not
+    // reported, false while one is out of sync.
+    let names: Vec<String> = match plan.desired.as_ref() {
+        Some(d) if !d.proxy.is_empty() => d.proxy.iter().map(|p| p.name_any()).collect(),
+        _ => vec![Component::Proxy.derived_name(infra_name)],
+    };
+    let per_replica: Vec<Option<bool>> = names
+        .iter()
+        .map(|name| {
+            let p = cached::<Decoded<ProxyServer>>(&ctx.stores.proxy_servers, &ns, name)?;
+            let st = p.get()?.status.as_ref()?;
+            condition_status(&st.conditions, condition::ROUTES_SYNCED).map(|s| s == status::TRUE)
+        })
+        .collect();
+    let routes_synced = if per_replica.contains(&Some(false)) {
+        Some(false)
+    } else if per_replica.contains(&None) {
+        None
+    } else {
+        Some(true)
+    };
     let st = attachment_status(att, &plan, routes_synced, &(ctx.now)());
 
     // The control-plane NetworkPolicy, while accepted (planned in
