@@ -8,6 +8,10 @@
 //! published to pods → the internal proxy; never the aliases).
 //! The pod view cannot bind port 53 on all addresses beside the VLAN view's
 //! port 53, so it uses 5353 behind the Service.
+//!
+//! With several DNS addresses each is one replica (its own DNSServer): the
+//! configs differ only in the VLAN view's address, and the first replica
+//! makes the pod view's Service, which selects every replica.
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
