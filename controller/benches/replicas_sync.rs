@@ -17,7 +17,6 @@
 #![allow(clippy::unwrap_used)] // a benchmark that cannot set up has nothing to say
 
 #[path = "../tests/mock_api/mod.rs"]
-#[allow(dead_code)]
 mod mock_api;
 #[path = "../tests/reconcile_support/mod.rs"]
 mod reconcile_support;
