@@ -282,10 +282,8 @@ fn one_address_in_either_form_is_the_single_server_of_before() {
         plan::dns::children(d).unwrap(),
         plan::proxy::children(p, TOKEN).unwrap(),
     ] {
-        assert!(c.pdb.is_none());
-        assert!(!pod_labels(&c).contains_key(SERVER_LABEL));
-        let pod = c.deployment.spec.unwrap().template.spec.unwrap();
-        assert!(pod.affinity.is_none());
+        assert!(c.pdb.is_none(), "no budget for one server");
+        assert!(!selector(&c).contains_key(SERVER_LABEL));
     }
     assert_eq!(one.dhcp[0].spec.config.0.dns_servers, [ip("192.0.2.3")]);
 }
@@ -354,4 +352,27 @@ fn the_replica_count_changes_no_address_of_the_first() {
     assert_eq!(one.dns[0].spec.vlan, two.dns[0].spec.vlan);
     assert_eq!(one.dns[0].spec.config, two.dns[0].spec.config);
     assert_eq!(two.dns[1].spec.vlan.address, "192.0.2.6/24");
+}
+
+#[test]
+fn adding_or_removing_replicas_never_restarts_the_first() {
+    // The first replica's pod template (so its pod) is the same alone and
+    // among others: growing to three and back restarts nothing that serves.
+    let hashes = |dns: &str, proxy: &str| -> (String, String) {
+        let d = plan_of(&infra(dns, proxy), &[]).desired.unwrap();
+        (
+            template_hash(&plan::dns::children(&d.dns[0]).unwrap().deployment),
+            template_hash(
+                &plan::proxy::children(&d.proxy[0], TOKEN)
+                    .unwrap()
+                    .deployment,
+            ),
+        )
+    };
+    let one = hashes("serverIP: 192.0.2.3", "serverIP: 192.0.2.4");
+    let three = hashes(
+        "serverIPs: [192.0.2.3, 192.0.2.6, 192.0.2.9]",
+        "serverIPs: [192.0.2.4, 192.0.2.7, 192.0.2.8]",
+    );
+    assert_eq!(one, three);
 }

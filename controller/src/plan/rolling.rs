@@ -65,13 +65,15 @@ pub fn is_replica(replica: Option<ReplicaOf>) -> bool {
     replica.is_some_and(|r| r.count > 1)
 }
 
-/// Placement and budget of the server `name` of `instance`: for one of
-/// several replicas, its own pod label, a node apart from the others
-/// ([`spread`]) and, on the first, the budget all of them share
-/// ([`replicas_budget`]); for a single server, nothing extra.
+/// Placement and budget of the server `name` of `instance` (DNS or proxy):
+/// its own pod label and a node apart from the other replicas ([`spread`]),
+/// and, on the first of several, the budget all of them share
+/// ([`replicas_budget`]).
 ///
-/// The first replica keeps the selector of a single server (a Deployment's
-/// selector cannot change, so one server grows into several without being
+/// The pod template is the same whether the server is alone or one of
+/// several, so adding or removing replicas never restarts the first one.
+/// The first keeps the selector of a single server (a Deployment's selector
+/// cannot change, so one server grows into several without being
 /// replaced); every other replica's selector also names its own label.
 pub(crate) fn replica_placement<K>(
     owner: &K,
@@ -83,19 +85,16 @@ pub(crate) fn replica_placement<K>(
 where
     K: Resource<DynamicType = ()>,
 {
-    let Some(r) = replica.filter(|r| r.count > 1) else {
-        return (Placement::default(), None);
-    };
     let own = own_label(name);
     let mut placement = spread(instance, component);
     placement.pod_labels = own.clone();
-    if r.index == 0 {
-        let budget = replicas_budget(owner, &format!("{name}-replicas"), instance, component);
-        (placement, Some(budget))
-    } else {
+    let first = replica.is_none_or(|r| r.index == 0);
+    if !first {
         placement.selector_labels = own;
-        (placement, None)
     }
+    let budget = (first && is_replica(replica))
+        .then(|| replicas_budget(owner, &format!("{name}-replicas"), instance, component));
+    (placement, budget)
 }
 
 /// The label that names the server a pod runs.
