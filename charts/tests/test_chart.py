@@ -815,6 +815,6 @@ def test_pod_monitor_scrapes_the_component_pods():
     pm = find(render(ALL_FEATURES)[0], "PodMonitor")
     sel = pm["spec"]["selector"]
     assert sel["matchLabels"] == {"app.kubernetes.io/name": "oooi", "app.kubernetes.io/managed-by": "oooi-controller"}, sel
-    assert sel["matchExpressions"] == [{"key": "app.kubernetes.io/component", "operator": "In", "values": ["dns", "dhcp"]}]
+    assert sel["matchExpressions"] == [{"key": "app.kubernetes.io/component", "operator": "In", "values": ["dns", "dhcp", "proxy"]}]
     assert pm["spec"]["namespaceSelector"] == {"any": True}
     assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "http"
