@@ -140,9 +140,10 @@ impl Push {
     }
 
     /// `PUT /v1/routes` with `file` to the table API at `api`, retried for
-    /// 20 s; the HTTP status, or the error.
+    /// 60 s (an Envoy starting on a loaded machine takes a while to open its
+    /// listeners); the HTTP status, or the error.
     pub fn put_to(&self, lab: &Lab, api: &str, file: &Path) -> String {
-        wait_until(20, "push", || {
+        wait_until(60, "push", || {
             lab.me_in(
                 &self.from,
                 &[

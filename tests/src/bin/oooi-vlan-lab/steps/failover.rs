@@ -7,13 +7,13 @@
 //!
 //! Asserted: no connection failed on every address, none was misrouted
 //! (each names the backend that answered), and none failed outside the two
-//! windows a crash leaves: connections open at the kill are cut, and a
-//! restarted Envoy accepts TCP before it has its table, so it refuses
-//! (resets) connections until the push reaches it. Its readiness is 503
-//! meanwhile; after the push it is 200 and it routes. Reported: those
-//! windows' failures, the connect+handshake latency at the kill against the
-//! steady state, failed and slow lookups, and the time until each restarted
-//! replica serves.
+//! windows a crash leaves: connections open at the kill (or still in the
+//! dying process's accept queue) are cut, and a restarted Envoy accepts TCP
+//! before it has its table, so it refuses (resets) connections until the
+//! push reaches it. Its readiness is 503 meanwhile; after the push it is
+//! 200 and it routes. Reported: those windows' failures, the
+//! connect+handshake latency at the kill against the steady state, failed
+//! and slow lookups, and the time until each restarted replica serves.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -46,6 +46,8 @@ const AT_KILL_MS: f64 = 1000.0;
 struct Timeline {
     start: f64,
     proxy_kill: f64,
+    /// The killed Envoy's process was gone (its connections reset).
+    proxy_dead: f64,
     proxy_restart: f64,
     /// The restarted Envoy's table API answered.
     proxy_up: f64,
@@ -139,6 +141,7 @@ pub fn run(
     println!("  kill -9 proxy replica 1 ({proxy_ip}, {})", proxy.ns);
     t.proxy_kill = now_ms();
     lab.kill_9(&proxy)?;
+    t.proxy_dead = now_ms();
     std::thread::sleep(PROXY_DOWN);
     println!("  start proxy replica 1 again (its table is gone with the process)");
     t.proxy_restart = now_ms();
@@ -321,6 +324,9 @@ fn account(
         (0usize, 0usize, 0usize, 0usize, 0usize);
     let mut other_examples: Vec<String> = Vec::new();
     let (mut failed_lookups, mut slow_lookups) = (Vec::new(), Vec::new());
+    // When each slow lookup started, in seconds from the DNS kill.
+    let mut slow_at: Vec<String> = Vec::new();
+    let mut down_lookups: Vec<(f64, f64)> = Vec::new();
     let (mut steady_ms, mut at_proxy_kill_ms, mut proxy_down_ms, mut after_ms) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut refused_first, mut refused_ms) = (0usize, Vec::new());
@@ -336,6 +342,7 @@ fn account(
         }
         if lookup_ms > 1000.0 {
             slow_lookups.push(lookup_ms);
+            slow_at.push(format!("{:+.2}", (at - t.dns_kill) / 1000.0));
         }
         if in_window(at, t.start, t.proxy_kill) {
             steady_lookup.push(lookup_ms);
@@ -345,6 +352,7 @@ fn account(
         }
         if in_window(at, t.dns_kill, t.dns_restart) {
             dns_down_lookup.push(lookup_ms);
+            down_lookups.push((at, lookup_ms));
         }
         connections += 1;
         let result = &v["result"];
@@ -382,7 +390,9 @@ fn account(
         let addr = result["addr"].as_str().unwrap_or("");
         let connected = f(result, "connected");
         let end = f(v, "end");
-        if addr == proxy_ip && connected < t.proxy_kill && end >= t.proxy_kill {
+        // Connected to the killed replica before its process was gone
+        // (open, or still in its accept queue): reset by the kill.
+        if addr == proxy_ip && connected < t.proxy_dead && end >= t.proxy_kill {
             cut += 1;
         } else if addr == proxy_ip && in_window(connected, t.proxy_restart, t.proxy_pushed) {
             unready += 1;
@@ -404,6 +414,11 @@ fn account(
             None => unrecovered += 1,
         }
     }
+    down_lookups.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let down_lookups: Vec<String> = down_lookups
+        .iter()
+        .map(|(at, ms)| format!("{:+.2}: {ms:.0}", (at - t.dns_kill) / 1000.0))
+        .collect();
     let secs = |x: f64| (x - t.start) / 1000.0;
     println!(
         "  timeline: proxy killed +{:.1} s, restarted +{:.1} s, table API up +{:.2} s, pushed +{:.2} s, serving +{:.2} s; DNS killed +{:.1} s, restarted +{:.1} s, serving +{:.2} s; end +{:.1} s",
@@ -430,7 +445,7 @@ fn account(
         spread(refused_ms)
     );
     println!(
-        "  measured: failed as Go's dialer or curl see them: {} ({cut} open at the kill and cut, {unready} reset by the restarted replica before its push, {other} other)",
+        "  measured: failed as Go's dialer or curl see them: {} ({cut} open or queued at the kill and cut, {unready} reset by the restarted replica before its push, {other} other)",
         cut + unready + other
     );
     println!(
@@ -440,7 +455,7 @@ fn account(
         spread(dns_down_lookup)
     );
     println!(
-        "  measured: lookups failed {}{}; slower than 1 s (glibc waiting out a nameserver): {} ({})",
+        "  measured: lookups failed {}{}; slower than 1 s (glibc waiting out a nameserver): {} ({}; started at {} s from the DNS kill)",
         failed_lookups.len(),
         if failed_lookups.is_empty() {
             String::new()
@@ -448,7 +463,16 @@ fn account(
             format!(" ({})", failed_lookups.join("; "))
         },
         slow_lookups.len(),
-        spread(slow_lookups.clone())
+        spread(slow_lookups.clone()),
+        if slow_at.is_empty() {
+            "-".to_string()
+        } else {
+            slow_at.join(", ")
+        }
+    );
+    println!(
+        "  measured: lookups while {dns_ip} was down, by start (s from the kill: ms): {}",
+        down_lookups.join(", ")
     );
     println!(
         "  measured: restarted Envoy serving {:.2} s after its start (table API up after {:.2} s, push {:.0} ms later); restarted oooi-dns serving {:.2} s after its start",
