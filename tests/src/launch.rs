@@ -8,6 +8,7 @@ use std::process::Command;
 use anyhow::{Result, bail};
 
 /// One program of the data plane as a pod of it runs.
+#[derive(Clone)]
 pub struct Program<'a> {
     /// `oooi-dhcp`, `oooi-dns` or `envoy`.
     pub binary: &'a str,
@@ -69,12 +70,11 @@ impl Launcher {
         Ok(())
     }
 
-    /// The command line that runs `p` in network namespace `ns` as the
-    /// container (or process) `prefix`-`p.image`. `binary` resolves a
+    /// The command line that runs `p` in network namespace `ns` (as the
+    /// container named like `ns`, one per replica). `binary` resolves a
     /// cargo-built program's path.
     pub fn argv(
         &self,
-        prefix: &str,
         ns: &str,
         p: &Program<'_>,
         binary: impl Fn(&str) -> Result<PathBuf>,
@@ -100,7 +100,7 @@ impl Launcher {
                     "run",
                     "--rm",
                     "--name",
-                    &container_name(prefix, p.image),
+                    ns,
                     "--network",
                     &format!("ns:/run/netns/{ns}"),
                     "--read-only",
@@ -136,11 +136,6 @@ impl Launcher {
     }
 }
 
-/// The container of `image` in the lab `prefix`.
-pub fn container_name(prefix: &str, image: &str) -> String {
-    format!("{prefix}-{image}")
-}
-
 fn etc_overrides(ns: &str) -> Vec<PathBuf> {
     let dir = Path::new("/etc/netns").join(ns);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -150,12 +145,22 @@ fn etc_overrides(ns: &str) -> Vec<PathBuf> {
     files
 }
 
-/// Removes the lab's containers (after a crash they may outlive the lab).
+/// Removes the lab's containers (after a crash they may outlive the lab):
+/// every container named `<prefix>-*` (each is named after its namespace).
 pub fn remove_containers(prefix: &str) {
-    for image in ["dhcp", "dns", "proxy"] {
+    let listed = Command::new("podman")
+        .args(["ps", "--all", "--format", "{{.Names}}"])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    for name in listed
+        .lines()
+        .map(str::trim)
+        .filter(|n| n.starts_with(&format!("{prefix}-")))
+    {
         let _ = Command::new("podman")
-            .args(["rm", "--force", "--time", "0", "--ignore"])
-            .arg(container_name(prefix, image))
+            .args(["rm", "--force", "--time", "0", "--ignore", name])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .status();

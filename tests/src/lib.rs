@@ -781,6 +781,18 @@ pub async fn tls_open(
     source: Option<IpAddr>,
 ) -> Result<(String, tokio_rustls::client::TlsStream<TcpStream>)> {
     let tcp = connect_from(source, target).await?;
+    tls_over(tcp, sni).await
+}
+
+/// TLS over a connected `tcp` with the given SNI (None sends no SNI): the
+/// name of the backend that answered, and the connection. A client that
+/// dials itself (its own address order and retries) connects first, then
+/// calls this.
+pub async fn tls_over(
+    tcp: TcpStream,
+    sni: Option<&str>,
+) -> Result<(String, tokio_rustls::client::TlsStream<TcpStream>)> {
+    let target = tcp.peer_addr()?;
     let mut cfg = (*client_config()).clone();
     let server_name = match sni {
         Some(s) => rustls::pki_types::ServerName::try_from(s.to_string())?,

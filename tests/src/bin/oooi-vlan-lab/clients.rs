@@ -63,26 +63,93 @@ pub fn dig_port(lab: &Lab, ns: &str, server: &str, port: u16, name: &str) -> Str
     .unwrap_or_else(|| "no answer".to_string())
 }
 
-/// The table API of the proxy, reached from the management network.
+/// Every A record `server` gives for `name`, asked from `ns`, in the
+/// order of the answer, comma-separated; or `no answer`.
+pub fn dig_all(lab: &Lab, ns: &str, server: &str, name: &str) -> String {
+    let got: Vec<String> = lab
+        .run_in(
+            ns,
+            &[
+                "dig",
+                "+short",
+                "+time=2",
+                "+tries=1",
+                &format!("@{server}"),
+                name,
+                "A",
+            ],
+        )
+        .map(|s| {
+            s.lines()
+                .filter(|l| l.parse::<Ipv4Addr>().is_ok())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    if got.is_empty() {
+        "no answer".to_string()
+    } else {
+        got.join(",")
+    }
+}
+
+/// The addresses glibc's `getaddrinfo` gives for `name` in `ns` (with the
+/// worker's /etc/resolv.conf), in order, comma-separated; or the failure.
+pub fn getent_ahostsv4(lab: &Lab, ns: &str, name: &str) -> String {
+    match lab.run_in(ns, &["getent", "ahostsv4", name]) {
+        Ok(out) => {
+            let mut seen: Vec<&str> = Vec::new();
+            for a in out.lines().filter_map(|l| l.split_whitespace().next()) {
+                if !seen.contains(&a) {
+                    seen.push(a);
+                }
+            }
+            seen.join(",")
+        }
+        Err(_) => "no answer".to_string(),
+    }
+}
+
+/// The table API of every proxy replica, reached from the management
+/// network.
 pub struct Push {
     /// The namespace the push comes from.
     pub from: String,
-    /// `ip:port` of the table API.
-    pub api: String,
+    /// `ip:port` of each replica's table API.
+    pub apis: Vec<String>,
     pub token: String,
 }
 
 impl Push {
-    /// `PUT /v1/routes` with `file`, retried for 20 s; the HTTP status, or
-    /// the error.
+    /// `PUT /v1/routes` with `file` to every replica, as the controller
+    /// does; `200` when every replica took it, else each replica's status.
     pub fn put(&self, lab: &Lab, file: &Path) -> String {
-        wait_until(20, "push", || {
+        let got: Vec<(String, String)> = self
+            .apis
+            .iter()
+            .map(|api| (api.clone(), self.put_to(lab, api, file)))
+            .collect();
+        if got.iter().all(|(_, s)| s == "200") {
+            "200".to_string()
+        } else {
+            got.iter()
+                .map(|(api, s)| format!("{api}: {s}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    }
+
+    /// `PUT /v1/routes` with `file` to the table API at `api`, retried for
+    /// 60 s (an Envoy starting on a loaded machine takes a while to open its
+    /// listeners); the HTTP status, or the error.
+    pub fn put_to(&self, lab: &Lab, api: &str, file: &Path) -> String {
+        wait_until(60, "push", || {
             lab.me_in(
                 &self.from,
                 &[
                     "http",
                     "PUT",
-                    &self.api,
+                    api,
                     "/v1/routes",
                     "--token",
                     &self.token,

@@ -87,6 +87,19 @@ fn in_lab_netns(pid: i32, prefix: &str) -> bool {
         .any(|n| n.starts_with(&format!("{prefix}-")))
 }
 
+/// A data-plane program the lab started (one replica of a pod).
+#[derive(Clone)]
+pub struct Started {
+    pub launcher: Launcher,
+    /// Its namespace (and, from the images, its container's name).
+    pub ns: String,
+    pub log: String,
+    pub program: Program<'static>,
+    /// The process [`Lab::launch`] started: the program itself with
+    /// `--from-build`, `podman run` from the images.
+    pub pid: u32,
+}
+
 /// A lab being built; tears itself down when dropped unless `keep` is set.
 pub struct Lab {
     pub prefix: String,
@@ -149,23 +162,95 @@ impl Lab {
     }
 
     /// Starts the data-plane program `p` in `ns` with `launcher`, logging to
-    /// `<dir>/<log>.log`.
-    pub fn launch(&mut self, launcher: &Launcher, ns: &str, log: &str, p: &Program) -> Result<()> {
-        let argv = launcher.argv(&self.prefix, ns, p, sibling)?;
+    /// `<dir>/<log>.log`; what it takes to kill it and start it again.
+    pub fn launch(
+        &mut self,
+        launcher: &Launcher,
+        ns: &str,
+        log: &str,
+        p: &Program<'static>,
+    ) -> Result<Started> {
+        let argv = launcher.argv(ns, p, sibling)?;
         let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-        self.spawn_argv(log, &argv)
+        let pid = self.spawn_argv(log, &argv)?;
+        Ok(Started {
+            launcher: launcher.clone(),
+            ns: ns.to_string(),
+            log: log.to_string(),
+            program: p.clone(),
+            pid,
+        })
+    }
+
+    /// `kill -9` of a program [`Lab::launch`] started: the process itself
+    /// (from the images: `podman kill --signal KILL`, which kills the
+    /// container's process the same way). Waits until it is gone.
+    pub fn kill_9(&mut self, s: &Started) -> Result<()> {
+        match &s.launcher {
+            Launcher::Build => {
+                run(&["kill", "-KILL", &s.pid.to_string()])?;
+            }
+            Launcher::Images { .. } => {
+                run(&["podman", "kill", "--signal", "KILL", &s.ns])?;
+            }
+        }
+        self.reap(s.pid, Duration::from_secs(10))?;
+        if matches!(s.launcher, Launcher::Images { .. }) {
+            // `podman run --rm` removes it; make sure the name is free.
+            let _ = Command::new("podman")
+                .args(["rm", "--force", "--time", "0", "--ignore", &s.ns])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+        Ok(())
+    }
+
+    /// Starts a killed program again, as its pod's restart does: same
+    /// namespace, same arguments and mounts, the log appended to.
+    pub fn restart(&mut self, s: &Started) -> Result<Started> {
+        let (launcher, ns, log, program) = (
+            s.launcher.clone(),
+            s.ns.clone(),
+            s.log.clone(),
+            s.program.clone(),
+        );
+        self.launch(&launcher, &ns, &log, &program)
     }
 
     /// Starts `argv` in `ns`, logging to `<dir>/<log>.log`.
-    pub fn spawn_in(&mut self, ns: &str, log: &str, argv: &[&str]) -> Result<()> {
+    /// Returns its pid.
+    pub fn spawn_in(&mut self, ns: &str, log: &str, argv: &[&str]) -> Result<u32> {
         let mut all = vec!["ip", "netns", "exec", ns];
         all.extend_from_slice(argv);
         self.spawn_argv(log, &all)
     }
 
-    /// Starts `argv`, logging to `<dir>/<log>.log`; records the pid.
-    fn spawn_argv(&mut self, log: &str, argv: &[&str]) -> Result<()> {
-        let logf = std::fs::File::create(self.dir.join(format!("{log}.log")))?;
+    /// Waits up to `timeout` for the child `pid` (started by this lab) to
+    /// exit, then kills it; forgets it either way.
+    pub fn reap(&mut self, pid: u32, timeout: Duration) -> Result<()> {
+        if let Some(i) = self.children.iter().position(|c| c.id() == pid) {
+            let mut child = self.children.remove(i);
+            let deadline = std::time::Instant::now() + timeout;
+            while child.try_wait()?.is_none() {
+                if std::time::Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts `argv`, logging to `<dir>/<log>.log` (appended to); records
+    /// the pid and returns it.
+    fn spawn_argv(&mut self, log: &str, argv: &[&str]) -> Result<u32> {
+        let logf = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("{log}.log")))?;
         let child = Command::new(argv[0])
             .args(&argv[1..])
             .env("RUST_LOG", "info")
@@ -174,9 +259,10 @@ impl Lab {
             .stderr(Stdio::from(logf))
             .spawn()
             .with_context(|| format!("cannot start `{}`", argv.join(" ")))?;
-        self.record_pid(child.id())?;
+        let pid = child.id();
+        self.record_pid(pid)?;
         self.children.push(child);
-        Ok(())
+        Ok(pid)
     }
 
     pub fn record_pid(&self, pid: u32) -> Result<()> {

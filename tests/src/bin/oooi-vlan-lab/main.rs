@@ -4,9 +4,12 @@
 //! `oooi-controller render`, then builds, out of network namespaces:
 //!
 //! - `<p>-vlan`: a bridge, the simulated VLAN (192.0.2.0/24 from the manifest);
-//! - `<p>-dhcp`, `<p>-dns`, `<p>-proxy`: one per infra pod, each with `net1`
-//!   on the bridge at the Infra's `serverIP`, running `oooi-dhcp`, `oooi-dns`
-//!   and Envoy with the filter from the rendered files only: by default the
+//! - `<p>-dhcp`, `<p>-dns`, `<p>-dns-2`, `<p>-proxy`, `<p>-proxy-2`: one
+//!   per infra pod (two DNS and two proxy replicas, each at its own address:
+//!   the Infra's `serverIP` and, while render gives one, a second the lab
+//!   adds, see `replicas`), each with `net1` on the bridge, running
+//!   `oooi-dhcp`, `oooi-dns` and Envoy with the filter from the rendered
+//!   files only: by default the
 //!   images `localhost/oooi-{dhcp,dns,proxy}:<version>` under podman (as
 //!   their pods run them: UID 0, the pod's capabilities only, read-only root
 //!   filesystem, in the namespace's network), with `--from-build` the
@@ -21,8 +24,10 @@
 //!   through `/etc/netns/<p>-proxy/hosts`, the lab's stand-in for cluster
 //!   DNS). The table is pushed from here to the proxy's pod address, as the
 //!   controller does;
-//! - `<p>-w-*`: worker VMs; each takes a lease with busybox `udhcpc`, resolves
-//!   `api.<cluster>.<base>` with `dig` through oooi-dns, and opens TLS through
+//! - `<p>-w-*`: worker VMs; each takes a lease with busybox `udhcpc` (both
+//!   DNS addresses; its resolv.conf is written from the lease), resolves
+//!   `api.<cluster>.<base>` with `dig` and glibc through oooi-dns (every
+//!   proxy address, in order), and opens TLS through
 //!   Envoy by SNI and by the `kubernetes.default.svc` alias, then tries the
 //!   other clusters' names (refused when that cluster is `isolation: Strict`;
 //!   the filter's log must show `source_not_allowed` for each);
@@ -31,6 +36,13 @@
 //!   for every other name;
 //! - `<p>-apps`: the MetalLB stand-in, a TLS server on each apps VIP (the
 //!   observed one and the next address) on the VLAN.
+//!
+//! Then, while the workers look up and connect in a loop (the `steady`
+//! client: glibc's resolver, the next address on a failed connect), the lab
+//! kills one proxy replica with SIGKILL and starts it again (not ready and
+//! refusing until the table is pushed to it), then one DNS replica, and
+//! reports failed connections, latency at the kill, failed lookups and the
+//! time until the replica serves again.
 //!
 //! Then the lab changes the manifests as the cluster would and checks that
 //! DNS and routes follow: MetalLB moves an apps VIP (the `ObservedCluster`'s
@@ -57,6 +69,8 @@
 //! Modules: `lab` (namespaces, processes, teardown), `render` (what
 //! `oooi-controller render` wrote and the manifest changes), `clients` (what
 //! a worker or the management network runs: dig, TLS probes, table pushes),
+//! `replicas` (the DNS and proxy replicas' addresses and configs), `steady`
+//! (the workers' loop during the failover),
 //! `backends` (the TLS servers standing in for control planes and apps
 //! VIPs), `report` (the printed steps), and `steps`, the lab's run in order.
 
@@ -64,7 +78,9 @@ mod backends;
 mod clients;
 mod lab;
 mod render;
+mod replicas;
 mod report;
+mod steady;
 mod steps;
 
 use std::net::SocketAddr;
@@ -139,6 +155,19 @@ enum Cmd {
         #[arg(long)]
         sni: Option<String>,
     },
+    /// (internal) Look up and connect to each HOST:PORT in a loop, trying
+    /// the next address when a connect fails, until --stop exists; one JSON
+    /// line per attempt.
+    #[command(hide = true)]
+    Steady {
+        targets: Vec<String>,
+        #[arg(long)]
+        stop: PathBuf,
+        #[arg(long, default_value_t = 50)]
+        interval_ms: u64,
+        #[arg(long, default_value_t = 3000)]
+        connect_timeout_ms: u64,
+    },
     /// (internal) HTTP request: METHOD ADDR PATH [--token T] [--body FILE].
     #[command(hide = true)]
     Http {
@@ -162,6 +191,17 @@ fn main() -> Result<()> {
             Ok(())
         }
         Some(Cmd::Backends { listen }) => backends::serve(&listen),
+        Some(Cmd::Steady {
+            targets,
+            stop,
+            interval_ms,
+            connect_timeout_ms,
+        }) => steady::run(
+            &targets,
+            std::time::Duration::from_millis(interval_ms),
+            std::time::Duration::from_millis(connect_timeout_ms),
+            &stop,
+        ),
         Some(Cmd::Probe { addr, sni }) => {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

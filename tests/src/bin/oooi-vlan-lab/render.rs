@@ -11,25 +11,34 @@ use serde_json::Value;
 
 use crate::clients::Push;
 use crate::lab::{Lab, run, sibling};
+use crate::replicas::Replicas;
 
 /// The facts of the first render that the lab builds its topology from and
 /// checks against.
 pub struct Rendered {
     /// The manifests, changed by the later steps and rendered again.
     pub docs: Vec<Value>,
+    /// The DHCP config oooi-dhcp runs with (every DNS replica in option 6).
     pub dhcp_cfg: PathBuf,
     pub routes_file: PathBuf,
     /// The rendered Envoy files, with the pod's mount paths.
     pub envoy_src: PathBuf,
+    /// The DHCP config as render wrote it.
     pub dhcp_text: String,
+    /// The DNS config as render wrote it (each replica's is
+    /// [`Replicas::dns_config`] of it).
     pub dns_text: String,
     pub dhcp_ip: String,
     /// Prefix length of the VLAN subnet.
     pub plen: String,
     /// The DHCP server's VLAN interface.
     pub iface: String,
+    /// The first DNS replica (the first nameserver of every lease).
     pub dns_ip: String,
+    /// The first proxy replica (the first address of every answer).
     pub proxy_ip: String,
+    /// Every DNS and proxy replica's VLAN address.
+    pub replicas: Replicas,
     /// The routing table.
     pub routes: Value,
     /// Clusters whose names carry allowed sources (`isolation: Strict`).
@@ -70,8 +79,12 @@ impl Rendered {
             first.routes_file.clone(),
             first.envoy_src.clone(),
         );
-        let dhcp_text = std::fs::read_to_string(&dhcp_cfg)?;
         let dns_text = std::fs::read_to_string(&dns_cfg)?;
+        let dhcp_text = std::fs::read_to_string(&dhcp_cfg)?;
+        let replicas = Replicas::of(&dhcp_text, &dns_text)?;
+        // The DHCP config that hands out every DNS replica, beside render's.
+        let dhcp_cfg = dir.join("render").join("dhcp-replicas.yaml");
+        std::fs::write(&dhcp_cfg, replicas.dhcp_config(&dhcp_text)?)?;
         let dhcp_ip = yaml_str(&dhcp_text, "server_ip")
             .ok_or_else(|| anyhow!("dhcp config: no server_ip"))?;
         let subnet =
@@ -81,22 +94,8 @@ impl Rendered {
             .nth(1)
             .ok_or_else(|| anyhow!("dhcp config: subnet `{subnet}` has no prefix length"))?;
         let iface = yaml_str(&dhcp_text, "interface").unwrap_or_else(|| "net1".into());
-        let dns_ip = dns_text
-            .lines()
-            .skip_while(|l| !l.contains("kind: vlan"))
-            .find_map(|l| l.trim().strip_prefix("- "))
-            .and_then(|a| a.split(':').next())
-            .ok_or_else(|| anyhow!("dns config: no vlan view listen address"))?
-            .to_string();
-        let proxy_ip = yaml_str(
-            dns_text
-                .lines()
-                .find(|l| l.trim_start().starts_with("proxy:"))
-                .unwrap_or("")
-                .trim(),
-            "proxy",
-        )
-        .ok_or_else(|| anyhow!("dns config: no proxy address"))?;
+        let dns_ip = replicas.dns[0].clone();
+        let proxy_ip = replicas.proxy[0].clone();
         let routes = json_file(&routes_file)?;
         // Clusters whose names carry allowed sources (`isolation: Strict`).
         let strict: BTreeSet<String> = routes["routes"]
@@ -152,7 +151,9 @@ impl Rendered {
         let lds = std::fs::read_to_string(envoy_src.join("lds.json"))?;
         let api_port = json_listener_port(&lds, "oooi_table_api")?;
         println!(
-            "  dhcp {dhcp_ip} (reservations by MAC)  dns {dns_ip}  proxy {proxy_ip}  table API :{api_port}  {} routes",
+            "  dhcp {dhcp_ip} (reservations by MAC)  dns {}  proxy {}  table API :{api_port}  {} routes",
+            replicas.dns.join(", "),
+            replicas.proxy.join(", "),
             routes["routes"].as_array().map_or(0, Vec::len)
         );
 
@@ -189,6 +190,7 @@ impl Rendered {
             iface,
             dns_ip,
             proxy_ip,
+            replicas,
             routes,
             strict,
             apps_vips,
@@ -358,16 +360,23 @@ pub fn publish_config(mount: &Path, file: &str, text: &str) -> Result<PathBuf> {
     Ok(link)
 }
 
-/// Renders the changed manifests, swaps the DNS ConfigMap and pushes the
-/// table as `generation`, as the controller does after a change; the
-/// push's HTTP status.
+/// Where a change goes: each DNS replica's ConfigMap mount (in replica
+/// order) and the table API of every proxy replica.
+pub struct Targets<'a> {
+    pub replicas: &'a Replicas,
+    pub dns_mounts: &'a [PathBuf],
+    pub push: &'a Push,
+}
+
+/// Renders the changed manifests, swaps every DNS replica's ConfigMap and
+/// pushes the table as `generation` to every proxy replica, as the
+/// controller does after a change; the pushes' HTTP status.
 pub fn rerender(
     lab: &Lab,
     docs: &[Value],
     generation: u64,
     wasm: &Path,
-    dns_mount: &Path,
-    push: &Push,
+    to: &Targets,
 ) -> Result<String> {
     let manifests = lab.dir.join(format!("manifests-{generation}.yaml"));
     let mut text = String::new();
@@ -390,12 +399,11 @@ pub fn rerender(
         manifests.display(),
         table["routes"].as_array().map_or(0, Vec::len)
     );
-    publish_config(
-        dns_mount,
-        "config.yaml",
-        &std::fs::read_to_string(&out.dns_cfg)?,
-    )?;
-    Ok(push.put(lab, &routes))
+    let dns_text = std::fs::read_to_string(&out.dns_cfg)?;
+    for (i, mount) in to.dns_mounts.iter().enumerate() {
+        publish_config(mount, "config.yaml", &to.replicas.dns_config(&dns_text, i)?)?;
+    }
+    Ok(to.push.put(lab, &routes))
 }
 
 /// The observed state of `cluster` before its workers' addresses are known:

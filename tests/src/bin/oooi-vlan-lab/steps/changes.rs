@@ -13,10 +13,10 @@ use serde_json::Value;
 use super::pods;
 use super::topology::Namespaces;
 use super::workers::Booted;
-use crate::clients::{Push, dig, probe, wait_until};
+use crate::clients::{dig, probe, wait_until};
 use crate::lab::Lab;
 use crate::render::{
-    Rendered, attached_clusters, forget_worker_addresses, remove_internal_proxy_service,
+    Rendered, Targets, attached_clusters, forget_worker_addresses, remove_internal_proxy_service,
     remove_last_attachment, rerender, set_machine_addresses, set_observed_apps_vip,
 };
 use crate::report::Report;
@@ -26,9 +26,8 @@ pub struct Changes<'a> {
     pub docs: Vec<Value>,
     pub generation: u64,
     pub wasm: &'a Path,
-    /// The DNS pod's ConfigMap mount.
-    pub dns_mount: &'a Path,
-    pub push: &'a Push,
+    /// Every DNS replica's ConfigMap mount and every proxy's table API.
+    pub to: Targets<'a>,
     /// The site resolver's answers, by name: what an unowned name forwards to.
     pub public: &'a BTreeMap<String, String>,
 }
@@ -50,7 +49,7 @@ impl Changes<'_> {
             base,
             ..
         } = r;
-        let (wasm, dns_mount, push) = (self.wasm, self.dns_mount, self.push);
+        let wasm = self.wasm;
         let docs = &mut self.docs;
         for (cluster, (old, new)) in apps_vips {
             println!(
@@ -59,7 +58,7 @@ impl Changes<'_> {
             set_observed_apps_vip(docs, cluster, *new)?;
             self.generation += 1;
             let generation = self.generation;
-            let got = rerender(lab, docs, generation, wasm, dns_mount, push)?;
+            let got = rerender(lab, docs, generation, wasm, &self.to)?;
             report.step(
                 &format!("re-render, DNS ConfigMap swap, push generation {generation}"),
                 "200",
@@ -106,13 +105,13 @@ impl Changes<'_> {
             base,
             ..
         } = r;
-        let (wasm, dns_mount, push) = (self.wasm, self.dns_mount, self.push);
+        let wasm = self.wasm;
         let docs = &mut self.docs;
         if let Some(gone) = remove_last_attachment(docs) {
             println!("\nattachment of cluster {gone} deleted:");
             self.generation += 1;
             let generation = self.generation;
-            let got = rerender(lab, docs, generation, wasm, dns_mount, push)?;
+            let got = rerender(lab, docs, generation, wasm, &self.to)?;
             report.step(
                 &format!("re-render, DNS ConfigMap swap, push generation {generation}"),
                 "200",
@@ -180,7 +179,7 @@ impl Changes<'_> {
             base,
             ..
         } = r;
-        let (wasm, dns_mount, push) = (self.wasm, self.dns_mount, self.push);
+        let wasm = self.wasm;
         let docs = &mut self.docs;
         let attached = attached_clusters(docs);
         let Some((cluster, ns)) = booted.iter().find(|(c, _)| attached.contains(c)) else {
@@ -203,7 +202,7 @@ impl Changes<'_> {
         }
         self.generation += 1;
         let generation = self.generation;
-        let got = rerender(lab, docs, generation, wasm, dns_mount, push)?;
+        let got = rerender(lab, docs, generation, wasm, &self.to)?;
         report.step(
             &format!("re-render, DNS ConfigMap swap, push generation {generation}"),
             "200",
@@ -265,7 +264,7 @@ impl Changes<'_> {
         set_machine_addresses(docs, cluster, &machine, addresses)?;
         self.generation += 1;
         let generation = self.generation;
-        let got = rerender(lab, docs, generation, wasm, dns_mount, push)?;
+        let got = rerender(lab, docs, generation, wasm, &self.to)?;
         report.step(
             &format!("re-render, DNS ConfigMap swap, push generation {generation}"),
             "200",
@@ -312,12 +311,12 @@ impl Changes<'_> {
         ns: &Namespaces,
         report: &mut Report,
     ) -> Result<()> {
-        let (wasm, dns_mount, push) = (self.wasm, self.dns_mount, self.push);
+        let wasm = self.wasm;
         println!("\ninternalProxyService removed from the Infra:");
         remove_internal_proxy_service(&mut self.docs)?;
         self.generation += 1;
         let generation = self.generation;
-        let got = rerender(lab, &self.docs, generation, wasm, dns_mount, push)?;
+        let got = rerender(lab, &self.docs, generation, wasm, &self.to)?;
         report.step(
             &format!("re-render, DNS ConfigMap swap, push generation {generation}"),
             "200",

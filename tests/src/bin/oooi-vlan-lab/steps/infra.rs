@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{Result, anyhow};
 use oooi_tests::launch::Program;
 
-use super::topology::Namespaces;
+use super::topology::{Namespaces, replica_suffix};
 use crate::UpArgs;
 use crate::backends;
 use crate::clients::{Push, wait_until};
-use crate::lab::{Lab, run};
+use crate::lab::{Lab, Started, run};
 use crate::render::{Rendered, backend_name, publish_config, walk};
 use crate::report::Report;
 
@@ -60,8 +60,18 @@ pub fn control_planes(lab: &mut Lab, r: &Rendered, ns: &Namespaces) -> Result<()
     Ok(())
 }
 
-/// Starts oooi-dhcp, oooi-dns and Envoy in their namespaces and checks the
-/// two servers answer; the DNS ConfigMap mount (the later steps swap it).
+/// The running replicas: what the later steps swap, kill and start again.
+pub struct DataPlane {
+    /// Each DNS replica's ConfigMap mount, in replica order.
+    pub dns_mounts: Vec<PathBuf>,
+    /// Each DNS replica: its VLAN address and the running program.
+    pub dns: Vec<(String, Started)>,
+    /// Each proxy replica: its VLAN address and the running program.
+    pub proxies: Vec<(String, Started)>,
+}
+
+/// Starts oooi-dhcp, every oooi-dns replica and every Envoy replica in
+/// their namespaces and checks the servers answer.
 pub fn data_plane(
     lab: &mut Lab,
     args: &UpArgs,
@@ -69,17 +79,17 @@ pub fn data_plane(
     ns: &Namespaces,
     wasm: &Path,
     report: &mut Report,
-) -> Result<PathBuf> {
+) -> Result<DataPlane> {
     let Rendered {
         dhcp_cfg,
         envoy_src,
         dns_text,
         dhcp_ip,
         iface,
-        dns_ip,
+        replicas,
         ..
     } = r;
-    let (dhcp_ns, dns_ns, proxy_ns) = (&ns.dhcp, &ns.dns, &ns.proxy);
+    let dhcp_ns = &ns.dhcp;
     let dir = lab.dir.clone();
     let data = dir.join("dhcp-data");
     let render_dir = dir.join("render");
@@ -110,29 +120,41 @@ pub fn data_plane(
             ],
         },
     )?;
-    // Like the DNS pod: the ConfigMap is a kubelet mount, updated by the
+    // Like each DNS pod: its ConfigMap is a kubelet mount, updated by the
     // `..data` symlink swap, which oooi-dns watches.
-    let dns_mount = dir.join("dns-config");
-    let dns_mounted = publish_config(&dns_mount, "config.yaml", dns_text)?;
-    lab.launch(
-        &launcher,
-        dns_ns,
-        "oooi-dns",
-        &Program {
-            binary: "oooi-dns",
-            image: "dns",
-            caps: &["NET_BIND_SERVICE"],
-            mounts: vec![(dns_mount.clone(), false)],
-            args: vec![
-                "serve".into(),
-                "--config".into(),
-                dns_mounted.to_string_lossy().into_owned(),
-                "--metrics-addr".into(),
-                "127.0.0.1:9153".into(),
-            ],
-        },
-    )?;
-    // The ConfigMap and filter mounts of the proxy pod, as directories.
+    let mut dns = Vec::new();
+    let mut dns_mounts = Vec::new();
+    for (i, (dns_ns, ip)) in ns.dns.iter().zip(&replicas.dns).enumerate() {
+        let suffix = replica_suffix(i);
+        let dns_mount = dir.join(format!("dns-config{suffix}"));
+        let dns_mounted = publish_config(
+            &dns_mount,
+            "config.yaml",
+            &replicas.dns_config(dns_text, i)?,
+        )?;
+        let started = lab.launch(
+            &launcher,
+            dns_ns,
+            &format!("oooi-dns{suffix}"),
+            &Program {
+                binary: "oooi-dns",
+                image: "dns",
+                caps: &["NET_BIND_SERVICE"],
+                mounts: vec![(dns_mount.clone(), false)],
+                args: vec![
+                    "serve".into(),
+                    "--config".into(),
+                    dns_mounted.to_string_lossy().into_owned(),
+                    "--metrics-addr".into(),
+                    "127.0.0.1:9153".into(),
+                ],
+            },
+        )?;
+        dns.push((ip.clone(), started));
+        dns_mounts.push(dns_mount);
+    }
+    // The ConfigMap and filter mounts of the proxy pods, as directories
+    // (every replica mounts the same ones: its listeners bind 0.0.0.0).
     let envoy_dir = dir.join("envoy");
     let filter_dir = dir.join("filter");
     std::fs::create_dir_all(&envoy_dir)?;
@@ -159,30 +181,35 @@ pub fn data_plane(
         std::fs::create_dir_all(parent)?;
     }
     std::fs::copy(wasm, &module_ref)?;
-    lab.launch(
-        &launcher,
-        proxy_ns,
-        "envoy",
-        &Program {
-            binary: "envoy",
-            image: "proxy",
-            caps: &["NET_BIND_SERVICE"],
-            mounts: vec![(envoy_dir.clone(), false), (filter_dir.clone(), false)],
-            args: [
-                "-c",
-                envoy_dir.join("envoy.json").to_str().unwrap_or_default(),
-                "--use-dynamic-base-id",
-                "--concurrency",
-                "1",
-                "--log-level",
-                "warn",
-                "--component-log-level",
-                "wasm:info",
-            ]
-            .map(String::from)
-            .to_vec(),
-        },
-    )?;
+    let envoy = Program {
+        binary: "envoy",
+        image: "proxy",
+        caps: &["NET_BIND_SERVICE"],
+        mounts: vec![(envoy_dir.clone(), false), (filter_dir.clone(), false)],
+        args: [
+            "-c",
+            envoy_dir.join("envoy.json").to_str().unwrap_or_default(),
+            "--use-dynamic-base-id",
+            "--concurrency",
+            "1",
+            "--log-level",
+            "warn",
+            "--component-log-level",
+            "wasm:info",
+        ]
+        .map(String::from)
+        .to_vec(),
+    };
+    let mut proxies = Vec::new();
+    for (i, (proxy_ns, ip)) in ns.proxy.iter().zip(&replicas.proxy).enumerate() {
+        let started = lab.launch(
+            &launcher,
+            proxy_ns,
+            &format!("envoy{}", replica_suffix(i)),
+            &envoy,
+        )?;
+        proxies.push((ip.clone(), started));
+    }
     let got = wait_until(15, "oooi-dhcp /healthz", || {
         lab.me_in(dhcp_ns, &["http", "GET", "127.0.0.1:9067", "/healthz"])
     })
@@ -194,13 +221,23 @@ pub fn data_plane(
         "200",
         &got,
     );
-    let got = wait_until(15, "oooi-dns /healthz", || {
-        lab.me_in(dns_ns, &["http", "GET", "127.0.0.1:9153", "/healthz"])
+    for (dns_ns, (ip, _)) in ns.dns.iter().zip(&dns) {
+        let got = wait_until(15, "oooi-dns /healthz", || {
+            lab.me_in(dns_ns, &["http", "GET", "127.0.0.1:9153", "/healthz"])
+        })
+        .map(|s| s.split_whitespace().next().unwrap_or("").to_string())
+        .unwrap_or_else(|e| format!("{e:#}"));
+        report.step(
+            &format!("oooi-dns serving on {ip}:53 ({dns_ns})"),
+            "200",
+            &got,
+        );
+    }
+    Ok(DataPlane {
+        dns_mounts,
+        dns,
+        proxies,
     })
-    .map(|s| s.split_whitespace().next().unwrap_or("").to_string())
-    .unwrap_or_else(|e| format!("{e:#}"));
-    report.step(&format!("oooi-dns serving on {dns_ip}:53"), "200", &got);
-    Ok(dns_mount)
 }
 
 /// Pushes the rendered table from the management network, as the
@@ -210,7 +247,7 @@ pub fn first_push(lab: &Lab, push: &Push, r: &Rendered, report: &mut Report) {
     report.step(
         &format!(
             "push rendered table (generation 1) from mgmt to {}",
-            push.api
+            push.apis.join(", ")
         ),
         "200",
         &got,

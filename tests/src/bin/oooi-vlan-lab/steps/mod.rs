@@ -1,9 +1,11 @@
-//! The lab's run, in order: render, the VLAN, the infra on it, the first
-//! table push, the management pod network's DNS, the workers, then the
-//! changes. Each step prints what it
-//! checked; a step added here runs after the ones before it.
+//! The lab's run, in order: render, the VLAN, the infra on it (two DNS and
+//! two proxy replicas), the first table push, the management pod network's
+//! DNS, the workers, the failover of a replica of each, then the changes.
+//! Each step prints what it checked; a step added here runs after the ones
+//! before it.
 
 mod changes;
+mod failover;
 mod infra;
 mod pods;
 mod topology;
@@ -14,7 +16,7 @@ use anyhow::Result;
 use crate::UpArgs;
 use crate::clients::Push;
 use crate::lab::Lab;
-use crate::render::Rendered;
+use crate::render::{Rendered, Targets};
 use crate::report::Report;
 
 /// Builds the lab and runs every check; the report of the steps.
@@ -27,19 +29,22 @@ pub fn run(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
 
     // 2. Namespaces and the bridge.
     let ns = topology::build(lab, &rendered)?;
-    pods::plug_dns_pod(&ns)?;
+    pods::plug_dns_pods(&ns)?;
     let public = pods::site_resolver(lab, &rendered, &ns)?;
 
     // 3. Simulated control planes in mgmt.
     infra::control_planes(lab, &rendered, &ns)?;
 
-    // 4. oooi-dhcp, oooi-dns, Envoy.
-    let dns_mount = infra::data_plane(lab, args, &rendered, &ns, &wasm, &mut report)?;
+    // 4. oooi-dhcp, the oooi-dns replicas, the Envoy replicas.
+    let mut plane = infra::data_plane(lab, args, &rendered, &ns, &wasm, &mut report)?;
 
-    // 5. Push the table from the management network, as the controller does.
+    // 5. Push the table from the management network to every proxy
+    // replica, as the controller does.
     let push = Push {
         from: ns.mgmt.clone(),
-        api: format!("10.128.0.2:{}", rendered.api_port),
+        apis: (0..ns.proxy.len())
+            .map(|i| format!("{}:{}", topology::proxy_pod_ip(i), rendered.api_port))
+            .collect(),
         token: rendered.token.clone(),
     };
     infra::first_push(lab, &push, &rendered, &mut report);
@@ -58,15 +63,29 @@ pub fn run(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
     // 7. Workers.
     let booted = workers::run_all(lab, &rendered, &ns, &mut report)?;
 
-    // 8. MetalLB moves an apps VIP; 9. the last attachment is deleted;
-    // 10. the remaining cluster's workers become known; 11. the Infra no
+    // 8. Failover: while the workers resolve and connect in a loop, one
+    // proxy replica and then one DNS replica is killed and started again.
+    failover::run(
+        lab,
+        &rendered,
+        &mut plane,
+        (&push, &rendered.routes_file),
+        &booted,
+        &mut report,
+    )?;
+
+    // 9. MetalLB moves an apps VIP; 10. the last attachment is deleted;
+    // 11. the remaining cluster's workers become known; 12. the Infra no
     // longer names an internal proxy Service.
     let mut changes = changes::Changes {
         docs: std::mem::take(&mut rendered.docs),
         generation: 1,
         wasm: &wasm,
-        dns_mount: &dns_mount,
-        push: &push,
+        to: Targets {
+            replicas: &rendered.replicas,
+            dns_mounts: &plane.dns_mounts,
+            push: &push,
+        },
         public: &public,
     };
     changes.move_apps_vips(lab, &rendered, &booted, &mut report)?;

@@ -10,9 +10,9 @@ use std::net::Ipv4Addr;
 
 use anyhow::{Result, anyhow, bail};
 
-use super::topology::Namespaces;
+use super::topology::{Namespaces, pod_interface, replica_suffix};
 use crate::clients::{dig, dig_port, wait_until};
-use crate::lab::{Lab, run};
+use crate::lab::Lab;
 use crate::render::Rendered;
 use crate::report::Report;
 
@@ -75,7 +75,7 @@ pub fn site_resolver(
         .ok_or_else(|| anyhow!("no cluster to resolve"))?;
     let ip = ip.to_string();
     wait_until(10, "the site's resolver", || {
-        let got = dig(lab, &ns.dns, &ip, name);
+        let got = dig(lab, &ns.dns[0], &ip, name);
         if got == *want {
             Ok(got)
         } else {
@@ -86,27 +86,14 @@ pub fn site_resolver(
     Ok(public)
 }
 
-/// Puts the DNS pod on the pod network (`eth0` at [`DNS_POD_IP`]), as its
-/// pod is: the management network is a bridge the proxy pod is on too.
-pub fn plug_dns_pod(ns: &Namespaces) -> Result<()> {
-    run(&[
-        "ip", "-n", &ns.dns, "link", "add", "eth0", "type", "veth", "peer", "name", "dns", "netns",
-        &ns.mgmt,
-    ])?;
-    run(&[
-        "ip",
-        "-n",
-        &ns.dns,
-        "addr",
-        "add",
-        &format!("{DNS_POD_IP}/16"),
-        "dev",
-        "eth0",
-    ])?;
-    run(&["ip", "-n", &ns.dns, "link", "set", "eth0", "up"])?;
-    run(&[
-        "ip", "-n", &ns.mgmt, "link", "set", "dns", "master", "pods", "up",
-    ])?;
+/// Puts each DNS replica's pod on the pod network (`eth0`, the first at
+/// [`DNS_POD_IP`], the next at 10.128.0.13, ...), as its pod is: the
+/// management network is a bridge the proxy pods are on too.
+pub fn plug_dns_pods(ns: &Namespaces) -> Result<()> {
+    for (i, dns) in ns.dns.iter().enumerate() {
+        let ip = format!("10.128.0.{}", 3 + 10 * i);
+        pod_interface(dns, &ns.mgmt, &format!("dns{}", replica_suffix(i)), &ip)?;
+    }
     Ok(())
 }
 

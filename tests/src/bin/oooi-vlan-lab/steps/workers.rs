@@ -10,7 +10,7 @@ use std::process::Command;
 use anyhow::{Context, Result, anyhow, bail};
 
 use super::topology::Namespaces;
-use crate::clients::{dig, probe, wait_until};
+use crate::clients::{dig, dig_all, getent_ahostsv4, probe, wait_until};
 use crate::lab::{Lab, run};
 use crate::render::{Rendered, json_file};
 use crate::report::Report;
@@ -40,7 +40,7 @@ pub fn run_all(
     let script = dir.join("udhcpc.sh");
     std::fs::write(
         &script,
-        "#!/bin/sh\ncase \"$1\" in\n  bound|renew) ip addr flush dev \"$interface\"; ip addr add \"$ip/$mask\" dev \"$interface\"; echo \"ip=$ip dns=$dns router=$router\" > \"$OOOI_LEASE\" ;;\nesac\nexit 0\n",
+        "#!/bin/sh\ncase \"$1\" in\n  bound|renew) ip addr flush dev \"$interface\"; ip addr add \"$ip/$mask\" dev \"$interface\"; echo \"ip=$ip dns=$(echo $dns | tr ' ' ,) router=$router\" > \"$OOOI_LEASE\" ;;\nesac\nexit 0\n",
     )?;
     run(&["chmod", "+x", script.to_str().unwrap_or_default()])?;
     let range_bound = |k: &str| -> Result<Ipv4Addr> {
@@ -84,7 +84,7 @@ pub fn run_all(
     }
 
     if strict_refusals > 0 {
-        filter_account(lab, r, &nss.proxy, strict_refusals, report)?;
+        filter_account(lab, r, &nss.proxy[0], strict_refusals, report)?;
     }
     Ok(booted)
 }
@@ -136,8 +136,9 @@ fn workers(r: &Rendered) -> Result<Vec<Worker>> {
     Ok(workers)
 }
 
-/// Takes a lease in `ns` with udhcpc and checks it; the DNS server it
-/// names, None when there was no lease.
+/// Takes a lease in `ns` with udhcpc, checks it and writes the worker's
+/// resolv.conf from it; the first DNS server it names, None when there was
+/// no lease.
 fn lease(
     lab: &Lab,
     ns: &str,
@@ -188,8 +189,30 @@ fn lease(
             )
         }
     };
-    report.step("udhcpc: DNS server option", &r.dns_ip, &got_dns);
-    Ok(Some(got_dns))
+    report.step(
+        "udhcpc: DNS servers (option 6, every replica in order)",
+        &r.replicas.dns.join(","),
+        &got_dns,
+    );
+    write_resolv_conf(ns, &got_dns)?;
+    Ok(got_dns.split(',').next().map(str::to_string))
+}
+
+/// The worker's /etc/resolv.conf from its lease, as NetworkManager writes
+/// it on RHCOS: one `nameserver` line per DHCP DNS server in the order of
+/// option 6 and no `options` line, so glibc's defaults hold (servers tried
+/// in order, 5 s timeout, 2 attempts, no rotate). `ip netns exec` mounts
+/// /etc/netns/<ns>/resolv.conf over /etc/resolv.conf for whatever runs in
+/// the worker.
+fn write_resolv_conf(ns: &str, dns: &str) -> Result<()> {
+    let etc = Path::new("/etc/netns").join(ns);
+    std::fs::create_dir_all(&etc)?;
+    let mut text = String::from("# Generated from the DHCP lease (oooi-vlan-lab)\n");
+    for server in dns.split(',').filter(|s| !s.is_empty()) {
+        text.push_str(&format!("nameserver {server}\n"));
+    }
+    std::fs::write(etc.join("resolv.conf"), text)?;
+    Ok(())
 }
 
 /// A machine on the VLAN that belongs to no cluster; the refusals the
@@ -257,17 +280,41 @@ fn worker(
     let isolation = |c: &str| r.isolation(c);
     let mut strict_refusals = 0;
     let fqdn = format!("api.{cluster}.{base}");
-    let resolved = dig(lab, ns, got_dns, &fqdn);
-    report.step(&format!("dig @{got_dns} {fqdn}"), proxy_ip, &resolved);
+    let every_proxy = r.replicas.proxy.join(",");
+    let answers = dig_all(lab, ns, got_dns, &fqdn);
+    report.step(
+        &format!("dig @{got_dns} {fqdn} (every proxy, in order)"),
+        &every_proxy,
+        &answers,
+    );
+    let resolved = answers.split(',').next().unwrap_or_default().to_string();
+    // glibc, with the resolv.conf written from the lease.
+    let got = getent_ahostsv4(lab, ns, &fqdn);
+    report.step(
+        &format!("getent ahostsv4 {fqdn} (glibc, resolv.conf from the lease)"),
+        &every_proxy,
+        &got,
+    );
     // HyperShift's control-plane namespace is `<namespace>-<name>`.
     let own = format!("{cns}-{cluster}/kube-apiserver");
     // The alias resolves on the VLAN while a worker of some cluster is
     // known; the proxy picks the cluster by source.
     let alias = "kubernetes.default.svc";
-    let got = dig(lab, ns, got_dns, alias);
-    report.step(&format!("dig @{got_dns} {alias} (alias)"), proxy_ip, &got);
+    let got = dig_all(lab, ns, got_dns, alias);
+    report.step(
+        &format!("dig @{got_dns} {alias} (alias, every proxy)"),
+        &every_proxy,
+        &got,
+    );
     let got = probe(lab, ns, &resolved, 6443, Some(&fqdn));
     report.step(&format!("TLS {fqdn}:6443 by SNI"), &own, &got);
+    // Every replica has the same table.
+    for ip in r.replicas.proxy.iter().skip(1) {
+        let got = probe(lab, ns, ip, 6443, Some(&fqdn));
+        report.step(&format!("TLS {fqdn}:6443 by SNI via {ip}"), &own, &got);
+        let got = probe(lab, ns, ip, 443, Some(alias));
+        report.step(&format!("TLS {alias}:443 (alias) via {ip}"), &own, &got);
+    }
     let got = probe(
         lab,
         ns,
