@@ -12,9 +12,9 @@
 # perfdhcp, joined by a separate link standing in for the pod network that
 # carries their pair API. perfdhcp broadcasts (relay-style: it sets giaddr
 # and listens on port 67), both servers see every request and each answers
-# its half (RFC 3074 hash). Each lease is fdatasynced on the server that
-# decided it, sent to the other, which fdatasyncs it too, and only then
-# ACKed. Both servers share the one server's CPU (PAIR_CPUS overrides),
+# its half (RFC 3074 hash). Each lease is written on the server that
+# decided it and sent to the other at once (batched); it is ACKed only when
+# both have fdatasynced it. Both servers share the one server's CPU (PAIR_CPUS overrides),
 # so the comparison is at equal CPU. After the run both lease stores are
 # compared: every lease must be in both.
 #
@@ -267,10 +267,12 @@ run_pair() {
   RUST_LOG=warn prio "$W/server-b.pid" taskset -c "$b_cpu" ip netns exec "$PB" "$BIN" serve --config "$W/etc/pair-b.yaml" \
     --data-dir "$db" --metrics-addr 127.0.0.1:9067 --pair-listen 10.30.0.2:9068 > "$W/out/oooi-pair-b.log" 2>&1 &
   # Both must be load balancing (synced with each other) before the burst.
+  # (`|| true`: a server not listening yet fails curl, and set -e would end
+  # the run silently.)
   local n state_a state_b
   for n in $(seq 100); do
-    state_a=$(ip netns exec "$PA" curl -s http://127.0.0.1:9067/metrics | awk '/^oooi_dhcp_pair_state / { print $2 }')
-    state_b=$(ip netns exec "$PB" curl -s http://127.0.0.1:9067/metrics | awk '/^oooi_dhcp_pair_state / { print $2 }')
+    state_a=$(ip netns exec "$PA" curl -s http://127.0.0.1:9067/metrics | awk '/^oooi_dhcp_pair_state / { print $2 }' || true)
+    state_b=$(ip netns exec "$PB" curl -s http://127.0.0.1:9067/metrics | awk '/^oooi_dhcp_pair_state / { print $2 }' || true)
     [ "$state_a" = 1 ] && [ "$state_b" = 1 ] && break
     sleep 0.1
   done
