@@ -12,9 +12,9 @@
 # perfdhcp, joined by a separate link standing in for the pod network that
 # carries their pair API. perfdhcp broadcasts (relay-style: it sets giaddr
 # and listens on port 67), both servers see every request and each answers
-# its half (RFC 3074 hash). Each lease is fdatasynced on the server that
-# decided it, sent to the other, which fdatasyncs it too, and only then
-# ACKed. Both servers share the one server's CPU (PAIR_CPUS overrides),
+# its half (RFC 3074 hash). Each lease is written on the server that
+# decided it and sent to the other at once (batched); it is ACKed only when
+# both have fdatasynced it. Both servers share the one server's CPU (PAIR_CPUS overrides),
 # so the comparison is at equal CPU. After the run both lease stores are
 # compared: every lease must be in both.
 #
@@ -141,28 +141,64 @@ cat > "$W/etc/kea.json" <<K
 } }
 K
 
+udp_counter() {
+  # A UDP counter ($2) of the client namespace ($1).
+  ip netns exec "$1" awk -v c="$2" '/^Udp:/ { if (h) { for (i = 1; i <= NF; i++) if (n[i] == c) print $i } else { for (i = 1; i <= NF; i++) n[i] = $i; h = 1 } }' /proc/net/snmp
+}
 udp_rcvbuf_errors() {
-  # RcvbufErrors of the client namespace ($1): replies lost because perfdhcp's
-  # socket buffer was full (perfdhcp itself falling behind).
-  ip netns exec "$1" awk '/^Udp:/ { if (h) { for (i = 1; i <= NF; i++) if (n[i] == "RcvbufErrors") print $i } else { for (i = 1; i <= NF; i++) n[i] = $i; h = 1 } }' /proc/net/snmp
+  # Replies lost because perfdhcp's socket buffer was full (perfdhcp itself
+  # falling behind).
+  udp_counter "$1" RcvbufErrors
+}
+
+# proc_ticks PIDFILE...: CPU time (user + system, clock ticks) the
+# processes have used so far, threads included.
+proc_ticks() {
+  local f pid t=0 x
+  for f in "$@"; do
+    pid=$(cat "$f" 2>/dev/null) || continue
+    x=$(awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null) || continue
+    t=$((t + x))
+  done
+  echo "$t"
+}
+
+# cpu_ticks CPU: busy and softirq clock ticks of one CPU so far.
+cpu_ticks() {
+  awk -v c="cpu$1" '$1 == c { print $2 + $3 + $4 + $7 + $8 + $9, $8 }' /proc/stat
 }
 
 SUMMARY=()
 # run_perfdhcp NAME GUARANTEE: runs perfdhcp, prints its report, adds a
 # summary row. PERF_NS, PERF_IF and PERF_TO (the server address; empty:
 # broadcast) say where it runs and whom it asks (default: the one server).
+# SERVER_PIDFILES names the measured servers' PID files (for their CPU time).
 run_perfdhcp() {
   local before lost out="$W/out/$1.perfdhcp" ns=${PERF_NS:-$C}
-  before=$(udp_rcvbuf_errors "$ns")
+  local hz t0 t1 s0 s1 c0 c1 pids
+  read -r -a pids <<<"${SERVER_PIDFILES:-$W/server.pid}"
+  hz=$(getconf CLK_TCK)
+  before=$(udp_rcvbuf_errors "$ns"); local in0; in0=$(udp_counter "$ns" InDatagrams)
+  t0=$(proc_ticks "${pids[@]}"); read -r s0 s0i <<<"$(cpu_ticks "$SERVER_CPU")"; read -r c0 c0i <<<"$(cpu_ticks "$CLIENT_CPU")"
   # -R: simulated clients (random MACs), -d 1: a reply later than 1 s is a drop.
   # shellcheck disable=SC2086
   prio "$W/perfdhcp.pid" taskset -c "$CLIENT_CPU" ip netns exec "$ns" perfdhcp -4 ${PERFDHCP_OPTS:-} -l "${PERF_IF:-vc}" -r "$RATE" -R 60000 -p "$SECS" -d 1 ${PERF_TO-10.20.0.1} \
     > "$out" 2>&1 || true
   lost=$(( $(udp_rcvbuf_errors "$ns") - before ))
+  t1=$(proc_ticks "${pids[@]}"); read -r s1 s1i <<<"$(cpu_ticks "$SERVER_CPU")"; read -r c1 c1i <<<"$(cpu_ticks "$CLIENT_CPU")"
   grep -E "^Rate:|drops:|sent packets|received packets|orphans|rejected|avg delay" "$out" || cat "$out"
-  echo "   replies lost in perfdhcp's socket buffer: $lost"
+  echo "   replies lost in perfdhcp's socket buffer: $lost; datagrams perfdhcp read: $(( $(udp_counter "$ns" InDatagrams) - in0 ))"
   local rate do_drops ra_drops
   rate=$(awk '/^Rate:/ { printf "%d", $2 }' "$out")
+  # CPU: the servers' own time per completed lease, and how busy each CPU
+  # was (softirq apart: packet delivery between the namespaces).
+  awk -v t=$((t1 - t0)) -v hz="$hz" -v r="${rate:-0}" -v secs="$SECS" \
+      -v sb=$((s1 - s0)) -v ss=$((s1i - s0i)) -v cb=$((c1 - c0)) -v cs=$((c1i - c0i)) \
+      -v sc="$SERVER_CPU" -v cc="$CLIENT_CPU" 'BEGIN {
+    n = r * secs
+    printf "   cpu: servers %.2f s (%.0f us per lease); CPU %s (servers) %.0f %% busy, %.0f %% softirq; CPU %s (perfdhcp) %.0f %% busy, %.0f %% softirq\n",
+      t / hz, (n > 0 ? 1e6 * t / hz / n : 0), sc, 100 * sb / hz / secs, 100 * ss / hz / secs, cc, 100 * cb / hz / secs, 100 * cs / hz / secs
+  }'
   do_drops=$(awk '/drops:/ { n++; if (n == 1) print $2 }' "$out")
   ra_drops=$(awk '/drops:/ { n++; if (n == 2) print $2 }' "$out")
   SUMMARY+=("$(printf '%-16s %10s %10s %10s %12s  %s' "$1" "${rate:-?}" "${do_drops:-?}" "${ra_drops:-?}" "$lost" "$2")")
@@ -231,15 +267,17 @@ run_pair() {
   RUST_LOG=warn prio "$W/server-b.pid" taskset -c "$b_cpu" ip netns exec "$PB" "$BIN" serve --config "$W/etc/pair-b.yaml" \
     --data-dir "$db" --metrics-addr 127.0.0.1:9067 --pair-listen 10.30.0.2:9068 > "$W/out/oooi-pair-b.log" 2>&1 &
   # Both must be load balancing (synced with each other) before the burst.
+  # (`|| true`: a server not listening yet fails curl, and set -e would end
+  # the run silently.)
   local n state_a state_b
   for n in $(seq 100); do
-    state_a=$(ip netns exec "$PA" curl -s http://127.0.0.1:9067/metrics | awk '/^oooi_dhcp_pair_state / { print $2 }')
-    state_b=$(ip netns exec "$PB" curl -s http://127.0.0.1:9067/metrics | awk '/^oooi_dhcp_pair_state / { print $2 }')
+    state_a=$(ip netns exec "$PA" curl -s http://127.0.0.1:9067/metrics | awk '/^oooi_dhcp_pair_state / { print $2 }' || true)
+    state_b=$(ip netns exec "$PB" curl -s http://127.0.0.1:9067/metrics | awk '/^oooi_dhcp_pair_state / { print $2 }' || true)
     [ "$state_a" = 1 ] && [ "$state_b" = 1 ] && break
     sleep 0.1
   done
   [ "$state_a" = 1 ] && [ "$state_b" = 1 ] || { echo "the pair did not reach load balancing (states: ${state_a:-?} ${state_b:-?})" >&2; cat "$W"/out/oooi-pair-*.log >&2; exit 1; }
-  PERF_NS=$PC PERF_IF=br0 PERF_TO="" run_perfdhcp "oooi-dhcp pair" "$guarantee"
+  SERVER_PIDFILES="$W/server.pid $W/server-b.pid" PERF_NS=$PC PERF_IF=br0 PERF_TO="" run_perfdhcp "oooi-dhcp pair" "$guarantee"
   echo "   server A (primary):"; server_metrics "$PA" pair
   echo "   server B (secondary):"; server_metrics "$PB" pair
   stop "$W/server.pid"; stop "$W/server-b.pid"

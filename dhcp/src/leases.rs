@@ -414,7 +414,13 @@ impl LeaseTable {
         };
         for &own in halves {
             let in_half = |ip: &Ipv4Addr| self.share.is_none_or(|s| s.mine(*ip) == own);
-            if let Some(&ip) = self.never_bound.iter().find(|ip| in_half(ip)) {
+            // A seek into the half, not a scan: the secondary's half starts
+            // after every never-bound address of the primary's.
+            let first = match self.share {
+                None => self.never_bound.first(),
+                Some(s) => self.never_bound.range(s.half(own)).next(),
+            };
+            if let Some(&ip) = first {
                 return Ok(ip);
             }
             if let Some(ip) = self

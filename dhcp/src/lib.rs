@@ -7,7 +7,8 @@
 //! covering its lease, ordering rule in [`commit`]), and periodic work.
 //! [`config`] is the config file (the `oooi-dhcp-config` crate,
 //! re-exported; reloaded by `oooi-reload`), [`metrics`] the Prometheus
-//! endpoint, [`pair`] and [`peer`] a pair of servers sharing one pool.
+//! endpoint, [`pair`], [`peer`] and [`replication`] a pair of servers sharing
+//! one pool.
 
 pub mod commit;
 pub mod lease_store;
@@ -16,6 +17,7 @@ pub mod metrics;
 pub mod pair;
 pub mod peer;
 pub mod pipeline;
+pub mod replication;
 pub mod server;
 
 /// The config file format and its rules (the `oooi-dhcp-config` crate).

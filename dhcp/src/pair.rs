@@ -24,6 +24,7 @@
 //!   first, then from the other half, honouring the other server's leases.
 
 use std::net::Ipv4Addr;
+use std::ops::Bound;
 
 use dhcproto::v4::{DhcpOption, MessageType, OptionCode};
 
@@ -144,6 +145,17 @@ impl Share {
         }
     }
 
+    /// The addresses of one half as a range: this server's half (`own`)
+    /// or the other's. The same set as [`Share::mine`] (or its negation),
+    /// in a form an ordered set can seek to instead of scanning.
+    pub fn half(&self, own: bool) -> (Bound<Ipv4Addr>, Bound<Ipv4Addr>) {
+        if (self.role == Role::Primary) == own {
+            (Bound::Unbounded, Bound::Excluded(self.split))
+        } else {
+            (Bound::Included(self.split), Bound::Unbounded)
+        }
+    }
+
     /// Whether this server may hand out new addresses of the other half.
     pub fn takes_over(&self) -> bool {
         self.state == PairState::PartnerDown
@@ -170,6 +182,7 @@ mod tests {
     use super::*;
     use crate::config::Mac;
     use dhcproto::v4::Message;
+    use std::ops::RangeBounds;
 
     fn req(kind: MessageType, mac: [u8; 6], opts: Vec<DhcpOption>) -> Request {
         let mut m = Message::default();
@@ -276,5 +289,12 @@ mod tests {
         assert_eq!(pool.len(), 10);
         assert!(pool.iter().all(|a| p.mine(*a) != s.mine(*a)));
         assert_eq!(pool.iter().filter(|a| p.mine(**a)).count(), 5);
+        // The halves as ranges are the same sets as `mine`.
+        for sh in [p, s] {
+            for a in &pool {
+                assert_eq!(sh.half(true).contains(a), sh.mine(*a), "{a}");
+                assert_eq!(sh.half(false).contains(a), !sh.mine(*a), "{a}");
+            }
+        }
     }
 }

@@ -5,30 +5,45 @@
 //! [`crate::pair`].
 //!
 //! ## Ordering and guarantees
-//! 1. A batch of decisions is written to the local log and `fdatasync`ed
-//!    (group commit, [`crate::commit`]).
-//! 2. Its records (the exact log records) are POSTed to the other server,
-//!    which merges them into its table, writes them to its own log and
-//!    answers only after its own `fdatasync`.
-//! 3. Only then are the batch's ACKs sent.
+//! 1. A batch of decisions is written to the local log. From there two
+//!    things run at once:
+//!    - the local `fdatasync` (group commit, [`crate::commit`]);
+//!    - replication ([`crate::replication`]): the batch's records (the
+//!      exact log records) go to the other server with every other record
+//!      written since the last request left, in one POST on a kept-alive
+//!      connection (up to [`REPLICATION_IN_FLIGHT`] requests at once). The
+//!      other server merges a stream's requests in the order they were
+//!      decided, writes them to its own log and answers only after an
+//!      `fdatasync` covering them (its group commit covers its own leases
+//!      and the replicated ones together).
+//! 2. A batch's ACKs leave when BOTH are done: a local sync covering the
+//!    batch has finished and the other server has acknowledged a request
+//!    covering it.
 //!
 //! So while both servers are up, every ACKed lease is durable on both: a
 //! `kill -9` (or the loss of a node) of either loses no ACKed lease, and the
 //! survivor, which takes over the whole pool, never hands an ACKed address
-//! to another client. When the other server does not answer, ACKs wait
-//! (retrying) until it counts as down (`down_after_ms`, a few heartbeats);
-//! from then on ACKs leave after the local sync only and the other server
-//! gets those leases when it returns: it answers no client until it has
-//! pulled this server's leases (and pushed its own), and only then does the
-//! pair go back to load balancing. A network partition between two live
-//! servers makes both take over; each then allocates from its own half first,
-//! so they collide only after one half is exhausted — the limit of any pair
-//! without a third witness.
-//!
+//! to another client. A lease can be durable on the other server before it
+//! is here (or without ever being here, if this server dies before its
+//! sync): its ACK was never sent, the client retries, and the lease is
+//! merged back when this server returns and pulls the other's leases, as
+//! if the ACK had been lost on the way. When the other server does not
+//! answer, ACKs wait (retrying) until it counts as down (`down_after_ms`, a
+//! few heartbeats); from then on ACKs leave after the local sync only and
+//! the other server gets those leases when it returns: it answers no client
+//! until it has pulled this server's leases (and pushed its own), and only
+//! then does the pair go back to load balancing. A network partition
+//! between two live servers makes both take over; each then allocates from
+//! its own half first, so they collide only after one half is exhausted —
+//! the limit of any pair without a third witness.
+
 //! ## API (bearer token, `Authorization: Bearer <token>`)
 //! - `GET /pair/v1/state` → `{"role": "primary", "state": "load-balancing"}`;
 //! - `POST /pair/v1/leases` with log records (27 bytes each, see
-//!   [`crate::lease_store`]) → 204 once they are durable here;
+//!   [`crate::lease_store`]) → 204 once they are durable here. With
+//!   `X-Oooi-Stream: <id>` and `X-Oooi-Request: <n>` (replication) they are
+//!   merged in `n` order within the stream; 409 when the request belongs to
+//!   a replaced stream or an earlier one did not arrive within a second;
 //! - `GET /pair/v1/leases` → every lease this server holds, as records.
 
 use std::io::{Read, Write};
@@ -36,16 +51,25 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::commit::Seq;
 use crate::config::{Peer, Role};
-use crate::lease_store::decode_records;
+use crate::lease_store::{RECORD_LEN, decode_records};
 use crate::metrics::metrics;
 use crate::pair::PairState;
+use crate::replication::{Admit, Order, Stream, Window};
 
 /// Path prefix of the pair API.
 pub const API_PREFIX: &str = "/pair/v1";
+/// Most replication requests in flight at once (see [`crate::replication`]).
+pub const REPLICATION_IN_FLIGHT: usize = 2;
+/// How long a replicated request waits for the earlier ones of its stream.
+const ORDER_WAIT: Duration = Duration::from_secs(1);
+/// Request headers of replication.
+const STREAM_HEADER: &str = "x-oooi-stream";
+const REQUEST_HEADER: &str = "x-oooi-request";
 
 /// A message for the decision loop, which owns the lease table.
 pub enum Inbox {
@@ -76,6 +100,9 @@ pub struct PairShared {
     peer_state: Mutex<Option<PairState>>,
     inbox: Mutex<Sender<Inbox>>,
     wake: UnixStream,
+    /// The order in which replicated requests are merged.
+    order: Mutex<Order>,
+    order_moved: Condvar,
 }
 
 fn state_from(code: u8) -> PairState {
@@ -132,6 +159,47 @@ impl PairShared {
         self.send(Inbox::Records { records, done: tx }) && rx.recv_timeout(timeout).is_ok()
     }
 
+    /// Merges request `n` of replication stream `stream` in its order
+    /// (see [`crate::replication`]) and waits until it is durable here.
+    /// None: out of order (a replaced stream, or an earlier request did not
+    /// arrive in time).
+    pub fn store_in_order(
+        &self,
+        stream: Stream,
+        n: u64,
+        records: Vec<u8>,
+        timeout: Duration,
+    ) -> Option<bool> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let deadline = Instant::now() + ORDER_WAIT;
+        let mut order = self.order.lock().ok()?;
+        let sent = loop {
+            match order.admit(stream, n) {
+                Admit::Apply => {
+                    // Queued under the lock: the decision loop merges in
+                    // queue order.
+                    let sent = self.send(Inbox::Records { records, done: tx });
+                    drop(order);
+                    self.order_moved.notify_all();
+                    break sent;
+                }
+                Admit::Repeat => {
+                    drop(order);
+                    break self.send(Inbox::Records { records, done: tx });
+                }
+                Admit::Stale => return None,
+                Admit::Wait => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    order = self.order_moved.wait_timeout(order, left).ok()?.0;
+                }
+            }
+        };
+        Some(sent && rx.recv_timeout(timeout).is_ok())
+    }
+
     /// Every lease held here, as records.
     pub fn snapshot(&self, timeout: Duration) -> Option<Vec<u8>> {
         let (tx, rx) = std::sync::mpsc::channel();
@@ -186,6 +254,8 @@ impl Pair {
                 peer_state: Mutex::new(None),
                 inbox: Mutex::new(tx),
                 wake: a,
+                order: Mutex::new(Order::default()),
+                order_moved: Condvar::new(),
             }),
             inbox: rx,
             wake: b,
@@ -272,6 +342,112 @@ fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
         out.extend_from_slice(b.get(..size)?);
         b = b.get(size + 2..)?;
     }
+}
+
+/// A kept-alive HTTP/1.1 connection to the pair API (replication): one
+/// request at a time, reconnecting when the other end closed it.
+struct Conn {
+    api: String,
+    token: String,
+    timeout: Duration,
+    stream: Option<TcpStream>,
+}
+
+impl Conn {
+    fn new(api: &str, token: &str, timeout: Duration) -> Conn {
+        Conn {
+            api: api.to_string(),
+            token: token.to_string(),
+            timeout,
+            stream: None,
+        }
+    }
+
+    fn connect(&self) -> std::io::Result<TcpStream> {
+        let addr: SocketAddr =
+            self.api.to_socket_addrs()?.next().ok_or_else(|| {
+                std::io::Error::other(format!("{} resolves to nothing", self.api))
+            })?;
+        let s = TcpStream::connect_timeout(&addr, self.timeout)?;
+        s.set_read_timeout(Some(self.timeout))?;
+        s.set_write_timeout(Some(self.timeout))?;
+        s.set_nodelay(true)?;
+        Ok(s)
+    }
+
+    /// POSTs `body` to `path` with `extra` header lines; the status. A
+    /// connection that was reused and failed before any answer (the other
+    /// end closed it while idle) is replaced once.
+    fn post(&mut self, path: &str, extra: &str, body: &[u8]) -> std::io::Result<u16> {
+        let mut req = format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\n{extra}\r\n",
+            self.api,
+            self.token,
+            body.len()
+        )
+        .into_bytes();
+        req.extend_from_slice(body);
+        let reused = self.stream.is_some();
+        match self.exchange(&req) {
+            Err(_) if reused => self.exchange(&req),
+            r => r,
+        }
+    }
+
+    fn exchange(&mut self, req: &[u8]) -> std::io::Result<u16> {
+        let mut s = match self.stream.take() {
+            Some(s) => s,
+            None => self.connect()?,
+        };
+        s.write_all(req)?;
+        let (status, keep) = read_response(&mut s)?;
+        if keep {
+            self.stream = Some(s);
+        }
+        Ok(status)
+    }
+}
+
+/// Reads one response with a `Content-Length` body (discarded); the status
+/// and whether the connection may be reused.
+fn read_response(s: &mut TcpStream) -> std::io::Result<(u16, bool)> {
+    let mut buf = Vec::with_capacity(256);
+    let mut chunk = [0u8; 512];
+    let end = loop {
+        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break p + 4;
+        }
+        let n = s.read(&mut chunk)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+    let status: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other("bad status line"))?;
+    let length = head.lines().find_map(|l| {
+        l.strip_prefix("content-length:")
+            .and_then(|v| v.trim().parse::<usize>().ok())
+    });
+    let mut left = match length {
+        Some(n) => n.saturating_sub(buf.len() - end),
+        // 204 and 304 have no body; anything else without a length cannot
+        // be delimited on a kept connection.
+        None if status == 204 || status == 304 => 0,
+        None => return Ok((status, false)),
+    };
+    while left > 0 {
+        let n = s.read(&mut chunk[..left.min(512)])?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        left -= n;
+    }
+    Ok((status, !head.contains("connection: close")))
 }
 
 /// The other server's state, as its API reports it.
@@ -392,72 +568,120 @@ pub fn heartbeat(shared: Arc<PairShared>) {
     }
 }
 
-/// What the replicator gets from the sync workers: a durable batch's items
-/// in decision order.
-pub type Released = Vec<crate::server::Pending>;
+/// The sending side of replication, shared by the decision loop (which
+/// pushes each written batch's records) and the replication workers.
+pub struct Replication {
+    window: Mutex<Window>,
+    moved: Condvar,
+}
 
-/// Sends each durable batch's records to the other server and then its
-/// ACKs (see the module docs). Runs until the sending side closes.
-pub fn replicator(
+impl Replication {
+    /// A window whose first stream id comes from the clock, so that a
+    /// restarted server's streams replace the ones it sent before.
+    pub fn new() -> Replication {
+        let stream = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64);
+        Replication {
+            window: Mutex::new(Window::new(stream, REPLICATION_IN_FLIGHT)),
+            moved: Condvar::new(),
+        }
+    }
+
+    /// Batch `seq` wrote `records` for the other server. Returns a new
+    /// watermark when nothing is left to wait for.
+    pub fn push(&self, seq: Seq, records: &[u8]) -> Option<Seq> {
+        let t = self.window.lock().ok()?.push(seq, records);
+        self.moved.notify_one();
+        t
+    }
+}
+
+impl Default for Replication {
+    fn default() -> Self {
+        Replication::new()
+    }
+}
+
+/// A replication worker (run [`REPLICATION_IN_FLIGHT`] of them): takes the
+/// next request the window allows, POSTs it on its kept-alive connection
+/// and reports each new watermark to `replicated` (which releases the
+/// ACKs waiting for it). Runs forever.
+pub fn replication_worker(
     shared: Arc<PairShared>,
-    rx: Receiver<Released>,
-    mut send: impl FnMut(crate::server::Pending),
+    rep: Arc<Replication>,
+    mut replicated: impl FnMut(Seq),
 ) {
     let p = &shared.peer;
-    let c = Client::new(
+    let mut conn = Conn::new(
         &p.api,
         &p.token,
         Duration::from_millis(u64::from(p.down_after_ms)),
     );
-    while let Ok(first) = rx.recv() {
-        let mut items = first;
-        // Everything already waiting goes in one update (group replication).
-        while let Ok(more) = rx.try_recv() {
-            items.extend(more);
-        }
-        let mut records = Vec::new();
-        for i in &items {
-            if let crate::server::Pending::Records(r) = i {
-                records.extend_from_slice(r);
-            }
-        }
-        if !records.is_empty() {
-            replicate(&shared, &c, &records);
-        }
-        for i in items {
-            send(i);
-        }
-    }
-}
-
-/// POSTs `records` until the other server has them durably, or it counts
-/// as down.
-fn replicate(shared: &PairShared, c: &Client, records: &[u8]) {
     let m = metrics();
-    let n = (records.len() / crate::lease_store::RECORD_LEN) as u64;
+    let path = format!("{API_PREFIX}/leases");
     loop {
-        if !shared.peer_reachable() {
-            m.pair_updates_unsent.inc_by(n);
-            return;
-        }
-        match c.call("POST", &format!("{API_PREFIX}/leases"), records) {
-            Ok((204, _)) => {
-                m.pair_updates_sent.inc_by(n);
-                return;
+        let req = {
+            let Ok(mut w) = rep.window.lock() else { return };
+            loop {
+                if w.busy() && !shared.peer_reachable() {
+                    // Down: nothing waits for it any more (see the docs).
+                    let (t, dropped) = w.abandon();
+                    m.pair_updates_unsent.inc_by((dropped / RECORD_LEN) as u64);
+                    drop(w);
+                    rep.moved.notify_all();
+                    replicated(t);
+                    break None;
+                }
+                if let Some(r) = w.next_request() {
+                    break Some(r);
+                }
+                w = match rep.moved.wait_timeout(w, Duration::from_millis(200)) {
+                    Ok((w, _)) => w,
+                    Err(_) => return,
+                };
             }
-            Ok((status, _)) => {
+        };
+        let Some(req) = req else { continue };
+        let extra = format!(
+            "{STREAM_HEADER}: {}\r\n{REQUEST_HEADER}: {}\r\n",
+            req.stream, req.n
+        );
+        let result = conn.post(&path, &extra, &req.records);
+        let Ok(mut w) = rep.window.lock() else { return };
+        match result {
+            Ok(204) => {
+                m.pair_updates_sent
+                    .inc_by((req.records.len() / RECORD_LEN) as u64);
+                let t = w.acked(req.stream, req.n);
+                drop(w);
+                rep.moved.notify_all();
+                if let Some(t) = t {
+                    replicated(t);
+                }
+            }
+            other => {
                 m.pair_update_errors.inc();
-                tracing::warn!(
-                    status,
-                    "pair: the other server refused a lease update; retrying"
-                );
-            }
-            Err(e) => {
-                m.pair_update_errors.inc();
-                tracing::debug!(error = %e, "pair: lease update failed; retrying");
+                match other {
+                    Ok(status) => tracing::debug!(
+                        status,
+                        stream = req.stream,
+                        n = req.n,
+                        "pair: a lease update was refused; resending"
+                    ),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "pair: lease update failed; resending")
+                    }
+                }
+                let restarted = w.failed(req.stream);
+                drop(w);
+                rep.moved.notify_all();
+                if restarted {
+                    // Not a busy loop while the other server is in trouble.
+                    std::thread::sleep(Duration::from_millis(20));
+                }
             }
         }
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -515,13 +739,38 @@ pub fn router(shared: Arc<PairShared>) -> axum::Router {
             )
                 .into_response();
         };
+        let number = |name: &str| {
+            h.get(name)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        let ordered = match (number(STREAM_HEADER), number(REQUEST_HEADER)) {
+            (Some(stream), Some(n)) => Some((stream, n)),
+            (None, None) => None,
+            _ => {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    "replication needs both the stream and the request number\n",
+                )
+                    .into_response();
+            }
+        };
         metrics().pair_updates_received.inc_by(records.len() as u64);
         let s2 = s.clone();
         let body = body.to_vec();
-        match tokio::task::spawn_blocking(move || s2.store_records(body, Duration::from_secs(30)))
-            .await
-        {
-            Ok(true) => StatusCode::NO_CONTENT.into_response(),
+        let wait = Duration::from_secs(30);
+        let stored = tokio::task::spawn_blocking(move || match ordered {
+            Some((stream, n)) => s2.store_in_order(stream, n, body, wait),
+            None => Some(s2.store_records(body, wait)),
+        })
+        .await;
+        match stored {
+            Ok(Some(true)) => StatusCode::NO_CONTENT.into_response(),
+            Ok(None) => (
+                StatusCode::CONFLICT,
+                "out of order: a replaced stream, or an earlier request is missing\n",
+            )
+                .into_response(),
             _ => (StatusCode::SERVICE_UNAVAILABLE, "not stored\n").into_response(),
         }
     }

@@ -268,9 +268,6 @@ pub type Reply = (Vec<u8>, Destination, &'static str);
 pub enum Pending {
     /// A reply to send.
     Reply(Reply),
-    /// The batch's log records, for the other server of a pair (sent, and
-    /// stored there, before the replies after them leave).
-    Records(Vec<u8>),
     /// A lease update from the other server is durable here: answer it.
     PeerAck(Sender<()>),
 }
@@ -281,51 +278,19 @@ struct Durable {
     records: Vec<StoreOp>,
     replies: Vec<Pending>,
     /// Whether the records go to the other server of a pair (not when they
-    /// came from it).
+    /// came from it). Its replies then also wait for the other server.
     replicate: bool,
 }
 
-/// Where durable batches go: straight out, or through the pair's
-/// replicator (which sends the records to the other server first).
-#[derive(Clone)]
-struct Deliver {
-    pair: Option<Sender<crate::peer::Released>>,
-}
-
-impl Deliver {
-    fn deliver(&self, items: Vec<Pending>, out: &mut Sender4) {
-        match &self.pair {
-            None => {
-                for i in items {
-                    send_pending(i, out);
-                }
-            }
-            Some(tx) => {
-                // Acknowledgements of the other server's updates never wait
-                // behind this server's own updates (each server would wait
-                // for the other).
-                let (acks, rest): (Vec<Pending>, Vec<Pending>) = items
-                    .into_iter()
-                    .partition(|i| matches!(i, Pending::PeerAck(_)));
-                for a in acks {
-                    send_pending(a, out);
-                }
-                if !rest.is_empty() {
-                    let _ = tx.send(rest);
-                }
+/// Sends released items.
+fn deliver(items: Vec<Pending>, out: &mut Sender4) {
+    for i in items {
+        match i {
+            Pending::Reply((bytes, dest, kind)) => out.send(&bytes, dest, kind),
+            Pending::PeerAck(done) => {
+                let _ = done.send(());
             }
         }
-    }
-}
-
-/// Sends one released item (records are the replicator's job).
-fn send_pending(item: Pending, out: &mut Sender4) {
-    match item {
-        Pending::Reply((bytes, dest, kind)) => out.send(&bytes, dest, kind),
-        Pending::PeerAck(done) => {
-            let _ = done.send(());
-        }
-        Pending::Records(_) => {}
     }
 }
 
@@ -379,8 +344,8 @@ impl Sender4 {
 struct CommitState {
     store: LeaseStore,
     gate: AckGate<Pending>,
-    /// Where released items go.
-    deliver: Deliver,
+    /// Replication to the other server of a pair.
+    replication: Option<Arc<crate::peer::Replication>>,
     /// Handle on the current log file for the workers' fdatasync.
     file: Arc<File>,
     /// Records written since the last sync started (for the batch metric).
@@ -430,7 +395,7 @@ fn sync_worker(
             let started = Instant::now();
             let result = job.file.sync_data();
             let elapsed = started.elapsed();
-            let (released, more, deliver) = {
+            let (released, more) = {
                 let Ok(mut d) = shared.lock() else { return };
                 if d.failed.is_some() {
                     return;
@@ -443,9 +408,9 @@ fn sync_worker(
                 m.store_sync.observe(elapsed.as_secs_f64());
                 m.store_batch.observe(job.records as f64);
                 let released = d.gate.synced(job.seq);
-                (released, d.next_job(), d.deliver.clone())
+                (released, d.next_job())
             };
-            deliver.deliver(released, &mut out);
+            deliver(released, &mut out);
             match more {
                 Some(j) => job = j,
                 None => break,
@@ -490,9 +455,8 @@ fn start_compaction(
                         Vec::new()
                     };
                     let leases = d.store.leases().len();
-                    let deliver = d.deliver.clone();
                     drop(d);
-                    deliver.deliver(released, &mut out);
+                    deliver(released, &mut out);
                     metrics().store_compactions.inc();
                     tracing::info!(
                         leases,
@@ -529,22 +493,32 @@ fn write_batch(
         }
         .map_err(|e| anyhow::anyhow!("lease store write failed: {e}"))?;
     }
-    let mut items = Vec::with_capacity(batch.replies.len() + 1);
-    if batch.replicate && d.deliver.pair.is_some() && !d.store.unwritten().is_empty() {
-        items.push(Pending::Records(d.store.unwritten().to_vec()));
-    }
-    items.extend(batch.replies);
+    let replication = d.replication.clone().filter(|_| batch.replicate);
+    let records = match &replication {
+        Some(_) if !d.store.unwritten().is_empty() => d.store.unwritten().to_vec(),
+        _ => Vec::new(),
+    };
     d.store
         .write_out()
         .map_err(|e| anyhow::anyhow!("lease store write failed: {e}"))?;
     d.unsynced_records += batch.records.len() as u64;
-    let seq = d.gate.written(items);
-    let released = if d.durability == Durability::Write {
-        // The records are in the page cache: Kea memfile's guarantee.
-        d.gate.durable_through(seq)
-    } else {
-        Vec::new()
+    let mut released = Vec::new();
+    let seq = match replication {
+        // The records leave for the other server now, beside the local
+        // sync; the replies wait for both.
+        Some(rep) if !records.is_empty() => {
+            let seq = d.gate.written_replicated(batch.replies);
+            if let Some(t) = rep.push(seq, &records) {
+                released.extend(d.gate.replicated_through(t));
+            }
+            seq
+        }
+        _ => d.gate.written(batch.replies),
     };
+    if d.durability == Durability::Write {
+        // The records are in the page cache: Kea memfile's guarantee.
+        released.extend(d.gate.durable_through(seq));
+    }
     if !d.store.compacting() && d.store.record_count() > 2 * d.store.leases().len() + 1024 {
         start_compaction(shared_arc, &mut d, out)?;
     }
@@ -554,9 +528,8 @@ fn write_batch(
         jobs.send(job)
             .map_err(|_| anyhow::anyhow!("lease sync workers stopped"))?;
     }
-    let deliver = d.deliver.clone();
     drop(d);
-    deliver.deliver(released, out);
+    deliver(released, out);
     Ok(())
 }
 
@@ -616,31 +589,44 @@ impl Server {
         for ip in released_for_moved_reservations(self.table.release_moved_reservations()) {
             store.release(ip)?;
         }
-        let mut deliver = Deliver { pair: None };
-        if let Some(p) = &self.pair {
-            let (tx, rx) = std::sync::mpsc::channel::<crate::peer::Released>();
-            deliver.pair = Some(tx);
-            let mut out = sender(self.socket.try_clone()?);
-            let shared = p.shared.clone();
-            std::thread::Builder::new()
-                .name("dhcp-pair-replicate".into())
-                .spawn(move || {
-                    crate::peer::replicator(shared, rx, |i| send_pending(i, &mut out))
-                })?;
+        let replication = self
+            .pair
+            .as_ref()
+            .map(|_| Arc::new(crate::peer::Replication::new()));
+        let mut gate = AckGate::new(SYNCS_IN_FLIGHT);
+        if replication.is_some() {
+            gate = gate.with_replication();
+        }
+        let shared = Arc::new(Mutex::new(CommitState {
+            file: Arc::new(store.sync_handle()?),
+            store,
+            replication: replication.clone(),
+            gate,
+            unsynced_records: 0,
+            durability: self.durability,
+            failed: None,
+        }));
+        if let (Some(p), Some(rep)) = (&self.pair, &replication) {
+            for i in 0..crate::peer::REPLICATION_IN_FLIGHT {
+                let mut out = sender(self.socket.try_clone()?);
+                let (pair, rep, commit) = (p.shared.clone(), rep.clone(), shared.clone());
+                std::thread::Builder::new()
+                    .name(format!("dhcp-pair-repl-{i}"))
+                    .spawn(move || {
+                        crate::peer::replication_worker(pair, rep, |t| {
+                            let released = match commit.lock() {
+                                Ok(mut d) if d.failed.is_none() => d.gate.replicated_through(t),
+                                _ => return,
+                            };
+                            deliver(released, &mut out);
+                        })
+                    })?;
+            }
             let shared = p.shared.clone();
             std::thread::Builder::new()
                 .name("dhcp-pair-heartbeat".into())
                 .spawn(move || crate::peer::heartbeat(shared))?;
         }
-        let shared = Arc::new(Mutex::new(CommitState {
-            file: Arc::new(store.sync_handle()?),
-            store,
-            deliver,
-            gate: AckGate::new(SYNCS_IN_FLIGHT),
-            unsynced_records: 0,
-            durability: self.durability,
-            failed: None,
-        }));
         let (jobs_tx, jobs_rx) = std::sync::mpsc::channel::<SyncJob>();
         let jobs_rx = Arc::new(Mutex::new(jobs_rx));
         for i in 0..SYNCS_IN_FLIGHT {
@@ -784,7 +770,13 @@ impl Server {
                 Inbox::Records { records, done } => {
                     let ops = self.merge_peer_records(&records, now);
                     if ops.is_empty() {
-                        let _ = done.send(());
+                        // Nothing new, but what it repeats may not be
+                        // durable yet: answer once it is.
+                        let released = match shared.lock() {
+                            Ok(mut d) => d.gate.after_written(vec![Pending::PeerAck(done)]),
+                            Err(_) => return Err(anyhow::anyhow!("lease sync worker panicked")),
+                        };
+                        deliver(released, out);
                     } else {
                         let batch = Durable {
                             records: ops,
