@@ -4,12 +4,11 @@
 //! aliases with every proxy address (in order), and each DNS replica's VLAN
 //! view listens on its own address.
 //!
-//! `oooi-controller render` gives the Infra's addresses. While it names one
-//! DNS and one proxy address (`serverIP`), the lab adds a second replica of
-//! each at [`SECOND_DNS`] and [`SECOND_PROXY`] and writes the list forms of
-//! the configs render would write for two (`dns_servers: [..]`,
-//! `proxy: [..]`); when render already lists two or more, they are used as
-//! they are.
+//! `oooi-controller render` gives the replicas' addresses from the Infra's
+//! `serverIPs` (the lab's Infra lists two of each). Given a manifest with
+//! one DNS and one proxy address (`serverIP`), the lab adds a second replica
+//! of each at [`SECOND_DNS`] and [`SECOND_PROXY`] and writes the list forms
+//! of the configs render writes for two (`dns_servers: [..]`, `proxy: [..]`).
 
 use anyhow::{Context, Result, anyhow, bail};
 use serde_json::Value;
