@@ -278,7 +278,8 @@ struct Durable {
     records: Vec<StoreOp>,
     replies: Vec<Pending>,
     /// Whether the records go to the other server of a pair (not when they
-    /// came from it). Its replies then also wait for the other server.
+    /// came from it). Its replies then also wait for the other server's
+    /// acknowledgement, unless that server counts as down.
     replicate: bool,
 }
 
@@ -505,7 +506,8 @@ fn write_batch(
     let mut released = Vec::new();
     let seq = match replication {
         // The records leave for the other server now, beside the local
-        // sync; the replies wait for both.
+        // sync; the replies wait for both while the other server is up
+        // (once it counts as down, the local sync alone releases them).
         Some(rep) if !records.is_empty() => {
             let seq = d.gate.written_replicated(batch.replies);
             if let Some(t) = rep.push(seq, &records) {
