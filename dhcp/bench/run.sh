@@ -18,7 +18,22 @@
 # so the comparison is at equal CPU. After the run both lease stores are
 # compared: every lease must be in both.
 #
-# Usage: dhcp/bench/run.sh [path/to/release/oooi-dhcp] [seconds] [offered rate/s]
+# perfdhcp's receive socket: perfdhcp stands in for 60,000 clients with one
+# socket and has no option for its buffer, so it gets net.core.rmem_default
+# (212,992 bytes on Debian), a few milliseconds of replies at saturation:
+# the bench would measure that buffer, not the servers. With
+# --client-rcvbuf BYTES (default 4M) the script raises rmem_default while
+# perfdhcp opens its socket (about 0.1 s) and restores it at once, on every
+# exit path too (only a SIGKILL in that window could leave it raised). The
+# sysctl is global: a network namespace only shows the host's value,
+# read-only. The servers' sockets are open before that, so they keep their
+# own size (oooi-dhcp asks for 4 MiB, Kea takes the system default). Every
+# row (one server, the pair, Kea) gets the same buffer; the report prints it.
+# `--client-rcvbuf system` leaves the system default.
+#
+# Usage: dhcp/bench/run.sh [path/to/release/oooi-dhcp] [--client-rcvbuf BYTES|system]
+#                          [seconds] [offered rate/s]
+#        BYTES takes K, M suffixes (1024-based); 0 is the same as `system`.
 # Env:   MODES="fsync write pair"  oooi-dhcp modes to run (durability modes
 #                              of one server, and the pair)
 #        PAIR_CPUS="A B"       CPUs of the two pair servers (default: both
@@ -31,9 +46,27 @@
 #                              interrupts, perfdhcp on another; see below)
 # Needs root, perfdhcp (kea-admin), kea-dhcp4-server, taskset, setsid.
 set -euo pipefail
+CLIENT_RCVBUF=4M
+ARGS=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --client-rcvbuf) [ $# -ge 2 ] || { echo "--client-rcvbuf needs a value (bytes, or system)" >&2; exit 2; }
+      CLIENT_RCVBUF=$2; shift 2 ;;
+    --client-rcvbuf=*) CLIENT_RCVBUF=${1#*=}; shift ;;
+    -*) echo "unknown option $1 (known: --client-rcvbuf BYTES|system)" >&2; exit 2 ;;
+    *) ARGS+=("$1"); shift ;;
+  esac
+done
+set -- ${ARGS[@]+"${ARGS[@]}"}
 BIN=${1:-${CARGO_TARGET_DIR:-target}/release/oooi-dhcp}
 SECS=${2:-10}
 RATE=${3:-20000}
+# The receive buffer perfdhcp's socket gets (bytes); empty: the system default.
+case $CLIENT_RCVBUF in
+  system|0) RCVBUF_BYTES="" ;;
+  *) RCVBUF_BYTES=$(numfmt --from=iec "$CLIENT_RCVBUF" 2>/dev/null) && [ "$RCVBUF_BYTES" -ge 4608 ] 2>/dev/null || {
+       echo "--client-rcvbuf: '$CLIENT_RCVBUF' is not a size of at least 4608 bytes (e.g. 4194304, 4M) or system" >&2; exit 2; } ;;
+esac
 MODES=${MODES:-fsync write pair}
 for t in perfdhcp kea-dhcp4 taskset setsid ip; do
   command -v "$t" >/dev/null || { echo "missing $t (tools/dev setup installs it)" >&2; exit 1; }
@@ -45,7 +78,26 @@ S="odb$$s"; C="odb$$c"
 PA="odb$$a"; PB="odb$$b"; PC="odb$$p"
 # Lease files live on the real disk (not tmpfs), so fsync costs what it costs.
 W=$(mktemp -d /var/tmp/oooi-dhcp-bench.XXXXXX)
+
+# net.core.rmem_default is raised only while perfdhcp opens its socket (see
+# the top). RMEM_SAVED holds the system value while ours is in place; it is
+# set before the write, so a signal at any point still restores it.
+RMEM=/proc/sys/net/core/rmem_default
+RMEM_SYSTEM=$(cat "$RMEM")
+RMEM_SAVED=""
+rmem_raise() {
+  [ -n "$RCVBUF_BYTES" ] || return 0
+  RMEM_SAVED=$(cat "$RMEM")
+  echo "$RCVBUF_BYTES" > "$RMEM"
+}
+rmem_restore() {
+  [ -n "$RMEM_SAVED" ] || return 0
+  echo "$RMEM_SAVED" > "$RMEM"
+  RMEM_SAVED=""
+}
+
 cleanup() {
+  rmem_restore || echo "could not restore net.core.rmem_default to $RMEM_SAVED" >&2
   stop "$W/server.pid" >/dev/null 2>&1 || true
   stop "$W/server-b.pid" >/dev/null 2>&1 || true
   stop "$W/perfdhcp.pid" >/dev/null 2>&1 || true
@@ -56,6 +108,8 @@ cleanup() {
   [ -n "${BENCH_KEEP:-}" ] && { cat "$W"/out/*.log >&2; }; rm -rf "$W"
 }
 trap cleanup EXIT
+# Ctrl-C, kill and a closed terminal end the script through its EXIT trap.
+trap 'exit 130' INT; trap 'exit 143' TERM; trap 'exit 129' HUP
 
 # On a machine shared with builds, the scheduler's autogroups share the CPUs
 # per session whatever a process's nice value, so the load generator and the
@@ -168,6 +222,19 @@ cpu_ticks() {
   awk -v c="cpu$1" '$1 == c { print $2 + $3 + $4 + $7 + $8 + $9, $8 }' /proc/stat
 }
 
+# client_rcvbuf NS PID: the receive buffer (bytes, `ss` rb) of perfdhcp's
+# socket on port 67 in NS once it is open; empty if none opens within about
+# 5 s or PID (perfdhcp's launcher) ends first.
+client_rcvbuf() {
+  local rb
+  for _ in $(seq 250); do
+    rb=$(ip netns exec "$1" ss -uanm 'sport = :67' 2>/dev/null | sed -n 's/.*skmem:(.*,rb\([0-9]*\),.*/\1/p' | head -1)
+    [ -n "$rb" ] && { echo "$rb"; return 0; }
+    kill -0 "$2" 2>/dev/null || return 0
+    sleep 0.01
+  done
+}
+
 SUMMARY=()
 # run_perfdhcp NAME GUARANTEE: runs perfdhcp, prints its report, adds a
 # summary row. PERF_NS, PERF_IF and PERF_TO (the server address; empty:
@@ -180,14 +247,22 @@ run_perfdhcp() {
   hz=$(getconf CLK_TCK)
   before=$(udp_rcvbuf_errors "$ns"); local in0; in0=$(udp_counter "$ns" InDatagrams)
   t0=$(proc_ticks "${pids[@]}"); read -r s0 s0i <<<"$(cpu_ticks "$SERVER_CPU")"; read -r c0 c0i <<<"$(cpu_ticks "$CLIENT_CPU")"
+  # Started in the background, so that rmem_default goes back as soon as
+  # perfdhcp's socket exists.
   # -R: simulated clients (random MACs), -d 1: a reply later than 1 s is a drop.
+  local perf rb
+  rmem_raise
   # shellcheck disable=SC2086
   prio "$W/perfdhcp.pid" taskset -c "$CLIENT_CPU" ip netns exec "$ns" perfdhcp -4 ${PERFDHCP_OPTS:-} -l "${PERF_IF:-vc}" -r "$RATE" -R 60000 -p "$SECS" -d 1 ${PERF_TO-10.20.0.1} \
-    > "$out" 2>&1 || true
+    > "$out" 2>&1 &
+  perf=$!
+  rb=$(client_rcvbuf "$ns" "$perf")
+  rmem_restore
+  wait "$perf" || true
   lost=$(( $(udp_rcvbuf_errors "$ns") - before ))
   t1=$(proc_ticks "${pids[@]}"); read -r s1 s1i <<<"$(cpu_ticks "$SERVER_CPU")"; read -r c1 c1i <<<"$(cpu_ticks "$CLIENT_CPU")"
   grep -E "^Rate:|drops:|sent packets|received packets|orphans|rejected|avg delay" "$out" || cat "$out"
-  echo "   replies lost in perfdhcp's socket buffer: $lost; datagrams perfdhcp read: $(( $(udp_counter "$ns" InDatagrams) - in0 ))"
+  echo "   replies lost in perfdhcp's socket buffer (${rb:-?} bytes): $lost; datagrams perfdhcp read: $(( $(udp_counter "$ns" InDatagrams) - in0 ))"
   local rate do_drops ra_drops
   rate=$(awk '/^Rate:/ { printf "%d", $2 }' "$out")
   # CPU: the servers' own time per completed lease, and how busy each CPU
@@ -201,7 +276,7 @@ run_perfdhcp() {
   }'
   do_drops=$(awk '/drops:/ { n++; if (n == 1) print $2 }' "$out")
   ra_drops=$(awk '/drops:/ { n++; if (n == 2) print $2 }' "$out")
-  SUMMARY+=("$(printf '%-16s %10s %10s %10s %12s  %s' "$1" "${rate:-?}" "${do_drops:-?}" "${ra_drops:-?}" "$lost" "$2")")
+  SUMMARY+=("$(printf '%-16s %10s %10s %10s %12s %10s  %s' "$1" "${rate:-?}" "${do_drops:-?}" "${ra_drops:-?}" "$lost" "${rb:-?}" "$2")")
 }
 
 # server_metrics NS [pair]: the server's counters (replies, syncs; with
@@ -298,6 +373,11 @@ run_pair() {
 
 echo "== load: $(uptime)"
 echo "== offered: $RATE DISCOVER/s for $SECS s, 60000 simulated clients, perfdhcp $(perfdhcp -v 2>&1 | head -1)"
+if [ -n "$RCVBUF_BYTES" ]; then
+  echo "== perfdhcp's receive buffer: $RCVBUF_BYTES bytes (--client-rcvbuf $CLIENT_RCVBUF): net.core.rmem_default (global, now $RMEM_SYSTEM) is raised while perfdhcp opens its socket and restored at once"
+else
+  echo "== perfdhcp's receive buffer: the system default, net.core.rmem_default = $RMEM_SYSTEM bytes (--client-rcvbuf system)"
+fi
 echo "== servers on CPU $SERVER_CPU (the lease disk's interrupts: CPU $(disk_irq_cpu "$DATA_PARENT")), perfdhcp on CPU $CLIENT_CPU"
 PAIR_FAILED=0
 for mode in $MODES; do
@@ -328,8 +408,9 @@ stop "$W/server.pid"
 echo "   leases in the CSV: $(grep -c '^10\.' "$W/kea/leases4.csv" || true)"
 
 echo "== load after: $(uptime)"
+echo "== net.core.rmem_default: $(cat "$RMEM") (before the run: $RMEM_SYSTEM)"
 echo
-echo "== summary: $RATE DISCOVER/s offered for $SECS s (leases/s = perfdhcp's completed DORAs/s)"
-printf '%-16s %10s %10s %10s %12s  %s\n' server leases/s "DO drops" "RA drops" "lost@client" durability
+echo "== summary: $RATE DISCOVER/s offered for $SECS s (leases/s = perfdhcp's completed DORAs/s; client rb = perfdhcp's receive buffer, bytes)"
+printf '%-16s %10s %10s %10s %12s %10s  %s\n' server leases/s "DO drops" "RA drops" "lost@client" "client rb" durability
 for row in "${SUMMARY[@]}"; do echo "$row"; done
 exit "$PAIR_FAILED"
