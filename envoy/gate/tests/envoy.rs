@@ -1,0 +1,123 @@
+//! The gate in front of a real Envoy (the `envoy` on PATH, as `tools/dev
+//! setup` installs it): the routing ports refuse connections until the
+//! table is pushed, then route; signals reach Envoy; Envoy does not outlive
+//! the gate.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use oooi_tests::fixture::TwoClusters;
+use oooi_tests::{http_blocking, tls_probe};
+
+fn gate() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_oooi-envoy-gate"))
+}
+
+fn refused(addr: SocketAddr) -> bool {
+    matches!(
+        TcpStream::connect_timeout(&addr, Duration::from_secs(2)),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
+    )
+}
+
+/// Waits until nothing listens on `addr` any more.
+fn wait_closed(addr: SocketAddr, within: Duration) -> Duration {
+    let start = Instant::now();
+    while !refused(addr) {
+        assert!(
+            start.elapsed() < within,
+            "{addr} still open after {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    start.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routing_ports_refuse_connections_until_the_table_arrives() {
+    let lab = TwoClusters::start_gated(gate(), None)
+        .await
+        .expect("gated envoy starts");
+    let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let (status, _) = http_blocking(lab.envoy.api, "GET", "/ready", &[], b"").expect("ready");
+    assert_eq!(status, 503, "no table yet");
+    // Refused by the kernel, not accepted and reset: nothing listens yet.
+    assert!(refused(lab.kube), "6443 must refuse before the table");
+    assert!(refused(lab.https), "443 must refuse before the table");
+    let (status, _) = http_blocking(lab.envoy.admin, "GET", "/listeners", &[], b"").expect("admin");
+    assert_eq!(status, 200);
+
+    lab.envoy.push_table(&lab.table).expect("push");
+    let pushed = Instant::now();
+    let deadline = pushed + Duration::from_secs(20);
+    let open = loop {
+        match tls_probe(lab.https, Some("oauth.c1.example.com"), Some(lo)).await {
+            Ok(backend) => {
+                assert_eq!(backend, "c1-oauth", "never misrouted");
+                break pushed.elapsed();
+            }
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "443 not serving 20 s after the push: {e}\n{}",
+                    lab.envoy.log_text()
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    eprintln!("routing listeners served {open:?} after the push");
+    for (target, sni, backend) in [
+        (lab.kube, "api.c1.example.com", "c1-kube-apiserver"),
+        (lab.kube, "api.c2.example.com", "c2-kube-apiserver"),
+        (lab.https, "x.apps.c2.example.com", "c2-apps"),
+    ] {
+        let got = tls_probe(target, Some(sni), Some(lo))
+            .await
+            .unwrap_or_else(|e| format!("refused ({e})"));
+        assert_eq!(got, backend, "{sni}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_reaches_envoy_and_the_gate_reports_its_exit() {
+    let mut lab = TwoClusters::start_gated(gate(), None)
+        .await
+        .expect("gated envoy starts");
+    let pid = lab.envoy.pid().to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let closed = wait_closed(lab.envoy.api, Duration::from_secs(15));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let exit = loop {
+        if let Some(s) = lab.envoy.exit_status() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the gate did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    eprintln!("table API closed {closed:?} after SIGTERM; gate exited with {exit}");
+    // Envoy exits 0 on SIGTERM; the gate passes its code on.
+    assert_eq!(exit.code(), Some(0), "{}", lab.envoy.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_does_not_outlive_a_killed_gate() {
+    let lab = TwoClusters::start_gated(gate(), None)
+        .await
+        .expect("gated envoy starts");
+    lab.envoy.push_table(&lab.table).expect("push");
+    let pid = lab.envoy.pid().to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-KILL", &pid])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let closed = wait_closed(lab.envoy.api, Duration::from_secs(10));
+    eprintln!("Envoy gone {closed:?} after the gate was killed");
+    assert!(refused(lab.kube) && refused(lab.https));
+}
