@@ -149,7 +149,10 @@ fn two_clusters_on_a_simulated_vlan_then_down_after_a_crash() {
         "clusters-b/kube-apiserver",
     );
     // The alias resolves on the VLAN to the proxy.
-    step("dig @192.0.2.3 kubernetes.default.svc (alias, every proxy)", "192.0.2.4,192.0.2.14");
+    step(
+        "dig @192.0.2.3 kubernetes.default.svc (alias, every proxy)",
+        "192.0.2.4,192.0.2.14",
+    );
     // The alias and the no-SNI path go by source: each worker to its own.
     let alias: Vec<&String> = lines
         .iter()
