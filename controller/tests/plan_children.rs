@@ -227,9 +227,63 @@ fn proxy_children_render_envoy_through_oooi_envoy_with_the_token() {
     );
     assert_eq!(lds, expected.listeners);
     let boot: Value = serde_json::from_slice(&files["envoy.json"].0).unwrap();
+    // Envoy reads its listeners from the gate's directory; the rendered LDS
+    // in the Secret is what the gate reads.
     assert_eq!(
         boot["dynamic_resources"]["lds_config"]["path_config_source"]["path"],
-        "/etc/oooi-envoy/lds.json"
+        "/run/oooi-envoy/lds.json"
+    );
+    assert_eq!(
+        boot["dynamic_resources"]["cds_config"]["path_config_source"]["path"],
+        "/etc/oooi-envoy/cds.json"
+    );
+    let pod = c
+        .deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap();
+    let envoy = &pod.containers[0];
+    assert_eq!(
+        envoy.command.as_deref(),
+        Some(&["oooi-envoy-gate".to_string()][..])
+    );
+    let args = envoy.args.as_ref().unwrap();
+    let dash = args.iter().position(|a| a == "--").unwrap();
+    assert_eq!(
+        args[..dash],
+        [
+            "--listeners",
+            "/etc/oooi-envoy/lds.json",
+            "--out",
+            "/run/oooi-envoy",
+            "--ready",
+            &format!("http://127.0.0.1:{}/ready", proxy.spec.push_port),
+        ]
+    );
+    assert_eq!(args[dash + 1..dash + 3], ["envoy", "-c"]);
+    assert_eq!(args[dash + 3], "/etc/oooi-envoy/envoy.json");
+    let run = envoy
+        .volume_mounts
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|m| m.mount_path == "/run/oooi-envoy")
+        .expect("the gate's directory is mounted");
+    assert_ne!(run.read_only, Some(true));
+    let volume = pod
+        .volumes
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|v| v.name == run.name)
+        .unwrap();
+    assert_eq!(
+        volume.empty_dir.as_ref().and_then(|e| e.medium.as_deref()),
+        Some("Memory")
     );
     let names: Vec<&str> = lds["resources"]
         .as_array()

@@ -10,7 +10,8 @@ use anyhow::{Result, bail};
 /// One program of the data plane as a pod of it runs.
 #[derive(Clone)]
 pub struct Program<'a> {
-    /// `oooi-dhcp`, `oooi-dns` or `envoy`.
+    /// `oooi-dhcp`, `oooi-dns`, `oooi-envoy-gate` or `envoy` (in the
+    /// images, every one of them is in /usr/local/bin).
     pub binary: &'a str,
     /// The image that carries it: `dhcp`, `dns` or `proxy`
     /// (`localhost/oooi-<image>:<version>`).
@@ -114,6 +115,12 @@ impl Launcher {
                 if !p.caps.is_empty() {
                     argv.extend(["--cap-add".to_string(), p.caps.join(",")]);
                 }
+                // The program by name, not the image's entrypoint: the proxy
+                // image runs Envoy by default, its pods run the gate.
+                argv.extend([
+                    "--entrypoint".to_string(),
+                    format!("/usr/local/bin/{}", p.binary),
+                ]);
                 for (dir, writable) in &p.mounts {
                     let mode = if *writable { "rw" } else { "ro" };
                     argv.extend(["-v".to_string(), format!("{0}:{0}:{mode}", dir.display())]);

@@ -333,6 +333,22 @@ fn two_clusters_on_a_simulated_vlan_then_down_after_a_crash() {
         "TLS :6443 without SNI (worker known)",
         "clusters-a/kube-apiserver",
     );
+    // Failover: the restarted proxy replica runs behind oooi-envoy-gate, so
+    // before its table its routing port refuses the connect (the client
+    // moves on) and accepts nothing it would reset.
+    step(
+        "routing listener open after the push: TCP connect to",
+        "connected",
+    );
+    step(
+        "restarted Envoy without its table: TCP connect to 192.0.2.4:6443",
+        "refused",
+    );
+    step(
+        "connections the restarted replica accepted and reset before its table",
+        "0",
+    );
+    step("connections that failed on every address", "0");
     assert!(
         lines
             .iter()

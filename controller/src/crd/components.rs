@@ -225,7 +225,8 @@ fn default_connect_timeout_ms() -> u32 {
 pub struct ProxyServerSpec {
     /// The VLAN leg; the TLS listeners accept on it.
     pub vlan: VlanInterface,
-    /// Container image of Envoy.
+    /// Container image of the proxy: Envoy 1.40 (V8 wasm runtime) with
+    /// `oooi-envoy-gate` on its PATH, as the oooi-proxy image carries them.
     #[schemars(length(min = 1))]
     pub image: String,
     /// TLS passthrough listener ports. Default: every port a route names.

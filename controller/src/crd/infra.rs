@@ -408,7 +408,9 @@ pub struct ProxyComponent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub internal_proxy_service: Option<String>,
-    /// Container image of Envoy (1.40 with the V8 wasm runtime). Default:
+    /// Container image of the proxy: Envoy 1.40 (V8 wasm runtime) with
+    /// `oooi-envoy-gate` on its PATH, as the oooi-proxy image carries them.
+    /// Default:
     /// the controller's (`--proxy-image`; the chart sets it from
     /// `images.proxy`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -433,8 +435,8 @@ pub struct ProxyComponent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manager_image: Option<String>,
     /// Not supported: the proxy needs Envoy 1.40 with the V8 wasm runtime.
-    /// Write `image` instead (an Envoy 1.40 image, or unset for the chart's
-    /// proxy image); an Infra that sets `proxyImage` is reported invalid.
+    /// Write `image` instead (the oooi-proxy image, or unset for the
+    /// chart's); an Infra that sets `proxyImage` is reported invalid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_image: Option<String>,
 }

@@ -55,7 +55,7 @@ pub fn refused(infra: &Infra) -> Vec<FieldError> {
         out.push(field_error(
             "spec.infraComponents.proxy.proxyImage",
             format!(
-                "`{image}`: not supported, since the proxy needs Envoy 1.40 with the V8 wasm runtime: remove proxyImage, and write spec.infraComponents.proxy.image (an Envoy 1.40 image such as docker.io/envoyproxy/envoy:v1.40.0) or leave it unset for the chart's"
+                "`{image}`: not supported, since the proxy needs Envoy 1.40 with the V8 wasm runtime: remove proxyImage, and write spec.infraComponents.proxy.image (the oooi-proxy image: Envoy 1.40 and oooi-envoy-gate) or leave it unset for the chart's"
             ),
         ));
     }

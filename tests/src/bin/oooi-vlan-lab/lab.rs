@@ -188,6 +188,10 @@ impl Lab {
     pub fn kill_9(&mut self, s: &Started) -> Result<()> {
         match &s.launcher {
             Launcher::Build => {
+                // Its children first (Envoy under the gate), so that none
+                // outlives it even for the moment its parent-death signal
+                // takes; `pkill` fails when there are none.
+                let _ = run(&["pkill", "-KILL", "-P", &s.pid.to_string()]);
                 run(&["kill", "-KILL", &s.pid.to_string()])?;
             }
             Launcher::Images { .. } => {

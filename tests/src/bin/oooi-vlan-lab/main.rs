@@ -155,6 +155,10 @@ enum Cmd {
         #[arg(long)]
         sni: Option<String>,
     },
+    /// (internal) TCP connect to ADDR: print `connected`, `refused` (the
+    /// kernel refused it: nothing listens) or the error.
+    #[command(hide = true)]
+    Connect { addr: SocketAddr },
     /// (internal) Look up and connect to each HOST:PORT in a loop, trying
     /// the next address when a connect fails, until --stop exists; one JSON
     /// line per attempt.
@@ -202,6 +206,14 @@ fn main() -> Result<()> {
             std::time::Duration::from_millis(connect_timeout_ms),
             &stop,
         ),
+        Some(Cmd::Connect { addr }) => {
+            match std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(3)) {
+                Ok(_) => println!("connected"),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => println!("refused"),
+                Err(e) => println!("error: {e}"),
+            }
+            Ok(())
+        }
         Some(Cmd::Probe { addr, sni }) => {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

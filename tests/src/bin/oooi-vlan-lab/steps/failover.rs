@@ -7,11 +7,13 @@
 //!
 //! Asserted: no connection failed on every address, none was misrouted
 //! (each names the backend that answered), and none failed outside the two
-//! windows a crash leaves: connections open at the kill (or still in the
-//! dying process's accept queue) are cut, and a restarted Envoy accepts TCP
-//! before it has its table, so it refuses (resets) connections until the
-//! push reaches it. Its readiness is 503 meanwhile; after the push it is
-//! 200 and it routes. Reported: those windows' failures, the
+//! window a crash leaves: connections open at the kill (or still in the
+//! dying process's accept queue) are cut. A restarted replica runs behind
+//! oooi-envoy-gate as in a pod, so until the push reaches it its routing
+//! ports are closed: connects are refused by the kernel and retried on the
+//! next address, none is accepted and reset. Its readiness is 503
+//! meanwhile; after the push it is 200 and it routes. Reported: those
+//! failures, the
 //! connect+handshake latency at the kill against the steady state, failed
 //! and slow lookups, and the time until each restarted replica serves.
 
@@ -160,6 +162,14 @@ pub fn run(
     );
     let fqdn = format!("api.{first_cluster}.{base}");
     let own = format!("clusters-{first_cluster}/kube-apiserver");
+    let got = lab
+        .me_in(&first_worker, &["connect", &format!("{proxy_ip}:6443")])
+        .unwrap_or_else(|e| format!("{e:#}"));
+    report.step(
+        &format!("restarted Envoy without its table: TCP connect to {proxy_ip}:6443"),
+        "refused",
+        &got,
+    );
     let got = probe(lab, &first_worker, &proxy_ip, 6443, Some(&fqdn));
     report.step(
         &format!("restarted Envoy without its table: TLS {fqdn} via {proxy_ip}"),
@@ -181,7 +191,13 @@ pub fn run(
         "200",
         &got,
     );
-    let got = probe(lab, &first_worker, &proxy_ip, 6443, Some(&fqdn));
+    // The gate opens the routing listeners once it sees the replica ready
+    // (it asks every 100 ms), then Envoy adds them.
+    let got = poll(10, || {
+        let got = probe(lab, &first_worker, &proxy_ip, 6443, Some(&fqdn));
+        (got != "refused").then_some(got)
+    })
+    .unwrap_or_else(|| "refused".to_string());
     t.proxy_serving = now_ms();
     report.step(
         &format!("restarted Envoy after the push: TLS {fqdn} via {proxy_ip}"),
@@ -445,7 +461,7 @@ fn account(
         spread(refused_ms)
     );
     println!(
-        "  measured: failed as Go's dialer or curl see them: {} ({cut} open or queued at the kill and cut, {unready} reset by the restarted replica before its push, {other} other)",
+        "  measured: failed as Go's dialer or curl see them: {} ({cut} open or queued at the kill and cut, {unready} accepted and reset by the restarted replica before its push, {other} other)",
         cut + unready + other
     );
     println!(
@@ -485,6 +501,11 @@ fn account(
         "connections that failed on every address",
         "0",
         &unrecovered.to_string(),
+    );
+    report.step(
+        "connections the restarted replica accepted and reset before its table",
+        "0",
+        &unready.to_string(),
     );
     report.step(
         "connections failed outside the kill and the unready window",

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Result, anyhow};
+use anyhow::{Result, anyhow, bail};
 use oooi_tests::launch::Program;
 
 use super::topology::{Namespaces, replica_suffix};
@@ -14,6 +14,10 @@ use crate::clients::{Push, wait_until};
 use crate::lab::{Lab, Started, run};
 use crate::render::{Rendered, backend_name, publish_config, walk};
 use crate::report::Report;
+
+/// The proxy pod's emptyDir where oooi-envoy-gate writes Envoy's listeners
+/// (the controller's `LISTENERS_DIR`).
+const POD_LISTENERS_DIR: &str = "/run/oooi-envoy";
 
 /// Simulated control planes in mgmt; the MetalLB stand-in on the VLAN.
 pub fn control_planes(lab: &mut Lab, r: &Rendered, ns: &Namespaces) -> Result<()> {
@@ -181,27 +185,60 @@ pub fn data_plane(
         std::fs::create_dir_all(parent)?;
     }
     std::fs::copy(wasm, &module_ref)?;
-    let envoy = Program {
-        binary: "envoy",
-        image: "proxy",
-        caps: &["NET_BIND_SERVICE"],
-        mounts: vec![(envoy_dir.clone(), false), (filter_dir.clone(), false)],
-        args: [
-            "-c",
-            envoy_dir.join("envoy.json").to_str().unwrap_or_default(),
-            "--use-dynamic-base-id",
-            "--concurrency",
-            "1",
-            "--log-level",
-            "warn",
-            "--component-log-level",
-            "wasm:info",
-        ]
-        .map(String::from)
-        .to_vec(),
-    };
+    // Each replica runs behind oooi-envoy-gate, as the controller deploys
+    // it: the gate writes the listeners Envoy reads into the replica's own
+    // in-memory directory (the pod's emptyDir, here one directory per
+    // replica, with the bootstrap naming it), the routing listeners only
+    // once the replica holds its table.
+    let bootstrap = std::fs::read_to_string(envoy_dir.join("envoy.json"))?;
+    if !bootstrap.contains(POD_LISTENERS_DIR) {
+        bail!("the rendered Envoy bootstrap reads no listeners from {POD_LISTENERS_DIR}");
+    }
     let mut proxies = Vec::new();
     for (i, (proxy_ns, ip)) in ns.proxy.iter().zip(&replicas.proxy).enumerate() {
+        let run_dir = dir.join(format!("envoy-run{}", replica_suffix(i)));
+        let listeners = run_dir.join("listeners");
+        std::fs::create_dir_all(&listeners)?;
+        let own_bootstrap = run_dir.join("envoy.json");
+        std::fs::write(
+            &own_bootstrap,
+            bootstrap.replace(POD_LISTENERS_DIR, listeners.to_str().unwrap_or_default()),
+        )?;
+        let mut args: Vec<String> = vec![
+            "--listeners".into(),
+            envoy_dir.join("lds.json").to_string_lossy().into_owned(),
+            "--out".into(),
+            listeners.to_string_lossy().into_owned(),
+            "--ready".into(),
+            format!("http://127.0.0.1:{}/ready", r.api_port),
+            "--".into(),
+            "envoy".into(),
+            "-c".into(),
+            own_bootstrap.to_string_lossy().into_owned(),
+        ];
+        args.extend(
+            [
+                "--use-dynamic-base-id",
+                "--concurrency",
+                "1",
+                "--log-level",
+                "warn",
+                "--component-log-level",
+                "wasm:info",
+            ]
+            .map(String::from),
+        );
+        let envoy = Program {
+            binary: "oooi-envoy-gate",
+            image: "proxy",
+            caps: &["NET_BIND_SERVICE"],
+            mounts: vec![
+                (envoy_dir.clone(), false),
+                (filter_dir.clone(), false),
+                (run_dir.clone(), true),
+            ],
+            args,
+        };
         let started = lab.launch(
             &launcher,
             proxy_ns,
@@ -252,4 +289,24 @@ pub fn first_push(lab: &Lab, push: &Push, r: &Rendered, report: &mut Report) {
         "200",
         &got,
     );
+    // Each replica's gate saw it ready and opened the routing listeners
+    // (on all addresses: reached here through the pod-network side).
+    for api in &push.apis {
+        let host = api.rsplit_once(':').map_or(api.as_str(), |(h, _)| h);
+        let target = format!("{host}:6443");
+        let got = wait_until(15, "the routing listener", || {
+            let got = lab.me_in(&push.from, &["connect", &target])?;
+            if got == "connected" {
+                Ok(got)
+            } else {
+                Err(anyhow!("{got}"))
+            }
+        })
+        .unwrap_or_else(|e| format!("{e:#}"));
+        report.step(
+            &format!("routing listener open after the push: TCP connect to {target}"),
+            "connected",
+            &got,
+        );
+    }
 }
