@@ -544,18 +544,32 @@ lease_seconds: 3600
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn proxy_image_routes_tls_by_sni_after_a_table_push() {
-    let lab = TwoClusters::start_image(image("proxy"))
+async fn proxy_image_routes_tls_by_sni_after_a_table_push_behind_its_gate() {
+    // As a pod runs it: the image's oooi-envoy-gate in front of its Envoy.
+    let lab = TwoClusters::start_gated(std::path::PathBuf::new(), Some(image("proxy")))
         .await
         .expect("proxy image starts");
     let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
-    // No table yet: refused.
+    // No table yet: the routing port is closed, so the connect is refused.
+    let connect = std::net::TcpStream::connect(lab.https);
     assert!(
-        tls_probe(lab.https, Some("oauth.c1.example.com"), Some(lo))
-            .await
-            .is_err()
+        matches!(&connect, Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused),
+        "443 before the table: {connect:?}"
     );
     lab.envoy.push_table(&lab.table).expect("push");
+    // The gate opens the routing listeners once the replica is ready.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while tls_probe(lab.https, Some("oauth.c1.example.com"), Some(lo))
+        .await
+        .is_err()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "443 not serving 20 s after the push:\n{}",
+            lab.envoy.log_text()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     for (sni, backend) in [
         ("oauth.c1.example.com", "c1-oauth"),
         ("oauth.c2.example.com", "c2-oauth"),
