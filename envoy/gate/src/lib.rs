@@ -230,11 +230,12 @@ pub fn probe(url: &ReadyUrl, timeout: Duration) -> io::Result<u16> {
     let mut stream = TcpStream::connect_timeout(&url.addr, timeout)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
-    write!(
-        stream,
+    // One write: `write!` on the socket would send each piece on its own.
+    let request = format!(
         "GET {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
         url.path, url.addr
-    )?;
+    );
+    stream.write_all(request.as_bytes())?;
     let mut head = Vec::new();
     let mut buf = [0u8; 256];
     while !head.windows(2).any(|w| w == b"\r\n") && head.len() < 4096 {
@@ -394,9 +395,15 @@ mod tests {
         let server = std::thread::spawn(move || {
             for status in ["503 Service Unavailable", "200 OK"] {
                 let (mut s, _) = listener.accept().unwrap();
-                let mut req = [0u8; 512];
-                let n = s.read(&mut req).unwrap();
-                assert!(req[..n].starts_with(b"GET /ready HTTP/1.1\r\n"));
+                // The whole request head, however the reads split it.
+                let mut req = Vec::new();
+                let mut buf = [0u8; 512];
+                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = s.read(&mut buf).unwrap();
+                    assert!(n > 0, "request cut short: {req:?}");
+                    req.extend_from_slice(&buf[..n]);
+                }
+                assert!(req.starts_with(b"GET /ready HTTP/1.1\r\n"));
                 write!(s, "HTTP/1.1 {status}\r\ncontent-length: 0\r\n\r\n").unwrap();
             }
         });
