@@ -21,6 +21,15 @@ fn refused(addr: SocketAddr) -> bool {
     )
 }
 
+/// Sends `signal` (as `kill` names it) to the process `pid`: the gate.
+fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+}
+
 /// Waits until nothing listens on `addr` any more.
 fn wait_closed(addr: SocketAddr, within: Duration) -> Duration {
     let start = Instant::now();
@@ -85,12 +94,7 @@ async fn sigterm_reaches_envoy_and_the_gate_reports_its_exit() {
     let mut lab = TwoClusters::start_gated(gate(), None)
         .await
         .expect("gated envoy starts");
-    let pid = lab.envoy.pid().to_string();
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill");
-    assert!(status.success());
+    signal(lab.envoy.pid(), "-TERM");
     let closed = wait_closed(lab.envoy.api, Duration::from_secs(15));
     let deadline = Instant::now() + Duration::from_secs(15);
     let exit = loop {
@@ -111,12 +115,7 @@ async fn envoy_does_not_outlive_a_killed_gate() {
         .await
         .expect("gated envoy starts");
     lab.envoy.push_table(&lab.table).expect("push");
-    let pid = lab.envoy.pid().to_string();
-    let status = std::process::Command::new("kill")
-        .args(["-KILL", &pid])
-        .status()
-        .expect("kill");
-    assert!(status.success());
+    signal(lab.envoy.pid(), "-KILL");
     let closed = wait_closed(lab.envoy.api, Duration::from_secs(10));
     eprintln!("Envoy gone {closed:?} after the gate was killed");
     assert!(refused(lab.kube) && refused(lab.https));
