@@ -199,7 +199,24 @@ impl EnvoyOptions {
     }
 
     /// Renders the config, starts Envoy and waits until every listener is up.
+    ///
+    /// The ports come from [`free_port`], which only finds a port free at
+    /// that moment: a test running beside this one may bind it before
+    /// Envoy does. When Envoy exits because an address is in use, the
+    /// start is tried again on new ports (three times in all).
     pub fn start(self) -> Result<Envoy> {
+        let mut attempt = 1;
+        loop {
+            match self.clone().start_once() {
+                Err(e) if attempt < 3 && format!("{e:#}").contains("Address already in use") => {
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn start_once(self) -> Result<Envoy> {
         let module = match self.module {
             Some(m) => m,
             None => std::fs::read(filter_wasm()?)?,
