@@ -94,8 +94,8 @@ enum Command {
         /// `use` of the SCCs the controller grants).
         #[arg(long)]
         openshift_scc: bool,
-        /// Print the SecurityContextConstraints the chart installs for
-        /// `--openshift-scc` instead of the rules.
+        /// Print the SecurityContextConstraints that `run --openshift-scc`
+        /// creates for pods with an address agent, instead of the rules.
         #[arg(long)]
         sccs: bool,
     },

@@ -59,6 +59,9 @@ fn rule(group: &'static str, resources: &[&'static str], verbs: &[&'static str])
 ///   the controller (owner references let garbage collection do it).
 /// - `use` of exactly the SCCs it may grant: Kubernetes lets a Role grant
 ///   only what its author holds (no `escalate` or `bind` needed).
+/// - the address agent's SCC: `create` (a rule cannot name an object that
+///   does not exist yet), `get` and `patch` of that one name (applied at
+///   start; OLM bundles cannot ship SCCs).
 pub fn rules() -> Vec<Rule> {
     const READ: &[&str] = &["get", "list", "watch"];
     const WRITE: &[&str] = &["get", "list", "watch", "create", "patch", "delete"];
@@ -151,6 +154,21 @@ pub fn rules_for(openshift_scc: bool) -> Vec<Rule> {
                 &["use"],
             )
         });
+        // The address agent's SCC, made at start (OLM bundles cannot carry
+        // SCCs): `create` cannot be limited to a name, everything else is.
+        out.push(rule(
+            crate::plan::scc::SCC_GROUP,
+            &["securitycontextconstraints"],
+            &["create"],
+        ));
+        out.push(Rule {
+            resource_names: vec![crate::plan::scc::ADDRESS_AGENT_SCC],
+            ..rule(
+                crate::plan::scc::SCC_GROUP,
+                &["securitycontextconstraints"],
+                &["get", "patch"],
+            )
+        });
     }
     out
 }
@@ -225,15 +243,13 @@ pub fn rules_yaml_for(openshift_scc: bool) -> anyhow::Result<String> {
     Ok(serde_saphyr::to_string(&rules_for(openshift_scc))?)
 }
 
-/// The SCCs the chart installs with `controller.openshiftSCC` (multi-document
-/// YAML), for the chart test to compare with its template.
+/// The SCC the controller creates when it runs with `--openshift-scc`
+/// (YAML), for review.
 pub fn sccs_yaml() -> anyhow::Result<String> {
-    let mut out = String::new();
-    for scc in crate::plan::scc::custom_sccs() {
-        out.push_str("---\n");
-        out.push_str(&serde_saphyr::to_string(&scc)?);
-    }
-    Ok(out)
+    Ok(format!(
+        "---\n{}",
+        serde_saphyr::to_string(&crate::plan::scc::address_agent_scc())?
+    ))
 }
 
 #[cfg(test)]
@@ -353,16 +369,20 @@ mod tests {
         assert_eq!(scc.verbs, ["use"]);
         assert_eq!(
             scc.resource_names,
-            [
-                "nonroot-v2",
-                "oooi-net-bind",
-                "oooi-net-raw",
-                "restricted-v2"
-            ]
+            ["nonroot-v2", "oooi-address-agent", "restricted-v2"]
         );
         assert!(!scc.resource_names.contains(&"privileged"));
+        // The agent's SCC: created by name-less `create`, then only its name.
+        let sccs: Vec<&Rule> = with
+            .iter()
+            .filter(|r| r.resources == ["securitycontextconstraints"])
+            .collect();
+        assert_eq!(sccs.len(), 3);
+        assert!(sccs[1].resource_names.is_empty() && sccs[1].verbs == ["create"]);
+        assert_eq!(sccs[2].resource_names, ["oooi-address-agent"]);
+        assert_eq!(sccs[2].verbs, ["get", "patch"]);
         let yaml = rules_yaml_for(true).unwrap();
         assert!(yaml.contains("resourceNames"), "{yaml}");
-        assert!(sccs_yaml().unwrap().contains("oooi-net-raw"));
+        assert!(sccs_yaml().unwrap().contains("oooi-address-agent"));
     }
 }

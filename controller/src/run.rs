@@ -60,10 +60,11 @@ pub struct RunArgs {
     /// namespace, since they live in the hosted clusters' namespaces.
     #[arg(long, env = "OOOI_WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,
-    /// Grant each component's ServiceAccount `use` of the least privileged
-    /// OpenShift SecurityContextConstraints its pods need (nonroot-v2, or the
-    /// chart's oooi-net-bind / oooi-net-raw), by a Role and RoleBinding in the
-    /// Infra's namespace.
+    /// Run on OpenShift: leave the component pods' UID and fsGroup to the
+    /// SCC (restricted-v2 admits them), create the `oooi-address-agent` SCC
+    /// for pods with an address agent, and grant each component's
+    /// ServiceAccount `use` of the least privileged SCC its pods need, by a
+    /// Role and RoleBinding in the Infra's namespace.
     #[arg(long, env = "OOOI_OPENSHIFT_SCC", default_value_t = false, action = clap::ArgAction::Set)]
     pub openshift_scc: bool,
     /// ConfigMap holding the filter module to roll out (the chart's).
@@ -263,6 +264,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         _ = acquired => true,
         _ = shutdown.clone().wait() => false,
     };
+    if leading && args.openshift_scc {
+        ensure_address_agent_scc(&client).await?;
+    }
     if leading {
         let settings = crate::reconcile::Settings {
             watch_namespace: args.watch_namespace.clone(),
@@ -373,4 +377,38 @@ mod tests {
         tx.send(true).unwrap();
         server.await.unwrap().unwrap();
     }
+}
+
+/// Creates (or brings back to its planned form) the SCC that pods with an
+/// address agent run under ([`crate::plan::scc::address_agent_scc`]): an
+/// OLM bundle cannot carry SCCs, so the controller makes the one it needs.
+async fn ensure_address_agent_scc(client: &kube::Client) -> anyhow::Result<()> {
+    use kube::api::{Api, DynamicObject, Patch, PatchParams};
+    use kube::discovery::ApiResource;
+    let resource = ApiResource {
+        group: crate::plan::scc::SCC_GROUP.to_string(),
+        version: "v1".to_string(),
+        api_version: format!("{}/v1", crate::plan::scc::SCC_GROUP),
+        kind: "SecurityContextConstraints".to_string(),
+        plural: "securitycontextconstraints".to_string(),
+    };
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let params = PatchParams::apply(crate::crd::FIELD_MANAGER).force();
+    api.patch(
+        crate::plan::scc::ADDRESS_AGENT_SCC,
+        &params,
+        &Patch::Apply(crate::plan::scc::address_agent_scc()),
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "cannot apply SecurityContextConstraints {}",
+            crate::plan::scc::ADDRESS_AGENT_SCC
+        )
+    })?;
+    tracing::info!(
+        scc = crate::plan::scc::ADDRESS_AGENT_SCC,
+        "applied the address agent's SecurityContextConstraints"
+    );
+    Ok(())
 }

@@ -76,9 +76,34 @@ fn dhcp_children_carry_config_pvc_and_raw_socket_capability() {
         serde_json::json!([{"name": "vlan", "namespace": "oooi", "interface": "net1", "ips": ["192.0.2.2/24"]}])
     );
     let (add, drop, uid) = caps(dep);
-    assert_eq!(add, ["NET_BIND_SERVICE", "NET_RAW"]);
+    assert!(add.is_empty(), "no capability: replies go by broadcast");
     assert_eq!(drop, ["ALL"]);
-    assert_eq!(uid, 0);
+    assert_eq!(uid, 65532);
+    let psc = dep
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .security_context
+        .as_ref()
+        .unwrap();
+    let sysctls: Vec<(&str, &str)> = psc
+        .sysctls
+        .iter()
+        .flatten()
+        .map(|s| (s.name.as_str(), s.value.as_str()))
+        .collect();
+    assert_eq!(
+        sysctls,
+        [
+            ("net.ipv4.ip_unprivileged_port_start", "0"),
+            ("net.ipv4.ping_group_range", "0 2147483647")
+        ],
+        "port 67 and ICMP echo without a capability"
+    );
     let spec = dep.spec.as_ref().unwrap();
     assert_eq!(spec.replicas, Some(1));
     assert_eq!(
@@ -137,8 +162,9 @@ fn dhcp_children_carry_config_pvc_and_raw_socket_capability() {
 fn dns_children_serve_the_pod_view_through_a_cluster_ip() {
     let d = desired();
     let c = plan::dns::children(d.dns.first().unwrap()).unwrap();
-    let (add, _, _) = caps(&c.deployment);
-    assert_eq!(add, ["NET_BIND_SERVICE"]);
+    let (add, _, uid) = caps(&c.deployment);
+    assert!(add.is_empty(), "port 53 through the pod sysctl");
+    assert_eq!(uid, 65532);
     let svc: &Service = &c.services[0];
     let spec = svc.spec.as_ref().unwrap();
     assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
@@ -216,8 +242,9 @@ fn proxy_children_render_envoy_through_oooi_envoy_with_the_token() {
     let d = desired();
     let proxy = d.proxy.into_iter().next().unwrap();
     let c = plan::proxy::children(&proxy, TOKEN).unwrap();
-    let (add, _, _) = caps(&c.deployment);
-    assert_eq!(add, ["NET_BIND_SERVICE"], "443 is below 1024");
+    let (add, _, uid) = caps(&c.deployment);
+    assert!(add.is_empty(), "443 through the pod sysctl, no capability");
+    assert_eq!(uid, 65532);
     let secret = c.secret.as_ref().unwrap();
     let files = secret.data.as_ref().unwrap();
     let lds: Value = serde_json::from_slice(&files["lds.json"].0).unwrap();

@@ -842,7 +842,7 @@ async fn openshift_scc_grants_each_component_its_scc_before_its_pods() {
         role["rules"],
         json!([{"apiGroups": ["security.openshift.io"],
                 "resources": ["securitycontextconstraints"],
-                "resourceNames": ["oooi-net-raw"], "verbs": ["use"]}])
+                "resourceNames": ["restricted-v2"], "verbs": ["use"]}])
     );
     let binding = log[2].body.as_ref().unwrap();
     assert_eq!(binding["kind"], "RoleBinding");
@@ -862,12 +862,31 @@ async fn openshift_scc_grants_each_component_its_scc_before_its_pods() {
     );
     assert!(h.reconcile_dhcp().await.is_empty(), "settled");
 
-    // DNS and Envoy (listeners 443 and 6443) bind port < 1024 as UID 0.
+    // On OpenShift the pods leave UID and fsGroup to restricted-v2.
+    let dhcp_pod = &apply_of(
+        &log,
+        "/apis/apps/v1/namespaces/oooi/deployments/vlan200-dhcp",
+    )
+    .body
+    .as_ref()
+    .unwrap()["spec"]["template"]["spec"];
+    assert!(dhcp_pod["securityContext"].get("fsGroup").is_none());
+    assert!(
+        dhcp_pod["containers"][0]["securityContext"]
+            .get("runAsUser")
+            .is_none()
+    );
+    assert_eq!(
+        dhcp_pod["containers"][0]["securityContext"]["runAsNonRoot"],
+        true
+    );
+
+    // DNS and Envoy bind ports below 1024 through the pod sysctl: no capability.
     let log = h.reconcile_dns().await;
     let role = apply_of(&log, &format!("{rbac}/roles/vlan200-dns-scc"));
     assert_eq!(
         role.body.as_ref().unwrap()["rules"][0]["resourceNames"],
-        json!(["oooi-net-bind"])
+        json!(["restricted-v2"])
     );
     apply_of(&log, &format!("{rbac}/rolebindings/vlan200-dns-scc"));
     let log = h.reconcile_proxy().await;
@@ -882,7 +901,7 @@ async fn openshift_scc_grants_each_component_its_scc_before_its_pods() {
     );
     assert_eq!(
         log[1].body.as_ref().unwrap()["rules"][0]["resourceNames"],
-        json!(["oooi-net-bind"])
+        json!(["restricted-v2"])
     );
 }
 

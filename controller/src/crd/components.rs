@@ -98,6 +98,9 @@ pub struct DHCPServerSpec {
     /// where `config.peer.token_file` points.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pair_token_secret: Option<LocalObjectReference>,
+    /// How this server's pods ride out a lost node.
+    #[serde(default)]
+    pub availability: ServerAvailability,
 }
 
 /// The PVC holding DHCP leases.
@@ -162,6 +165,54 @@ pub struct DNSServerSpec {
     /// (one per VLAN address); unset for a single server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replica: Option<ReplicaOf>,
+    /// How this server's pods ride out a lost node.
+    #[serde(default)]
+    pub availability: ServerAvailability,
+}
+
+/// Default of [`ServerAvailability::node_loss_toleration_seconds`].
+pub const DEFAULT_NODE_LOSS_TOLERATION_SECONDS: u32 = 15;
+
+fn default_node_loss_toleration_seconds() -> u32 {
+    DEFAULT_NODE_LOSS_TOLERATION_SECONDS
+}
+
+/// How a server's pods ride out a lost node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerAvailability {
+    /// Seconds the pod stays bound to an unreachable or not-ready node
+    /// before Kubernetes evicts and replaces it.
+    #[serde(default = "default_node_loss_toleration_seconds")]
+    #[schemars(range(max = 3600))]
+    pub node_loss_toleration_seconds: u32,
+    /// Set: an address agent beside the server holds VLAN addresses through
+    /// Leases and takes over the addresses of lost replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floating: Option<FloatingAddresses>,
+}
+
+impl Default for ServerAvailability {
+    fn default() -> Self {
+        ServerAvailability {
+            node_loss_toleration_seconds: DEFAULT_NODE_LOSS_TOLERATION_SECONDS,
+            floating: None,
+        }
+    }
+}
+
+/// The VLAN addresses the replicas of one component share.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FloatingAddresses {
+    /// Every address of the component's replicas as `ip/prefix`, in the
+    /// replicas' order; this server's own (home) address is `vlan.address`.
+    #[schemars(length(min = 1))]
+    pub addresses: Vec<String>,
+    /// Prefix of the Lease names, one Lease per address in the server's
+    /// namespace (`<prefix>-<a>-<b>-<c>-<d>`).
+    #[schemars(length(min = 1, max = 200))]
+    pub lease_prefix: String,
 }
 
 /// The place of one server among the replicas of an Infra's component (one
@@ -264,6 +315,9 @@ pub struct ProxyServerSpec {
     /// (one per VLAN address); unset for a single proxy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replica: Option<ReplicaOf>,
+    /// How this server's pods ride out a lost node.
+    #[serde(default)]
+    pub availability: ServerAvailability,
 }
 
 fn default_true() -> bool {

@@ -37,8 +37,6 @@ pub const DATA_DIR: &str = "/var/lib/oooi-dhcp";
 /// Health and metrics port of oooi-dhcp (`serve --metrics-addr`, on the pod
 /// address).
 pub const HTTP_PORT: i32 = 9067;
-/// Capabilities: port 67 and SO_BINDTODEVICE on the VLAN interface.
-pub const CAPABILITIES: [&str; 2] = ["NET_BIND_SERVICE", "NET_RAW"];
 /// Port of the pair API (`--pair-listen`, on the pod address; its peer
 /// Service forwards to it).
 pub const PEER_PORT: u16 = 9068;
@@ -238,6 +236,12 @@ pub fn specs(
                     storage_class_name: comp.storage_class_name.clone(),
                 },
                 pair_token_secret,
+                availability: super::availability::server_availability(
+                    infra,
+                    network,
+                    Component::Dhcp,
+                    &[],
+                ),
             };
             (name, spec)
         })
@@ -404,12 +408,14 @@ pub fn children(server: &DHCPServer) -> anyhow::Result<Children> {
             ports,
             volumes,
             mounts,
-            caps: CAPABILITIES.to_vec(),
             readiness: http_probe("/healthz", HTTP_PORT, 5, 3),
             liveness: http_probe("/healthz", HTTP_PORT, 10, 6),
             resources: resources(server.spec.resources.as_ref(), "10m", "32Mi", "128Mi"),
             fs_group: Some(super::workload::NON_ROOT_UID),
             placement,
+            tolerations: super::availability::tolerations(
+                server.spec.availability.node_loss_toleration_seconds,
+            ),
         },
     );
     Ok(Children {

@@ -39,8 +39,6 @@ pub const CONFIG_FILE: &str = "config.yaml";
 pub const HTTP_PORT: i32 = 9153;
 /// Port of the pod view inside the pod (the Service maps 53 to it).
 pub const POD_VIEW_PORT: i32 = 5353;
-/// Capabilities: port 53 on the VLAN address.
-pub const CAPABILITIES: [&str; 1] = ["NET_BIND_SERVICE"];
 
 /// The DNS config for an Infra and its accepted attachments.
 /// `internal_proxy` is the proxy's address on the pod network, when the
@@ -161,6 +159,12 @@ pub fn specs(
                     index: i as u32,
                     count,
                 }),
+                availability: super::availability::server_availability(
+                    infra,
+                    network,
+                    Component::Dns,
+                    &network.dns,
+                ),
             };
             Some((Component::Dns.replica_name(&infra_name, i), spec))
         })
@@ -246,12 +250,14 @@ pub fn children(server: &DNSServer) -> anyhow::Result<Children> {
             ],
             volumes,
             mounts: vec![mount("config", CONFIG_DIR, true)],
-            caps: CAPABILITIES.to_vec(),
             readiness: http_probe("/healthz", HTTP_PORT, 5, 3),
             liveness: http_probe("/healthz", HTTP_PORT, 10, 6),
             resources: resources(server.spec.resources.as_ref(), "10m", "32Mi", "256Mi"),
             fs_group: None,
             placement,
+            tolerations: super::availability::tolerations(
+                server.spec.availability.node_loss_toleration_seconds,
+            ),
         },
     );
     Ok(Children {

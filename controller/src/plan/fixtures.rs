@@ -94,3 +94,26 @@ pub fn cluster(machines: Vec<ObservedMachine>, vmis: Vec<ObservedVmi>) -> Observ
         ..ObservedCluster::default()
     }
 }
+
+/// Infra `infra` in namespace `oooi` on [`network`]'s VLAN (a
+/// NetworkAttachmentDefinition `vlan`), one server per component.
+pub fn infra() -> crate::crd::Infra {
+    serde_json::from_value(json!({
+        "apiVersion": "hostedcluster.densityops.com/v1alpha1",
+        "kind": "Infra",
+        "metadata": {"name": "infra", "namespace": "oooi", "uid": "uid-infra"},
+        "spec": {
+            "networkConfig": {
+                "cidr": "192.0.2.0/24",
+                "gateway": "192.0.2.1",
+                "networkAttachmentDefinition": "vlan",
+            },
+            "infraComponents": {
+                "dhcp": {"serverIP": "192.0.2.2", "rangeStart": "192.0.2.100", "rangeEnd": "192.0.2.199", "image": "dhcp:1"},
+                "dns": {"serverIP": "192.0.2.3", "image": "dns:1"},
+                "proxy": {"serverIP": "192.0.2.4", "image": "envoy:1"},
+            },
+        },
+    }))
+    .unwrap()
+}

@@ -15,6 +15,7 @@
 pub mod aggregate;
 pub mod apps_pools;
 pub mod attachments;
+pub mod availability;
 pub mod conditions;
 pub mod cudn;
 pub mod dhcp;
@@ -29,6 +30,7 @@ pub mod legacy;
 pub mod network;
 pub mod network_policy;
 pub mod observed;
+pub mod pod_security;
 pub mod proxy;
 pub mod readiness;
 pub mod reservations;

@@ -320,6 +320,12 @@ pub fn specs(
                     index: i as u32,
                     count,
                 }),
+                availability: super::availability::server_availability(
+                    infra,
+                    network,
+                    Component::Proxy,
+                    &network.proxy,
+                ),
             };
             (Component::Proxy.replica_name(&infra_name, i), spec)
         })
@@ -596,7 +602,6 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
         },
     ];
     let (placement, pdb) = replica_placement(server, &name, &instance, c, replica);
-    let low_port = cfg.tls_ports.iter().any(|p| *p < 1024);
     let push = i32::from(server.spec.push_port);
     let deployment = deployment(
         server,
@@ -637,17 +642,15 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
                 mount("tmp", "/tmp", false),
                 mount("listeners", LISTENERS_DIR, false),
             ],
-            caps: if low_port {
-                vec!["NET_BIND_SERVICE"]
-            } else {
-                Vec::new()
-            },
             // Not ready until the controller pushed a table (GET /ready is 503 before).
             readiness: http_probe("/ready", push, 2, 1),
             liveness: tcp_probe(push, 10, 6),
             resources: resources(server.spec.resources.as_ref(), "50m", "128Mi", "512Mi"),
             fs_group: None,
             placement,
+            tolerations: super::availability::tolerations(
+                server.spec.availability.node_loss_toleration_seconds,
+            ),
         },
     );
     Ok(Children {

@@ -2,32 +2,32 @@
 //! (`run --openshift-scc`).
 //!
 //! OpenShift admits a pod only under an SCC its ServiceAccount (or the
-//! creating user) may `use`. Each component's pod asks for exactly what it
-//! needs ([`super::workload`]): DHCP runs as UID 0 with NET_BIND_SERVICE and
-//! NET_RAW, DNS as UID 0 with NET_BIND_SERVICE, Envoy as UID 0 with
-//! NET_BIND_SERVICE when a listener port is below 1024 and as UID 65532 with
-//! no capability otherwise; all with a fixed UID, seccomp `RuntimeDefault`,
-//! no privilege escalation and a read-only root file system.
+//! creating user) may `use`. The component pods ([`super::workload`]) run
+//! their programs as a non-root user with every capability dropped, so the
+//! built-in `restricted-v2` admits them once [`for_openshift`] has left the
+//! UID and fsGroup to it (the namespace's range). Only a pod with an address
+//! agent ([`super::availability`]) asks for more: the agent's container runs
+//! as UID 0 with NET_ADMIN and NET_RAW.
 //!
 //! [`choose`] checks a pod template against models of the SCCs, from the
 //! least privileged up, and takes the first that admits it:
 //!
 //! | SCC | UID | added capabilities | admits |
 //! |---|---|---|---|
-//! | `restricted-v2` (built in) | the namespace's range | NET_BIND_SERVICE | none of ours: they set a fixed UID (and DHCP a fixed fsGroup) |
-//! | `nonroot-v2` (built in) | any but 0 | NET_BIND_SERVICE | Envoy without a port below 1024 |
-//! | [`NET_BIND_SCC`] (the chart's) | any | NET_BIND_SERVICE | DNS; Envoy with a port below 1024 |
-//! | [`NET_RAW_SCC`] (the chart's) | any | NET_BIND_SERVICE, NET_RAW | DHCP |
+//! | `restricted-v2` (built in) | the namespace's range | NET_BIND_SERVICE | DHCP, DNS and proxy pods (on OpenShift) |
+//! | `nonroot-v2` (built in) | any but 0 | NET_BIND_SERVICE | the same pods with their fixed UID 65532 |
+//! | [`ADDRESS_AGENT_SCC`] (made by the controller) | any | NET_ADMIN, NET_RAW | DNS and proxy pods with an address agent |
 //!
-//! No built-in SCC short of `privileged` admits a UID-0 pod that adds a
-//! capability: `anyuid` allows no added capability and no seccomp profile,
-//! `hostnetwork-v2` wants the namespace's UID range. Rather than hand the
-//! components `privileged`, the chart installs the two SCCs above
-//! ([`custom_sccs`]: `anyuid` narrowed to the capabilities named, with
-//! every other restriction of `restricted-v2`), and the controller grants
-//! each component's ServiceAccount `use` of the one SCC it needs through a
-//! Role and RoleBinding in the component's namespace ([`scc_rbac`]), owned
-//! by the component object so garbage collection removes them with it.
+//! No built-in SCC short of `privileged` admits a UID-0 container that adds
+//! a capability. OLM bundles cannot carry SCCs, so rather than hand the
+//! agent `privileged`, the controller creates [`ADDRESS_AGENT_SCC`] itself
+//! when it starts with `--openshift-scc` ([`address_agent_scc`]: `anyuid`
+//! narrowed to the two capabilities, with every other restriction of
+//! `restricted-v2`), and grants each component's ServiceAccount `use` of
+//! the one SCC its pods need through a Role and RoleBinding in the
+//! component's namespace ([`scc_rbac`]), owned by the component object so
+//! garbage collection removes them with it. A pod `restricted-v2` admits
+//! needs no grant: every authenticated user may use it.
 
 use std::collections::BTreeMap;
 
@@ -39,10 +39,8 @@ use serde_json::{Value, json};
 
 use super::workload::Children;
 
-/// The chart's SCC for UID-0 pods that add NET_BIND_SERVICE.
-pub const NET_BIND_SCC: &str = "oooi-net-bind";
-/// The chart's SCC for UID-0 pods that add NET_BIND_SERVICE and NET_RAW.
-pub const NET_RAW_SCC: &str = "oooi-net-raw";
+/// The SCC the controller creates for pods with an address agent.
+pub const ADDRESS_AGENT_SCC: &str = "oooi-address-agent";
 /// API group of SecurityContextConstraints.
 pub const SCC_GROUP: &str = "security.openshift.io";
 
@@ -183,13 +181,14 @@ pub const PRIVILEGED: SccModel = SccModel {
     allow_host_network: true,
     allow_host_pid_ipc: true,
 };
-/// The chart's [`NET_BIND_SCC`].
-pub const OOOI_NET_BIND: SccModel = SccModel {
-    name: NET_BIND_SCC,
+/// [`ADDRESS_AGENT_SCC`]: what the address agent's container needs (UID 0,
+/// NET_ADMIN and NET_RAW) and nothing more.
+pub const OOOI_ADDRESS_AGENT: SccModel = SccModel {
+    name: ADDRESS_AGENT_SCC,
     built_in: false,
     run_as_user: UidRule::RunAsAny,
     fs_group_from_range: false,
-    allowed_capabilities: &["NET_BIND_SERVICE"],
+    allowed_capabilities: &["NET_ADMIN", "NET_RAW"],
     allow_privilege_escalation: false,
     allow_privileged: false,
     seccomp_profiles: &["runtime/default"],
@@ -198,17 +197,11 @@ pub const OOOI_NET_BIND: SccModel = SccModel {
     allow_host_network: false,
     allow_host_pid_ipc: false,
 };
-/// The chart's [`NET_RAW_SCC`].
-pub const OOOI_NET_RAW: SccModel = SccModel {
-    name: NET_RAW_SCC,
-    allowed_capabilities: &["NET_BIND_SERVICE", "NET_RAW"],
-    ..OOOI_NET_BIND
-};
 
 /// The SCCs the controller may grant, least privileged first.
-pub const CANDIDATES: [SccModel; 4] = [RESTRICTED_V2, NONROOT_V2, OOOI_NET_BIND, OOOI_NET_RAW];
+pub const CANDIDATES: [SccModel; 3] = [RESTRICTED_V2, NONROOT_V2, OOOI_ADDRESS_AGENT];
 /// The built-in SCCs, least privileged first (to show which one a pod
-/// would need without the chart's).
+/// would need without oooi's own).
 pub const BUILT_IN: [SccModel; 5] = [
     RESTRICTED_V2,
     NONROOT_V2,
@@ -397,10 +390,9 @@ pub fn scc_rbac(children: &Children) -> Option<SccRbac> {
     })
 }
 
-/// The chart's SCCs ([`OOOI_NET_BIND`], [`OOOI_NET_RAW`]) as objects: the
-/// chart test compares them with `templates/openshift-scc.yaml`.
-pub fn custom_sccs() -> Vec<Value> {
-    [OOOI_NET_BIND, OOOI_NET_RAW]
+/// [`ADDRESS_AGENT_SCC`] as the object the controller applies at start.
+pub fn address_agent_scc() -> Value {
+    [OOOI_ADDRESS_AGENT]
         .iter()
         .map(|s| {
             json!({
@@ -411,9 +403,10 @@ pub fn custom_sccs() -> Vec<Value> {
                     "annotations": BTreeMap::from([(
                         "kubernetes.io/description",
                         format!(
-                            "oooi components that run as UID 0 to hold {} and nothing else: \
-                             no privilege escalation, read-only root file system, seccomp \
-                             runtime/default, no host access.",
+                            "the oooi address agent, which runs as UID 0 to hold {} and nothing \
+                             else (moving a VLAN address between replicas): no privilege \
+                             escalation, read-only root file system, seccomp runtime/default, \
+                             no host access.",
                             s.allowed_capabilities.join(" and ")
                         ),
                     )]),
@@ -440,7 +433,40 @@ pub fn custom_sccs() -> Vec<Value> {
                 "volumes": s.volumes,
             })
         })
-        .collect()
+        .next()
+        .unwrap_or(Value::Null)
+}
+
+/// Leaves the user, group and fsGroup of a planned pod to OpenShift: on
+/// OpenShift `restricted-v2` assigns them from the namespace's range and
+/// refuses fixed ones. Containers that run as UID 0 (the address agent)
+/// keep theirs.
+pub fn for_openshift(deployment: &mut Deployment) {
+    let Some(pod) = deployment
+        .spec
+        .as_mut()
+        .and_then(|s| s.template.spec.as_mut())
+    else {
+        return;
+    };
+    if let Some(psc) = pod.security_context.as_mut() {
+        psc.fs_group = None;
+        psc.run_as_user = None;
+        psc.run_as_group = None;
+    }
+    for c in pod
+        .init_containers
+        .iter_mut()
+        .flatten()
+        .chain(pod.containers.iter_mut())
+    {
+        if let Some(sc) = c.security_context.as_mut()
+            && sc.run_as_non_root == Some(true)
+        {
+            sc.run_as_user = None;
+            sc.run_as_group = None;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -472,37 +498,47 @@ mod tests {
     fn each_security_context_gets_the_least_privileged_scc_that_admits_it() {
         let pick = |p: &PodSpec| least_privileged(&CANDIDATES, p).map(|s| s.name);
         assert_eq!(pick(&pod(&[], None)), Some("nonroot-v2"));
-        assert_eq!(pick(&pod(&["NET_BIND_SERVICE"], None)), Some(NET_BIND_SCC));
+        assert_eq!(pick(&pod(&[], Some(65532))), Some("nonroot-v2"));
         assert_eq!(
-            pick(&pod(&["NET_BIND_SERVICE", "NET_RAW"], Some(65532))),
-            Some(NET_RAW_SCC)
+            pick(&pod(&["NET_ADMIN", "NET_RAW"], None)),
+            Some(ADDRESS_AGENT_SCC)
         );
-        assert_eq!(pick(&pod(&["NET_ADMIN"], None)), None, "never granted");
+        assert_eq!(pick(&pod(&["SYS_ADMIN"], None)), None, "never granted");
+        assert_eq!(pick(&pod(&["NET_BIND_SERVICE"], None)), None, "never asked");
     }
 
     #[test]
-    fn no_built_in_scc_short_of_privileged_admits_a_root_pod_with_a_capability() {
+    fn on_openshift_restricted_v2_admits_a_pod_without_capabilities() {
+        let mut d = Deployment {
+            spec: Some(k8s_openapi::api::apps::v1::DeploymentSpec {
+                template: k8s_openapi::api::core::v1::PodTemplateSpec {
+                    spec: Some(pod(&[], Some(65532))),
+                    ..Default::default()
+                },
+                ..Default::default()
+            }),
+            ..Deployment::default()
+        };
+        assert!(refusal(&RESTRICTED_V2, pod_spec(&d).unwrap()).is_some());
+        for_openshift(&mut d);
+        let p = pod_spec(&d).unwrap();
+        assert_eq!(refusal(&RESTRICTED_V2, p), None);
+        let sc = p.containers[0].security_context.as_ref().unwrap();
+        assert_eq!(sc.run_as_user, None);
+        assert_eq!(sc.run_as_non_root, Some(true), "still never root");
+        assert_eq!(choose(&d).map(|s| s.name), Some("restricted-v2"));
+    }
+
+    #[test]
+    fn no_built_in_scc_short_of_privileged_admits_a_root_container_with_a_capability() {
         let pick = |p: &PodSpec| least_privileged(&BUILT_IN, p).map(|s| s.name);
         assert_eq!(pick(&pod(&[], None)), Some("nonroot-v2"));
-        assert_eq!(pick(&pod(&["NET_BIND_SERVICE"], None)), Some("privileged"));
-        let root = pod(&["NET_BIND_SERVICE"], None);
-        // anyuid allows no seccomp profile, and without one still no capability.
-        assert!(refusal(&ANYUID, &root).unwrap().contains("seccomp"));
-        let mut no_seccomp = root.clone();
-        no_seccomp.security_context = None;
-        no_seccomp.containers[0]
-            .security_context
-            .as_mut()
-            .unwrap()
-            .seccomp_profile = None;
-        assert!(
-            refusal(&ANYUID, &no_seccomp)
-                .unwrap()
-                .contains("NET_BIND_SERVICE")
-        );
-        assert!(refusal(&RESTRICTED_V2, &root).unwrap().contains("UID 0"));
-        assert!(refusal(&NONROOT_V2, &root).unwrap().contains("UID 0"));
-        assert!(refusal(&HOSTNETWORK_V2, &root).unwrap().contains("UID 0"));
+        let agent = pod(&["NET_ADMIN", "NET_RAW"], None);
+        assert_eq!(pick(&agent), Some("privileged"));
+        assert!(refusal(&ANYUID, &agent).unwrap().contains("seccomp"));
+        for scc in [RESTRICTED_V2, NONROOT_V2, HOSTNETWORK_V2] {
+            assert!(refusal(&scc, &agent).unwrap().contains("NET_ADMIN"));
+        }
     }
 
     #[test]
@@ -518,20 +554,34 @@ mod tests {
                 .unwrap()
                 .contains("privilege escalation")
         );
-        let mut p = pod(&["NET_BIND_SERVICE"], None);
+        let mut p = pod(&["NET_ADMIN"], None);
         p.volumes = Some(vec![Volume {
             name: "host".into(),
             host_path: Some(Default::default()),
             ..Volume::default()
         }]);
-        assert!(refusal(&OOOI_NET_BIND, &p).unwrap().contains("hostPath"));
-        let mut p = pod(&["NET_BIND_SERVICE"], None);
+        assert!(
+            refusal(&OOOI_ADDRESS_AGENT, &p)
+                .unwrap()
+                .contains("hostPath")
+        );
+        let mut p = pod(&["NET_ADMIN"], None);
         p.containers[0]
             .security_context
             .as_mut()
             .unwrap()
             .read_only_root_filesystem = Some(false);
-        assert!(refusal(&OOOI_NET_BIND, &p).unwrap().contains("writable"));
+        assert!(
+            refusal(&OOOI_ADDRESS_AGENT, &p)
+                .unwrap()
+                .contains("writable")
+        );
+        let p = pod(&["SYS_ADMIN"], None);
+        assert!(
+            refusal(&OOOI_ADDRESS_AGENT, &p)
+                .unwrap()
+                .contains("SYS_ADMIN")
+        );
         let p = pod(&[], Some(1000));
         assert!(refusal(&RESTRICTED_V2, &p).unwrap().contains("fsGroup"));
         let mut p = pod(&[], None);
@@ -541,22 +591,16 @@ mod tests {
     }
 
     #[test]
-    fn custom_sccs_match_their_models() {
-        let sccs = custom_sccs();
-        assert_eq!(sccs.len(), 2);
-        assert_eq!(sccs[0]["metadata"]["name"], NET_BIND_SCC);
-        assert_eq!(sccs[0]["allowedCapabilities"], json!(["NET_BIND_SERVICE"]));
-        assert_eq!(sccs[1]["metadata"]["name"], NET_RAW_SCC);
-        assert_eq!(
-            sccs[1]["allowedCapabilities"],
-            json!(["NET_BIND_SERVICE", "NET_RAW"])
-        );
-        for s in &sccs {
-            assert_eq!(s["allowPrivilegeEscalation"], false);
-            assert_eq!(s["readOnlyRootFilesystem"], true);
-            assert_eq!(s["requiredDropCapabilities"], json!(["ALL"]));
-            assert_eq!(s["seccompProfiles"], json!(["runtime/default"]));
-            assert_eq!(s["allowHostNetwork"], false);
-        }
+    fn the_address_agent_scc_matches_its_model() {
+        let s = address_agent_scc();
+        assert_eq!(s["metadata"]["name"], ADDRESS_AGENT_SCC);
+        assert_eq!(s["allowedCapabilities"], json!(["NET_ADMIN", "NET_RAW"]));
+        assert_eq!(s["allowPrivilegeEscalation"], false);
+        assert_eq!(s["allowPrivilegedContainer"], false);
+        assert_eq!(s["readOnlyRootFilesystem"], true);
+        assert_eq!(s["requiredDropCapabilities"], json!(["ALL"]));
+        assert_eq!(s["seccompProfiles"], json!(["runtime/default"]));
+        assert_eq!(s["allowHostNetwork"], false);
+        assert_eq!(s["defaultAddCapabilities"], json!([]));
     }
 }

@@ -1,16 +1,23 @@
 //! The child objects of one component and the pod template they share.
 //!
 //! Security (documented in docs, enforced here):
-//! - Every container drops ALL capabilities, has a read-only root file
-//!   system, no privilege escalation and the RuntimeDefault seccomp profile.
-//! - A component that needs a capability (DHCP: NET_BIND_SERVICE for port 67
-//!   and NET_RAW for SO_BINDTODEVICE; DNS: NET_BIND_SERVICE for port 53;
-//!   Envoy: NET_BIND_SERVICE only when a listener port is below 1024) adds just
-//!   that one and runs as UID 0 inside its container: Kubernetes hands added
-//!   capabilities to a non-root process only through file capabilities, which
-//!   `allowPrivilegeEscalation: false` (no_new_privs) disables. Its bounding
-//!   set is the added capabilities alone.
-//! - A component that needs none runs as UID 65532 with `runAsNonRoot`.
+//! - The programs that parse tenant traffic (oooi-dns, oooi-dhcp, the
+//!   proxy's gate, Envoy and the filter) run as a non-root user with every
+//!   capability dropped, a read-only root file system, no privilege
+//!   escalation and the RuntimeDefault seccomp profile. They bind their low
+//!   ports through the pod sysctl `net.ipv4.ip_unprivileged_port_start=0`
+//!   and may open unprivileged ICMP echo sockets through
+//!   `net.ipv4.ping_group_range` (both "safe" sysctls that the Pod Security
+//!   `restricted` profile and OpenShift's `restricted-v2` allow). The pods
+//!   carry UID and fsGroup 65532 for plain Kubernetes; on OpenShift the
+//!   controller leaves them unset ([`super::scc::for_openshift`]) so that
+//!   `restricted-v2` assigns the namespace's own.
+//! - Only the address agent ([`super::availability`]) adds capabilities
+//!   (NET_ADMIN and NET_RAW, to move a VLAN address and announce it), in its
+//!   own container, as UID 0: Kubernetes hands added capabilities to a
+//!   non-root process only through file capabilities, which
+//!   `allowPrivilegeEscalation: false` (no_new_privs) disables. Its
+//!   bounding set is those two alone.
 //! - One replica with the `Recreate` strategy: the static VLAN address can be
 //!   held by one pod at a time (two would fight over ARP). Several replicas
 //!   are several Deployments, one per address (see `rolling`).
@@ -22,8 +29,8 @@ use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMap, Container, ContainerPort, EnvVar, EnvVarSource,
     ObjectFieldSelector, PersistentVolumeClaim, PodAffinityTerm, PodAntiAffinity,
     PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
-    Secret, SecurityContext, Service, ServiceAccount, TopologySpreadConstraint, Volume,
-    VolumeMount,
+    Secret, SecurityContext, Service, ServiceAccount, Sysctl, Toleration, TopologySpreadConstraint,
+    Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -38,6 +45,14 @@ use crate::crd::VlanInterface;
 pub const MULTUS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/networks";
 /// UID of components that need no capability.
 pub const NON_ROOT_UID: i64 = 65532;
+
+/// The sysctls of every component pod: any user may bind a port below 1024
+/// (DNS 53, DHCP 67, the proxy's 443) and open an ICMP echo socket (the
+/// DHCP server's probe of an address before it offers it).
+pub const POD_SYSCTLS: [(&str, &str); 2] = [
+    ("net.ipv4.ip_unprivileged_port_start", "0"),
+    ("net.ipv4.ping_group_range", "0 2147483647"),
+];
 
 /// Every object one component needs, ready for server-side apply.
 #[derive(Debug, Clone, PartialEq)]
@@ -145,12 +160,13 @@ pub(crate) struct PodPlan {
     pub ports: Vec<ContainerPort>,
     pub volumes: Vec<Volume>,
     pub mounts: Vec<VolumeMount>,
-    pub caps: Vec<&'static str>,
     pub readiness: Probe,
     pub liveness: Probe,
     pub resources: ResourceRequirements,
     pub fs_group: Option<i64>,
     pub placement: Placement,
+    /// Tolerations (of a lost node, bounded).
+    pub tolerations: Vec<Toleration>,
 }
 
 /// How the pod of one server of a component with several servers (one per
@@ -231,7 +247,7 @@ where
         readiness_probe: Some(plan.readiness),
         liveness_probe: Some(plan.liveness),
         resources: Some(plan.resources),
-        security_context: Some(container_security(&plan.caps)),
+        security_context: Some(container_security(&[])),
         env: Some(vec![
             EnvVar {
                 name: "RUST_LOG".to_string(),
@@ -283,6 +299,15 @@ where
                     volumes: Some(plan.volumes),
                     security_context: Some(PodSecurityContext {
                         fs_group: plan.fs_group,
+                        sysctls: Some(
+                            POD_SYSCTLS
+                                .iter()
+                                .map(|(name, value)| Sysctl {
+                                    name: name.to_string(),
+                                    value: value.to_string(),
+                                })
+                                .collect(),
+                        ),
                         seccomp_profile: Some(SeccompProfile {
                             type_: "RuntimeDefault".to_string(),
                             ..SeccompProfile::default()
@@ -292,6 +317,7 @@ where
                     termination_grace_period_seconds: Some(30),
                     affinity: plan.placement.affinity,
                     topology_spread_constraints: plan.placement.topology_spread,
+                    tolerations: Some(plan.tolerations),
                     ..PodSpec::default()
                 }),
             },

@@ -72,6 +72,13 @@ where
 /// everything else, which the programs reload, is applied at once.
 pub async fn apply_children(ctx: &Context, ns: &str, c: &Children, gate: &Gate) -> Result<usize> {
     let s = &ctx.stores;
+    // On OpenShift the SCC assigns UID and fsGroup. The template hash stays
+    // that of the portable plan, so the rolling gate compares like with like.
+    let mut platform = c.clone();
+    if ctx.settings.openshift_scc {
+        crate::plan::scc::for_openshift(&mut platform.deployment);
+    }
+    let c = &platform;
     let mut written = Vec::new();
     written.push(apply_one(ctx, &s.service_accounts, ns, &c.service_account).await?);
     if ctx.settings.openshift_scc {
