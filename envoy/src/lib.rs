@@ -1017,7 +1017,7 @@ mod tests {
             overload["resource_monitors"][0]["typed_config"]["max_heap_size_bytes"],
             HEAP_CEILING_BYTES
         );
-        assert!(HEAP_CEILING_BYTES < PROXY_MEMORY_LIMIT_BYTES);
+        const { assert!(HEAP_CEILING_BYTES < PROXY_MEMORY_LIMIT_BYTES) };
         assert_eq!(overload["actions"].as_array().unwrap().len(), 3);
         let mapper = &hcm["local_reply_config"]["mappers"][0];
         assert_eq!(
