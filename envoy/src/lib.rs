@@ -56,6 +56,34 @@ pub const API_CONNECTION_BUFFER_BYTES: u64 = MAX_DOCUMENT_BYTES as u64 + 64 * 10
 /// What one table API request may buffer: twice the connection buffer, so
 /// the filter's JSON 413 always comes before Envoy's own.
 pub const API_STREAM_BUFFER_BYTES: u64 = 2 * API_CONNECTION_BUFFER_BYTES;
+/// Most connections the table API listener holds at once (Envoy's
+/// per-listener connection limit; more are closed as they arrive and
+/// counted as `listener.<address>.downstream_cx_overflow`). Its own budget:
+/// API clients never use up the connections of the routing listeners.
+pub const API_MAX_CONNECTIONS: u32 = 16;
+/// Time a table API client has to send its whole request head, counted
+/// from its first byte (a slowloris head is closed after it).
+pub const API_REQUEST_HEADERS_TIMEOUT_MS: u64 = 5000;
+/// Time a table API request has to arrive whole, head and body.
+pub const API_REQUEST_TIMEOUT_MS: u64 = 30_000;
+/// Time a table API request may pass without a byte in either direction.
+pub const API_STREAM_IDLE_TIMEOUT_MS: u64 = 10_000;
+/// Time a table API connection may stay open without a request (one that
+/// never sends a byte included). Clients that pool connections must drop
+/// idle ones sooner.
+pub const API_IDLE_TIMEOUT_MS: u64 = 15_000;
+/// Largest request head of the table API, in KiB (Envoy's default is 60).
+pub const API_MAX_REQUEST_HEADERS_KB: u32 = 16;
+/// Envoy's heap ceiling (its overload manager's `fixed_heap` monitor): at
+/// 85% of it the largest API streams are reset, at 90% Envoy returns freed
+/// memory to the system, at 95% it stops taking new HTTP requests (the
+/// table API and metrics; routing listeners are not HTTP and keep going).
+/// The proxy container's memory limit must leave room above it for what
+/// the heap does not count: the wasm VMs (one per worker thread), code and
+/// stacks (see the data-path docs for the measured figures).
+pub const HEAP_CEILING_BYTES: u64 = 256 * 1024 * 1024;
+/// The proxy container's memory limit the ceiling above is sized for.
+pub const PROXY_MEMORY_LIMIT_BYTES: u64 = 512 * 1024 * 1024;
 /// Time a client of a TLS listener has to send its ClientHello; after it the
 /// connection is refused as `not_tls`.
 pub const CLIENT_HELLO_TIMEOUT_MS: u64 = 5000;
@@ -292,8 +320,10 @@ pub fn render(cfg: &ProxyConfig, config_dir: &Path) -> Rendered {
         "admin": {"address": socket(cfg.admin.ip(), cfg.admin.port())},
         "dynamic_resources": {"lds_config": watched_in(lds_dir, LDS_FILE), "cds_config": watched(CDS_FILE)},
         "layered_runtime": {"layers": [{"name": "static", "static_layer": {
-            "overload.global_downstream_max_connections": 50000
+            "overload.global_downstream_max_connections": 50000,
+            format!("envoy.resource_limits.listener.{API_LISTENER}.connection_limit"): API_MAX_CONNECTIONS,
         }}]},
+        "overload_manager": overload_manager(),
     });
 
     // A filter delivered by ECDS from its own file in the watched directory.
@@ -367,6 +397,19 @@ pub fn render(cfg: &ProxyConfig, config_dir: &Path) -> Rendered {
             "typed_config": {
                 "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
                 "stat_prefix": "table_api",
+                // HTTP/1.1 only: the controller's pusher speaks it, and an
+                // h2c client gets an HTTP/1.1 error rather than a stream
+                // reset without a status.
+                "codec_type": "HTTP1",
+                "request_headers_timeout": duration_ms(API_REQUEST_HEADERS_TIMEOUT_MS),
+                "request_timeout": duration_ms(API_REQUEST_TIMEOUT_MS),
+                "stream_idle_timeout": duration_ms(API_STREAM_IDLE_TIMEOUT_MS),
+                "max_request_headers_kb": API_MAX_REQUEST_HEADERS_KB,
+                "common_http_protocol_options": {
+                    "idle_timeout": duration_ms(API_IDLE_TIMEOUT_MS),
+                    "max_headers_count": 64,
+                },
+                "local_reply_config": api_local_replies(),
                 "route_config": {"name": "table_api", "virtual_hosts": [{
                     "name": "all", "domains": ["*"],
                     // The filter answers a body over the limit itself (JSON)
@@ -459,6 +502,60 @@ pub fn render(cfg: &ProxyConfig, config_dir: &Path) -> Rendered {
         clusters: json!({"version_info": digest(&clusters), "resources": clusters}),
         extensions,
     }
+}
+
+/// Envoy's own answers on the table API (a malformed or h2c request, a
+/// timeout, overload) in the filter's JSON shape: `{"error": "<text>",
+/// "details": "<Envoy's response code details>"}`. The filter's answers
+/// (already JSON) carry no response code details, Envoy's always do: a CEL
+/// expression on them picks Envoy's alone.
+fn api_local_replies() -> Value {
+    json!({"mappers": [{
+        "filter": {"extension_filter": {
+            "name": "envoy.access_loggers.extension_filters.cel",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter",
+                "expression": "response.code_details != ''",
+            },
+        }},
+        "body_format_override": {
+            "json_format": {"error": "%LOCAL_REPLY_BODY%", "details": "%RESPONSE_CODE_DETAILS%"},
+            "content_type": "application/json",
+        },
+    }]})
+}
+
+/// Envoy's overload manager: a heap ceiling ([`HEAP_CEILING_BYTES`]) and
+/// what Envoy does as it nears it. Streams are accounted from 1 MiB up
+/// (`buffer_factory_config`), so only large request bodies (table pushes)
+/// can be reset.
+fn overload_manager() -> Value {
+    const HEAP: &str = "envoy.resource_monitors.fixed_heap";
+    json!({
+        "refresh_interval": "0.25s",
+        "buffer_factory_config": {"minimum_account_to_track_power_of_two": 20},
+        "resource_monitors": [{
+            "name": HEAP,
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.resource_monitors.fixed_heap.v3.FixedHeapConfig",
+                "max_heap_size_bytes": HEAP_CEILING_BYTES,
+            },
+        }],
+        "actions": [
+            {
+                "name": "envoy.overload_actions.reset_high_memory_stream",
+                "triggers": [{"name": HEAP, "scaled": {"scaling_threshold": 0.85, "saturation_threshold": 0.95}}],
+            },
+            {
+                "name": "envoy.overload_actions.shrink_heap",
+                "triggers": [{"name": HEAP, "threshold": {"value": 0.90}}],
+            },
+            {
+                "name": "envoy.overload_actions.stop_accepting_requests",
+                "triggers": [{"name": HEAP, "threshold": {"value": 0.95}}],
+            },
+        ],
+    })
 }
 
 /// A TLS passthrough listener. `tls_inspector` reads the ClientHello;
@@ -895,6 +992,38 @@ mod tests {
         )
         .unwrap();
         assert_eq!(plugin["role"], "api");
+    }
+
+    #[test]
+    fn the_table_api_is_bounded_by_envoys_own_settings() {
+        let r = render(&cfg(), Path::new("/etc/envoy"));
+        let hcm = &r.listeners["resources"][2]["filter_chains"][0]["filters"][0]["typed_config"];
+        assert_eq!(hcm["codec_type"], "HTTP1");
+        assert_eq!(hcm["request_headers_timeout"], "5.000s");
+        assert_eq!(hcm["request_timeout"], "30.000s");
+        assert_eq!(hcm["stream_idle_timeout"], "10.000s");
+        assert_eq!(
+            hcm["common_http_protocol_options"]["idle_timeout"],
+            "15.000s"
+        );
+        assert_eq!(hcm["max_request_headers_kb"], API_MAX_REQUEST_HEADERS_KB);
+        let layer = &r.bootstrap["layered_runtime"]["layers"][0]["static_layer"];
+        assert_eq!(
+            layer["envoy.resource_limits.listener.table_api.connection_limit"],
+            API_MAX_CONNECTIONS
+        );
+        let overload = &r.bootstrap["overload_manager"];
+        assert_eq!(
+            overload["resource_monitors"][0]["typed_config"]["max_heap_size_bytes"],
+            HEAP_CEILING_BYTES
+        );
+        const { assert!(HEAP_CEILING_BYTES < PROXY_MEMORY_LIMIT_BYTES) };
+        assert_eq!(overload["actions"].as_array().unwrap().len(), 3);
+        let mapper = &hcm["local_reply_config"]["mappers"][0];
+        assert_eq!(
+            mapper["body_format_override"]["content_type"],
+            "application/json"
+        );
     }
 
     #[test]

@@ -555,6 +555,21 @@ impl Envoy {
         self.child.with(|c| c.id())
     }
 
+    /// Envoy's resident memory (`VmRSS` of `/proc/<pid>/status`), in bytes;
+    /// `None` once the process is gone.
+    pub fn rss_bytes(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))?
+            .trim()
+            .strip_suffix("kB")?
+            .trim()
+            .parse()
+            .ok()?;
+        Some(kib * 1024)
+    }
+
     /// Envoy's log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

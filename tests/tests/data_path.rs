@@ -945,12 +945,32 @@ mod hardening {
 
     /// An oversized push, answered while the client may still be sending:
     /// the client writes and reads at once, as a careful client does.
+    /// A connection the listener turns away at once (its connection budget
+    /// is full of earlier connections Envoy is still closing) is tried
+    /// again; the answer to the request itself is never retried.
     fn oversized_push(
         api: SocketAddr,
         auth: Option<&str>,
         chunked: bool,
         size: usize,
     ) -> (u16, String, String) {
+        for _ in 0..100 {
+            if let Some(answer) = oversized_push_once(api, auth, chunked, size) {
+                return answer;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("the table API turned every connection away for 10 s");
+    }
+
+    /// One try of [`oversized_push`]; `None` when the connection was closed
+    /// before a byte came back.
+    fn oversized_push_once(
+        api: SocketAddr,
+        auth: Option<&str>,
+        chunked: bool,
+        size: usize,
+    ) -> Option<(u16, String, String)> {
         let mut s = std::net::TcpStream::connect(api).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         let mut head = "PUT /v1/routes HTTP/1.1\r\nhost: oooi\r\n".to_string();
@@ -992,6 +1012,7 @@ mod hardening {
             match s.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(_) if out.is_empty() => break,
                 Err(e) => panic!("read failed after {} bytes: {e}", out.len()),
             }
             if let Some(pos) = out.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -1008,6 +1029,9 @@ mod hardening {
         }
         let _ = s.shutdown(std::net::Shutdown::Both);
         let _ = sender.join();
+        if out.is_empty() {
+            return None;
+        }
         let text = String::from_utf8_lossy(&out).into_owned();
         let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
         let status = head
@@ -1023,7 +1047,7 @@ mod hardening {
                     .map(|v| v.trim().to_string())
             })
             .unwrap_or_default();
-        (status, content_type, body.to_string())
+        Some((status, content_type, body.to_string()))
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1177,4 +1201,590 @@ async fn the_metrics_port_serves_prometheus_stats_and_nothing_else_of_the_admin(
         assert_eq!(status, 404, "{method} {path}: {body}");
     }
     assert!(lab.envoy.running(), "Envoy still runs");
+}
+
+// ---- The table API under hostile clients: bounded by Envoy's own settings --
+
+mod table_api_bounds {
+    use std::io::{Read, Write};
+    use std::net::{SocketAddr, TcpStream};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+
+    use oooi_envoy::{
+        API_IDLE_TIMEOUT_MS, API_MAX_CONNECTIONS, API_REQUEST_HEADERS_TIMEOUT_MS,
+        PROXY_MEMORY_LIMIT_BYTES,
+    };
+    use oooi_routes::MAX_DOCUMENT_BYTES;
+    use oooi_tests::fixture::{STRANGER, WORKER_C1};
+    use oooi_tests::{PUSH_TOKEN, http_blocking};
+
+    use super::hardening::client_hello;
+    use super::{Lab, Probe, ip};
+
+    /// Reads what the server sends until it closes (or `wait` passes):
+    /// (bytes, time to the first byte, time to the close; `None` if still open).
+    fn read_until_close(
+        s: &mut TcpStream,
+        start: Instant,
+        wait: Duration,
+    ) -> (Vec<u8>, Option<Duration>, Option<Duration>) {
+        let mut out = Vec::new();
+        let mut first = None;
+        let mut buf = [0u8; 4096];
+        loop {
+            let left = wait.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                return (out, first, None);
+            }
+            s.set_read_timeout(Some(left)).unwrap();
+            match s.read(&mut buf) {
+                Ok(0) => return (out, first, Some(start.elapsed())),
+                Ok(n) => {
+                    first.get_or_insert(start.elapsed());
+                    out.extend_from_slice(&buf[..n]);
+                }
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut =>
+                {
+                    return (out, first, None);
+                }
+                // A reset after the answer is a close too.
+                Err(_) => return (out, first, Some(start.elapsed())),
+            }
+        }
+    }
+
+    fn status_and_json(answer: &[u8]) -> (u16, String, serde_json::Value) {
+        let text = String::from_utf8_lossy(answer);
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or_else(|| panic!("no HTTP answer: {text:?}"));
+        let content_type = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-type:")
+                    .map(|v| v.trim().to_string())
+            })
+            .unwrap_or_default();
+        let json = serde_json::from_str(body.trim())
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {text:?}"));
+        (status, content_type, json)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_unauthenticated_push_is_answered_before_its_body_and_closed() {
+        let lab = super::lab(1).await;
+        let api = lab.envoy.api;
+        tokio::task::spawn_blocking(move || {
+            for (auth, status) in [
+                (None, 401),
+                (Some("Basic b29vaTpvb29p"), 401),
+                (Some("Bearer wrong-token-wrong-token"), 403),
+            ] {
+                let mut s = TcpStream::connect(api).unwrap();
+                let start = Instant::now();
+                let mut head = format!(
+                    "PUT /v1/routes HTTP/1.1\r\nhost: oooi\r\ncontent-length: {}\r\n",
+                    MAX_DOCUMENT_BYTES
+                );
+                if let Some(a) = auth {
+                    head.push_str(&format!("authorization: {a}\r\n"));
+                }
+                head.push_str("\r\n");
+                // The head only: not one byte of the announced 8 MiB body.
+                s.write_all(head.as_bytes()).unwrap();
+                let (answer, first, closed) =
+                    read_until_close(&mut s, start, Duration::from_secs(10));
+                let (got, content_type, json) = status_and_json(&answer);
+                assert_eq!(got, status, "{auth:?}");
+                assert_eq!(content_type, "application/json");
+                assert!(json["error"].is_string(), "{json}");
+                let first = first.expect("answered");
+                assert!(
+                    first < Duration::from_secs(1),
+                    "{auth:?}: answered after {first:?}, without a body byte"
+                );
+                let closed = closed.unwrap_or_else(|| panic!("{auth:?}: still open after 10 s"));
+                assert!(
+                    closed < Duration::from_secs(3),
+                    "{auth:?}: closed after {closed:?}"
+                );
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            lab.envoy
+                .stat("wasmcustom.oooi_sni_router_push_unauthorized"),
+            Some(3)
+        );
+        // Nothing was loaded, and the controller's push still works.
+        lab.envoy.push_table(&lab.table).unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn slowloris_heads_and_silent_connections_are_closed_by_envoy_timeouts() {
+        let lab = super::lab(1).await;
+        let api = lab.envoy.api;
+        let stop = Arc::new(AtomicBool::new(false));
+        let header_timeout = Duration::from_millis(API_REQUEST_HEADERS_TIMEOUT_MS);
+        let idle_timeout = Duration::from_millis(API_IDLE_TIMEOUT_MS);
+        // Under the listener's connection budget, so a push still gets in.
+        let drippers = (API_MAX_CONNECTIONS as usize / 2).max(1);
+        let handles: Vec<_> = (0..drippers + 2)
+            .map(|i| {
+                let stop = Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    let mut s = TcpStream::connect(api).unwrap();
+                    let start = Instant::now();
+                    let silent = i >= drippers;
+                    if !silent {
+                        // One byte of a never-ending head every 200 ms.
+                        let head = b"GET /ready HTTP/1.1\r\nhost: oooi\r\nx-pad: ";
+                        let mut sent = 0;
+                        while !stop.load(Ordering::Relaxed) {
+                            let byte = head.get(sent).copied().unwrap_or(b'a');
+                            if s.write_all(&[byte]).is_err() {
+                                break;
+                            }
+                            sent += 1;
+                            s.set_read_timeout(Some(Duration::from_millis(200)))
+                                .unwrap();
+                            let mut buf = [0u8; 1024];
+                            match s.read(&mut buf) {
+                                Ok(0) => return (silent, Vec::new(), Some(start.elapsed())),
+                                Ok(n) => {
+                                    let mut got = buf[..n].to_vec();
+                                    let (rest, _, closed) =
+                                        read_until_close(&mut s, start, Duration::from_secs(30));
+                                    got.extend(rest);
+                                    return (silent, got, closed);
+                                }
+                                Err(_) => {}
+                            }
+                            if start.elapsed() > Duration::from_secs(30) {
+                                return (silent, Vec::new(), None);
+                            }
+                        }
+                        (silent, Vec::new(), None)
+                    } else {
+                        let (got, _, closed) =
+                            read_until_close(&mut s, start, Duration::from_secs(40));
+                        (silent, got, closed)
+                    }
+                })
+            })
+            .collect();
+        // While they hold their connections, the controller's push goes through.
+        let table = lab.table.clone();
+        let pushed = tokio::task::spawn_blocking({
+            let envoy_api = api;
+            move || {
+                std::thread::sleep(Duration::from_secs(1));
+                let auth = format!("Bearer {PUSH_TOKEN}");
+                let t = Instant::now();
+                let r = http_blocking(
+                    envoy_api,
+                    "PUT",
+                    "/v1/routes",
+                    &[("authorization", &auth)],
+                    &table.to_json(),
+                );
+                (r, t.elapsed())
+            }
+        })
+        .await
+        .unwrap();
+        let (status, body) = pushed.0.expect("push answered");
+        assert_eq!(status, 200, "{body}");
+        assert!(
+            pushed.1 < Duration::from_secs(2),
+            "push took {:?}",
+            pushed.1
+        );
+        let mut results = Vec::new();
+        for h in handles {
+            results.push(h.join().unwrap());
+        }
+        stop.store(true, Ordering::Relaxed);
+        for (silent, got, closed) in results {
+            let closed = closed.unwrap_or_else(|| panic!("silent={silent}: never closed"));
+            if silent {
+                assert!(
+                    closed >= idle_timeout - Duration::from_millis(500)
+                        && closed < idle_timeout + Duration::from_secs(3),
+                    "a silent connection closed after {closed:?}"
+                );
+                assert!(got.is_empty(), "{:?}", String::from_utf8_lossy(&got));
+            } else {
+                assert!(
+                    closed < header_timeout + Duration::from_secs(3),
+                    "a slowloris head closed after {closed:?}"
+                );
+                let (status, content_type, json) = status_and_json(&got);
+                assert_eq!(status, 408, "{json}");
+                assert_eq!(content_type, "application/json");
+                assert_eq!(json["details"], "request_header_timeout", "{json}");
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn h2c_gets_a_json_error_over_http1_and_never_pushes() {
+        let lab = super::lab(1).await;
+        let api = lab.envoy.api;
+        // Prior knowledge: the HTTP/2 preface and a SETTINGS frame.
+        let (answer, _, closed) = tokio::task::spawn_blocking(move || {
+            let mut s = TcpStream::connect(api).unwrap();
+            let start = Instant::now();
+            s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+                .unwrap();
+            read_until_close(&mut s, start, Duration::from_secs(10))
+        })
+        .await
+        .unwrap();
+        assert!(answer.starts_with(b"HTTP/1.1 400 "), "{answer:?}");
+        let (_, content_type, json) = status_and_json(&answer);
+        assert_eq!(content_type, "application/json");
+        assert!(json["error"].is_string(), "{json}");
+        assert!(closed.is_some_and(|c| c < Duration::from_secs(3)));
+
+        // curl, the real clients: an oversized push over h2c (upgrade and
+        // prior knowledge) with the right token.
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big.json");
+        std::fs::write(&big, vec![b' '; MAX_DOCUMENT_BYTES + 1]).unwrap();
+        let url = format!("http://{api}/v1/routes");
+        let auth = format!("authorization: Bearer {PUSH_TOKEN}");
+        let curl = |mode: &str| {
+            std::process::Command::new("curl")
+                .args(["-sS", "-m", "20", mode, "-X", "PUT", "-H", &auth])
+                .args(["-H", "content-type: application/json", "--data-binary"])
+                .arg(format!("@{}", big.display()))
+                .args(["-w", "\n%{http_code} %{http_version} %{content_type}", &url])
+                .output()
+                .expect("curl runs")
+        };
+        let upgrade = curl("--http2");
+        let out = String::from_utf8_lossy(&upgrade.stdout).into_owned();
+        let (body, meta) = out.rsplit_once('\n').unwrap();
+        assert_eq!(meta, "413 1.1 application/json", "{out}");
+        let json: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert!(
+            json["error"].as_str().unwrap().contains("over the limit"),
+            "{json}"
+        );
+        let prior = curl("--http2-prior-knowledge");
+        assert!(
+            !prior.status.success(),
+            "an HTTP/2-only client is not served: {}",
+            String::from_utf8_lossy(&prior.stdout)
+        );
+        let (status, body) = http_blocking(api, "GET", "/v1/routes", &[], b"").unwrap();
+        assert_eq!(status, 200);
+        assert!(body.contains(r#""generation":0"#), "nothing loaded: {body}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_server_name_that_is_not_utf8_is_refused_as_invalid_even_from_a_worker_on_6443() {
+        let lab = Lab::pushed(1).await;
+        let upstream = || {
+            lab.envoy
+                .stat("cluster.oooi_dynamic_forward_proxy.upstream_cx_total")
+                .unwrap_or(0)
+                + lab
+                    .envoy
+                    .stats("upstream_cx_total")
+                    .iter()
+                    .filter(|(k, _)| k.starts_with("cluster.c"))
+                    .map(|(_, v)| v)
+                    .sum::<u64>()
+        };
+        let before = upstream();
+        let sni = b"\xff.apps.c1.example.com";
+        // A worker on 6443 (which has a no-SNI route by its source) and a
+        // stranger on 443.
+        for (target, source) in [(lab.kube, WORKER_C1), (lab.https, STRANGER)] {
+            let sock = tokio::net::TcpSocket::new_v4().unwrap();
+            sock.bind(SocketAddr::new(ip(source), 0)).unwrap();
+            let mut s = sock.connect(target).await.unwrap();
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            s.write_all(&client_hello(sni)).await.unwrap();
+            let mut buf = [0u8; 1024];
+            let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+                .await
+                .expect("closed by the proxy")
+                .unwrap_or(0);
+            assert_eq!(n, 0, "{source}: nothing comes back");
+        }
+        assert_eq!(upstream(), before, "nothing was forwarded");
+        assert_eq!(
+            lab.envoy
+                .stat("wasmcustom.oooi_sni_router_refuse_invalid_sni"),
+            Some(2)
+        );
+        let log = lab.envoy.log_text();
+        for (source, port) in [(WORKER_C1, lab.kube.port()), (STRANGER, lab.https.port())] {
+            let line = format!(
+                r#"refuse reason=invalid_sni sni="\xff.apps.c1.example.com" source={source} port={port}"#
+            );
+            assert!(log.contains(&line), "{line}\n{log}");
+        }
+        // The worker without SNI is still routed by its source.
+        assert_eq!(
+            lab.who(lab.kube, None, WORKER_C1).await,
+            "c1-kube-apiserver"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_replica_behind_the_announced_table_is_not_ready_until_it_catches_up() {
+        let lab = Lab::pushed(1).await;
+        let api = lab.envoy.api;
+        let auth = format!("Bearer {PUSH_TOKEN}");
+        let mut next = lab.table.clone();
+        next.generation = 2;
+        let announce = format!(r#"{{"generation":2,"digest":"{}"}}"#, next.digest());
+        let (status, body) = http_blocking(
+            api,
+            "PUT",
+            "/v1/routes/expected",
+            &[("authorization", &auth)],
+            announce.as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(status, 200, "{body}");
+        let (status, body) = http_blocking(api, "GET", "/ready", &[], b"").unwrap();
+        assert_eq!(status, 503, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["reason"], "behind", "{v}");
+        assert_eq!(v["generation"], 1);
+        assert_eq!(v["expected"]["generation"], 2);
+        // It keeps routing by the table it holds meanwhile.
+        assert_eq!(
+            lab.who(lab.kube, Some("api.c1.example.com"), STRANGER)
+                .await,
+            "c1-kube-apiserver"
+        );
+        lab.envoy.push_table(&next).unwrap();
+        let (status, body) = http_blocking(api, "GET", "/ready", &[], b"").unwrap();
+        assert_eq!(status, 200, "{body}");
+        // Without the token the announcement is refused from its headers.
+        let (status, _) = http_blocking(
+            api,
+            "PUT",
+            "/v1/routes/expected",
+            &[],
+            br#"{"generation":9}"#,
+        )
+        .unwrap();
+        assert_eq!(status, 401);
+        assert_eq!(
+            http_blocking(api, "GET", "/ready", &[], b"").unwrap().0,
+            200
+        );
+    }
+
+    /// Unauthenticated 8 MiB bodies, slowloris heads and h2c, first far
+    /// over the API's connection budget, then within it: Envoy's memory
+    /// stays under the proxy's limit, the routing listeners keep routing,
+    /// and the controller's pushes keep landing while the abuse stays
+    /// within the budget.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_table_api_under_abuse_stays_under_the_memory_limit_and_takes_pushes() {
+        let mut lab = Lab::pushed(2).await;
+        let api = lab.envoy.api;
+        let baseline = lab.envoy.rss_bytes().expect("Envoy runs");
+        let peak = Arc::new(AtomicU64::new(baseline));
+        let stop = Arc::new(AtomicBool::new(false));
+
+        fn big_body(api: SocketAddr) {
+            let Ok(mut s) = TcpStream::connect(api) else {
+                return;
+            };
+            let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
+            let head = format!(
+                "PUT /v1/routes HTTP/1.1\r\nhost: oooi\r\ncontent-length: {MAX_DOCUMENT_BYTES}\r\n\r\n"
+            );
+            if s.write_all(head.as_bytes()).is_err() {
+                return;
+            }
+            let chunk = vec![b' '; 64 * 1024];
+            for _ in 0..MAX_DOCUMENT_BYTES / chunk.len() {
+                if s.write_all(&chunk).is_err() {
+                    return;
+                }
+            }
+        }
+        fn slowloris(api: SocketAddr, stop: &AtomicBool) {
+            let Ok(mut s) = TcpStream::connect(api) else {
+                return;
+            };
+            let _ = s.write_all(b"PUT /v1/routes HTTP/1.1\r\nhost: oooi\r\n");
+            while !stop.load(Ordering::Relaxed) {
+                if s.write_all(b"x").is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        }
+        fn h2c(api: SocketAddr) {
+            let Ok(mut s) = TcpStream::connect(api) else {
+                return;
+            };
+            let mut preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+            // A DATA frame header announcing 16 MiB, and some of its bytes.
+            preface.extend_from_slice(&[0xff, 0xff, 0xff, 0x00, 0x00, 0, 0, 0, 1]);
+            preface.extend_from_slice(&vec![0u8; 1024 * 1024]);
+            let _ = s.write_all(&preface);
+        }
+
+        let spawn_abuse = |threads: usize, slow: usize, stop: Arc<AtomicBool>| {
+            let mut handles = Vec::new();
+            for i in 0..threads {
+                let stop = Arc::clone(&stop);
+                handles.push(std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        if i % 4 == 3 {
+                            h2c(api)
+                        } else {
+                            big_body(api)
+                        }
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }));
+            }
+            for _ in 0..slow {
+                let stop = Arc::clone(&stop);
+                handles.push(std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        slowloris(api, &stop);
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }));
+            }
+            handles
+        };
+        let sampler = {
+            let (peak, stop) = (Arc::clone(&peak), Arc::clone(&stop));
+            let pid = lab.envoy.pid();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status"))
+                        && let Some(kib) = s
+                            .lines()
+                            .find_map(|l| l.strip_prefix("VmRSS:"))
+                            .and_then(|v| v.trim().strip_suffix("kB"))
+                            .and_then(|v| v.trim().parse::<u64>().ok())
+                    {
+                        peak.fetch_max(kib * 1024, Ordering::Relaxed);
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            })
+        };
+
+        // Phase 1: far over the budget (70 bodies and h2c, 200 heads).
+        let phase1_stop = Arc::new(AtomicBool::new(false));
+        let abusers = spawn_abuse(70, 200, Arc::clone(&phase1_stop));
+        let t = Instant::now();
+        let mut routed = 0;
+        while t.elapsed() < Duration::from_secs(8) {
+            // The routing listeners do not share the API's budget.
+            assert_eq!(
+                lab.who(lab.kube, Some("api.c1.example.com"), STRANGER)
+                    .await,
+                "c1-kube-apiserver"
+            );
+            routed += 1;
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        phase1_stop.store(true, Ordering::Relaxed);
+        tokio::task::spawn_blocking(move || abusers.into_iter().for_each(|h| h.join().unwrap()))
+            .await
+            .unwrap();
+        let phase1_peak = peak.load(Ordering::Relaxed);
+        let overflow: u64 = lab
+            .envoy
+            .stats("downstream_cx_overflow")
+            .iter()
+            .filter(|(k, _)| k.contains(&api.port().to_string()))
+            .map(|(_, v)| v)
+            .sum();
+
+        // Phase 2: within the budget (an answered connection lingers up to
+        // Envoy's 1 s delayed close, so each looping client may hold two);
+        // pushes every 300 ms must land.
+        let phase2_stop = Arc::new(AtomicBool::new(false));
+        let budget = API_MAX_CONNECTIONS as usize;
+        let abusers = spawn_abuse(budget / 4, budget / 4, Arc::clone(&phase2_stop));
+        let table = lab.table.clone();
+        let pushes = tokio::task::spawn_blocking(move || {
+            let auth = format!("Bearer {PUSH_TOKEN}");
+            let mut slowest = Duration::ZERO;
+            let mut landed = 0;
+            for generation in 2..22 {
+                let mut t = table.clone();
+                t.generation = generation;
+                let start = Instant::now();
+                let (status, body) = http_blocking(
+                    api,
+                    "PUT",
+                    "/v1/routes",
+                    &[("authorization", &auth)],
+                    &t.to_json(),
+                )
+                .expect("the push is answered");
+                assert_eq!(status, 200, "generation {generation}: {body}");
+                slowest = slowest.max(start.elapsed());
+                landed += 1;
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            (landed, slowest)
+        })
+        .await
+        .unwrap();
+        phase2_stop.store(true, Ordering::Relaxed);
+        tokio::task::spawn_blocking(move || abusers.into_iter().for_each(|h| h.join().unwrap()))
+            .await
+            .unwrap();
+        stop.store(true, Ordering::Relaxed);
+        sampler.join().unwrap();
+        let peak = peak.load(Ordering::Relaxed);
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        println!(
+            "table API abuse: RSS baseline {:.0} MiB, peak over budget {:.0} MiB, peak overall {:.0} MiB \
+             (limit {:.0} MiB); {overflow} connections over the budget closed; {routed} routed \
+             connections during it; {} pushes landed within the budget, slowest {:?}",
+            mib(baseline),
+            mib(phase1_peak),
+            mib(peak),
+            mib(PROXY_MEMORY_LIMIT_BYTES),
+            pushes.0,
+            pushes.1,
+        );
+        assert!(
+            peak < PROXY_MEMORY_LIMIT_BYTES,
+            "Envoy reached {:.0} MiB",
+            mib(peak)
+        );
+        assert!(overflow > 0, "the budget turned connections away");
+        assert_eq!(pushes.0, 20);
+        assert!(
+            pushes.1 < Duration::from_secs(3),
+            "slowest push {:?}",
+            pushes.1
+        );
+        assert!(lab.envoy.running());
+        let (status, body) = http_blocking(api, "GET", "/v1/routes", &[], b"").unwrap();
+        assert_eq!(status, 200);
+        assert!(body.contains(r#""generation":21"#), "{body}");
+    }
 }

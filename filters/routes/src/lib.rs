@@ -10,6 +10,8 @@
 //! - [`compact`], a small binary encoding the filter keeps in shared data so a
 //!   worker thread can rebuild its index without parsing JSON;
 //! - [`build_id`], the build id slot filter modules carry and how to stamp it;
+//! - [`Readiness`], whether a replica holds the table the controller
+//!   announced ([`Expected`]);
 //! - [`Router`], the compiled index whose [`Router::decide`] costs the same for
 //!   ten routes and for ten thousand (hash maps and suffix walks only).
 
@@ -20,9 +22,11 @@ pub const DYNAMIC_CLUSTER: &str = "oooi_dynamic_forward_proxy";
 pub mod build_id;
 pub mod compact;
 mod matcher;
+mod readiness;
 mod table;
 
 pub use matcher::{Decision, MatchKind, Refusal, Router};
+pub use readiness::{Expected, Readiness};
 pub use table::{
     Cidr, KUBERNETES_ALIASES, MAX_DOCUMENT_BYTES, MAX_GENERATION, MAX_ROUTE_SOURCES, MAX_ROUTES,
     Route, RouteMatch, RouteTable, TableError, Upstream, generation_is_newer, is_kubernetes_alias,

@@ -371,6 +371,24 @@ impl Router {
 
     /// Forwards on a name match, after the route's source check if it has
     /// one. A refused source is final: the most specific name decides.
+    /// Like [`Router::decide_with`], for the SNI as Envoy hands it over: the
+    /// raw bytes of the ClientHello's server name (empty when there is
+    /// none). Bytes that are not UTF-8 are not "no SNI": they are refused
+    /// as [`Refusal::InvalidSni`] on every port that has routes, before any
+    /// source route could take the connection.
+    pub fn decide_raw_with(
+        &self,
+        port: u16,
+        sni: &[u8],
+        source: impl FnOnce() -> Option<IpAddr>,
+    ) -> Decision<'_> {
+        match std::str::from_utf8(sni) {
+            Ok(name) => self.decide_with(port, Some(name), source),
+            Err(_) if self.ports.contains_key(&port) => Decision::Refuse(Refusal::InvalidSni),
+            Err(_) => Decision::Refuse(Refusal::UnknownPort),
+        }
+    }
+
     fn admit(
         &self,
         route: u32,

@@ -144,6 +144,13 @@ fn probe(router: &Router, rng: &mut Rng) {
             IpAddr::from(u128::from(rng.next()).to_be_bytes())
         };
         let _ = router.decide(port, Some(sni).filter(|_| rng.below(3) > 0), Some(ip));
+        // The server name as raw bytes, as Envoy hands it over.
+        let mut raw = sni.as_bytes().to_vec();
+        if !raw.is_empty() && rng.below(2) == 0 {
+            let at = rng.below(raw.len());
+            raw[at] = rng.next() as u8;
+        }
+        let _ = router.decide_raw_with(port, &raw, || Some(ip));
     }
 }
 

@@ -504,3 +504,45 @@ mod generation_properties {
         }
     }
 }
+
+#[test]
+fn a_server_name_that_is_not_utf8_is_invalid_not_absent() {
+    let r = two_clusters();
+    let source = || ip("192.0.2.10");
+    // From a worker that owns the no-SNI 6443 route: never taken by source.
+    for sni in [
+        &b"\xff.apps.c1.example.com"[..],
+        b"api.c1.example.com\xc3",
+        b"\x80",
+        b"caf\xe9.apps.c1.example.com",
+    ] {
+        assert_eq!(
+            r.decide_raw_with(6443, sni, source),
+            Decision::Refuse(Refusal::InvalidSni),
+            "{}",
+            sni.escape_ascii()
+        );
+        assert_eq!(
+            r.decide_raw_with(443, sni, || None),
+            Decision::Refuse(Refusal::InvalidSni),
+            "{}",
+            sni.escape_ascii()
+        );
+    }
+    // A port without routes stays an unknown port, whatever the name.
+    assert_eq!(
+        r.decide_raw_with(8443, b"\xff", source),
+        Decision::Refuse(Refusal::UnknownPort)
+    );
+    // Empty bytes are no SNI; valid UTF-8 decides as a name.
+    assert_eq!(cluster(r.decide_raw_with(6443, b"", source)), "c1_api");
+    assert_eq!(
+        cluster(r.decide_raw_with(443, b"oauth.c1.example.com", || None)),
+        "c1_oauth"
+    );
+    // Valid UTF-8 outside the host-name alphabet is invalid as before.
+    assert_eq!(
+        r.decide_raw_with(6443, "é.example.com".as_bytes(), source),
+        Decision::Refuse(Refusal::InvalidSni)
+    );
+}

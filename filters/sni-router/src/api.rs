@@ -1,15 +1,26 @@
-//! The table API: `PUT /v1/routes`, `GET /v1/routes`, `GET /ready`.
+//! The table API: `PUT /v1/routes`, `GET /v1/routes`, `PUT
+//! /v1/routes/expected`, `GET /ready`.
+//!
+//! Every write is authorised from the request headers alone, before Envoy
+//! buffers any body byte: a request without a valid token is answered at
+//! once (401/403, JSON) and Envoy closes the connection after the answer,
+//! since the request was not read to its end.
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 
-use oooi_routes::{MAX_DOCUMENT_BYTES, RouteTable, Upstream, compact, generation_is_newer};
+use oooi_routes::{
+    Expected, MAX_DOCUMENT_BYTES, Readiness, RouteTable, Upstream, compact, generation_is_newer,
+};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType, LogLevel, MapType, Status};
 
-use crate::{GENERATION_KEY, TABLE_KEY, cache, log, metrics};
+use crate::{EXPECTED_KEY, GENERATION_KEY, TABLE_KEY, cache, log, metrics};
+
+/// Largest body of `PUT /v1/routes/expected`.
+const MAX_EXPECTED_BYTES: usize = 1024;
 
 /// The table API's settings (from the plugin configuration).
 pub struct ApiConfig {
@@ -36,21 +47,26 @@ struct Denied {
     message: &'static str,
 }
 
+/// What an authorised request's body is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Awaiting {
+    Nothing,
+    /// `PUT /v1/routes`: a routing table.
+    Table,
+    /// `PUT /v1/routes/expected`: the announced table.
+    Expected,
+}
+
 pub struct ApiRequest {
     config: Option<Rc<ApiConfig>>,
-    awaiting_push_body: bool,
-    /// An authorisation failure, answered once the body has arrived: a reply
-    /// sent while the client is still sending makes Envoy reset the
-    /// connection, and the client would never read the status.
-    denied: Option<Denied>,
+    awaiting: Awaiting,
 }
 
 impl ApiRequest {
     pub fn new(config: Option<Rc<ApiConfig>>) -> Self {
         ApiRequest {
             config,
-            awaiting_push_body: false,
-            denied: None,
+            awaiting: Awaiting::Nothing,
         }
     }
 }
@@ -93,6 +109,25 @@ fn loaded() -> Option<(u64, String, usize)> {
             .map(|(t, d)| (t.generation, d, t.routes.len())),
         _ => None,
     }
+}
+
+/// The table the controller announced last, if any.
+fn expected() -> Option<Expected> {
+    match hostcalls::get_shared_data(EXPECTED_KEY) {
+        Ok((Some(bytes), _)) => Expected::decode(&bytes),
+        _ => None,
+    }
+}
+
+/// The replica's verdict, with what it holds and what was announced.
+fn readiness() -> (Readiness, Option<(u64, String, usize)>, Option<Expected>) {
+    let table = loaded();
+    let expected = expected();
+    let verdict = Readiness::of(
+        table.as_ref().map(|(g, d, _)| (*g, d.as_str())),
+        expected.as_ref(),
+    );
+    (verdict, table, expected)
 }
 
 /// The bearer token of an `Authorization` value: the scheme is matched
@@ -246,6 +281,35 @@ impl ApiRequest {
         respond(200, &body.to_string())
     }
 
+    /// `PUT /v1/routes/expected`: records the table the controller holds
+    /// current, so that a replica that did not take it reports not ready.
+    fn announce(&self, body: &[u8]) -> Action {
+        let announced = match Expected::from_json(body) {
+            Ok(e) => e,
+            Err(e) => return self.reject(400, &e),
+        };
+        if let Err(e) = hostcalls::set_shared_data(EXPECTED_KEY, Some(&announced.encode()), None) {
+            return self.reject(500, &format!("cannot store the expected table: {e:?}"));
+        }
+        let (verdict, table, _) = readiness();
+        log(
+            LogLevel::Info,
+            &format!(
+                "expected table generation={} digest={} readiness={}",
+                announced.generation,
+                announced.digest.as_deref().unwrap_or("-"),
+                verdict.reason()
+            ),
+        );
+        let body = serde_json::json!({
+            "expected": announced,
+            "generation": table.as_ref().map_or(0, |t| t.0),
+            "ready": verdict.is_ready(),
+            "reason": verdict.reason(),
+        });
+        respond(200, &body.to_string())
+    }
+
     fn reject(&self, status: u32, message: &str) -> Action {
         metrics::inc(metrics::PUSH_REJECTED);
         log(
@@ -256,82 +320,86 @@ impl ApiRequest {
     }
 }
 
+impl ApiRequest {
+    /// A write (`PUT`): authorised from the headers alone, answered at once
+    /// when refused, before any body byte is buffered. Otherwise the body
+    /// is awaited (Envoy's buffer filter hands it over whole).
+    fn write(&mut self, what: Awaiting, limit: usize, end_of_stream: bool) -> Action {
+        if let Err(denied) = self.authorize() {
+            return self.deny(denied);
+        }
+        if end_of_stream {
+            return self.reject(400, "empty body: expected a JSON document");
+        }
+        if let Some(len) = header("content-length").and_then(|v| v.parse::<usize>().ok())
+            && len > limit
+        {
+            return self.reject(
+                413,
+                &format!("{len} bytes is over the limit of {limit} bytes"),
+            );
+        }
+        self.awaiting = what;
+        Action::Continue
+    }
+}
+
 impl HttpContext for ApiRequest {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         let method = header(":method").unwrap_or_default();
         let path = header(":path").unwrap_or_default();
         let path = path.split('?').next().unwrap_or("");
         match (method.as_str(), path) {
-            ("GET", "/ready") => match loaded() {
-                Some((generation, digest, _)) => respond(
+            ("GET", "/ready") => match readiness() {
+                (verdict, Some((generation, digest, _)), expected) if verdict.is_ready() => respond(
                     200,
-                    &serde_json::json!({"ready": true, "generation": generation, "digest": digest, "build": crate::build_id()}).to_string(),
+                    &serde_json::json!({"ready": true, "generation": generation, "digest": digest, "expected": expected, "build": crate::build_id()}).to_string(),
                 ),
-                None => respond(503, r#"{"ready":false,"error":"no routing table loaded"}"#),
-            },
-            ("GET", "/v1/routes") => match loaded() {
-                Some((generation, digest, routes)) => respond(
-                    200,
-                    &serde_json::json!({"generation": generation, "digest": digest, "routes": routes, "build": crate::build_id()})
-                        .to_string(),
-                ),
-                None => respond(
-                    200,
-                    &serde_json::json!({"generation": 0, "digest": null, "routes": 0, "build": crate::build_id()})
-                        .to_string(),
+                (verdict, table, expected) => respond(
+                    503,
+                    &serde_json::json!({"ready": false, "reason": verdict.reason(), "error": verdict.to_string(), "generation": table.map_or(0, |t| t.0), "expected": expected}).to_string(),
                 ),
             },
-            ("PUT", "/v1/routes") => {
-                if let Err(denied) = self.authorize() {
-                    if end_of_stream {
-                        return self.deny(denied);
-                    }
-                    self.denied = Some(denied);
-                    self.awaiting_push_body = true;
-                    return Action::Continue;
-                }
-                if end_of_stream {
-                    return self.reject(400, "empty body: expected a routing table document");
-                }
-                if let Some(len) = header("content-length").and_then(|v| v.parse::<usize>().ok())
-                    && len > MAX_DOCUMENT_BYTES {
-                        return self.reject(
-                            413,
-                            &format!("{len} bytes is over the limit of {MAX_DOCUMENT_BYTES} bytes"),
-                        );
-                    }
-                self.awaiting_push_body = true;
-                Action::Continue
+            ("GET", "/v1/routes") => {
+                let (verdict, table, expected) = readiness();
+                let body = match table {
+                    Some((generation, digest, routes)) => serde_json::json!({"generation": generation, "digest": digest, "routes": routes, "expected": expected, "ready": verdict.is_ready(), "build": crate::build_id()}),
+                    None => serde_json::json!({"generation": 0, "digest": null, "routes": 0, "expected": expected, "ready": false, "build": crate::build_id()}),
+                };
+                respond(200, &body.to_string())
             }
-            (_, "/ready") | (_, "/v1/routes") => error(405, "method not allowed"),
-            _ => error(404, "not found: use GET /ready, GET /v1/routes or PUT /v1/routes"),
+            ("PUT", "/v1/routes") => self.write(Awaiting::Table, MAX_DOCUMENT_BYTES, end_of_stream),
+            ("PUT", "/v1/routes/expected") => {
+                self.write(Awaiting::Expected, MAX_EXPECTED_BYTES, end_of_stream)
+            }
+            (_, "/ready") | (_, "/v1/routes") | (_, "/v1/routes/expected") => {
+                error(405, "method not allowed")
+            }
+            _ => error(
+                404,
+                "not found: use GET /ready, GET /v1/routes, PUT /v1/routes or PUT /v1/routes/expected",
+            ),
         }
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        if !self.awaiting_push_body {
-            return Action::Continue;
-        }
-        if body_size > MAX_DOCUMENT_BYTES {
-            self.awaiting_push_body = false;
-            if let Some(denied) = self.denied {
-                return self.deny(denied);
-            }
-            return self.reject(
-                413,
-                &format!("body is over the limit of {MAX_DOCUMENT_BYTES} bytes"),
-            );
+        let limit = match self.awaiting {
+            Awaiting::Nothing => return Action::Continue,
+            Awaiting::Table => MAX_DOCUMENT_BYTES,
+            Awaiting::Expected => MAX_EXPECTED_BYTES,
+        };
+        if body_size > limit {
+            self.awaiting = Awaiting::Nothing;
+            return self.reject(413, &format!("body is over the limit of {limit} bytes"));
         }
         if !end_of_stream {
             return Action::Pause;
         }
-        self.awaiting_push_body = false;
-        if let Some(denied) = self.denied {
-            return self.deny(denied);
-        }
+        let what = std::mem::replace(&mut self.awaiting, Awaiting::Nothing);
         match hostcalls::get_buffer(BufferType::HttpRequestBody, 0, body_size) {
-            Ok(Some(body)) => self.push(&body),
-            Ok(None) => self.reject(400, "empty body: expected a routing table document"),
+            Ok(Some(body)) if what == Awaiting::Table => self.push(&body),
+            Ok(Some(body)) => self.announce(&body),
+            Ok(None) => self.reject(400, "empty body: expected a JSON document"),
             Err(e) => self.reject(500, &format!("cannot read the body: {e:?}")),
         }
     }

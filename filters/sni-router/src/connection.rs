@@ -199,11 +199,10 @@ fn close() -> Action {
 
 impl Connection {
     fn on_tls_connection(&mut self) -> Action {
-        let sni_bytes = property(vec!["connection", "requested_server_name"]);
-        let sni = sni_bytes
-            .as_deref()
-            .and_then(|b| std::str::from_utf8(b).ok());
-        let (refusal, source) = match self.route("sni", sni, metrics::forward) {
+        // The server name exactly as the ClientHello carried it: bytes that
+        // are not UTF-8 are an invalid name, never "no SNI".
+        let sni = property(vec!["connection", "requested_server_name"]).unwrap_or_default();
+        let (refusal, source) = match self.route("sni", &sni, metrics::forward) {
             Routed::Forwarded => return Action::Continue,
             // The upstream could not be set: close rather than fall through
             // to whatever tcp_proxy would pick.
@@ -215,9 +214,9 @@ impl Connection {
         log(
             LogLevel::Info,
             &format!(
-                "refuse reason={} sni={:?} source={} port={}",
+                "refuse reason={} sni=\"{}\" source={} port={}",
                 refusal.as_str(),
-                sni.unwrap_or(""),
+                sni.escape_ascii(),
                 Plain(source),
                 Plain(self.port)
             ),
@@ -239,16 +238,12 @@ impl Connection {
         close()
     }
 
-    /// Decides `name` (SNI or HTTP host; `what` names it in the debug log)
-    /// on this connection's port and selects the upstream; a forward is
-    /// counted under `forward_metric`. The source address is fetched only
-    /// when the decision needs it: most connections are decided by name alone.
-    fn route(
-        &self,
-        what: &str,
-        name: Option<&str>,
-        forward_metric: fn(MatchKind) -> Metric,
-    ) -> Routed {
+    /// Decides `name` (SNI or HTTP host as bytes, empty when there is none;
+    /// `what` names it in the debug log) on this connection's port and
+    /// selects the upstream; a forward is counted under `forward_metric`.
+    /// The source address is fetched only when the decision needs it: most
+    /// connections are decided by name alone.
+    fn route(&self, what: &str, name: &[u8], forward_metric: fn(MatchKind) -> Metric) -> Routed {
         let mut source: Option<Option<IpAddr>> = None;
         let (port, table) = match (self.port, cache::current()) {
             (None, _) => return Routed::Refused(Refusal::UnknownPort, None),
@@ -257,7 +252,7 @@ impl Connection {
         };
         match table
             .router
-            .decide_with(port, name, || *source.get_or_insert_with(source_address))
+            .decide_raw_with(port, name, || *source.get_or_insert_with(source_address))
         {
             Decision::Forward {
                 upstream,
@@ -272,8 +267,8 @@ impl Connection {
                     log(
                         LogLevel::Debug,
                         &format!(
-                            "forward {what}={:?} source={} port={port} match={} upstream={} generation={}",
-                            name.unwrap_or(""),
+                            "forward {what}=\"{}\" source={} port={port} match={} upstream={} generation={}",
+                            name.escape_ascii(),
                             Plain(source.flatten()),
                             kind.as_str(),
                             route.upstream,
@@ -329,7 +324,7 @@ impl Connection {
             }
             Head::Host(h) => h,
         };
-        let refusal = match self.route("host", Some(&host), metrics::forward_host) {
+        let refusal = match self.route("host", host.as_bytes(), metrics::forward_host) {
             // The filter chain goes on: tcp_proxy connects now and forwards
             // the buffered bytes, head included.
             Routed::Forwarded => {

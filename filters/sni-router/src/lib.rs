@@ -13,8 +13,9 @@
 //!   (names on port 80 match like SNI), then lets tcp_proxy connect and
 //!   forward the untouched bytes, or closes the connection.
 //! - `{"role":"api","push_token":"…"}` on the table API listener: `PUT
-//!   /v1/routes` replaces the table, `GET /v1/routes` reads it back, `GET
-//!   /ready` says whether one is loaded.
+//!   /v1/routes` replaces the table, `GET /v1/routes` reads it back, `PUT
+//!   /v1/routes/expected` records the table the controller holds current,
+//!   `GET /ready` says whether the replica holds a table at least that new.
 //!
 //! The table lives in proxy-wasm shared data (host side, shared by every worker
 //! thread and surviving module swaps) in the compact encoding, with a small
@@ -56,6 +57,9 @@ use root::log;
 pub const TABLE_KEY: &str = "oooi.routes.table.v1";
 /// Shared-data key holding the loaded generation (8 bytes, little endian).
 pub const GENERATION_KEY: &str = "oooi.routes.generation.v1";
+/// Shared-data key holding the table the controller announced as current
+/// ([`oooi_routes::Expected::encode`]).
+pub const EXPECTED_KEY: &str = "oooi.routes.expected.v1";
 
 /// The build id slot (see [`oooi_routes::build_id`]): the marker, then the
 /// id padded with NUL. Tooling stamps a release id into these bytes.

@@ -345,12 +345,25 @@ impl FilterHost {
         source: SocketAddr,
         local: SocketAddr,
     ) -> Result<ConnectionOutcome, HostError> {
+        self.new_connection_raw(root, sni.map(str::as_bytes), source, local)
+    }
+
+    /// Like [`FilterHost::new_connection`], with the server name as the raw
+    /// bytes a ClientHello may carry (Envoy hands over whatever bytes the
+    /// client sent, UTF-8 or not).
+    pub fn new_connection_raw(
+        &mut self,
+        root: u32,
+        sni: Option<&[u8]>,
+        source: SocketAddr,
+        local: SocketAddr,
+    ) -> Result<ConnectionOutcome, HostError> {
         let id = self.begin_stream(root)?;
         let props = &mut self.store.data_mut().stream.properties;
         if let Some(sni) = sni {
             props.insert(
                 property_key(&["connection", "requested_server_name"]),
-                sni.as_bytes().to_vec(),
+                sni.to_vec(),
             );
         }
         props.insert(
@@ -414,6 +427,42 @@ impl FilterHost {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> Result<Option<LocalResponse>, HostError> {
+        self.http_exchange(root, source, method, path, headers, body, true)
+    }
+
+    /// The headers of a request whose body (`content-length` bytes, more
+    /// than zero) has not arrived yet: only `proxy_on_request_headers` runs,
+    /// without `end_of_stream`. Returns the module's local response if it
+    /// answered from the headers alone, as Envoy would send it before
+    /// reading any body byte.
+    pub fn http_request_headers(
+        &mut self,
+        root: u32,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        content_length: usize,
+    ) -> Result<Option<LocalResponse>, HostError> {
+        let loopback = SocketAddr::from(([127, 0, 0, 1], 40000));
+        let length = content_length.max(1).to_string();
+        let mut all = headers.to_vec();
+        all.push(("content-length", length.as_str()));
+        // The body bytes only give `end_of_stream` its value; none is delivered.
+        let pending = [0u8];
+        self.http_exchange(root, loopback, method, path, &all, &pending, false)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn http_exchange(
+        &mut self,
+        root: u32,
+        source: SocketAddr,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        deliver_body: bool,
+    ) -> Result<Option<LocalResponse>, HostError> {
         let id = self.begin_stream(root)?;
         let mut map = vec![
             (":method".to_owned(), method.to_owned()),
@@ -457,7 +506,11 @@ impl FilterHost {
         let eos = u32::from(body.is_empty());
         let action = self.call("proxy_on_request_headers", &[id, count, eos, 0])?;
         let answered = self.store.data().stream.local_response.is_some();
-        if !answered && !body.is_empty() && Action::from(action.unwrap_or(0)) == Action::Continue {
+        if deliver_body
+            && !answered
+            && !body.is_empty()
+            && Action::from(action.unwrap_or(0)) == Action::Continue
+        {
             self.call("proxy_on_request_body", &[id, len32(body.len()), 1])?;
         }
         let response = self.store.data_mut().stream.local_response.take();

@@ -834,3 +834,169 @@ fn aliases_on_443_route_by_sni_and_source() {
     assert_eq!(w.counter("oooi_sni_router_forward_source_alias"), 4);
     assert_eq!(w.counter("oooi_sni_router_refuse_unknown_source"), 1);
 }
+
+/// A write without a valid token is answered from its headers: the module
+/// never asks for the body, so Envoy buffers none of it.
+#[test]
+fn a_push_without_a_valid_token_is_answered_from_the_headers() {
+    let mut w = Worker::new(SharedData::default());
+    for path in ["/v1/routes", "/v1/routes/expected"] {
+        for (auth, status) in [
+            (None, 401),
+            (Some("Basic dXNlcjpwYXNz"), 401),
+            (Some("Bearer wrong-token-wrong-token"), 403),
+        ] {
+            let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("authorization", *a)).collect();
+            let r = w
+                .host
+                .http_request_headers(w.api, "PUT", path, &headers, MAX_DOCUMENT_BYTES)
+                .expect("no trap")
+                .unwrap_or_else(|| panic!("{path} {auth:?}: not answered from the headers"));
+            assert_eq!(r.status, status, "{path} {auth:?}: {}", r.body_text());
+            assert_eq!(r.header("content-type"), Some("application/json"));
+            let v: serde_json::Value = serde_json::from_slice(&r.body).expect("JSON");
+            assert!(v["error"].is_string(), "{v}");
+        }
+    }
+    // With the token the body is awaited (no answer before it).
+    let auth = format!("Bearer {TOKEN}");
+    assert!(
+        w.host
+            .http_request_headers(w.api, "PUT", "/v1/routes", &[("authorization", &auth)], 100)
+            .expect("no trap")
+            .is_none()
+    );
+    assert_eq!(w.counter("oooi_sni_router_push_unauthorized"), 6);
+}
+
+/// Envoy hands over the ClientHello's server name as bytes; bytes that are
+/// not UTF-8 are an invalid name on every port, never "no SNI" (which a
+/// worker's source would route on 6443).
+#[test]
+fn a_server_name_that_is_not_utf8_is_refused_as_invalid_on_every_port() {
+    let mut w = Worker::new(SharedData::default());
+    assert_eq!(w.push(&table(1).to_json()).status, 200);
+    let source = SocketAddr::new(WORKER_C1.parse().unwrap(), 40000);
+    let mut refused = 0;
+    for (root, port) in [(w.kube, KUBE), (w.https, HTTPS)] {
+        for sni in [&b"\xff.apps.c1.example.com"[..], b"api.c1.example.com\xc3"] {
+            let local: SocketAddr = format!("192.0.2.4:{port}").parse().unwrap();
+            let o = w
+                .host
+                .new_connection_raw(root, Some(sni), source, local)
+                .expect("no trap");
+            assert_refused(&o);
+            refused += 1;
+        }
+    }
+    assert_eq!(w.counter("oooi_sni_router_refuse_invalid_sni"), refused);
+    assert_eq!(w.counter("oooi_sni_router_forward_source_no_sni"), 0);
+    let line = w
+        .host
+        .logs()
+        .iter()
+        .map(|(_, m)| m.as_str())
+        .find(|m| m.contains("refuse reason=invalid_sni"))
+        .expect("refusal logged")
+        .to_string();
+    assert!(line.contains(r#"sni="\xff.apps.c1.example.com""#), "{line}");
+    // The worker without SNI is still routed by its source.
+    assert_eq!(
+        routed_to(KUBE, &w.connect(KUBE, None, WORKER_C1)),
+        "kube-apiserver.clusters-c1.svc:6443"
+    );
+}
+
+/// The controller announces the table it holds current; a replica holding
+/// an older one is not ready until it takes it.
+#[test]
+fn a_replica_behind_the_announced_table_is_not_ready_until_it_catches_up() {
+    let mut w = Worker::new(SharedData::default());
+    let auth = format!("Bearer {TOKEN}");
+    let announce = |w: &mut Worker, body: &str| {
+        w.request(
+            "PUT",
+            "/v1/routes/expected",
+            &[("authorization", &auth)],
+            body.as_bytes(),
+        )
+    };
+    assert_eq!(w.push(&table(1).to_json()).status, 200);
+    assert_eq!(w.request("GET", "/ready", &[], b"").status, 200);
+    let t2 = table(2);
+    let r = announce(
+        &mut w,
+        &format!(r#"{{"generation":2,"digest":"{}"}}"#, t2.digest()),
+    );
+    assert_eq!(r.status, 200, "{}", r.body_text());
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["ready"], false, "{v}");
+    assert_eq!(v["reason"], "behind", "{v}");
+    let ready = w.request("GET", "/ready", &[], b"");
+    assert_eq!(ready.status, 503, "{}", ready.body_text());
+    let v: serde_json::Value = serde_json::from_slice(&ready.body).unwrap();
+    assert_eq!(v["reason"], "behind");
+    assert_eq!(v["generation"], 1);
+    assert_eq!(v["expected"]["generation"], 2);
+    let routes = w.routes();
+    assert_eq!(routes["ready"], false, "{routes}");
+    assert_eq!(routes["expected"]["generation"], 2, "{routes}");
+    // The old table keeps routing meanwhile.
+    assert_eq!(
+        routed_to(
+            HTTPS,
+            &w.connect(HTTPS, Some("oauth.c1.example.com"), STRANGER)
+        ),
+        "oauth.clusters-c1.svc:6443"
+    );
+    // A replica at the announced generation under another table is not ready.
+    let mut other = table(2);
+    other.routes.pop();
+    assert_eq!(w.push(&other.to_json()).status, 200);
+    let ready = w.request("GET", "/ready", &[], b"");
+    assert_eq!(ready.status, 503);
+    assert!(
+        ready.body_text().contains("other_digest"),
+        "{}",
+        ready.body_text()
+    );
+    // Catching up makes it ready.
+    assert_eq!(w.push(&table(3).to_json()).status, 200);
+    let ready = w.request("GET", "/ready", &[], b"");
+    assert_eq!(ready.status, 200, "{}", ready.body_text());
+    // Bad announcements are refused and change nothing.
+    for bad in [
+        r#"{"generation":0}"#,
+        r#"{"generation":5,"digest":"x"}"#,
+        "[]",
+    ] {
+        assert_eq!(announce(&mut w, bad).status, 400, "{bad}");
+    }
+    assert_eq!(w.request("GET", "/ready", &[], b"").status, 200);
+    let big = format!(r#"{{"generation":9,"pad":"{}"}}"#, " ".repeat(2000));
+    assert_eq!(announce(&mut w, &big).status, 413);
+    assert_eq!(
+        w.request("DELETE", "/v1/routes/expected", &[], b"").status,
+        405
+    );
+}
+
+/// The announcement lives in shared data: every worker's readiness sees it.
+#[test]
+fn the_announced_table_is_shared_by_every_worker() {
+    let shared = SharedData::default();
+    let mut a = Worker::new(shared.clone());
+    let mut b = Worker::new(shared);
+    assert_eq!(a.push(&table(1).to_json()).status, 200);
+    let auth = format!("Bearer {TOKEN}");
+    let r = a.request(
+        "PUT",
+        "/v1/routes/expected",
+        &[("authorization", &auth)],
+        br#"{"generation":4}"#,
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(b.request("GET", "/ready", &[], b"").status, 503);
+    assert_eq!(b.push(&table(4).to_json()).status, 200);
+    assert_eq!(a.request("GET", "/ready", &[], b"").status, 200);
+}
