@@ -865,7 +865,7 @@ impl Replication {
         Replication {
             window: Mutex::new(Window::new(
                 REPLICATION_IN_FLIGHT,
-                max_records.max(1) * RECORD_LEN,
+                (max_records / REPLICATION_IN_FLIGHT).max(1) * RECORD_LEN,
             )),
             moved: Condvar::new(),
             opening: AtomicBool::new(false),

@@ -66,6 +66,9 @@ impl Stream {
     }
 }
 
+/// A pushed batch: its seq and records.
+type Batch = (Seq, Vec<u8>);
+
 /// One request to send: records (in decision order) and the highest seq
 /// they cover.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,13 +96,19 @@ pub struct Window {
     pushed: Seq,
     /// Requests sent and not acknowledged, in number order: (n, through,
     /// batches), the batches kept for a restart.
-    in_flight: VecDeque<(u64, Seq, Vec<(Seq, Vec<u8>)>)>,
+    in_flight: VecDeque<(u64, Seq, Vec<Batch>)>,
     /// Highest seq the other server has stored.
     replicated: Seq,
     max_in_flight: usize,
     /// Most record bytes in one request (whole batches; a batch larger
     /// than this goes alone).
     max_bytes: usize,
+    /// Batches at the front of `queued` that go in one request whatever
+    /// their size: those resent after a failure. The receiver may have
+    /// applied them already, so they are applied again all at once, never
+    /// a part of them after later records (at most `max_in_flight`
+    /// requests' worth).
+    together: usize,
 }
 
 impl Window {
@@ -115,6 +124,7 @@ impl Window {
             replicated: 0,
             max_in_flight: max_in_flight.max(1),
             max_bytes: max_bytes.max(1),
+            together: 0,
         }
     }
 
@@ -156,8 +166,10 @@ impl Window {
         self.next_n += 1;
         let mut batches = Vec::new();
         let mut bytes = 0;
+        let together = std::mem::take(&mut self.together);
         while let Some((_, r)) = self.queued.front() {
-            if !batches.is_empty() && bytes + r.len() > self.max_bytes {
+            if batches.len() >= together && !batches.is_empty() && bytes + r.len() > self.max_bytes
+            {
                 break;
             }
             bytes += r.len();
@@ -208,6 +220,7 @@ impl Window {
         for (_, _, batches) in self.in_flight.drain(..) {
             again.extend(batches);
         }
+        self.together += again.len();
         again.append(&mut self.queued);
         self.queued = again;
         self.stream = None;
@@ -239,6 +252,7 @@ impl Window {
                 .sum::<usize>();
         self.queued.clear();
         self.in_flight.clear();
+        self.together = 0;
         self.stream = None;
         self.next_n = 1;
         self.replicated = self.pushed;

@@ -26,10 +26,10 @@
 //! recovery on restart rebuilds the state from what is really on disk.
 //!
 //! Socket: UDP `0.0.0.0:67` with
-//! SO_REUSEADDR and SO_BROADCAST, SO_BINDTODEVICE on the configured
-//! interface (CAP_NET_RAW), and an ARP entry (SIOCSARP, CAP_NET_ADMIN) before
-//! unicasting to a client that has no address yet, with a broadcast fallback
-//! when that is not permitted.
+//! SO_REUSEADDR and SO_BROADCAST and SO_BINDTODEVICE on the configured
+//! interface (unprivileged since Linux 5.7). No capability is needed: a
+//! client without an address gets its reply by broadcast (see
+//! [`crate::pipeline::destination`]).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -110,47 +110,6 @@ pub fn open_socket(interface: Option<&str>, port: u16) -> std::io::Result<UdpSoc
     s.bind(&SocketAddr::from((Ipv4Addr::UNSPECIFIED, port)).into())?;
     s.set_nonblocking(true)?;
     Ok(s.into())
-}
-
-/// Adds a complete ARP entry `ip → mac` (on `interface` when given), so a
-/// unicast reply reaches a client that cannot answer ARP yet. Needs
-/// CAP_NET_ADMIN.
-pub fn set_arp(
-    socket: &UdpSocket,
-    ip: Ipv4Addr,
-    mac: Mac,
-    interface: Option<&str>,
-) -> std::io::Result<()> {
-    // SAFETY: arpreq is plain data; every field we rely on is set below and
-    // the rest is zero, which the kernel accepts.
-    let mut req: libc::arpreq = unsafe { std::mem::zeroed() };
-    let pa = libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: 0,
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(ip).to_be(),
-        },
-        sin_zero: [0; 8],
-    };
-    // SAFETY: sockaddr_in fits in sockaddr (both 16 bytes).
-    req.arp_pa = unsafe { std::mem::transmute::<libc::sockaddr_in, libc::sockaddr>(pa) };
-    req.arp_ha.sa_family = libc::ARPHRD_ETHER;
-    for (i, b) in mac.0.iter().enumerate() {
-        req.arp_ha.sa_data[i] = *b as libc::c_char;
-    }
-    req.arp_flags = libc::ATF_COM;
-    if let Some(name) = interface {
-        for (i, b) in name.bytes().take(libc::IFNAMSIZ - 1).enumerate() {
-            req.arp_dev[i] = b as libc::c_char;
-        }
-    }
-    // SAFETY: a valid fd and a pointer to an initialised arpreq. (The
-    // request's type is c_ulong in glibc and c_int in musl, the images' libc.)
-    let rc = unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCSARP as libc::Ioctl, &req) };
-    if rc < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// Waits until the socket (first) or the pair's wake-up end (second) is
@@ -308,11 +267,9 @@ fn deliver(items: Vec<Pending>, out: &mut Sender4) {
     }
 }
 
-/// Sends replies; owns the ARP fallback state.
+/// Sends replies.
 struct Sender4 {
     socket: UdpSocket,
-    interface: Option<String>,
-    arp_denied_logged: bool,
 }
 
 impl Sender4 {
@@ -320,8 +277,6 @@ impl Sender4 {
     fn clone_sender(&self) -> std::io::Result<Sender4> {
         Ok(Sender4 {
             socket: self.socket.try_clone()?,
-            interface: self.interface.clone(),
-            arp_denied_logged: self.arp_denied_logged,
         })
     }
 
@@ -330,18 +285,6 @@ impl Sender4 {
             Destination::Relay(ip) => SocketAddrV4::new(ip, SERVER_PORT),
             Destination::Client(ip) => SocketAddrV4::new(ip, CLIENT_PORT),
             Destination::Broadcast => SocketAddrV4::new(Ipv4Addr::BROADCAST, CLIENT_PORT),
-            Destination::ClientViaArp { ip, mac } => {
-                match set_arp(&self.socket, ip, mac, self.interface.as_deref()) {
-                    Ok(()) => SocketAddrV4::new(ip, CLIENT_PORT),
-                    Err(e) => {
-                        if !self.arp_denied_logged {
-                            self.arp_denied_logged = true;
-                            tracing::warn!(error = %e, "cannot add ARP entries (CAP_NET_ADMIN?); broadcasting replies instead");
-                        }
-                        SocketAddrV4::new(Ipv4Addr::BROADCAST, CLIENT_PORT)
-                    }
-                }
-            }
         };
         match send_waiting(&self.socket, bytes, to) {
             Ok(_) => count(&metrics().sent, kind),
@@ -662,12 +605,7 @@ impl Server {
 
     /// Runs until a store error (fatal, see the module docs).
     pub fn run(mut self) -> anyhow::Result<()> {
-        let interface = self.table.config().interface.clone();
-        let sender = |socket: UdpSocket| Sender4 {
-            socket,
-            interface: interface.clone(),
-            arp_denied_logged: false,
-        };
+        let sender = |socket: UdpSocket| Sender4 { socket };
         let mut out = sender(self.socket.try_clone()?);
         let mut store = self
             .store
