@@ -1139,4 +1139,154 @@ reservations:
         t.withdraw_offer(mac(1));
         assert_eq!(t.offer(mac(2), None, 1), Ok(a));
     }
+
+    fn pair_table(role: crate::config::Role) -> LeaseTable {
+        let yaml = format!(
+            "{YAML}peer:\n  role: primary\n  server_ip: 192.0.2.5\n  api: \"127.0.0.1:1\"\n  listen: \"127.0.0.1:0\"\n  token_file: {}\n",
+            token_file().display()
+        );
+        let mut t = LeaseTable::new(Arc::new(Config::from_yaml(&yaml).unwrap()));
+        t.set_pair(Some((role, PairState::LoadBalancing)));
+        t
+    }
+
+    fn token_file() -> std::path::PathBuf {
+        let p = std::env::temp_dir().join(format!("oooi-leases-token-{}", std::process::id()));
+        std::fs::write(&p, "0123456789abcdef0123").unwrap();
+        p
+    }
+
+    fn stored(n: u8, m: u8, expires: u64) -> StoredLease {
+        StoredLease {
+            ip: ip(n),
+            mac: mac(m),
+            expires_unix: expires,
+        }
+    }
+
+    #[test]
+    fn a_renewal_by_the_holder_moves_the_other_servers_expiry() {
+        let mut t = table();
+        assert_eq!(
+            t.merge_peer_commit(stored(100, 1, 600), 0),
+            Ok(Merged::Stored(stored(100, 1, 600)))
+        );
+        // The same client renews on the other server: stored, no conflict.
+        assert_eq!(
+            t.merge_peer_commit(stored(100, 1, 900), 300),
+            Ok(Merged::Stored(stored(100, 1, 900)))
+        );
+        assert_eq!(t.get(ip(100)).unwrap().ends(), 900);
+        // An older copy never moves it back.
+        assert_eq!(
+            t.merge_peer_commit(stored(100, 1, 600), 301),
+            Ok(Merged::Known)
+        );
+        assert_eq!(t.get(ip(100)).unwrap().ends(), 900);
+    }
+
+    #[test]
+    fn a_real_conflict_keeps_the_binding_of_the_half_owner_on_both_servers() {
+        use crate::config::Role;
+        // 192.0.2.100 is in the primary's half, .103 in the secondary's.
+        let mut p = pair_table(Role::Primary);
+        let mut s = pair_table(Role::Secondary);
+        p.commit(mac(1), ip(100), 0).unwrap();
+        s.merge_peer_commit(stored(100, 2, 600), 0)
+            .unwrap_or_else(|_| panic!());
+        // The primary is sent the secondary's client on its own half: refused.
+        let c = p.merge_peer_commit(stored(100, 2, 600), 1).unwrap_err();
+        assert_eq!((c.holder, c.theirs.mac), (mac(1), mac(2)));
+        assert_eq!(c.ours(), stored(100, 1, 600));
+        // The secondary is sent the primary's binding back: replaced there.
+        assert_eq!(
+            s.merge_peer_commit(c.ours(), 1),
+            Ok(Merged::Replaced {
+                lease: stored(100, 1, 600),
+                loser: mac(2)
+            })
+        );
+        assert_eq!(p.get(ip(100)).unwrap().mac, mac(1));
+        assert_eq!(s.get(ip(100)).unwrap().mac, mac(1));
+        // The loser is refused at its next renewal.
+        assert_eq!(s.commit(mac(2), ip(100), 2), Err(Refusal::InUse));
+    }
+
+    #[test]
+    fn peer_records_are_checked_against_the_config() {
+        let t = pair_table(crate::config::Role::Primary);
+        let now = 1000;
+        let ok = stored(100, 1, now + 600);
+        assert_eq!(t.check_peer_record(&ok, now), Ok(()));
+        let reserved_mac = Mac::parse("02:00:00:00:00:aa").unwrap();
+        let bad = [
+            StoredLease {
+                ip: Ipv4Addr::new(10, 0, 0, 1),
+                ..ok
+            },
+            StoredLease { ip: ip(1), ..ok },   // gateway
+            StoredLease { ip: ip(2), ..ok },   // this server
+            StoredLease { ip: ip(5), ..ok },   // the other server
+            StoredLease { ip: ip(101), ..ok }, // excluded
+            StoredLease { ip: ip(50), ..ok },  // another client's reservation
+            StoredLease { ip: ip(60), ..ok },  // outside the pool
+            StoredLease {
+                mac: reserved_mac,
+                ..ok
+            }, // not its reservation
+            StoredLease {
+                mac: Mac([0xff; 6]),
+                ..ok
+            }, // broadcast MAC
+            StoredLease {
+                expires_unix: now + 600 + PEER_EXPIRY_SLACK + 1,
+                ..ok
+            },
+            StoredLease {
+                mac: DECLINED_MAC,
+                expires_unix: now + 100 + PEER_EXPIRY_SLACK + 1,
+                ..ok
+            },
+        ];
+        for l in bad {
+            assert!(t.check_peer_record(&l, now).is_err(), "{l:?}");
+        }
+        let r = StoredLease {
+            ip: ip(50),
+            mac: reserved_mac,
+            ..ok
+        };
+        assert_eq!(t.check_peer_record(&r, now), Ok(()));
+    }
+
+    #[test]
+    fn a_peer_release_applies_only_to_the_binding_held() {
+        let mut t = table();
+        t.commit(mac(1), ip(100), 0).unwrap();
+        // Another MAC, or another expiry: refused, the lease stays.
+        assert!(t.merge_peer_release(stored(100, 2, 600), 10).is_err());
+        assert!(t.merge_peer_release(stored(100, 1, 9999), 10).is_err());
+        assert_eq!(t.current(mac(1), 10), Some(ip(100)));
+        // The binding held: released.
+        assert_eq!(t.merge_peer_release(stored(100, 1, 600), 10), Ok(true));
+        assert_eq!(t.current(mac(1), 11), None);
+    }
+
+    #[test]
+    fn a_lost_address_is_offered_to_nobody_but_its_owner_gets_it_back() {
+        let mut t = table();
+        assert!(t.quarantine_lost(ip(100), Some(mac(1)), 600, 0));
+        // A new client is not offered it.
+        assert_eq!(t.offer(mac(2), None, 1), Ok(ip(102)));
+        assert_eq!(t.stats(1).lost, 1);
+        // The owner's INIT-REBOOT or renewal gets it, even if the damaged
+        // record named another MAC.
+        assert!(t.commit(mac(3), ip(100), 2).is_ok());
+        assert_eq!(t.current(mac(3), 3), Some(ip(100)));
+        // When the lease would have ended, the quarantine ends.
+        let mut t = table();
+        t.quarantine_lost(ip(100), None, 600, 0);
+        t.reclaim(601);
+        assert_eq!(t.offer(mac(2), None, 601), Ok(ip(100)));
+    }
 }

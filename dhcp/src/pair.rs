@@ -538,4 +538,125 @@ mod tests {
             }
         }
     }
+
+    fn seen(heartbeat: Heartbeat) -> Observation {
+        Observation {
+            heartbeat,
+            in_contact: matches!(heartbeat, Heartbeat::Answered(_)),
+            silent: false,
+            updates_stalled: false,
+            unacked_clients: 0,
+            skew: Some(0.0),
+        }
+    }
+
+    const LIMITS: Limits = Limits {
+        max_unacked_clients: 3,
+    };
+
+    #[test]
+    fn losing_contact_means_communication_recovery_not_takeover() {
+        use PairState::*;
+        let lost = Observation {
+            silent: true,
+            ..seen(Heartbeat::Unreachable)
+        };
+        assert!(matches!(
+            next_state(LoadBalancing, &lost, &LIMITS),
+            Step::Move(CommunicationRecovery, _)
+        ));
+        assert!(matches!(
+            next_state(Syncing, &lost, &LIMITS),
+            Step::Move(CommunicationRecovery, _)
+        ));
+        // Silence alone never takes over.
+        assert_eq!(
+            next_state(CommunicationRecovery, &lost, &LIMITS),
+            Step::Stay
+        );
+        // Clients of the other scope unanswered: take over.
+        let unanswered = Observation {
+            unacked_clients: 3,
+            ..lost
+        };
+        assert!(matches!(
+            next_state(CommunicationRecovery, &unanswered, &LIMITS),
+            Step::Move(PartnerDown, _)
+        ));
+        // Contact back: exchange, then load balance.
+        let back = seen(Heartbeat::Answered(CommunicationRecovery));
+        assert_eq!(
+            next_state(CommunicationRecovery, &back, &LIMITS),
+            Step::Exchange
+        );
+        assert_eq!(next_state(PartnerDown, &back, &LIMITS), Step::Exchange);
+        // A partner still syncing gets this server's leases first.
+        assert_eq!(
+            next_state(PartnerDown, &seen(Heartbeat::Answered(Syncing)), &LIMITS),
+            Step::Stay
+        );
+    }
+
+    #[test]
+    fn a_partner_that_stores_no_updates_is_left_after_a_bounded_time() {
+        let stalled = Observation {
+            updates_stalled: true,
+            ..seen(Heartbeat::Answered(PairState::LoadBalancing))
+        };
+        assert!(matches!(
+            next_state(PairState::LoadBalancing, &stalled, &LIMITS),
+            Step::Move(PairState::CommunicationRecovery, _)
+        ));
+    }
+
+    #[test]
+    fn a_token_mismatch_is_its_own_state() {
+        use PairState::*;
+        let o = seen(Heartbeat::Unauthorized);
+        for from in [Syncing, LoadBalancing, CommunicationRecovery] {
+            assert!(
+                matches!(next_state(from, &o, &LIMITS), Step::Move(Unauthorized, _)),
+                "{from:?}"
+            );
+        }
+        assert_eq!(next_state(Unauthorized, &o, &LIMITS), Step::Stay);
+        // It serves its own scope only, like communication recovery.
+        assert!(Unauthorized.recovering());
+    }
+
+    #[test]
+    fn clock_skew_above_60_s_refuses_takeover() {
+        let o = Observation {
+            silent: true,
+            unacked_clients: 5,
+            skew: Some(-3600.0),
+            ..seen(Heartbeat::Unreachable)
+        };
+        assert!(matches!(
+            next_state(PairState::CommunicationRecovery, &o, &LIMITS),
+            Step::RefuseTakeover(_)
+        ));
+        let small = Observation {
+            skew: Some(45.0),
+            ..o
+        };
+        assert!(matches!(
+            next_state(PairState::CommunicationRecovery, &small, &LIMITS),
+            Step::Move(PairState::PartnerDown, _)
+        ));
+    }
+
+    #[test]
+    fn a_client_counts_as_unanswered_by_its_secs_or_its_retries() {
+        let mut u = Unacked::default();
+        let a = Mac([2, 0, 0, 0, 0, 1]);
+        let b = Mac([2, 0, 0, 0, 0, 2]);
+        assert_eq!(u.observe(a, 0, 0, 10_000), 0);
+        assert_eq!(u.observe(a, 0, 9_000, 10_000), 0);
+        assert_eq!(u.observe(a, 0, 10_000, 10_000), 1, "retrying for 10 s");
+        assert_eq!(u.observe(b, 12, 10_500, 10_000), 2, "secs says 12 s");
+        assert_eq!(u.observe(a, 0, 20_000, 10_000), 2, "counted once");
+        u.clear();
+        assert_eq!(u.count(), 0);
+    }
 }

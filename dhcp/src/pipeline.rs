@@ -1255,6 +1255,96 @@ reservations:
         assert!(b.len() >= 300);
     }
 
+    #[test]
+    fn ciaddr_is_a_destination_only_when_it_is_a_client_address_here() {
+        let mut t = table();
+        let renew = |ciaddr: Ipv4Addr| {
+            let mut m = msg(MessageType::Inform, MAC, vec![]);
+            m.set_ciaddr(ciaddr);
+            m
+        };
+        let dest =
+            |t: &mut LeaseTable, m: &Message| handle(t, &bytes(m), 1000).unwrap().reply.unwrap().1;
+        assert_eq!(dest(&mut t, &renew(ip(100))), Destination::Client(ip(100)));
+        for bad in [
+            Ipv4Addr::BROADCAST,
+            ip(255),                        // the subnet's broadcast
+            ip(0),                          // its network address
+            ip(2),                          // this server
+            ip(1),                          // the gateway
+            Ipv4Addr::new(127, 0, 0, 1),    // loopback
+            Ipv4Addr::new(198, 51, 100, 7), // foreign
+            Ipv4Addr::new(224, 0, 0, 1),
+        ] {
+            assert_eq!(dest(&mut t, &renew(bad)), Destination::Broadcast, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_group_hardware_address_is_refused() {
+        let mut t = table();
+        for mac in [[0xff; 6], [0x01, 0x00, 0x5e, 0, 0, 1]] {
+            let m = msg(MessageType::Discover, mac, vec![]);
+            assert_eq!(
+                handle(&mut t, &bytes(&m), 1000).unwrap_err(),
+                Dropped::GroupHardwareAddress
+            );
+        }
+    }
+
+    #[test]
+    fn replies_fit_576_bytes_unless_option_57_allows_more() {
+        let mut t = table();
+        let big = vec![DhcpOption::ClientIdentifier(vec![7; 250])];
+        let mut m = msg(MessageType::Discover, MAC, big.clone());
+        // Relay agent information of 250 bytes, echoed by default.
+        let mut b = bytes(&m);
+        b.pop();
+        b.extend_from_slice(&[82, 252, 1, 250]);
+        b.extend(std::iter::repeat_n(9u8, 250));
+        b.push(255);
+        let o = handle(&mut t, &b, 1000).unwrap();
+        let (reply, _) = o.reply.unwrap();
+        assert!(reply.len() <= 576 - 28, "{} bytes", reply.len());
+        let r = Message::decode(&mut Decoder::new(&reply)).unwrap();
+        assert!(
+            r.opts().get(OptionCode::SubnetMask).is_some(),
+            "essentials kept"
+        );
+        assert!(
+            r.opts().get(OptionCode::RelayAgentInformation).is_none(),
+            "echo dropped first"
+        );
+        // With option 57 = 1500 the whole reply goes.
+        m.opts_mut().insert(DhcpOption::MaxMessageSize(1500));
+        let mut b = bytes(&m);
+        b.pop();
+        b.extend_from_slice(&[82, 252, 1, 250]);
+        b.extend(std::iter::repeat_n(9u8, 250));
+        b.push(255);
+        let mut t = table();
+        let (reply, _) = handle(&mut t, &b, 1000).unwrap().reply.unwrap();
+        assert!(reply.len() > 576 - 28);
+        let r = Message::decode(&mut Decoder::new(&reply)).unwrap();
+        assert!(r.opts().get(OptionCode::RelayAgentInformation).is_some());
+    }
+
+    #[test]
+    fn options_in_overloaded_file_and_sname_fields_are_read() {
+        let mut t = table();
+        let mut b = bytes(&msg(MessageType::Discover, MAC, vec![]));
+        b.truncate(240);
+        // Option area: overload both fields, no message type here.
+        b.extend_from_slice(&[52, 1, 3, 255]);
+        // file: the message type; sname: a requested address.
+        b[108..111].copy_from_slice(&[53, 1, 1]);
+        b[111] = 255;
+        b[44..50].copy_from_slice(&[50, 4, 192, 0, 2, 105]);
+        b[50] = 255;
+        let o = handle(&mut t, &b, 1000).expect("answered");
+        assert_eq!(o.decision, Decision::Offer { ip: ip(105) });
+    }
+
     mod malformed {
         use super::*;
         use proptest::prelude::*;
