@@ -415,7 +415,7 @@ fn a_pair_splits_clients_survives_kill_9_rebinds_through_the_survivor_and_resync
         );
     }
     assert_eq!(p.metric(true, "oooi_dhcp_pair_state"), 2.0, "took over");
-    assert!(p.metric(true, "oooi_dhcp_pair_unacked_clients") >= 3.0);
+    assert!(p.lab.log().contains("goes unanswered"), "{}", p.lab.log());
     // The primary's own clients renew as usual meanwhile.
     for (events, _, ip, _) in running.iter().filter(|r| r.3 == "192.0.2.2") {
         p.wait(75, "renew", || {
