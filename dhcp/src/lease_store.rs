@@ -196,7 +196,31 @@ fn replay(buf: &[u8]) -> Replay {
         r.records += 1;
         r.valid = offset + RECORD_LEN;
     }
+    // After the last good record: a full-length record whose checksum
+    // fails is damage (a torn write leaves a prefix of its record followed
+    // by the zeros it did not overwrite), so it and every bad record
+    // before it are dropped, not truncated as a torn tail.
+    if let Some(last_full) = bad
+        .iter()
+        .rposition(|d| full_length(buf, d.offset as usize))
+    {
+        let end = bad[last_full].offset as usize + RECORD_LEN;
+        r.dropped.extend(bad.drain(..=last_full));
+        r.valid = end;
+    }
     r
+}
+
+/// Whether the record slot at `offset` was written whole: its length field
+/// says a record, and bytes reach into the expiry's fourth byte (the last
+/// non-zero byte of any expiry before 2106). A record torn by a crash
+/// stops earlier, or its missing bytes were zeros anyway and its checksum
+/// holds.
+fn full_length(buf: &[u8], offset: usize) -> bool {
+    let Some(rec) = buf.get(offset..offset + RECORD_LEN) else {
+        return false;
+    };
+    rec[..4] == (PAYLOAD_LEN as u32).to_le_bytes() && rec[22..].iter().any(|b| *b != 0)
 }
 
 /// What the reader makes of a log's bytes, without touching any file.
@@ -672,7 +696,37 @@ mod tests {
     }
 
     #[test]
-    fn damage_in_the_last_records_is_a_torn_tail_and_truncated() {
+    fn a_flipped_byte_in_the_newest_record_is_damage_not_a_torn_write() {
+        let d = tempfile::tempdir().unwrap();
+        {
+            let (mut s, _) = LeaseStore::open(d.path()).unwrap();
+            for n in 10..14 {
+                // Expiries of today's clock (four bytes of the u64).
+                s.commit(StoredLease {
+                    expires_unix: 1_800_000_000 + u64::from(n),
+                    ..lease(n)
+                })
+                .unwrap();
+            }
+        }
+        let path = d.path().join(LOG_NAME);
+        let mut b = std::fs::read(&path).unwrap();
+        b[RECORD_LEN * 3 + 17] ^= 0xff; // the newest record (its MAC), whole length
+        std::fs::write(&path, &b).unwrap();
+        let (s, r) = LeaseStore::open(d.path()).unwrap();
+        assert_eq!(r.records, 3);
+        assert_eq!(r.truncated_bytes, 0, "not taken for a torn write");
+        let offsets: Vec<u64> = r.dropped.iter().map(|x| x.offset).collect();
+        assert_eq!(offsets, vec![3 * RECORD_LEN as u64]);
+        // What it seemed to say is reported (the address to hold back).
+        let (op, l) = r.dropped[0].unverified.unwrap();
+        assert_eq!((op, l.ip), (OP_COMMIT, lease(13).ip));
+        assert!(r.set_aside.is_some(), "the file as found is kept aside");
+        assert_eq!(s.leases().len(), 3);
+    }
+
+    #[test]
+    fn a_record_cut_short_at_the_end_is_a_torn_tail_and_truncated() {
         let d = tempfile::tempdir().unwrap();
         {
             let (mut s, _) = LeaseStore::open(d.path()).unwrap();
@@ -682,14 +736,16 @@ mod tests {
         }
         let path = d.path().join(LOG_NAME);
         let mut b = std::fs::read(&path).unwrap();
-        b[RECORD_LEN * 3 + 12] ^= 0xff; // the last record
+        // A crash cut the last record's write: its bytes from the expiry
+        // on are the zeros it never overwrote.
+        b[RECORD_LEN * 3 + 19..RECORD_LEN * 4].fill(0);
         std::fs::write(&path, &b).unwrap();
         let (s, r) = LeaseStore::open(d.path()).unwrap();
         assert_eq!(r.records, 3);
         assert!(r.dropped.is_empty());
         assert!(r.set_aside.is_none());
-        // Up to the last non-zero byte (expiry 1013 = f5 03 00…).
-        assert_eq!(r.truncated_bytes, 21);
+        // Up to the last non-zero byte (the MAC's last byte).
+        assert_eq!(r.truncated_bytes, 19);
         assert_eq!(s.leases().len(), 3);
     }
 

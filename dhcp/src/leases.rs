@@ -32,6 +32,16 @@ use crate::pair::{PairState, Share};
 /// How long an offered address stays reserved for the client it was offered to.
 pub const OFFER_HOLD_SECONDS: u64 = 30;
 
+/// How far past a full lease (or quarantine) from now a record from the
+/// other server of a pair may end and still be stored: room for the
+/// clocks of the two servers (takeover stops above 60 s of skew) and the
+/// time the record spent in transit.
+pub const PEER_EXPIRY_SLACK: u64 = 90;
+
+/// How far the expiry named by a release from the other server may be
+/// from the binding held here (clocks and rounding).
+pub const RELEASE_EXPIRY_TOLERANCE: u64 = 2;
+
 /// State of one address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
@@ -50,6 +60,13 @@ pub enum State {
         /// End of the quarantine, Unix seconds.
         until: u64,
     },
+    /// Its lease record was lost (a damaged log record): offered to nobody
+    /// until `until`, but given to a client that asks for it by REQUEST
+    /// (see [`LeaseTable::quarantine_lost`]).
+    Lost {
+        /// When the lost lease would have ended at the latest, Unix seconds.
+        until: u64,
+    },
 }
 
 /// An address's owner and state.
@@ -65,7 +82,7 @@ impl Binding {
     /// The time at which the binding stops holding its address.
     pub fn ends(&self) -> u64 {
         match self.state {
-            State::Offered { until } | State::Declined { until } => until,
+            State::Offered { until } | State::Declined { until } | State::Lost { until } => until,
             State::Bound { expires } => expires,
         }
     }
@@ -139,6 +156,9 @@ pub struct Stats {
     pub offered: usize,
     /// Addresses in quarantine.
     pub declined: usize,
+    /// Addresses whose lease record was lost, held back until their lease
+    /// would have ended.
+    pub lost: usize,
     /// Pool addresses not held by a live binding.
     pub free: usize,
 }
@@ -170,6 +190,37 @@ pub struct PeerConflict {
     pub theirs: StoredLease,
     /// Who holds the address here.
     pub holder: Mac,
+    /// Until when it holds it.
+    pub held_until: u64,
+}
+
+impl PeerConflict {
+    /// This server's binding, as a record (sent back to the other server
+    /// with the refusal, so that it drops its own).
+    pub fn ours(&self) -> StoredLease {
+        StoredLease {
+            ip: self.theirs.ip,
+            mac: self.holder,
+            expires_unix: self.held_until,
+        }
+    }
+}
+
+/// What merging a lease from the other server did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Merged {
+    /// Nothing new (this table already had it, or a later expiry).
+    Known,
+    /// Stored (persist it).
+    Stored(StoredLease),
+    /// Stored in place of another client's binding on the other server's
+    /// half (persist it; `loser` gets a NAK at its next renewal).
+    Replaced {
+        /// The lease stored.
+        lease: StoredLease,
+        /// The client whose binding it replaced.
+        loser: Mac,
+    },
 }
 
 impl LeaseTable {
@@ -449,7 +500,8 @@ impl LeaseTable {
         if !self.allowed(mac, ip) {
             return Err(Refusal::NotAllowed);
         }
-        if !self.usable_by(mac, ip, now) {
+        let lost = matches!(self.by_ip.get(&ip), Some(b) if matches!(b.state, State::Lost { .. }));
+        if !lost && !self.usable_by(mac, ip, now) {
             if self.config.reservations.contains_key(&mac) {
                 return Err(self.reserved_in_use(ip));
             }
@@ -551,15 +603,68 @@ impl LeaseTable {
         }
     }
 
+    /// Whether a record the other server sent fits this server's config:
+    /// a commit names an address the MAC may hold (its reservation, or a
+    /// pool address: never the gateway, a server's address, an excluded
+    /// address or another client's reservation) and ends no later than a
+    /// full lease (a quarantine: no later than a full quarantine) from now,
+    /// with [`PEER_EXPIRY_SLACK`] for clocks and transit. The reason when
+    /// it does not.
+    pub fn check_peer_record(&self, l: &StoredLease, now: u64) -> Result<(), &'static str> {
+        let c = &self.config;
+        if !c.subnet.contains(&l.ip) {
+            return Err("address outside the subnet");
+        }
+        if l.ip == c.server_ip
+            || c.gateway == Some(l.ip)
+            || c.peer.as_ref().is_some_and(|p| p.server_ip == l.ip)
+        {
+            return Err("a server or gateway address");
+        }
+        if l.mac == DECLINED_MAC {
+            if !self.in_pool(l.ip) {
+                return Err("quarantine of an address outside the pool");
+            }
+            let most = u64::from(c.decline_quarantine_seconds) + PEER_EXPIRY_SLACK;
+            if l.expires_unix > now.saturating_add(most) {
+                return Err("quarantine longer than the configured one");
+            }
+            return Ok(());
+        }
+        if l.mac.0[0] & 1 == 1 {
+            return Err("group (multicast or broadcast) hardware address");
+        }
+        if !self.allowed(l.mac, l.ip) {
+            return Err(if c.reservations.contains_key(&l.mac) {
+                "not the reservation of this MAC"
+            } else if c.reservations.values().any(|r| r.ip == l.ip) {
+                "reserved for another client"
+            } else {
+                "outside the pool"
+            });
+        }
+        let most = u64::from(c.lease_seconds) + PEER_EXPIRY_SLACK;
+        if l.expires_unix > now.saturating_add(most) {
+            return Err("expiry later than a full lease from now");
+        }
+        Ok(())
+    }
+
     /// Merges a lease the other server of a pair committed (a lease update
-    /// or its snapshot). Returns the lease to persist, None when this table
-    /// already knew it, or the conflict when one of this server's clients
-    /// holds the address (kept; counted and logged by the caller).
-    pub fn merge_peer_commit(
-        &mut self,
-        l: StoredLease,
-        now: u64,
-    ) -> Result<Option<StoredLease>, PeerConflict> {
+    /// or its snapshot), already checked with [`LeaseTable::check_peer_record`].
+    /// A renewal by the client that holds the address here moves its
+    /// expiry. Returns the lease to persist, None when this table already
+    /// knew it (or later), or the conflict when another live client holds
+    /// the address here.
+    ///
+    /// A conflict between two live clients is settled the same way on both
+    /// servers, so the two stores converge: the binding made by the server
+    /// whose half of the pool holds the address is kept (only that server
+    /// allocates it while both are up; the other one can only have given it
+    /// out later, during a takeover, so its binding is the younger). On the
+    /// other half the other server's binding replaces this one (returned in
+    /// [`Merged::Replaced`]: that client gets a NAK at its next renewal).
+    pub fn merge_peer_commit(&mut self, l: StoredLease, now: u64) -> Result<Merged, PeerConflict> {
         let state = if l.mac == DECLINED_MAC {
             State::Declined {
                 until: l.expires_unix,
@@ -569,28 +674,36 @@ impl LeaseTable {
                 expires: l.expires_unix,
             }
         };
+        let mut replaced = None;
         match self.by_ip.get(&l.ip).copied() {
+            // The same holder: a renewal moves the expiry forward, never back.
             Some(b)
                 if b.mac == l.mac
-                    && (matches!(b.state, State::Bound { expires } if expires >= l.expires_unix)
-                        || matches!(b.state, State::Declined { until } if until >= l.expires_unix)) =>
+                    && std::mem::discriminant(&b.state) == std::mem::discriminant(&state)
+                    && b.ends() >= l.expires_unix =>
             {
-                return Ok(None);
+                return Ok(Merged::Known);
             }
             Some(b)
-                if b.mac != DECLINED_MAC
+                if b.mac != l.mac
+                    && b.mac != DECLINED_MAC
                     && matches!(b.state, State::Bound { .. })
                     && b.live(now)
                     && l.expires_unix > now =>
             {
-                return Err(PeerConflict {
-                    theirs: l,
-                    holder: b.mac,
-                });
+                let theirs_wins = self.share.is_some_and(|s| !s.mine(l.ip));
+                if !theirs_wins {
+                    return Err(PeerConflict {
+                        theirs: l,
+                        holder: b.mac,
+                        held_until: b.ends(),
+                    });
+                }
+                replaced = Some(b.mac);
             }
             _ => {}
         }
-        // The client's other live binding here, if any, is superseded.
+        // The client's other live offer here, if any, is superseded.
         if l.mac != DECLINED_MAC
             && let Some(&prev) = self.last_ip.get(&l.mac)
             && prev != l.ip
@@ -599,30 +712,87 @@ impl LeaseTable {
             self.remove(prev);
         }
         self.set(l.ip, Binding { mac: l.mac, state });
-        Ok(Some(l))
+        Ok(match replaced {
+            Some(loser) => Merged::Replaced { lease: l, loser },
+            None => Merged::Stored(l),
+        })
     }
 
-    /// Merges a release the other server recorded: the lease of `mac` on
-    /// `ip` ends now (kept as an ended lease, like a RELEASE here). Returns
-    /// whether it changed anything.
-    pub fn merge_peer_release(&mut self, mac: Mac, ip: Ipv4Addr, now: u64) -> bool {
-        match self.by_ip.get(&ip).copied() {
-            Some(b) if b.mac == mac && b.ends() > now => {
-                if mac == DECLINED_MAC {
-                    self.remove(ip);
-                } else {
-                    self.set(
-                        ip,
-                        Binding {
-                            mac,
-                            state: State::Bound { expires: now },
-                        },
-                    );
-                }
-                true
-            }
-            _ => false,
+    /// Merges a release the other server recorded for `l` (the binding it
+    /// held: address, MAC, expiry). It applies only when it names the
+    /// binding held here: the same MAC and the same expiry (within
+    /// [`RELEASE_EXPIRY_TOLERANCE`] seconds, for the clocks); the lease then
+    /// ends now (kept as an ended lease, like a RELEASE here). Returns
+    /// whether it changed anything, or why it was refused.
+    pub fn merge_peer_release(&mut self, l: StoredLease, now: u64) -> Result<bool, &'static str> {
+        let Some(b) = self.by_ip.get(&l.ip).copied() else {
+            return Ok(false);
+        };
+        if b.mac != l.mac {
+            return if b.live(now) {
+                Err("release of an address another client holds")
+            } else {
+                Ok(false)
+            };
         }
+        if b.ends() <= now {
+            return Ok(false);
+        }
+        if b.ends().abs_diff(l.expires_unix) > RELEASE_EXPIRY_TOLERANCE {
+            return Err("release names another expiry than the binding held");
+        }
+        if l.mac == DECLINED_MAC {
+            self.remove(l.ip);
+        } else {
+            self.set(
+                l.ip,
+                Binding {
+                    mac: l.mac,
+                    state: State::Bound { expires: now },
+                },
+            );
+        }
+        Ok(true)
+    }
+
+    /// Quarantines `ip` because the lease log lost the record that said who
+    /// held it (a damaged record): it is offered to nobody until `until`
+    /// (when that lease would have ended at the latest), but a client that
+    /// asks for it by REQUEST (its owner renewing or rebooting) gets it,
+    /// and `suspected` (the MAC the damaged record seemed to name) gets it
+    /// back on DISCOVER too. Returns whether it did (an address with a live
+    /// binding, or outside the pool, is left alone).
+    pub fn quarantine_lost(
+        &mut self,
+        ip: Ipv4Addr,
+        suspected: Option<Mac>,
+        until: u64,
+        now: u64,
+    ) -> bool {
+        if !self.in_pool(ip) || self.by_ip.get(&ip).is_some_and(|b| b.live(now)) {
+            return false;
+        }
+        let mac = suspected
+            .filter(|m| *m != DECLINED_MAC)
+            .unwrap_or(DECLINED_MAC);
+        self.set(
+            ip,
+            Binding {
+                mac,
+                state: State::Lost { until },
+            },
+        );
+        true
+    }
+
+    /// Ends the quarantine of a lost address early (a probe found nobody
+    /// answering for it). Returns whether it did.
+    pub fn clear_lost(&mut self, ip: Ipv4Addr) -> bool {
+        if matches!(self.by_ip.get(&ip), Some(b) if matches!(b.state, State::Lost { .. })) {
+            self.remove(ip);
+            return true;
+        }
+        false
     }
 
     /// Drops offers whose hold ended and quarantines that ran out, so the
@@ -637,7 +807,7 @@ impl LeaseTable {
             .filter(|ip| {
                 matches!(
                     self.by_ip.get(ip).map(|b| b.state),
-                    Some(State::Offered { .. } | State::Declined { .. })
+                    Some(State::Offered { .. } | State::Declined { .. } | State::Lost { .. })
                 )
             })
             .collect();
@@ -663,6 +833,7 @@ impl LeaseTable {
                 State::Offered { .. } => s.offered += 1,
                 State::Bound { .. } => s.active += 1,
                 State::Declined { .. } => s.declined += 1,
+                State::Lost { .. } => s.lost += 1,
             }
             if self.in_pool(*ip) {
                 held_in_pool += 1;
@@ -967,5 +1138,155 @@ reservations:
         let a = t.offer(mac(1), None, 0).unwrap();
         t.withdraw_offer(mac(1));
         assert_eq!(t.offer(mac(2), None, 1), Ok(a));
+    }
+
+    fn pair_table(role: crate::config::Role) -> LeaseTable {
+        let yaml = format!(
+            "{YAML}peer:\n  role: primary\n  server_ip: 192.0.2.5\n  api: \"127.0.0.1:1\"\n  listen: \"127.0.0.1:0\"\n  token_file: {}\n",
+            token_file().display()
+        );
+        let mut t = LeaseTable::new(Arc::new(Config::from_yaml(&yaml).unwrap()));
+        t.set_pair(Some((role, PairState::LoadBalancing)));
+        t
+    }
+
+    fn token_file() -> std::path::PathBuf {
+        let p = std::env::temp_dir().join(format!("oooi-leases-token-{}", std::process::id()));
+        std::fs::write(&p, "0123456789abcdef0123").unwrap();
+        p
+    }
+
+    fn stored(n: u8, m: u8, expires: u64) -> StoredLease {
+        StoredLease {
+            ip: ip(n),
+            mac: mac(m),
+            expires_unix: expires,
+        }
+    }
+
+    #[test]
+    fn a_renewal_by_the_holder_moves_the_other_servers_expiry() {
+        let mut t = table();
+        assert_eq!(
+            t.merge_peer_commit(stored(100, 1, 600), 0),
+            Ok(Merged::Stored(stored(100, 1, 600)))
+        );
+        // The same client renews on the other server: stored, no conflict.
+        assert_eq!(
+            t.merge_peer_commit(stored(100, 1, 900), 300),
+            Ok(Merged::Stored(stored(100, 1, 900)))
+        );
+        assert_eq!(t.get(ip(100)).unwrap().ends(), 900);
+        // An older copy never moves it back.
+        assert_eq!(
+            t.merge_peer_commit(stored(100, 1, 600), 301),
+            Ok(Merged::Known)
+        );
+        assert_eq!(t.get(ip(100)).unwrap().ends(), 900);
+    }
+
+    #[test]
+    fn a_real_conflict_keeps_the_binding_of_the_half_owner_on_both_servers() {
+        use crate::config::Role;
+        // 192.0.2.100 is in the primary's half, .103 in the secondary's.
+        let mut p = pair_table(Role::Primary);
+        let mut s = pair_table(Role::Secondary);
+        p.commit(mac(1), ip(100), 0).unwrap();
+        s.merge_peer_commit(stored(100, 2, 600), 0)
+            .unwrap_or_else(|_| panic!());
+        // The primary is sent the secondary's client on its own half: refused.
+        let c = p.merge_peer_commit(stored(100, 2, 600), 1).unwrap_err();
+        assert_eq!((c.holder, c.theirs.mac), (mac(1), mac(2)));
+        assert_eq!(c.ours(), stored(100, 1, 600));
+        // The secondary is sent the primary's binding back: replaced there.
+        assert_eq!(
+            s.merge_peer_commit(c.ours(), 1),
+            Ok(Merged::Replaced {
+                lease: stored(100, 1, 600),
+                loser: mac(2)
+            })
+        );
+        assert_eq!(p.get(ip(100)).unwrap().mac, mac(1));
+        assert_eq!(s.get(ip(100)).unwrap().mac, mac(1));
+        // The loser is refused at its next renewal.
+        assert_eq!(s.commit(mac(2), ip(100), 2), Err(Refusal::InUse));
+    }
+
+    #[test]
+    fn peer_records_are_checked_against_the_config() {
+        let t = pair_table(crate::config::Role::Primary);
+        let now = 1000;
+        let ok = stored(100, 1, now + 600);
+        assert_eq!(t.check_peer_record(&ok, now), Ok(()));
+        let reserved_mac = Mac::parse("02:00:00:00:00:aa").unwrap();
+        let bad = [
+            StoredLease {
+                ip: Ipv4Addr::new(10, 0, 0, 1),
+                ..ok
+            },
+            StoredLease { ip: ip(1), ..ok },   // gateway
+            StoredLease { ip: ip(2), ..ok },   // this server
+            StoredLease { ip: ip(5), ..ok },   // the other server
+            StoredLease { ip: ip(101), ..ok }, // excluded
+            StoredLease { ip: ip(50), ..ok },  // another client's reservation
+            StoredLease { ip: ip(60), ..ok },  // outside the pool
+            StoredLease {
+                mac: reserved_mac,
+                ..ok
+            }, // not its reservation
+            StoredLease {
+                mac: Mac([0xff; 6]),
+                ..ok
+            }, // broadcast MAC
+            StoredLease {
+                expires_unix: now + 600 + PEER_EXPIRY_SLACK + 1,
+                ..ok
+            },
+            StoredLease {
+                mac: DECLINED_MAC,
+                expires_unix: now + 100 + PEER_EXPIRY_SLACK + 1,
+                ..ok
+            },
+        ];
+        for l in bad {
+            assert!(t.check_peer_record(&l, now).is_err(), "{l:?}");
+        }
+        let r = StoredLease {
+            ip: ip(50),
+            mac: reserved_mac,
+            ..ok
+        };
+        assert_eq!(t.check_peer_record(&r, now), Ok(()));
+    }
+
+    #[test]
+    fn a_peer_release_applies_only_to_the_binding_held() {
+        let mut t = table();
+        t.commit(mac(1), ip(100), 0).unwrap();
+        // Another MAC, or another expiry: refused, the lease stays.
+        assert!(t.merge_peer_release(stored(100, 2, 600), 10).is_err());
+        assert!(t.merge_peer_release(stored(100, 1, 9999), 10).is_err());
+        assert_eq!(t.current(mac(1), 10), Some(ip(100)));
+        // The binding held: released.
+        assert_eq!(t.merge_peer_release(stored(100, 1, 600), 10), Ok(true));
+        assert_eq!(t.current(mac(1), 11), None);
+    }
+
+    #[test]
+    fn a_lost_address_is_offered_to_nobody_but_its_owner_gets_it_back() {
+        let mut t = table();
+        assert!(t.quarantine_lost(ip(100), Some(mac(1)), 600, 0));
+        // A new client is not offered it.
+        assert_eq!(t.offer(mac(2), None, 1), Ok(ip(102)));
+        assert_eq!(t.stats(1).lost, 1);
+        // The owner's INIT-REBOOT or renewal gets it, even if the damaged
+        // record named another MAC.
+        assert!(t.commit(mac(3), ip(100), 2).is_ok());
+        assert_eq!(t.current(mac(3), 3), Some(ip(100)));
+        // When the lease would have ended, the quarantine ends.
+        let mut t = table();
+        t.quarantine_lost(ip(100), None, 600, 0);
+        t.reclaim(601);
+        assert_eq!(t.offer(mac(2), None, 601), Ok(ip(100)));
     }
 }

@@ -15,9 +15,10 @@ use oooi_reload::{Outcome, Reloader, Settings};
 
 /// DHCPv4 server for the oooi isolated VLAN.
 ///
-/// Needs CAP_NET_BIND_SERVICE (port 67), CAP_NET_RAW (SO_BINDTODEVICE, only
-/// when `interface` is set) and CAP_NET_ADMIN (ARP entries for unicast
-/// replies; without it replies to new clients are broadcast).
+/// Needs no capability: port 67 through the pod sysctl
+/// `net.ipv4.ip_unprivileged_port_start=0` (or CAP_NET_BIND_SERVICE),
+/// SO_BINDTODEVICE is unprivileged on Linux 5.7 and later, and a reply to a
+/// client that has no address yet is broadcast (RFC 2131 §4.1).
 #[derive(Parser)]
 #[command(version, about, long_about)]
 struct Cli {
@@ -141,7 +142,12 @@ async fn serve(
             .inc();
     });
     let pair = match &c.peer {
-        Some(p) => Some(Pair::new(p.clone())?),
+        // A body of records holds at most the pool and reservations twice
+        // over (a snapshot with room for ended leases).
+        Some(p) => Some(Pair::new(
+            p.clone(),
+            (2 * (c.pool_size() + c.reservations.len())).max(4096),
+        )?),
         None => None,
     };
     let api = pair.as_ref().map(|p| {
@@ -150,7 +156,8 @@ async fn serve(
             pair_listen.unwrap_or(p.shared.peer.listen),
         )
     });
-    let server = Server::new(socket, store, Arc::new(c), rx, durability, pair);
+    let mut server = Server::new(socket, store, Arc::new(c), rx, durability, pair);
+    server.quarantine_lost(&recovery);
     let dhcp = tokio::task::spawn_blocking(move || server.run());
     let pair_api = async move {
         match api {

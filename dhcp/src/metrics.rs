@@ -77,7 +77,8 @@ pub struct Metrics {
     pub reloads: Family<ResultLabels, Counter>,
     /// Send failures.
     pub send_errors: Counter,
-    /// State in a pair: 0 syncing, 1 load balancing, 2 partner down.
+    /// State in a pair: 0 syncing, 1 load balancing, 2 partner down, 3
+    /// communication recovery, 4 unauthorized.
     pub pair_state: Gauge,
     /// Lease records the other server of the pair stored.
     pub pair_updates_sent: Counter,
@@ -97,6 +98,27 @@ pub struct Metrics {
     pub pair_heartbeat_failures: Counter,
     /// Pair API requests refused for a bad or missing token.
     pub pair_unauthorized: Counter,
+    /// Lease records from the other server refused, by reason.
+    pub pair_records_refused: Family<ReasonLabels, Counter>,
+    /// The other server's clock minus this one's, as the last heartbeat measured it.
+    pub pair_clock_skew: Gauge<f64, AtomicU64>,
+    /// 1 while the other server answers heartbeats but has stored none of
+    /// this server's lease updates for longer than `down_after_ms`.
+    pub pair_updates_stalled: Gauge,
+    /// Clients of the other server's scope seen unanswered (communication recovery).
+    pub pair_unacked_clients: Gauge,
+    /// Takeovers refused, by reason (clock skew).
+    pub pair_takeovers_refused: Family<ReasonLabels, Counter>,
+    /// Addresses held back because their lease record was lost.
+    pub leases_lost: Gauge,
+    /// Addresses quarantined at start because the lease log lost their record.
+    pub store_lost_addresses: Counter,
+    /// Conflict probes (ICMP echo) sent before offering an address.
+    pub probes: Counter,
+    /// Probes answered: the address was in use, skipped and quarantined.
+    pub probe_conflicts: Counter,
+    /// Time from a DISCOVER to its OFFER when the offer waited for a probe.
+    pub probe_delay: Histogram,
 }
 
 /// The process-wide metrics.
@@ -136,6 +158,16 @@ pub fn metrics() -> &'static Metrics {
             pair_syncs: Counter::default(),
             pair_heartbeat_failures: Counter::default(),
             pair_unauthorized: Counter::default(),
+            pair_records_refused: Family::default(),
+            pair_clock_skew: Gauge::default(),
+            pair_updates_stalled: Gauge::default(),
+            pair_unacked_clients: Gauge::default(),
+            pair_takeovers_refused: Family::default(),
+            leases_lost: Gauge::default(),
+            store_lost_addresses: Counter::default(),
+            probes: Counter::default(),
+            probe_conflicts: Counter::default(),
+            probe_delay: Histogram::new(exponential_buckets(0.001, 2.0, 12)),
         };
         r.register(
             "oooi_dhcp_messages_received",
@@ -235,7 +267,7 @@ pub fn metrics() -> &'static Metrics {
         );
         r.register(
             "oooi_dhcp_pair_state",
-            "State in a pair: 0 syncing, 1 load balancing, 2 partner down",
+            "State in a pair: 0 syncing, 1 load balancing, 2 partner down, 3 communication recovery, 4 unauthorized (token mismatch)",
             m.pair_state.clone(),
         );
         r.register(
@@ -283,6 +315,56 @@ pub fn metrics() -> &'static Metrics {
             "Pair API requests refused for a bad or missing token",
             m.pair_unauthorized.clone(),
         );
+        r.register(
+            "oooi_dhcp_pair_records_refused",
+            "Lease records from the other server refused (not stored, answered non-2xx), by reason",
+            m.pair_records_refused.clone(),
+        );
+        r.register(
+            "oooi_dhcp_pair_clock_skew_seconds",
+            "The other server's clock minus this server's, measured in the last heartbeat",
+            m.pair_clock_skew.clone(),
+        );
+        r.register(
+            "oooi_dhcp_pair_updates_stalled",
+            "1 while the other server answers heartbeats but stores none of this server's lease updates",
+            m.pair_updates_stalled.clone(),
+        );
+        r.register(
+            "oooi_dhcp_pair_unacked_clients",
+            "Clients of the other server's scope seen unanswered while contact is lost",
+            m.pair_unacked_clients.clone(),
+        );
+        r.register(
+            "oooi_dhcp_pair_takeovers_refused",
+            "Takeovers of the other server's scope refused, by reason",
+            m.pair_takeovers_refused.clone(),
+        );
+        r.register(
+            "oooi_dhcp_leases_lost",
+            "Addresses held back because the lease log lost their record",
+            m.leases_lost.clone(),
+        );
+        r.register(
+            "oooi_dhcp_store_lost_addresses",
+            "Addresses quarantined at start because a damaged lease log record named them",
+            m.store_lost_addresses.clone(),
+        );
+        r.register(
+            "oooi_dhcp_probes",
+            "ICMP echo probes sent before offering an address",
+            m.probes.clone(),
+        );
+        r.register(
+            "oooi_dhcp_probe_conflicts",
+            "Probes answered: the address was in use, not offered, quarantined",
+            m.probe_conflicts.clone(),
+        );
+        r.register(
+            "oooi_dhcp_probe_delay_seconds",
+            "Delay a probe added to an offer",
+            m.probe_delay.clone(),
+        );
         Metrics { registry: r, ..m }
     })
 }
@@ -292,6 +374,25 @@ pub fn count(family: &Family<MessageLabels, Counter>, kind: &str) {
     family
         .get_or_create(&MessageLabels {
             r#type: kind.to_string(),
+        })
+        .inc();
+}
+
+/// Metric label of a reason in words: lower snake case.
+pub fn reason_label(reason: &str) -> String {
+    reason
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(|w| w.to_ascii_lowercase())
+        .collect::<Vec<_>>()
+        .join("_")
+}
+
+/// Counts one event of `family` under `reason` (in words or a label).
+pub fn count_reason(family: &Family<ReasonLabels, Counter>, reason: &str) {
+    family
+        .get_or_create(&ReasonLabels {
+            reason: reason_label(reason),
         })
         .inc();
 }
@@ -320,14 +421,33 @@ pub fn beat() {
     HEARTBEAT.store(unix_now(), Ordering::Relaxed);
 }
 
-async fn healthz() -> (axum::http::StatusCode, &'static str) {
+/// The pair's state and why it is in it, for `/healthz`.
+static PAIR_STATUS: std::sync::Mutex<Option<(String, String)>> = std::sync::Mutex::new(None);
+
+/// Records the pair's state and the reason (shown by `/healthz`).
+pub fn set_pair_status(state: &str, reason: &str) {
+    if let Ok(mut s) = PAIR_STATUS.lock() {
+        *s = Some((state.to_string(), reason.to_string()));
+    }
+}
+
+/// `/healthz`: 200 while the DHCP loop runs (a pair problem does not make
+/// the server unhealthy: restarting it would not help), and the body says
+/// the pair's state and why.
+async fn healthz() -> (axum::http::StatusCode, String) {
     let last = HEARTBEAT.load(Ordering::Relaxed);
+    let pair = PAIR_STATUS
+        .lock()
+        .ok()
+        .and_then(|s| s.clone())
+        .map(|(state, reason)| format!("pair: {state} ({reason})\n"))
+        .unwrap_or_default();
     if last != 0 && unix_now().saturating_sub(last) <= 5 {
-        (axum::http::StatusCode::OK, "ok\n")
+        (axum::http::StatusCode::OK, format!("ok\n{pair}"))
     } else {
         (
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            "dhcp loop not running\n",
+            format!("dhcp loop not running\n{pair}"),
         )
     }
 }

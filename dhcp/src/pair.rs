@@ -17,11 +17,23 @@
 //!   same pool address. Both hold every reservation and, through the lease
 //!   updates, every lease: a client keeps its address whichever server
 //!   answers it.
-//! - **States.** [`PairState::Syncing`] after start (answers nothing until
-//!   it has the other server's leases), [`PairState::LoadBalancing`], and
-//!   [`PairState::PartnerDown`] when the other server stopped answering:
-//!   then this one answers every client and allocates from its own half
-//!   first, then from the other half, honouring the other server's leases.
+//! - **States** (moves decided by [`next_state`]): [`PairState::Syncing`]
+//!   after start (answers nothing until it has the other server's leases,
+//!   or until the other server counts as unreachable);
+//!   [`PairState::LoadBalancing`]; [`PairState::CommunicationRecovery`]
+//!   when contact is lost (no heartbeat answer for `down_after_ms`, or the
+//!   other server answers heartbeats but stores none of this server's lease
+//!   updates for that long): the other server may still be serving, so
+//!   this one answers only its own scope, from its own half, and its ACKs
+//!   no longer wait for the other server (what it committed meanwhile goes
+//!   over in the exchange when contact returns); [`PairState::Unauthorized`]
+//!   when the other server refuses this server's token (the same service
+//!   as communication recovery, its own state so that it is named for what
+//!   it is); [`PairState::PartnerDown`] only when clients of the other
+//!   scope go unanswered ([`Unacked`], as Kea's `max-unacked-clients`) and
+//!   the two clocks agree within [`SKEW_REFUSE_SECONDS`]: then this one
+//!   answers every client and allocates from its own half first, then from
+//!   the other half, honouring the other server's leases.
 
 use std::net::Ipv4Addr;
 use std::ops::Bound;
@@ -82,6 +94,12 @@ pub enum PairState {
     /// The other server is down: answers every client, allocates from its
     /// own half first, then the other's.
     PartnerDown,
+    /// Contact lost, the other server may still be serving: answers its
+    /// own clients from its own half, ACKs without waiting for the other.
+    CommunicationRecovery,
+    /// The other server refuses this server's token: served as
+    /// [`PairState::CommunicationRecovery`], named for what it is.
+    Unauthorized,
 }
 
 impl PairState {
@@ -91,6 +109,8 @@ impl PairState {
             PairState::Syncing => "syncing",
             PairState::LoadBalancing => "load-balancing",
             PairState::PartnerDown => "partner-down",
+            PairState::CommunicationRecovery => "communication-recovery",
+            PairState::Unauthorized => "unauthorized",
         }
     }
 
@@ -100,17 +120,236 @@ impl PairState {
             "syncing" => Some(PairState::Syncing),
             "load-balancing" => Some(PairState::LoadBalancing),
             "partner-down" => Some(PairState::PartnerDown),
+            "communication-recovery" => Some(PairState::CommunicationRecovery),
+            "unauthorized" => Some(PairState::Unauthorized),
             _ => None,
         }
     }
 
-    /// Gauge value (0 syncing, 1 load balancing, 2 partner down).
+    /// Gauge value (0 syncing, 1 load balancing, 2 partner down,
+    /// 3 communication recovery, 4 unauthorized).
     pub fn code(self) -> i64 {
         match self {
             PairState::Syncing => 0,
             PairState::LoadBalancing => 1,
             PairState::PartnerDown => 2,
+            PairState::CommunicationRecovery => 3,
+            PairState::Unauthorized => 4,
         }
+    }
+
+    /// [`PairState::code`] back to a state.
+    pub fn from_code(code: i64) -> PairState {
+        match code {
+            1 => PairState::LoadBalancing,
+            2 => PairState::PartnerDown,
+            3 => PairState::CommunicationRecovery,
+            4 => PairState::Unauthorized,
+            _ => PairState::Syncing,
+        }
+    }
+
+    /// Whether contact is lost and this server serves its own scope only.
+    pub fn recovering(self) -> bool {
+        matches!(
+            self,
+            PairState::CommunicationRecovery | PairState::Unauthorized
+        )
+    }
+}
+
+/// Clock skew above which a server warns (log, metric, alert), seconds.
+pub const SKEW_WARN_SECONDS: f64 = 30.0;
+/// Clock skew above which a server refuses to take over, seconds: lease
+/// times of the two servers would no longer mean the same instant.
+pub const SKEW_REFUSE_SECONDS: f64 = 60.0;
+
+/// What the last heartbeat got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heartbeat {
+    /// The other server answered with its state.
+    Answered(PairState),
+    /// It refused this server's token (401).
+    Unauthorized,
+    /// No answer (refused connection, timeout, bad reply).
+    Unreachable,
+}
+
+/// What the heartbeat knows when it decides the next state.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Observation {
+    /// The last heartbeat.
+    pub heartbeat: Heartbeat,
+    /// Whether the other server answered a heartbeat within `down_after_ms`
+    /// (since start, in [`PairState::Syncing`]).
+    pub in_contact: bool,
+    /// Whether no heartbeat answered for `down_after_ms` (since start, in
+    /// [`PairState::Syncing`]).
+    pub silent: bool,
+    /// The other server answers heartbeats but has stored none of this
+    /// server's lease updates for `down_after_ms`.
+    pub updates_stalled: bool,
+    /// Clients of the other scope seen unanswered ([`Unacked`]).
+    pub unacked_clients: usize,
+    /// The clock skew last measured, seconds (other minus this).
+    pub skew: Option<f64>,
+}
+
+/// The limits of the state machine (from the config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Unanswered clients of the other scope that make this server take over.
+    pub max_unacked_clients: usize,
+}
+
+/// What the heartbeat does next.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Step {
+    /// Nothing changes.
+    Stay,
+    /// Move to a state, for the reason given (logged).
+    Move(PairState, &'static str),
+    /// Exchange leases with the other server, then load balance.
+    Exchange,
+    /// The other scope is unanswered but taking over is refused (logged,
+    /// counted): the reason.
+    RefuseTakeover(&'static str),
+}
+
+/// The state machine of a pair, pure: from `state` and what the heartbeat
+/// observed, the next step.
+pub fn next_state(state: PairState, o: &Observation, l: &Limits) -> Step {
+    let unauthorized = o.heartbeat == Heartbeat::Unauthorized;
+    let answered = matches!(o.heartbeat, Heartbeat::Answered(_));
+    let takeover = || -> Step {
+        if o.unacked_clients >= l.max_unacked_clients.max(1) {
+            match o.skew {
+                Some(s) if s.abs() > SKEW_REFUSE_SECONDS => {
+                    Step::RefuseTakeover("clock skew with the other server above 60 s")
+                }
+                _ => Step::Move(
+                    PairState::PartnerDown,
+                    "clients of the other server's scope go unanswered",
+                ),
+            }
+        } else {
+            Step::Stay
+        }
+    };
+    match state {
+        PairState::Syncing => {
+            if answered {
+                Step::Exchange
+            } else if unauthorized {
+                Step::Move(
+                    PairState::Unauthorized,
+                    "the other server refuses this server's token",
+                )
+            } else if o.silent {
+                Step::Move(
+                    PairState::CommunicationRecovery,
+                    "the other server does not answer since start",
+                )
+            } else {
+                Step::Stay
+            }
+        }
+        PairState::LoadBalancing => {
+            if unauthorized {
+                Step::Move(
+                    PairState::Unauthorized,
+                    "the other server refuses this server's token",
+                )
+            } else if !o.in_contact {
+                Step::Move(
+                    PairState::CommunicationRecovery,
+                    "the other server stopped answering",
+                )
+            } else if o.updates_stalled {
+                Step::Move(
+                    PairState::CommunicationRecovery,
+                    "the other server answers heartbeats but stores no lease updates",
+                )
+            } else {
+                Step::Stay
+            }
+        }
+        PairState::CommunicationRecovery | PairState::Unauthorized => {
+            // The exchange itself shows whether the other server stores
+            // records again.
+            if answered && o.in_contact {
+                return Step::Exchange;
+            }
+            if unauthorized && state != PairState::Unauthorized {
+                return Step::Move(
+                    PairState::Unauthorized,
+                    "the other server refuses this server's token",
+                );
+            }
+            if !unauthorized && !answered && state == PairState::Unauthorized && o.silent {
+                return Step::Move(
+                    PairState::CommunicationRecovery,
+                    "the other server stopped answering",
+                );
+            }
+            takeover()
+        }
+        PairState::PartnerDown => match o.heartbeat {
+            // Back once the other server has synced (it answers no client
+            // while syncing) and the leases of the outage are exchanged.
+            Heartbeat::Answered(
+                PairState::LoadBalancing
+                | PairState::PartnerDown
+                | PairState::CommunicationRecovery
+                | PairState::Unauthorized,
+            ) => Step::Exchange,
+            _ => Step::Stay,
+        },
+    }
+}
+
+/// Clients of the other server's scope this server sees going unanswered
+/// while contact is lost: a client counts once it has asked for
+/// `wait_ms` (its `secs` field says so, or its retransmissions span that
+/// long). Kea's `max-unacked-clients` rule.
+#[derive(Debug, Default)]
+pub struct Unacked {
+    first_seen: std::collections::HashMap<crate::config::Mac, u64>,
+    unacked: std::collections::HashSet<crate::config::Mac>,
+}
+
+/// Most clients [`Unacked`] tracks (a flood of made-up MACs cannot grow it
+/// without bound).
+const UNACKED_TRACKED: usize = 4096;
+
+impl Unacked {
+    /// A request of the other scope from `mac`, with its `secs` field, at
+    /// `now_ms`. Returns the number of unanswered clients.
+    pub fn observe(
+        &mut self,
+        mac: crate::config::Mac,
+        secs: u16,
+        now_ms: u64,
+        wait_ms: u64,
+    ) -> usize {
+        if self.first_seen.len() < UNACKED_TRACKED || self.first_seen.contains_key(&mac) {
+            let first = *self.first_seen.entry(mac).or_insert(now_ms);
+            if u64::from(secs) * 1000 >= wait_ms || now_ms.saturating_sub(first) >= wait_ms {
+                self.unacked.insert(mac);
+            }
+        }
+        self.unacked.len()
+    }
+
+    /// Forgets every client (contact is back, or this server took over).
+    pub fn clear(&mut self) {
+        self.first_seen.clear();
+        self.unacked.clear();
+    }
+
+    /// The number of unanswered clients.
+    pub fn count(&self) -> usize {
+        self.unacked.len()
     }
 }
 
@@ -166,7 +405,9 @@ impl Share {
         match self.state {
             PairState::Syncing => false,
             PairState::PartnerDown => true,
-            PairState::LoadBalancing => {
+            PairState::LoadBalancing
+            | PairState::CommunicationRecovery
+            | PairState::Unauthorized => {
                 let names_server = matches!(
                     req.kind,
                     MessageType::Request | MessageType::Release | MessageType::Decline
@@ -296,5 +537,126 @@ mod tests {
                 assert_eq!(sh.half(false).contains(a), !sh.mine(*a), "{a}");
             }
         }
+    }
+
+    fn seen(heartbeat: Heartbeat) -> Observation {
+        Observation {
+            heartbeat,
+            in_contact: matches!(heartbeat, Heartbeat::Answered(_)),
+            silent: false,
+            updates_stalled: false,
+            unacked_clients: 0,
+            skew: Some(0.0),
+        }
+    }
+
+    const LIMITS: Limits = Limits {
+        max_unacked_clients: 3,
+    };
+
+    #[test]
+    fn losing_contact_means_communication_recovery_not_takeover() {
+        use PairState::*;
+        let lost = Observation {
+            silent: true,
+            ..seen(Heartbeat::Unreachable)
+        };
+        assert!(matches!(
+            next_state(LoadBalancing, &lost, &LIMITS),
+            Step::Move(CommunicationRecovery, _)
+        ));
+        assert!(matches!(
+            next_state(Syncing, &lost, &LIMITS),
+            Step::Move(CommunicationRecovery, _)
+        ));
+        // Silence alone never takes over.
+        assert_eq!(
+            next_state(CommunicationRecovery, &lost, &LIMITS),
+            Step::Stay
+        );
+        // Clients of the other scope unanswered: take over.
+        let unanswered = Observation {
+            unacked_clients: 3,
+            ..lost
+        };
+        assert!(matches!(
+            next_state(CommunicationRecovery, &unanswered, &LIMITS),
+            Step::Move(PartnerDown, _)
+        ));
+        // Contact back: exchange, then load balance.
+        let back = seen(Heartbeat::Answered(CommunicationRecovery));
+        assert_eq!(
+            next_state(CommunicationRecovery, &back, &LIMITS),
+            Step::Exchange
+        );
+        assert_eq!(next_state(PartnerDown, &back, &LIMITS), Step::Exchange);
+        // A partner still syncing gets this server's leases first.
+        assert_eq!(
+            next_state(PartnerDown, &seen(Heartbeat::Answered(Syncing)), &LIMITS),
+            Step::Stay
+        );
+    }
+
+    #[test]
+    fn a_partner_that_stores_no_updates_is_left_after_a_bounded_time() {
+        let stalled = Observation {
+            updates_stalled: true,
+            ..seen(Heartbeat::Answered(PairState::LoadBalancing))
+        };
+        assert!(matches!(
+            next_state(PairState::LoadBalancing, &stalled, &LIMITS),
+            Step::Move(PairState::CommunicationRecovery, _)
+        ));
+    }
+
+    #[test]
+    fn a_token_mismatch_is_its_own_state() {
+        use PairState::*;
+        let o = seen(Heartbeat::Unauthorized);
+        for from in [Syncing, LoadBalancing, CommunicationRecovery] {
+            assert!(
+                matches!(next_state(from, &o, &LIMITS), Step::Move(Unauthorized, _)),
+                "{from:?}"
+            );
+        }
+        assert_eq!(next_state(Unauthorized, &o, &LIMITS), Step::Stay);
+        // It serves its own scope only, like communication recovery.
+        assert!(Unauthorized.recovering());
+    }
+
+    #[test]
+    fn clock_skew_above_60_s_refuses_takeover() {
+        let o = Observation {
+            silent: true,
+            unacked_clients: 5,
+            skew: Some(-3600.0),
+            ..seen(Heartbeat::Unreachable)
+        };
+        assert!(matches!(
+            next_state(PairState::CommunicationRecovery, &o, &LIMITS),
+            Step::RefuseTakeover(_)
+        ));
+        let small = Observation {
+            skew: Some(45.0),
+            ..o
+        };
+        assert!(matches!(
+            next_state(PairState::CommunicationRecovery, &small, &LIMITS),
+            Step::Move(PairState::PartnerDown, _)
+        ));
+    }
+
+    #[test]
+    fn a_client_counts_as_unanswered_by_its_secs_or_its_retries() {
+        let mut u = Unacked::default();
+        let a = Mac([2, 0, 0, 0, 0, 1]);
+        let b = Mac([2, 0, 0, 0, 0, 2]);
+        assert_eq!(u.observe(a, 0, 0, 10_000), 0);
+        assert_eq!(u.observe(a, 0, 9_000, 10_000), 0);
+        assert_eq!(u.observe(a, 0, 10_000, 10_000), 1, "retrying for 10 s");
+        assert_eq!(u.observe(b, 12, 10_500, 10_000), 2, "secs says 12 s");
+        assert_eq!(u.observe(a, 0, 20_000, 10_000), 2, "counted once");
+        u.clear();
+        assert_eq!(u.count(), 0);
     }
 }

@@ -36,6 +36,9 @@ pub enum Dropped {
     PeerScope,
     /// The server is fetching the other server's leases after its start.
     PairSyncing,
+    /// A chaddr with the group bit set (broadcast or multicast): no client
+    /// has one, and answering it would teach neighbours a group address.
+    GroupHardwareAddress,
 }
 
 impl Dropped {
@@ -49,6 +52,7 @@ impl Dropped {
             Dropped::BadRelayAddress => "bad_relay_address",
             Dropped::PeerScope => "peer_scope",
             Dropped::PairSyncing => "pair_syncing",
+            Dropped::GroupHardwareAddress => "group_hardware_address",
         }
     }
 }
@@ -59,29 +63,22 @@ const HEADER_LEN: usize = 240;
 /// Whether an option the server reads has a length it can use.
 fn option_len_ok(code: u8, len: usize) -> bool {
     match code {
-        53 => len == 1,      // message type
+        53 | 52 => len == 1, // message type, option overload
         50 | 54 => len == 4, // requested address, server identifier
+        57 => len == 2,      // maximum message size
         55 | 61 | 82 => len >= 1,
         _ => false,
     }
 }
 
-/// Stage 1a: keeps only the options the server reads (message type,
-/// requested address, server identifier, parameter request list, client
-/// identifier, relay agent information) with valid lengths, and drops every
-/// other option before decoding. Unknown or malformed options are thus
-/// ignored rather than trusted to a decoder (dhcproto 0.15 asserts on some
-/// option lengths in debug builds), and decoding is cheaper. Returns None
-/// when the option area itself is truncated.
-pub fn sanitize(buf: &[u8]) -> Option<Vec<u8>> {
-    if buf.len() < HEADER_LEN || buf[236..240] != v4::MAGIC {
-        return None;
-    }
-    let mut out = Vec::with_capacity(buf.len().min(576));
-    out.extend_from_slice(&buf[..HEADER_LEN]);
-    let mut i = HEADER_LEN;
-    while i < buf.len() {
-        let code = buf[i];
+/// Copies the options of `area` the server reads into `out`; returns the
+/// option overload value (option 52) when the area holds one, or None when
+/// the area is truncated. Stops at the end option or the area's end.
+fn copy_options(area: &[u8], out: &mut Vec<u8>) -> Option<Option<u8>> {
+    let mut overload = None;
+    let mut i = 0;
+    while i < area.len() {
+        let code = area[i];
         match code {
             0 => {
                 i += 1;
@@ -90,14 +87,49 @@ pub fn sanitize(buf: &[u8]) -> Option<Vec<u8>> {
             255 => break,
             _ => {}
         }
-        let len = *buf.get(i + 1)? as usize;
-        let value = buf.get(i + 2..i + 2 + len)?;
+        let len = *area.get(i + 1)? as usize;
+        let value = area.get(i + 2..i + 2 + len)?;
         if option_len_ok(code, len) {
-            out.push(code);
-            out.push(len as u8);
-            out.extend_from_slice(value);
+            if code == 52 {
+                overload = Some(value[0]);
+            } else {
+                out.push(code);
+                out.push(len as u8);
+                out.extend_from_slice(value);
+            }
         }
         i += 2 + len;
+    }
+    Some(overload)
+}
+
+/// Stage 1a: keeps only the options the server reads (message type,
+/// requested address, server identifier, parameter request list, maximum
+/// message size, client identifier, relay agent information) with valid
+/// lengths, and drops every other option before decoding. Unknown or
+/// malformed options are thus ignored rather than trusted to a decoder
+/// (dhcproto 0.15 asserts on some option lengths in debug builds), and
+/// decoding is cheaper. Option overload (52, RFC 2131 §4.1) is read: the
+/// `file` field (1), the `sname` field (2) or both (3) hold more options,
+/// read after the option area and cleared in the header. Returns None when
+/// the option area itself is truncated.
+pub fn sanitize(buf: &[u8]) -> Option<Vec<u8>> {
+    if buf.len() < HEADER_LEN || buf[236..240] != v4::MAGIC {
+        return None;
+    }
+    let mut out = Vec::with_capacity(buf.len().min(576));
+    out.extend_from_slice(&buf[..HEADER_LEN]);
+    let overload = copy_options(&buf[HEADER_LEN..], &mut out)?;
+    if let Some(v) = overload {
+        // sname is bytes 44..108, file 108..236 of the header.
+        if v & 1 != 0 {
+            copy_options(&buf[108..236], &mut out)?;
+            out[108..236].fill(0);
+        }
+        if v & 2 != 0 {
+            copy_options(&buf[44..108], &mut out)?;
+            out[44..108].fill(0);
+        }
     }
     out.push(255);
     Some(out)
@@ -149,6 +181,9 @@ pub fn classify(msg: Message) -> Result<Request, Dropped> {
     m.copy_from_slice(&msg.chaddr()[..6]);
     if m == [0; 6] {
         return Err(Dropped::UnsupportedHardware);
+    }
+    if m[0] & 1 == 1 {
+        return Err(Dropped::GroupHardwareAddress);
     }
     Ok(Request {
         msg,
@@ -492,20 +527,34 @@ pub enum Destination {
     Relay(Ipv4Addr),
     /// To a client that already has its address configured, `ciaddr:68`.
     Client(Ipv4Addr),
-    /// To `yiaddr:68`; the client cannot answer ARP yet, so the server adds
-    /// an ARP entry for `mac` first (or falls back to broadcast).
-    ClientViaArp {
-        /// The client's new address.
-        ip: Ipv4Addr,
-        /// Its hardware address.
-        mac: Mac,
-    },
     /// `255.255.255.255:68`.
     Broadcast,
 }
 
-/// Stage 5: the reply's destination.
-pub fn destination(req: &Request, reply: &Message) -> Destination {
+/// Whether `ip` can be a client's configured address on the served subnet:
+/// a unicast host address of the subnet (not its network or broadcast
+/// address) that is not a server's address (this one's or the other
+/// server's of a pair) nor the gateway.
+pub fn client_address(cfg: &Config, ip: Ipv4Addr) -> bool {
+    cfg.subnet.contains(&ip)
+        && ip != cfg.subnet.network()
+        && ip != cfg.subnet.broadcast()
+        && ip != cfg.server_ip
+        && cfg.gateway != Some(ip)
+        && cfg.peer.as_ref().is_none_or(|p| p.server_ip != ip)
+        && !ip.is_loopback()
+        && !ip.is_multicast()
+        && !ip.is_broadcast()
+}
+
+/// Stage 5: the reply's destination. A relayed request goes back to the
+/// relay; a NAK is broadcast; a client's `ciaddr` is used only when it is
+/// a client address of the served subnet ([`client_address`]), else the
+/// reply is broadcast; a client without an address (DISCOVER, SELECTING
+/// and INIT-REBOOT REQUESTs) gets its reply by broadcast, as RFC 2131
+/// §4.1 allows: unicasting to `yiaddr` would need an ARP entry added
+/// first (CAP_NET_ADMIN), and the server runs without capabilities.
+pub fn destination(cfg: &Config, req: &Request, reply: &Message) -> Destination {
     let q = &req.msg;
     let is_nak = reply.opts().has_msg_type(MessageType::Nak);
     if !q.giaddr().is_unspecified() {
@@ -514,16 +563,48 @@ pub fn destination(req: &Request, reply: &Message) -> Destination {
     if is_nak {
         return Destination::Broadcast;
     }
-    if !q.ciaddr().is_unspecified() {
-        return Destination::Client(q.ciaddr());
+    let ciaddr = q.ciaddr();
+    if !ciaddr.is_unspecified() && client_address(cfg, ciaddr) {
+        return Destination::Client(ciaddr);
     }
-    if q.flags().broadcast() || reply.yiaddr().is_unspecified() {
-        return Destination::Broadcast;
+    Destination::Broadcast
+}
+
+/// The largest reply a client accepts: 576 bytes (RFC 2131 §2: every
+/// client must), or what it asked for in option 57, up to a 1500-byte
+/// Ethernet frame less the IP and UDP headers.
+pub fn max_reply_len(req: &Request) -> usize {
+    match req.msg.opts().get(OptionCode::MaxMessageSize) {
+        Some(DhcpOption::MaxMessageSize(n)) => usize::from(*n).clamp(576, 1500) - 28,
+        _ => 576 - 28,
     }
-    Destination::ClientViaArp {
-        ip: reply.yiaddr(),
-        mac: req.mac,
+}
+
+/// Options dropped, in this order, until a reply fits: the echoed ones
+/// first (RFC 3046 and RFC 6842 allow a server to leave them out), then
+/// the ones the client did not need to configure its address.
+const DROPPABLE: [OptionCode; 6] = [
+    OptionCode::RelayAgentInformation,
+    OptionCode::ClientIdentifier,
+    OptionCode::ClasslessStaticRoute,
+    OptionCode::DomainName,
+    OptionCode::Hostname,
+    OptionCode::DomainNameServer,
+];
+
+/// Encodes `m`, dropping options in [`DROPPABLE`] order until it fits `max`
+/// bytes of DHCP message.
+pub fn encode_within(m: &mut Message, max: usize) -> Option<Vec<u8>> {
+    let mut b = encode(m)?;
+    for code in DROPPABLE {
+        if b.len() <= max {
+            break;
+        }
+        if m.opts_mut().remove(code).is_some() {
+            b = encode(m)?;
+        }
     }
+    (b.len() <= max).then_some(b)
 }
 
 /// A store operation the I/O layer must make durable before sending.
@@ -593,13 +674,14 @@ pub fn handle(table: &mut LeaseTable, buf: &[u8], now: u64) -> Result<Outcome, D
         _ => Vec::new(),
     };
     let cfg = table.config().clone();
+    let max = max_reply_len(&req);
     let reply = build_reply(&cfg, &req, &decision).and_then(|mut m| {
-        let dest = destination(&req, &m);
+        let dest = destination(&cfg, &req, &m);
         // A relayed NAK asks the relay to broadcast it (RFC 2131 §4.3.2).
         if m.opts().has_msg_type(MessageType::Nak) && matches!(dest, Destination::Relay(_)) {
             m.set_flags(Flags::default().set_broadcast());
         }
-        encode(&m).map(|b| (b, dest))
+        encode_within(&mut m, max).map(|b| (b, dest))
     });
     Ok(Outcome {
         kind: req.kind,
@@ -1155,15 +1237,9 @@ reservations:
         let mut m = msg(MessageType::Discover, MAC, vec![]);
         m.set_flags(Flags::default().set_broadcast());
         assert_eq!(dest(&mut t, &m).1, Destination::Broadcast);
-        // Neither: unicast to yiaddr via an ARP entry.
+        // Neither: broadcast (no ARP entry without CAP_NET_ADMIN).
         let m = msg(MessageType::Discover, MAC, vec![]);
-        assert_eq!(
-            dest(&mut t, &m).1,
-            Destination::ClientViaArp {
-                ip: ip(100),
-                mac: Mac(MAC)
-            }
-        );
+        assert_eq!(dest(&mut t, &m).1, Destination::Broadcast);
         // A relayed NAK goes to the relay with the broadcast bit set.
         let mut m = msg(
             MessageType::Request,
@@ -1177,6 +1253,96 @@ reservations:
         assert!(r.flags().broadcast());
         assert_eq!(r.giaddr(), ip(9));
         assert!(b.len() >= 300);
+    }
+
+    #[test]
+    fn ciaddr_is_a_destination_only_when_it_is_a_client_address_here() {
+        let mut t = table();
+        let renew = |ciaddr: Ipv4Addr| {
+            let mut m = msg(MessageType::Inform, MAC, vec![]);
+            m.set_ciaddr(ciaddr);
+            m
+        };
+        let dest =
+            |t: &mut LeaseTable, m: &Message| handle(t, &bytes(m), 1000).unwrap().reply.unwrap().1;
+        assert_eq!(dest(&mut t, &renew(ip(100))), Destination::Client(ip(100)));
+        for bad in [
+            Ipv4Addr::BROADCAST,
+            ip(255),                        // the subnet's broadcast
+            ip(0),                          // its network address
+            ip(2),                          // this server
+            ip(1),                          // the gateway
+            Ipv4Addr::new(127, 0, 0, 1),    // loopback
+            Ipv4Addr::new(198, 51, 100, 7), // foreign
+            Ipv4Addr::new(224, 0, 0, 1),
+        ] {
+            assert_eq!(dest(&mut t, &renew(bad)), Destination::Broadcast, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_group_hardware_address_is_refused() {
+        let mut t = table();
+        for mac in [[0xff; 6], [0x01, 0x00, 0x5e, 0, 0, 1]] {
+            let m = msg(MessageType::Discover, mac, vec![]);
+            assert_eq!(
+                handle(&mut t, &bytes(&m), 1000).unwrap_err(),
+                Dropped::GroupHardwareAddress
+            );
+        }
+    }
+
+    #[test]
+    fn replies_fit_576_bytes_unless_option_57_allows_more() {
+        let mut t = table();
+        let big = vec![DhcpOption::ClientIdentifier(vec![7; 250])];
+        let mut m = msg(MessageType::Discover, MAC, big.clone());
+        // Relay agent information of 250 bytes, echoed by default.
+        let mut b = bytes(&m);
+        b.pop();
+        b.extend_from_slice(&[82, 252, 1, 250]);
+        b.extend(std::iter::repeat_n(9u8, 250));
+        b.push(255);
+        let o = handle(&mut t, &b, 1000).unwrap();
+        let (reply, _) = o.reply.unwrap();
+        assert!(reply.len() <= 576 - 28, "{} bytes", reply.len());
+        let r = Message::decode(&mut Decoder::new(&reply)).unwrap();
+        assert!(
+            r.opts().get(OptionCode::SubnetMask).is_some(),
+            "essentials kept"
+        );
+        assert!(
+            r.opts().get(OptionCode::RelayAgentInformation).is_none(),
+            "echo dropped first"
+        );
+        // With option 57 = 1500 the whole reply goes.
+        m.opts_mut().insert(DhcpOption::MaxMessageSize(1500));
+        let mut b = bytes(&m);
+        b.pop();
+        b.extend_from_slice(&[82, 252, 1, 250]);
+        b.extend(std::iter::repeat_n(9u8, 250));
+        b.push(255);
+        let mut t = table();
+        let (reply, _) = handle(&mut t, &b, 1000).unwrap().reply.unwrap();
+        assert!(reply.len() > 576 - 28);
+        let r = Message::decode(&mut Decoder::new(&reply)).unwrap();
+        assert!(r.opts().get(OptionCode::RelayAgentInformation).is_some());
+    }
+
+    #[test]
+    fn options_in_overloaded_file_and_sname_fields_are_read() {
+        let mut t = table();
+        let mut b = bytes(&msg(MessageType::Discover, MAC, vec![]));
+        b.truncate(240);
+        // Option area: overload both fields, no message type here.
+        b.extend_from_slice(&[52, 1, 3, 255]);
+        // file: the message type; sname: a requested address.
+        b[108..111].copy_from_slice(&[53, 1, 1]);
+        b[111] = 255;
+        b[44..50].copy_from_slice(&[50, 4, 192, 0, 2, 105]);
+        b[50] = 255;
+        let o = handle(&mut t, &b, 1000).expect("answered");
+        assert_eq!(o.decision, Decision::Offer { ip: ip(105) });
     }
 
     mod malformed {

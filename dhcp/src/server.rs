@@ -26,11 +26,12 @@
 //! recovery on restart rebuilds the state from what is really on disk.
 //!
 //! Socket: UDP `0.0.0.0:67` with
-//! SO_REUSEADDR and SO_BROADCAST, SO_BINDTODEVICE on the configured
-//! interface (CAP_NET_RAW), and an ARP entry (SIOCSARP, CAP_NET_ADMIN) before
-//! unicasting to a client that has no address yet, with a broadcast fallback
-//! when that is not permitted.
+//! SO_REUSEADDR and SO_BROADCAST and SO_BINDTODEVICE on the configured
+//! interface (unprivileged since Linux 5.7). No capability is needed: a
+//! client without an address gets its reply by broadcast (see
+//! [`crate::pipeline::destination`]).
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
@@ -46,9 +47,9 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::commit::{AckGate, Seq};
 use crate::config::{Config, Mac};
 use crate::lease_store::{LeaseStore, Recovery, decode_records, encode_leases, is_commit};
-use crate::leases::{LeaseTable, Refusal};
+use crate::leases::{LeaseTable, Merged, Refusal};
 use crate::metrics::{self, count, metrics};
-use crate::peer::{Inbox, Pair};
+use crate::peer::{Inbox, MergeReport, Pair};
 use crate::pipeline::{self, Decision, Destination, Outcome, StoreOp};
 
 /// Most datagrams the decision loop handles per turn.
@@ -62,6 +63,17 @@ pub const SYNCS_IN_FLIGHT: usize = 2;
 pub const SERVER_PORT: u16 = 67;
 /// DHCP client port.
 pub const CLIENT_PORT: u16 = 68;
+/// How often one conflict (an address, two MACs) is logged at most.
+const CONFLICT_LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// An expiry on the other server's clock moved onto this server's:
+/// `skew` is how far the other clock is ahead, in seconds.
+pub fn on_local_clock(expires: u64, skew: i64) -> u64 {
+    if expires == 0 {
+        return 0;
+    }
+    u64::try_from(i128::from(expires) - i128::from(skew)).unwrap_or(0)
+}
 
 /// Seconds since the Unix epoch.
 pub fn unix_now() -> u64 {
@@ -98,47 +110,6 @@ pub fn open_socket(interface: Option<&str>, port: u16) -> std::io::Result<UdpSoc
     s.bind(&SocketAddr::from((Ipv4Addr::UNSPECIFIED, port)).into())?;
     s.set_nonblocking(true)?;
     Ok(s.into())
-}
-
-/// Adds a complete ARP entry `ip → mac` (on `interface` when given), so a
-/// unicast reply reaches a client that cannot answer ARP yet. Needs
-/// CAP_NET_ADMIN.
-pub fn set_arp(
-    socket: &UdpSocket,
-    ip: Ipv4Addr,
-    mac: Mac,
-    interface: Option<&str>,
-) -> std::io::Result<()> {
-    // SAFETY: arpreq is plain data; every field we rely on is set below and
-    // the rest is zero, which the kernel accepts.
-    let mut req: libc::arpreq = unsafe { std::mem::zeroed() };
-    let pa = libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: 0,
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(ip).to_be(),
-        },
-        sin_zero: [0; 8],
-    };
-    // SAFETY: sockaddr_in fits in sockaddr (both 16 bytes).
-    req.arp_pa = unsafe { std::mem::transmute::<libc::sockaddr_in, libc::sockaddr>(pa) };
-    req.arp_ha.sa_family = libc::ARPHRD_ETHER;
-    for (i, b) in mac.0.iter().enumerate() {
-        req.arp_ha.sa_data[i] = *b as libc::c_char;
-    }
-    req.arp_flags = libc::ATF_COM;
-    if let Some(name) = interface {
-        for (i, b) in name.bytes().take(libc::IFNAMSIZ - 1).enumerate() {
-            req.arp_dev[i] = b as libc::c_char;
-        }
-    }
-    // SAFETY: a valid fd and a pointer to an initialised arpreq. (The
-    // request's type is c_ulong in glibc and c_int in musl, the images' libc.)
-    let rc = unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCSARP as libc::Ioctl, &req) };
-    if rc < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// Waits until the socket (first) or the pair's wake-up end (second) is
@@ -268,8 +239,9 @@ pub type Reply = (Vec<u8>, Destination, &'static str);
 pub enum Pending {
     /// A reply to send.
     Reply(Reply),
-    /// A lease update from the other server is durable here: answer it.
-    PeerAck(Sender<()>),
+    /// A lease update from the other server is durable here: answer it
+    /// (with what was refused).
+    PeerAck(Sender<MergeReport>, MergeReport),
 }
 
 /// A decided batch waiting to be made durable: its records, then what
@@ -288,18 +260,16 @@ fn deliver(items: Vec<Pending>, out: &mut Sender4) {
     for i in items {
         match i {
             Pending::Reply((bytes, dest, kind)) => out.send(&bytes, dest, kind),
-            Pending::PeerAck(done) => {
-                let _ = done.send(());
+            Pending::PeerAck(done, report) => {
+                let _ = done.send(report);
             }
         }
     }
 }
 
-/// Sends replies; owns the ARP fallback state.
+/// Sends replies.
 struct Sender4 {
     socket: UdpSocket,
-    interface: Option<String>,
-    arp_denied_logged: bool,
 }
 
 impl Sender4 {
@@ -307,8 +277,6 @@ impl Sender4 {
     fn clone_sender(&self) -> std::io::Result<Sender4> {
         Ok(Sender4 {
             socket: self.socket.try_clone()?,
-            interface: self.interface.clone(),
-            arp_denied_logged: self.arp_denied_logged,
         })
     }
 
@@ -317,18 +285,6 @@ impl Sender4 {
             Destination::Relay(ip) => SocketAddrV4::new(ip, SERVER_PORT),
             Destination::Client(ip) => SocketAddrV4::new(ip, CLIENT_PORT),
             Destination::Broadcast => SocketAddrV4::new(Ipv4Addr::BROADCAST, CLIENT_PORT),
-            Destination::ClientViaArp { ip, mac } => {
-                match set_arp(&self.socket, ip, mac, self.interface.as_deref()) {
-                    Ok(()) => SocketAddrV4::new(ip, CLIENT_PORT),
-                    Err(e) => {
-                        if !self.arp_denied_logged {
-                            self.arp_denied_logged = true;
-                            tracing::warn!(error = %e, "cannot add ARP entries (CAP_NET_ADMIN?); broadcasting replies instead");
-                        }
-                        SocketAddrV4::new(Ipv4Addr::BROADCAST, CLIENT_PORT)
-                    }
-                }
-            }
         };
         match send_waiting(&self.socket, bytes, to) {
             Ok(_) => count(&metrics().sent, kind),
@@ -357,6 +313,16 @@ struct CommitState {
     /// failed fsync the page cache cannot be trusted, so a later successful
     /// sync proves nothing) and the decision loop exits with this error.
     failed: Option<String>,
+    /// Addresses whose commit the other server of a pair refused: the next
+    /// ACK released for each is not sent (the gate releases in decision
+    /// order, so that is the refused one).
+    withheld: std::collections::HashSet<Ipv4Addr>,
+}
+
+/// The address an encoded reply gives (BOOTP `yiaddr`).
+fn reply_yiaddr(bytes: &[u8]) -> Option<Ipv4Addr> {
+    let b: [u8; 4] = bytes.get(16..20)?.try_into().ok()?;
+    Some(Ipv4Addr::from(b))
 }
 
 /// One fdatasync to run: it covers every batch up to `seq`.
@@ -367,6 +333,30 @@ struct SyncJob {
 }
 
 impl CommitState {
+    /// Drops the released ACKs of commits the other server refused.
+    fn pass(&mut self, items: Vec<Pending>) -> Vec<Pending> {
+        if self.withheld.is_empty() {
+            return items;
+        }
+        items
+            .into_iter()
+            .filter(|i| match i {
+                Pending::Reply((bytes, _, "ack")) => {
+                    let Some(ip) = reply_yiaddr(bytes) else {
+                        return true;
+                    };
+                    if self.withheld.remove(&ip) {
+                        tracing::warn!(%ip, "ACK not sent: the other server refused the lease (another client holds the address there)");
+                        false
+                    } else {
+                        true
+                    }
+                }
+                _ => true,
+            })
+            .collect()
+    }
+
     /// Starts a sync job when the gate allows one.
     fn next_job(&mut self) -> Option<SyncJob> {
         let seq = self.gate.next_sync()?;
@@ -409,7 +399,7 @@ fn sync_worker(
                 m.store_sync.observe(elapsed.as_secs_f64());
                 m.store_batch.observe(job.records as f64);
                 let released = d.gate.synced(job.seq);
-                (released, d.next_job())
+                (d.pass(released), d.next_job())
             };
             deliver(released, &mut out);
             match more {
@@ -451,7 +441,8 @@ fn start_compaction(
                     d.unsynced_records = 0;
                     let last = d.gate.last_written();
                     let released = if d.failed.is_none() {
-                        d.gate.durable_through(last)
+                        let r = d.gate.durable_through(last);
+                        d.pass(r)
                     } else {
                         Vec::new()
                     };
@@ -530,6 +521,7 @@ fn write_batch(
         jobs.send(job)
             .map_err(|_| anyhow::anyhow!("lease sync workers stopped"))?;
     }
+    let released = d.pass(released);
     drop(d);
     deliver(released, out);
     Ok(())
@@ -543,6 +535,12 @@ pub struct Server {
     reloads: Receiver<Config>,
     durability: Durability,
     pair: Option<Pair>,
+    /// When each conflict was last logged (see `conflict_log`).
+    conflicts_logged: HashMap<(Ipv4Addr, Mac, Mac), Instant>,
+    /// Clients of the other scope seen unanswered while contact is lost.
+    unacked: crate::pair::Unacked,
+    /// When this server started (the clock of `unacked`).
+    started: Instant,
 }
 
 impl Server {
@@ -571,17 +569,43 @@ impl Server {
             reloads,
             durability,
             pair,
+            conflicts_logged: HashMap::new(),
+            unacked: crate::pair::Unacked::default(),
+            started: Instant::now(),
+        }
+    }
+
+    /// Holds back the addresses of lease records the log lost (damaged
+    /// records found at start): none is offered to a new client until its
+    /// lease would have ended (a full lease from now at the latest), but a
+    /// client that asks for it by REQUEST (its owner) gets it, and so does
+    /// the MAC the damaged record seemed to name. Logged and counted.
+    pub fn quarantine_lost(&mut self, recovery: &Recovery) {
+        let now = unix_now();
+        let until = now + u64::from(self.table.config().lease_seconds);
+        for d in &recovery.dropped {
+            let Some((op, l)) = d.unverified else {
+                continue;
+            };
+            if !is_commit(op) {
+                continue;
+            }
+            let suspected = (l.mac != crate::lease_store::DECLINED_MAC).then_some(l.mac);
+            if self.table.quarantine_lost(l.ip, suspected, until, now) {
+                metrics().store_lost_addresses.inc();
+                tracing::warn!(
+                    ip = %l.ip,
+                    suspected_mac = %l.mac,
+                    until,
+                    "address of a damaged lease record held back: offered to nobody until its lease would have ended, unless its owner asks for it"
+                );
+            }
         }
     }
 
     /// Runs until a store error (fatal, see the module docs).
     pub fn run(mut self) -> anyhow::Result<()> {
-        let interface = self.table.config().interface.clone();
-        let sender = |socket: UdpSocket| Sender4 {
-            socket,
-            interface: interface.clone(),
-            arp_denied_logged: false,
-        };
+        let sender = |socket: UdpSocket| Sender4 { socket };
         let mut out = sender(self.socket.try_clone()?);
         let mut store = self
             .store
@@ -594,7 +618,7 @@ impl Server {
         let replication = self
             .pair
             .as_ref()
-            .map(|_| Arc::new(crate::peer::Replication::new()));
+            .map(|p| Arc::new(crate::peer::Replication::new(p.shared.max_records)));
         let mut gate = AckGate::new(SYNCS_IN_FLIGHT);
         if replication.is_some() {
             gate = gate.with_replication();
@@ -607,6 +631,7 @@ impl Server {
             unsynced_records: 0,
             durability: self.durability,
             failed: None,
+            withheld: std::collections::HashSet::new(),
         }));
         if let (Some(p), Some(rep)) = (&self.pair, &replication) {
             for i in 0..crate::peer::REPLICATION_IN_FLIGHT {
@@ -615,9 +640,19 @@ impl Server {
                 std::thread::Builder::new()
                     .name(format!("dhcp-pair-repl-{i}"))
                     .spawn(move || {
-                        crate::peer::replication_worker(pair, rep, |t| {
+                        crate::peer::replication_worker(pair, rep, |(t, refused)| {
                             let released = match commit.lock() {
-                                Ok(mut d) if d.failed.is_none() => d.gate.replicated_through(t),
+                                Ok(mut d) if d.failed.is_none() => {
+                                    // The other server refused these commits:
+                                    // their ACKs are not sent.
+                                    d.withheld.extend(refused);
+                                    let r = if t > 0 {
+                                        d.gate.replicated_through(t)
+                                    } else {
+                                        Vec::new()
+                                    };
+                                    d.pass(r)
+                                }
                                 _ => return,
                             };
                             deliver(released, &mut out);
@@ -713,6 +748,9 @@ impl Server {
                 let o = match pipeline::handle(&mut self.table, &buf[..n], now) {
                     Ok(o) => o,
                     Err(d) => {
+                        if d == pipeline::Dropped::PeerScope {
+                            self.observe_peer_scope(&buf[..n]);
+                        }
                         metrics()
                             .dropped
                             .get_or_create(&metrics::ReasonLabels {
@@ -747,6 +785,27 @@ impl Server {
         }
     }
 
+    /// A request of the other server's scope, not answered here: while
+    /// contact is lost, count its client if it has been asking for long
+    /// (see [`crate::pair::Unacked`]).
+    fn observe_peer_scope(&mut self, datagram: &[u8]) {
+        let Some(pair) = &self.pair else { return };
+        if !pair.shared.state().recovering() {
+            return;
+        }
+        let Ok(req) = pipeline::parse(datagram).and_then(pipeline::classify) else {
+            return;
+        };
+        let wait = u64::from(pair.shared.peer.unacked_wait_ms);
+        let now_ms = self.started.elapsed().as_millis() as u64;
+        let before = self.unacked.count();
+        let n = self.unacked.observe(req.mac, req.msg.secs(), now_ms, wait);
+        if n != before {
+            tracing::warn!(mac = %req.mac, unacked_clients = n, "pair: a client of the other server's scope goes unanswered");
+            pair.shared.set_unacked(n);
+        }
+    }
+
     /// Handles what the pair sent the decision loop: the state, lease
     /// updates from the other server (merged, then made durable before they
     /// are acknowledged) and snapshot requests.
@@ -764,25 +823,29 @@ impl Server {
         let state = pair.shared.state();
         if self.table.share().is_some_and(|s| s.state != state) {
             self.table.set_pair_state(state);
+            if !state.recovering() && self.unacked.count() > 0 {
+                self.unacked.clear();
+                pair.shared.set_unacked(0);
+            }
         }
         let now = unix_now();
         let msgs: Vec<Inbox> = pair.inbox.try_iter().collect();
         for m in msgs {
             match m {
                 Inbox::Records { records, done } => {
-                    let ops = self.merge_peer_records(&records, now);
+                    let (ops, report) = self.merge_peer_records(&records, now);
                     if ops.is_empty() {
                         // Nothing new, but what it repeats may not be
                         // durable yet: answer once it is.
                         let released = match shared.lock() {
-                            Ok(mut d) => d.gate.after_written(vec![Pending::PeerAck(done)]),
+                            Ok(mut d) => d.gate.after_written(vec![Pending::PeerAck(done, report)]),
                             Err(_) => return Err(anyhow::anyhow!("lease sync worker panicked")),
                         };
                         deliver(released, out);
                     } else {
                         let batch = Durable {
                             records: ops,
-                            replies: vec![Pending::PeerAck(done)],
+                            replies: vec![Pending::PeerAck(done, report)],
                             replicate: false,
                         };
                         write_batch(shared, jobs, batch, out)?;
@@ -800,33 +863,100 @@ impl Server {
         Ok(())
     }
 
-    /// Merges the other server's records into the table; the store
-    /// operations that make the merge durable.
-    fn merge_peer_records(&mut self, records: &[u8], now: u64) -> Vec<StoreOp> {
+    /// Merges the other server's records into the table: each is checked
+    /// against the config, its expiry moved onto this server's clock, and
+    /// merged (see [`LeaseTable::merge_peer_commit`]). Returns the store
+    /// operations that make the merge durable and what was refused.
+    fn merge_peer_records(&mut self, records: &[u8], now: u64) -> (Vec<StoreOp>, MergeReport) {
+        let mut report = MergeReport::default();
         let Some(recs) = decode_records(records) else {
-            return Vec::new();
+            return (Vec::new(), report);
         };
+        let skew = self
+            .pair
+            .as_ref()
+            .map_or(0, |p| p.shared.skew_for_records());
+        let m = metrics();
         let mut ops = Vec::new();
-        for (op, l) in recs {
-            if is_commit(op) {
-                match self.table.merge_peer_commit(l, now) {
-                    Ok(Some(l)) => ops.push(StoreOp::Commit(l)),
-                    Ok(None) => {}
-                    Err(c) => {
-                        metrics().pair_conflicts.inc();
-                        tracing::error!(
-                            ip = %c.theirs.ip,
-                            theirs = %c.theirs.mac,
-                            ours = %c.holder,
-                            "pair: the other server leased an address a client of this server holds; kept this server's lease"
-                        );
+        for (op, mut l) in recs {
+            l.expires_unix = on_local_clock(l.expires_unix, skew);
+            let release = !is_commit(op);
+            if let Err(reason) = self.table.check_peer_record(&l, now) {
+                metrics::count_reason(&m.pair_records_refused, reason);
+                report.refuse(l, release, reason);
+                continue;
+            }
+            if release {
+                match self.table.merge_peer_release(l, now) {
+                    Ok(true) => ops.push(StoreOp::Release(l.ip)),
+                    Ok(false) => {}
+                    Err(reason) => {
+                        metrics::count_reason(&m.pair_records_refused, reason);
+                        report.refuse(l, true, reason);
                     }
                 }
-            } else if self.table.merge_peer_release(l.mac, l.ip, now) {
-                ops.push(StoreOp::Release(l.ip));
+                continue;
+            }
+            match self.table.merge_peer_commit(l, now) {
+                Ok(Merged::Stored(l)) => ops.push(StoreOp::Commit(l)),
+                Ok(Merged::Known) => {}
+                Ok(Merged::Replaced { lease, loser }) => {
+                    m.pair_conflicts.inc();
+                    self.conflict_log(lease.ip, loser, lease.mac, "the other server's half: its binding is kept, this server's client gets a NAK at its next renewal");
+                    ops.push(StoreOp::Commit(lease));
+                }
+                Err(c) => {
+                    m.pair_conflicts.inc();
+                    metrics::count_reason(&m.pair_records_refused, "conflict");
+                    self.conflict_log(
+                        c.theirs.ip,
+                        c.holder,
+                        c.theirs.mac,
+                        "this server's half: its binding is kept and the other server's refused",
+                    );
+                    report.refuse(l, false, "another client holds the address");
+                    report.holders.push(c.ours());
+                }
             }
         }
-        ops
+        if !report.refused.is_empty() {
+            let first = &report.refused[0];
+            tracing::warn!(
+                refused = report.refused.len(),
+                first_ip = %first.lease.ip,
+                first_mac = %first.lease.mac,
+                first_expires = first.lease.expires_unix,
+                first_reason = first.reason,
+                "pair: refused lease records from the other server"
+            );
+        }
+        (ops, report)
+    }
+
+    /// Logs a conflict between two live clients for one address, once per
+    /// address and pair of MACs a minute (the counter counts every one).
+    fn conflict_log(&mut self, ip: Ipv4Addr, ours: Mac, theirs: Mac, kept: &'static str) {
+        let now = Instant::now();
+        let key = (ip, ours, theirs);
+        if self
+            .conflicts_logged
+            .get(&key)
+            .is_some_and(|t| now.duration_since(*t) < CONFLICT_LOG_EVERY)
+        {
+            return;
+        }
+        if self.conflicts_logged.len() > 4096 {
+            self.conflicts_logged
+                .retain(|_, t| now.duration_since(*t) < CONFLICT_LOG_EVERY);
+        }
+        self.conflicts_logged.insert(key, now);
+        tracing::error!(
+            %ip,
+            this_server_client = %ours,
+            other_server_client = %theirs,
+            resolution = kept,
+            "pair: one address held by two live clients"
+        );
     }
 
     /// Applies a new config; returns the addresses released because a
@@ -859,6 +989,7 @@ impl Server {
         m.leases_free.set(s.free as i64);
         m.leases_offered.set(s.offered as i64);
         m.leases_declined.set(s.declined as i64);
+        m.leases_lost.set(s.lost as i64);
         let util = if s.pool_size == 0 {
             0.0
         } else {

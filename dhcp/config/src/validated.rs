@@ -23,8 +23,12 @@ pub struct Peer {
     pub token: String,
     /// Heartbeat interval.
     pub heartbeat_ms: u32,
-    /// Silence after which the other server counts as down.
+    /// Silence after which contact with the other server counts as lost.
     pub down_after_ms: u32,
+    /// Unanswered clients of the other scope that make this server take over.
+    pub max_unacked_clients: u32,
+    /// How long a client must have been asking to count as unanswered.
+    pub unacked_wait_ms: u32,
 }
 
 /// A checked reservation.
@@ -46,6 +50,8 @@ impl std::fmt::Debug for Peer {
             .field("token", &"<redacted>")
             .field("heartbeat_ms", &self.heartbeat_ms)
             .field("down_after_ms", &self.down_after_ms)
+            .field("max_unacked_clients", &self.max_unacked_clients)
+            .field("unacked_wait_ms", &self.unacked_wait_ms)
             .finish()
     }
 }
@@ -304,7 +310,13 @@ fn peer(
             format!("{down_after_ms} must be at least twice heartbeat_ms {heartbeat_ms}"),
         ));
     }
+    // Kea's defaults are 10 clients and 10 s; a VLAN of a few dozen
+    // workers has fewer clients to wait for.
+    let max_unacked_clients = 3;
+    let unacked_wait_ms = 10_000;
     Ok(Peer {
+        max_unacked_clients,
+        unacked_wait_ms,
         role: p.role,
         server_ip: p.server_ip,
         api: api.to_string(),
