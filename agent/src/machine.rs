@@ -406,17 +406,22 @@ impl Machine {
                 self.address = Address::Off;
                 Some(NetAction::Remove(DropReason::Lost))
             }
-            Address::Draining { version, .. } => {
+            Address::Draining { version, until } => {
                 let moved_on = match &self.observed {
                     Some((Observation::Found(r), _)) => r.version != *version,
                     _ => true,
                 };
                 if moved_on && !mine {
-                    self.address = Address::Off;
-                    Some(NetAction::Remove(DropReason::Drained))
-                } else {
-                    None
+                    // The next holder wrote; it adds the address as soon as
+                    // its write is answered. Half a period more keeps the
+                    // move free of a gap.
+                    let linger = now + self.timing.retry_period / 2;
+                    self.address = Address::Draining {
+                        version: version.clone(),
+                        until: (*until).min(linger),
+                    };
                 }
+                None
             }
             _ => None,
         }
@@ -470,6 +475,13 @@ impl Machine {
             _ => None,
         };
         Step { before, request }
+    }
+
+    /// True when the next step writes: after a read, the driver writes at
+    /// once, while the version it read is still current (a holder renews
+    /// every period, so a write one period later would always conflict).
+    pub fn wants_to_write(&self, now: Instant) -> bool {
+        matches!(self.decide(now), Request::Write(_))
     }
 
     fn decide(&self, now: Instant) -> Request {
@@ -803,9 +815,11 @@ mod tests {
         // Same version: still draining.
         assert_eq!(m.observe(t0 + ms(400), found(None, "3")), None);
         assert_eq!(m.next(t0 + ms(400)).request, Request::Read);
-        // The next holder wrote: gone.
+        // The next holder wrote: gone half a period later.
+        assert_eq!(m.observe(t0 + ms(600), found(Some(OTHER), "4")), None);
+        assert_eq!(m.fence(t0 + ms(849)), None);
         assert_eq!(
-            m.observe(t0 + ms(600), found(Some(OTHER), "4")),
+            m.fence(t0 + ms(850)),
             Some(NetAction::Remove(DropReason::Drained))
         );
         assert!(m.is_idle());
@@ -898,8 +912,9 @@ mod tests {
         );
         assert!(m.address_on(), "make before break: still answering");
         assert_eq!(m.observe(t0 + ms(500), found(Some(OTHER), "4")), None);
+        assert_eq!(m.observe(t0 + ms(800), found(Some(OTHER), "5")), None);
         assert_eq!(
-            m.observe(t0 + ms(800), found(Some(OTHER), "5")),
+            m.fence(t0 + ms(1050)),
             Some(NetAction::Remove(DropReason::Drained))
         );
     }

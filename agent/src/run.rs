@@ -245,12 +245,15 @@ async fn address_loop(
             ctx.apply(a);
         }
         let timeout = machine.request_timeout(now);
+        let mut write_now = false;
         match step.request {
             Request::Read => match tokio::time::timeout(timeout, lease.read()).await {
                 Ok(Ok(observation)) => {
-                    if let Some(a) = machine.observe(Instant::now().into_std(), observation) {
+                    let seen = Instant::now().into_std();
+                    if let Some(a) = machine.observe(seen, observation) {
                         ctx.apply(a);
                     }
+                    write_now = machine.wants_to_write(seen);
                 }
                 Ok(Err(e)) => debug!(lease = lease.name(), error = %e, "reading the Lease failed"),
                 Err(_) => debug!(lease = lease.name(), "reading the Lease timed out"),
@@ -286,6 +289,9 @@ async fn address_loop(
                 ctx.apply(NetAction::Remove(crate::machine::DropReason::Drained));
             }
             return;
+        }
+        if write_now {
+            continue;
         }
         // Next round after a period, at the fence deadline, or at once when
         // readiness or stopping changes.
