@@ -109,11 +109,12 @@ impl Timing {
 }
 
 impl Default for Timing {
-    /// 1.5 s lease, 1 s renew deadline, 0.5 s period, 2 s home settle: a
-    /// lost holder's address is taken within lease + period = 2 s.
+    /// 1.4 s lease, 1 s renew deadline, 0.5 s period, 2 s home settle: a
+    /// lost holder's address is taken within lease + period = 1.9 s, and
+    /// the fencing margin is 0.4 s.
     fn default() -> Timing {
         Timing {
-            lease_duration: Duration::from_millis(1500),
+            lease_duration: Duration::from_millis(1400),
             renew_deadline: Duration::from_millis(1000),
             retry_period: Duration::from_millis(500),
             home_ready_for: Duration::from_secs(2),
@@ -596,6 +597,11 @@ mod tests {
     const ME: &str = "dns-2-abc";
     const OTHER: &str = "dns-1-xyz";
 
+    /// 1.5 s lease, 1 s renew deadline, 0.5 s period, 2 s home settle.
+    fn timing() -> Timing {
+        Timing::new(ms(1500), ms(1000), ms(500), ms(2000)).unwrap()
+    }
+
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
     }
@@ -622,7 +628,7 @@ mod tests {
 
     /// A machine that holds the Lease since `t0` (written at version 2).
     fn holding(t0: Instant, home: bool) -> Machine {
-        let mut m = Machine::new(ME, home, Timing::default(), false);
+        let mut m = Machine::new(ME, home, timing(), false);
         m.set_ready(t0, true);
         m.observe(t0, found(Some(OTHER), "1"));
         let w = write_of(&m.next(t0 + ms(1600)));
@@ -642,12 +648,12 @@ mod tests {
             Timing::new(ms(1500), ms(1000), ms(0), ms(0)),
             Err(TimingError::ZeroRetry)
         );
-        assert_eq!(Timing::default().fencing_margin(), ms(500));
+        assert_eq!(Timing::default().fencing_margin(), ms(400));
     }
 
     #[test]
     fn first_step_is_a_read() {
-        let mut m = Machine::new(ME, true, Timing::default(), false);
+        let mut m = Machine::new(ME, true, timing(), false);
         m.set_ready(Instant::now(), true);
         assert_eq!(m.next(Instant::now()).request, Request::Read);
     }
@@ -655,7 +661,7 @@ mod tests {
     #[test]
     fn home_creates_a_missing_lease_at_once_others_wait_a_lease_duration() {
         let t0 = Instant::now();
-        let mut home = Machine::new(ME, true, Timing::default(), false);
+        let mut home = Machine::new(ME, true, timing(), false);
         home.set_ready(t0, true);
         home.observe(t0, Observation::Missing);
         let w = write_of(&home.next(t0));
@@ -664,7 +670,7 @@ mod tests {
             (Intent::Acquire, None, Some(ME))
         );
 
-        let mut other = Machine::new(ME, false, Timing::default(), false);
+        let mut other = Machine::new(ME, false, timing(), false);
         other.set_ready(t0, true);
         other.observe(t0, Observation::Missing);
         assert_eq!(other.next(t0 + ms(1400)).request, Request::Read);
@@ -674,7 +680,7 @@ mod tests {
     #[test]
     fn an_unready_replica_never_takes_an_address() {
         let t0 = Instant::now();
-        let mut m = Machine::new(ME, true, Timing::default(), false);
+        let mut m = Machine::new(ME, true, timing(), false);
         m.observe(t0, Observation::Missing);
         assert_eq!(m.next(t0 + ms(5000)).request, Request::Read);
         m.observe(t0, found(None, "3"));
@@ -704,7 +710,7 @@ mod tests {
     #[test]
     fn a_live_holder_is_left_alone_until_its_lease_expires_by_local_time() {
         let t0 = Instant::now();
-        let mut m = Machine::new(ME, false, Timing::default(), false);
+        let mut m = Machine::new(ME, false, timing(), false);
         m.set_ready(t0, true);
         m.observe(t0, found(Some(OTHER), "5"));
         // Renewed (new version) at 1 s: the clock starts again.
@@ -725,7 +731,7 @@ mod tests {
         // time since the version last changed, so a holder whose clock is
         // hours off is judged like any other.
         let t0 = Instant::now();
-        let mut m = Machine::new(ME, false, Timing::default(), false);
+        let mut m = Machine::new(ME, false, timing(), false);
         m.set_ready(t0, true);
         for i in 0..10u64 {
             m.observe(t0 + ms(500 * i), found(Some(OTHER), &i.to_string()));
@@ -738,7 +744,7 @@ mod tests {
         let t0 = Instant::now();
         let mut m = holding(t0, false);
         // Another replica saw the write no earlier than it was sent.
-        let mut other = Machine::new(OTHER, false, Timing::default(), false);
+        let mut other = Machine::new(OTHER, false, timing(), false);
         other.set_ready(t0, true);
         other.observe(t0, found(Some(ME), "2"));
         // Every renewal fails from here on.
@@ -765,7 +771,7 @@ mod tests {
         let (dropped, taken) = (dropped_at.unwrap(), taken_at.unwrap());
         assert_eq!(dropped - t0, ms(1000));
         assert_eq!(taken - t0, ms(1500));
-        assert!(taken - dropped >= Timing::default().fencing_margin());
+        assert!(taken - dropped >= timing().fencing_margin());
     }
 
     #[test]
@@ -774,7 +780,7 @@ mod tests {
         let m = holding(t0, false);
         assert_eq!(m.request_timeout(t0 + ms(700)), ms(300));
         assert_eq!(m.request_timeout(t0 + ms(2000)), ms(1));
-        let idle = Machine::new(ME, false, Timing::default(), false);
+        let idle = Machine::new(ME, false, timing(), false);
         assert_eq!(idle.request_timeout(t0), ms(1000));
     }
 
@@ -847,7 +853,7 @@ mod tests {
     #[test]
     fn a_released_lease_is_taken_at_once() {
         let t0 = Instant::now();
-        let mut m = Machine::new(ME, false, Timing::default(), false);
+        let mut m = Machine::new(ME, false, timing(), false);
         m.set_ready(t0, true);
         m.observe(t0, found(Some(OTHER), "3"));
         m.observe(t0 + ms(100), found(None, "4"));
@@ -861,7 +867,7 @@ mod tests {
     #[test]
     fn home_that_is_ready_long_enough_asks_for_its_address() {
         let t0 = Instant::now();
-        let mut home = Machine::new(ME, true, Timing::default(), false);
+        let mut home = Machine::new(ME, true, timing(), false);
         home.observe(t0, found(Some(OTHER), "3"));
         home.set_ready(t0, true);
         // The holder keeps renewing.
@@ -879,7 +885,7 @@ mod tests {
             (Intent::Want, Some(OTHER), Some(ME), Some("4"), false)
         );
         // A non-home replica never asks.
-        let mut other = Machine::new(ME, false, Timing::default(), false);
+        let mut other = Machine::new(ME, false, timing(), false);
         other.observe(t0, found(Some(OTHER), "3"));
         other.set_ready(t0, true);
         other.observe(t0 + ms(4000), found(Some(OTHER), "5"));
@@ -922,7 +928,7 @@ mod tests {
     #[test]
     fn a_lease_released_for_its_home_waits_for_the_home() {
         let t0 = Instant::now();
-        let mut m = Machine::new(ME, false, Timing::default(), false);
+        let mut m = Machine::new(ME, false, timing(), false);
         m.set_ready(t0, true);
         let mut r = record(None, "4");
         r.wanted_by = Some(OTHER.to_string());
@@ -934,7 +940,7 @@ mod tests {
     #[test]
     fn an_unready_home_withdraws_its_request() {
         let t0 = Instant::now();
-        let mut home = Machine::new(ME, true, Timing::default(), false);
+        let mut home = Machine::new(ME, true, timing(), false);
         let mut r = record(Some(OTHER), "4");
         r.wanted_by = Some(ME.to_string());
         home.observe(t0, Observation::Found(r));
@@ -948,7 +954,7 @@ mod tests {
     #[test]
     fn home_keeps_its_address_found_on_the_interface_when_the_lease_is_free() {
         let t0 = Instant::now();
-        let mut home = Machine::new(ME, true, Timing::default(), true);
+        let mut home = Machine::new(ME, true, timing(), true);
         home.set_ready(t0, true);
         assert_eq!(
             home.next(t0).before,
@@ -966,7 +972,7 @@ mod tests {
     #[test]
     fn an_address_found_on_the_interface_goes_when_another_replica_holds_it() {
         let t0 = Instant::now();
-        let mut home = Machine::new(ME, true, Timing::default(), true);
+        let mut home = Machine::new(ME, true, timing(), true);
         home.observe(t0, found(Some(OTHER), "7"));
         let step = home.next(t0);
         assert_eq!(step.before, Some(NetAction::Remove(DropReason::Unbacked)));

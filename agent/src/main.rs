@@ -87,7 +87,7 @@ struct Args {
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     ready_failures: u32,
     /// How long after a Lease last changed (as seen here) it may be taken.
-    #[arg(long, default_value = "1500ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "1400ms", value_parser = parse_duration)]
     lease_duration: Duration,
     /// How long a holder keeps an address it could not renew. Must be
     /// shorter than --lease-duration: the difference is the fencing margin.

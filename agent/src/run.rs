@@ -281,7 +281,9 @@ async fn address_loop(
         if let Some(a) = machine.fence(now.into_std()) {
             ctx.apply(a);
         }
-        if machine.address_on() {
+        // Only the holder announces: a replica that is handing the
+        // address on must not pull the neighbours back to itself.
+        if machine.holds() {
             ctx.announce_again(now);
         }
         if stopping && (machine.is_idle() || stop_by.is_some_and(|t| now >= t)) {

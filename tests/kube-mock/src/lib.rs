@@ -401,8 +401,14 @@ impl MockApi {
     /// Serves the same API over HTTP on 127.0.0.1 (for a real process with
     /// a kubeconfig), watches included. Also answers `/version`.
     pub async fn serve_http(&self) -> std::net::SocketAddr {
-        use axum::body::Body as HttpBody;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        self.serve_http_on(listener)
+    }
+
+    /// Serves the API on `listener` (e.g. one bound inside a test's own
+    /// network namespace); returns its address.
+    pub fn serve_http_on(&self, listener: tokio::net::TcpListener) -> std::net::SocketAddr {
+        use axum::body::Body as HttpBody;
         let addr = listener.local_addr().unwrap();
         async fn handle(
             axum::extract::State(state): axum::extract::State<Arc<Mutex<State>>>,
