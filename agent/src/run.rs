@@ -272,6 +272,9 @@ async fn address_loop(
                     ?outcome,
                     "Lease written"
                 );
+                // Someone else wrote: read again at once, not a period
+                // later (a holder's renew deadline would pass meanwhile).
+                write_now = outcome == WriteOutcome::Conflict;
                 for a in machine.written(sent, Instant::now().into_std(), &write, outcome) {
                     ctx.apply(a);
                 }

@@ -309,7 +309,6 @@ fn double_answers(arping_out: &str) -> Vec<(String, Vec<String>)> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "root only; the SIGKILL step and its return pass, the node-loss steps still fail (see docs/failover.md, Status): run with --ignored"]
 async fn a_lost_replicas_address_moves_to_the_other_and_goes_home_again() {
     // SAFETY: geteuid has no preconditions.
     assert_eq!(
