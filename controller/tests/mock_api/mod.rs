@@ -25,4 +25,3 @@ pub fn assert_rbac_with(log: &[Recorded], rules: &[oooi_controller::rbac::Rule])
         }
     }
 }
-
