@@ -86,7 +86,10 @@ fn hardware_address(name: &str) -> io::Result<[u8; 6]> {
         *d = s as libc::c_char;
     }
     // SAFETY: SIOCGIFHWADDR fills ifr_hwaddr of a valid ifreq.
-    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFHWADDR, &mut req) } < 0 {
+    // The request's type differs between glibc and musl.
+    #[allow(clippy::unnecessary_cast)]
+    let request = libc::SIOCGIFHWADDR as libc::Ioctl;
+    if unsafe { libc::ioctl(fd.as_raw_fd(), request, &mut req) } < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: the union member the ioctl wrote.
