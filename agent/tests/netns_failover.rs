@@ -1,0 +1,510 @@
+//! The agent binary end to end (root): two replica network namespaces and a
+//! worker namespace on one bridge standing in for the VLAN, a management
+//! bridge to the mocked API (served over HTTP inside the test's own
+//! namespace), the default timing (1.5 s lease, 1 s renew deadline, 0.5 s
+//! period). Each replica runs `python3 -m http.server` as its component
+//! (readiness `/ready`, and `/who` naming the replica on any address). The
+//! worker probes `http://10.77.0.3:8080/who` every 50 ms over TCP and
+//! `arping`s the address all along.
+//!
+//! Steps: SIGKILL of replica 1 (agent and server); its return (the address
+//! goes home); a node loss where the neighbour still answers ARP (every IP
+//! packet dropped in replica 1's namespace); its return; a node loss where
+//! the neighbour is silent (its links down); its return. After each loss
+//! replica 2 answers on 10.77.0.3 within 2 s, the worker's neighbour entry
+//! moves to replica 2's MAC, and no probe fails during a return.
+
+#![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use oooi_kube_mock::MockApi;
+
+const HOME1: &str = "10.77.0.3";
+const HOME2: &str = "10.77.0.6";
+const MAC1: &str = "02:00:00:77:00:01";
+const MAC2: &str = "02:00:00:77:00:02";
+
+fn sh(cmd: &str) {
+    let out = Command::new("sh").args(["-c", cmd]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn output(cmd: &str) -> String {
+    let out = Command::new("sh").args(["-c", cmd]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs `f` on a thread that entered network namespace `ns` (sockets made
+/// there stay there).
+fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let path = format!("/var/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).unwrap();
+        // SAFETY: a valid namespace fd; only this thread moves.
+        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+        f()
+    })
+    .join()
+    .unwrap()
+}
+
+/// Namespaces, bridge and links; removed on drop.
+struct Net {
+    prefix: String,
+}
+
+impl Net {
+    fn ns(&self, name: &str) -> String {
+        format!("{}-{name}", self.prefix)
+    }
+
+    fn build() -> Net {
+        let prefix = format!("agt{}", std::process::id() % 100_000);
+        let net = Net { prefix };
+        let br = net.ns("br");
+        sh(&format!("ip netns add {br}"));
+        sh(&format!(
+            "ip -n {br} link set lo up && ip -n {br} link add br0 type bridge && ip -n {br} link set br0 up && \
+             ip -n {br} link add mg0 type bridge && ip -n {br} addr add 10.78.0.1/24 dev mg0 && ip -n {br} link set mg0 up"
+        ));
+        for (name, vlan, mac, mgmt) in [
+            ("r1", HOME1, MAC1, Some("10.78.0.3")),
+            ("r2", HOME2, MAC2, Some("10.78.0.6")),
+            ("w", "10.77.0.50", "02:00:00:77:00:50", None),
+        ] {
+            let ns = net.ns(name);
+            sh(&format!("ip netns add {ns} && ip -n {ns} link set lo up"));
+            // The VLAN interface: its static address as the CNI gives it.
+            let vlan_if = if mgmt.is_some() { "net1" } else { "eth0" };
+            sh(&format!(
+                "ip -n {br} link add v{name} type veth peer name {vlan_if} netns {ns} && \
+                 ip -n {br} link set v{name} master br0 up && \
+                 ip -n {ns} link set {vlan_if} address {mac} up && \
+                 ip -n {ns} addr add {vlan}/24 dev {vlan_if}"
+            ));
+            if let Some(m) = mgmt {
+                sh(&format!(
+                    "ip -n {br} link add m{name} type veth peer name eth0 netns {ns} && \
+                     ip -n {br} link set m{name} master mg0 up && \
+                     ip -n {ns} addr add {m}/24 dev eth0 && ip -n {ns} link set eth0 up"
+                ));
+            }
+        }
+        net
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for n in ["r1", "r2", "w", "br"] {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &self.ns(n)])
+                .status();
+        }
+    }
+}
+
+/// One replica: its component stand-in and its agent.
+struct Replica {
+    name: String,
+    ns: String,
+    dir: tempfile::TempDir,
+    server: Option<Child>,
+    agent: Option<Child>,
+}
+
+impl Replica {
+    fn new(net: &Net, name: &str) -> Replica {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("who"), name).unwrap();
+        std::fs::write(dir.path().join("ready"), "ok").unwrap();
+        Replica {
+            name: name.to_string(),
+            ns: net.ns(name),
+            dir,
+            server: None,
+            agent: None,
+        }
+    }
+
+    fn start_server(&mut self) {
+        let child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.ns,
+                "/usr/bin/python3",
+                "-m",
+                "http.server",
+                "8080",
+            ])
+            .args(["--bind", "0.0.0.0", "--directory"])
+            .arg(self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.server = Some(child);
+    }
+
+    fn start_agent(&mut self, kubeconfig: &std::path::Path, home: &str, log: &std::path::Path) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        let child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.ns,
+                env!("CARGO_BIN_EXE_oooi-addr-agent"),
+            ])
+            .args(["--identity", &self.name, "--namespace", "oooi-system"])
+            .args(["--lease-prefix", "vlan77-dns", "--interface", "net1"])
+            .args([
+                "--address",
+                &format!("{HOME1}/24,{HOME2}/24"),
+                "--home",
+                home,
+            ])
+            .args(["--ready-url", "http://127.0.0.1:8080/ready"])
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "info")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.agent = Some(child);
+    }
+
+    fn kill(&mut self) {
+        for c in [self.agent.take(), self.server.take()]
+            .into_iter()
+            .flatten()
+        {
+            let mut c = c;
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn has(&self, ip: &str) -> bool {
+        output(&format!("ip -n {} -4 -o addr show dev net1", self.ns))
+            .contains(&format!("inet {ip}/"))
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One probe of the worker: when, and which replica answered, or why not:
+/// `connect` (no connection within 250 ms: nobody answers the address) or
+/// `reset` (connected, then reset or no answer: the address moved while
+/// the request was in flight).
+type Probe = (Instant, Result<String, &'static str>);
+
+/// Probes http://10.77.0.3:8080/who from the worker every 50 ms.
+fn start_prober(ns: &str, stop: Arc<AtomicBool>) -> Arc<Mutex<Vec<Probe>>> {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let (l, ns) = (log.clone(), ns.to_string());
+    std::thread::spawn(move || {
+        in_netns(&ns, move || {
+            let to: SocketAddr = format!("{HOME1}:8080").parse().unwrap();
+            while !stop.load(Ordering::SeqCst) {
+                let t = Instant::now();
+                let who = (|| {
+                    // Short: a SYN to a MAC that is gone is only retried
+                    // after 1 s, which would hide when the address moved.
+                    let mut s = TcpStream::connect_timeout(&to, Duration::from_millis(250))
+                        .map_err(|_| "connect")?;
+                    s.set_read_timeout(Some(Duration::from_secs(1)))
+                        .map_err(|_| "reset")?;
+                    s.write_all(b"GET /who HTTP/1.0\r\n\r\n")
+                        .map_err(|_| "reset")?;
+                    let mut body = String::new();
+                    s.read_to_string(&mut body).map_err(|_| "reset")?;
+                    body.rsplit("\r\n\r\n")
+                        .next()
+                        .map(str::to_string)
+                        .ok_or("reset")
+                })();
+                l.lock().unwrap().push((t, who));
+                std::thread::sleep(Duration::from_millis(50).saturating_sub(t.elapsed()));
+            }
+        })
+    });
+    log
+}
+
+/// From `since`: how long until the first answer by `who`.
+fn answered_by(probes: &Arc<Mutex<Vec<Probe>>>, since: Instant, who: &str) -> Option<Duration> {
+    let p = probes.lock().unwrap();
+    p.iter()
+        .find(|(t, w)| *t >= since && w.as_deref() == Ok(who))
+        .map(|(t, _)| *t - since)
+}
+
+fn failures(probes: &Arc<Mutex<Vec<Probe>>>, since: Instant, kind: &str) -> usize {
+    let p = probes.lock().unwrap();
+    p.iter()
+        .filter(|(t, w)| *t >= since && *w == Err(kind))
+        .count()
+}
+
+fn neighbour_mac(w: &str) -> String {
+    output(&format!("ip -n {w} neigh show {HOME1}"))
+}
+
+async fn wait(limit: Duration, mut cond: impl FnMut() -> bool) -> Option<Duration> {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        if cond() {
+            return Some(t0.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
+/// The arping monitor: probes with two MACs answering (from its output).
+fn double_answers(arping_out: &str) -> Vec<(String, Vec<String>)> {
+    let mut by_index: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    for line in arping_out.lines() {
+        // "42 bytes from 02:00:00:77:00:01 (10.77.0.3): index=17 time=..."
+        let (Some(mac), Some(index)) = (
+            line.split("from ").nth(1).and_then(|r| r.split(' ').next()),
+            line.split("index=")
+                .nth(1)
+                .and_then(|r| r.split(' ').next()),
+        ) else {
+            continue;
+        };
+        by_index
+            .entry(index.to_string())
+            .or_default()
+            .insert(mac.to_lowercase());
+    }
+    by_index
+        .into_iter()
+        .filter(|(_, macs)| macs.len() > 1)
+        .map(|(i, m)| (i, m.into_iter().collect()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_replicas_address_moves_to_the_other_and_goes_home_again() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test builds network namespaces: run it as root"
+    );
+    let net = Net::build();
+    let (w, r1ns) = (net.ns("w"), net.ns("r1"));
+    let mock = MockApi::start();
+    let br = net.ns("br");
+    let listener = in_netns(&br, || {
+        let l = std::net::TcpListener::bind("10.78.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
+        l
+    });
+    let api = mock.serve_http_on(tokio::net::TcpListener::from_std(listener).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: mock\n\
+             clusters: [{{name: mock, cluster: {{server: \"http://{api}\"}}}}]\n\
+             contexts: [{{name: mock, context: {{cluster: mock, user: mock, namespace: oooi-system}}}}]\n\
+             users: [{{name: mock, user: {{}}}}]\n"
+        ),
+    )
+    .unwrap();
+    let logs = (dir.path().join("r1.log"), dir.path().join("r2.log"));
+    let mut r1 = Replica::new(&net, "r1");
+    let mut r2 = Replica::new(&net, "r2");
+    r1.start_server();
+    r2.start_server();
+    r1.start_agent(&kubeconfig, HOME1, &logs.0);
+    r2.start_agent(&kubeconfig, HOME2, &logs.1);
+    let show_logs = || {
+        format!(
+            "r1:\n{}\nr2:\n{}",
+            std::fs::read_to_string(&logs.0).unwrap_or_default(),
+            std::fs::read_to_string(&logs.1).unwrap_or_default()
+        )
+    };
+    let lease = "/apis/coordination.k8s.io/v1/namespaces/oooi-system/leases/vlan77-dns-10-77-0-3";
+    let holder = |m: &MockApi| {
+        m.get(lease)
+            .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
+    };
+    wait(Duration::from_secs(10), || {
+        holder(&mock).as_deref() == Some("r1")
+    })
+    .await
+    .unwrap_or_else(|| panic!("r1 never took its Lease\n{}", show_logs()));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let probes = start_prober(&w, stop.clone());
+    let arping = Command::new("ip")
+        .args([
+            "netns", "exec", &w, "arping", "-i", "eth0", "-W", "0.1", "-c", "100000", HOME1,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Steady state: r1 answers (the stand-in server may be slow to start
+    // on a loaded machine), then a second of answers.
+    let started = Instant::now();
+    wait(Duration::from_secs(10), || {
+        answered_by(&probes, started, "r1").is_some()
+    })
+    .await
+    .unwrap_or_else(|| panic!("steady state: r1 never answered\n{}", show_logs()));
+    let t = Instant::now();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        answered_by(&probes, t, "r1").is_some(),
+        "steady state: r1 answers"
+    );
+    assert_eq!(
+        failures(&probes, t, "connect") + failures(&probes, t, "reset"),
+        0
+    );
+    assert!(neighbour_mac(&w).contains(MAC1), "{}", neighbour_mac(&w));
+
+    let mut figures = Vec::new();
+    let losses: [(&str, &str, &str); 3] = [
+        ("SIGKILL of replica 1 (agent and server)", "", ""),
+        (
+            "node loss, neighbour answers (IP dropped in replica 1)",
+            "iptables -A INPUT -i lo -j ACCEPT && iptables -A OUTPUT -o lo -j ACCEPT && iptables -P INPUT DROP && iptables -P OUTPUT DROP",
+            "iptables -P INPUT ACCEPT && iptables -P OUTPUT ACCEPT && iptables -F",
+        ),
+        (
+            "node loss, neighbour silent (replica 1's links down)",
+            "ip link set net1 down && ip link set eth0 down",
+            "ip link set net1 up && ip link set eth0 up",
+        ),
+    ];
+    for (what, cut, restore) in losses {
+        let lost = Instant::now();
+        if cut.is_empty() {
+            r1.kill();
+        } else {
+            sh(&format!("ip netns exec {r1ns} sh -c '{cut}'"));
+        }
+        let added = wait(Duration::from_secs(5), || r2.has(HOME1))
+            .await
+            .unwrap_or_else(|| panic!("{what}: r2 never added {HOME1}\n{}", show_logs()));
+        let took = wait(Duration::from_secs(5), || {
+            answered_by(&probes, lost, "r2").is_some()
+        })
+        .await
+        .map(|_| answered_by(&probes, lost, "r2").unwrap())
+        .unwrap_or_else(|| panic!("{what}: r2 never answered on {HOME1}\n{}", show_logs()));
+        assert!(
+            neighbour_mac(&w).contains(MAC2),
+            "{what}: {}",
+            neighbour_mac(&w)
+        );
+        figures.push(format!(
+            "{what}: {HOME1} added on r2 after {added:?}, first answer by r2 after {took:?}"
+        ));
+        assert!(
+            added <= Duration::from_millis(2000),
+            "{what}: added after {added:?}"
+        );
+        assert!(
+            took <= Duration::from_millis(2300),
+            "{what}: answered after {took:?}"
+        );
+
+        // The owner returns.
+        if cut.is_empty() {
+            r1.start_server();
+            r1.start_agent(&kubeconfig, HOME1, &logs.0);
+        } else {
+            sh(&format!("ip netns exec {r1ns} sh -c '{restore}'"));
+        }
+        let back = Instant::now();
+        wait(Duration::from_secs(10), || {
+            answered_by(&probes, back, "r1").is_some() && r1.has(HOME1) && !r2.has(HOME1)
+        })
+        .await
+        .unwrap_or_else(|| panic!("{what}: {HOME1} never went home\n{}", show_logs()));
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let home = answered_by(&probes, back, "r1").unwrap();
+        let (unanswered, reset) = (
+            failures(&probes, back, "connect"),
+            failures(&probes, back, "reset"),
+        );
+        let trace = || {
+            let p = probes.lock().unwrap();
+            p.iter()
+                .filter(|(t, _)| *t >= back)
+                .map(|(t, w)| format!("{:?} {w:?}", *t - back))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        assert_eq!(
+            unanswered,
+            0,
+            "{what}: the address went unanswered while it went home\n{}\n{}",
+            trace(),
+            show_logs()
+        );
+        assert!(
+            reset <= 1,
+            "{what}: {reset} requests in flight were reset by the move home"
+        );
+        assert!(
+            neighbour_mac(&w).contains(MAC1),
+            "{what}: {}",
+            neighbour_mac(&w)
+        );
+        figures.push(format!(
+            "  owner back: answered by r1 after {home:?}; unanswered connects 0, requests in flight reset by the move {reset}"
+        ));
+    }
+    stop.store(true, Ordering::SeqCst);
+    let _ = Command::new("kill").arg(arping.id().to_string()).status();
+    let out = arping.wait_with_output().unwrap();
+    let arp = String::from_utf8_lossy(&out.stdout);
+    let doubles = double_answers(&arp);
+    let answered = arp.lines().filter(|l| l.contains("index=")).count();
+    figures.push(format!(
+        "arping {HOME1} every 100 ms: {answered} answers, {} probes answered by two MACs",
+        doubles.len()
+    ));
+    for f in &figures {
+        println!("{f}");
+    }
+    assert!(answered > 50, "arping answered {answered} times:\n{arp}");
+    // Two MACs only in the hand-back's make-before-break window (half a
+    // period plus one read, at most the 1 s renew deadline): at most a few
+    // 100 ms probes per return.
+    assert!(doubles.len() <= 3 * 10, "{doubles:?}");
+    let p = probes.lock().unwrap();
+    println!("{} probes in all", p.len());
+}
