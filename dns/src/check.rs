@@ -36,7 +36,16 @@ fn line(out: &mut String, view: &View, shown: &str, name: &LowerName) {
 pub fn report(config: &Config) -> String {
     let mut out = String::new();
     for v in &config.views {
-        let listen: Vec<String> = v.listen.iter().map(|a| a.to_string()).collect();
+        let listen: Vec<String> = v
+            .listen
+            .iter()
+            .map(|a| a.to_string())
+            .chain(
+                v.pod_ip_ports
+                    .iter()
+                    .map(|p| format!("{}:{p}", crate::config::POD_IP)),
+            )
+            .collect();
         let clients = if v.source_subnets.is_empty() {
             "any client".to_string()
         } else {
@@ -78,5 +87,12 @@ pub fn report(config: &Config) -> String {
             ups.join(", ")
         }
     );
+    for c in config.health.iter().flat_map(|h| h.checks.iter()) {
+        let _ = writeln!(
+            out,
+            "health: {} answered while {} passes",
+            c.address, c.target
+        );
+    }
     out
 }
