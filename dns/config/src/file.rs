@@ -142,8 +142,10 @@ pub struct RawCluster {
     pub base_domain: String,
     /// VLAN address of the proxy (Envoy) for the control-plane names: one
     /// address, or a list with one address per proxy replica. Every name is
-    /// answered with all of them, in the order given (clients that fail to
-    /// connect to one try the next).
+    /// answered with all of them (those failing their `health` check left
+    /// out while another passes), rotated per query so that clients spread
+    /// over the replicas (clients that fail to connect to one try the
+    /// next).
     pub proxy: Addresses,
     /// Address of the proxy reachable from the pod network. When set, the
     /// pod view answers the control-plane names (`names`) with it; unset,
