@@ -161,28 +161,25 @@ impl Forwarder {
             return Some(m);
         }
         let name = name_hash(&key);
-        let plan: Vec<SocketAddr> = match self.health.lock() {
-            Ok(mut health) => up
-                .servers
-                .iter()
-                .filter(|s| {
-                    health
-                        .entry(**s)
-                        .or_default()
-                        .plan(now, up.timeout.saturating_mul(2))
-                        != Use::Skip
-                })
-                .copied()
-                .collect(),
-            Err(_) => up.servers.clone(),
-        };
         let mut msg = Message::query();
         msg.metadata.id = rand::random();
         msg.metadata.recursion_desired = true;
         msg.add_query(query.clone());
         let bytes = msg.to_vec().ok()?;
         let mut fallback = None;
-        for server in plan {
+        for &server in &up.servers {
+            // Decided when the upstream's turn comes, so that a probe is
+            // claimed only by a query that really sends it.
+            let turn = match self.health.lock() {
+                Ok(mut health) => health
+                    .entry(server)
+                    .or_default()
+                    .plan(Instant::now(), up.timeout.saturating_mul(2)),
+                Err(_) => Use::Ask,
+            };
+            if turn == Use::Skip {
+                continue;
+            }
             match ask(server, &bytes, msg.metadata.id, up.timeout).await {
                 Some(m) => {
                     self.note(server, |h| h.answered());
