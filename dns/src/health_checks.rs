@@ -133,3 +133,65 @@ pub async fn run(engine: Arc<Engine>) {
 pub fn spawn(engine: Arc<Engine>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(run(engine))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn http(port: u16) -> CheckTarget {
+        CheckTarget::Http {
+            host: "127.0.0.1".to_string(),
+            port,
+            path: "/ready".to_string(),
+        }
+    }
+
+    /// An endpoint that accepts but never answers fails within the timeout;
+    /// a closed port fails at once; any status but 200 fails.
+    #[tokio::test]
+    async fn a_check_fails_on_silence_refusal_and_other_statuses() {
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = silent.local_addr().expect("addr").port();
+        let started = std::time::Instant::now();
+        let err = check(&http(port), Duration::from_millis(200))
+            .await
+            .expect_err("silent");
+        assert!(err.contains("no result within 200 ms"), "{err}");
+        assert!(started.elapsed() < Duration::from_millis(1000));
+        drop(silent);
+        let err = check(
+            &CheckTarget::Tcp {
+                host: "127.0.0.1".to_string(),
+                port,
+            },
+            Duration::from_millis(200),
+        )
+        .await
+        .expect_err("closed");
+        assert!(err.starts_with("connect:"), "{err}");
+
+        let server = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = server.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            for status in ["200 OK", "503 Service Unavailable"] {
+                let Ok((mut s, _)) = server.accept().await else {
+                    return;
+                };
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf).await;
+                let reply = format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\n\r\n");
+                let _ = s.write_all(reply.as_bytes()).await;
+            }
+        });
+        assert_eq!(check(&http(port), Duration::from_millis(500)).await, Ok(()));
+        let err = check(&http(port), Duration::from_millis(500))
+            .await
+            .expect_err("503");
+        assert_eq!(err, "status 503");
+    }
+}
