@@ -36,7 +36,16 @@ fn line(out: &mut String, view: &View, shown: &str, name: &LowerName) {
 pub fn report(config: &Config) -> String {
     let mut out = String::new();
     for v in &config.views {
-        let listen: Vec<String> = v.listen.iter().map(|a| a.to_string()).collect();
+        let listen: Vec<String> = v
+            .listen
+            .iter()
+            .map(|a| a.to_string())
+            .chain(
+                v.pod_ip_ports
+                    .iter()
+                    .map(|p| format!("{}:{p}", crate::config::POD_IP)),
+            )
+            .collect();
         let clients = if v.source_subnets.is_empty() {
             "any client".to_string()
         } else {
@@ -78,5 +87,47 @@ pub fn report(config: &Config) -> String {
             ups.join(", ")
         }
     );
+    for c in config.health.iter().flat_map(|h| h.checks.iter()) {
+        let _ = writeln!(
+            out,
+            "health: {} answered while {} passes",
+            c.address, c.target
+        );
+    }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_shows_pod_address_listeners_and_health_checks() {
+        let c = Config::parse(
+            r#"
+health:
+  checks:
+    - { address: 192.0.2.4, tcp: "10.128.0.7:8443" }
+    - { address: 192.0.2.5, http: "http://proxy-2.oooi.svc:8080/ready" }
+clusters:
+  - { name: c1, base_domain: example.com, proxy: [192.0.2.4, 192.0.2.5] }
+views:
+  - { name: vlan, kind: vlan, listen: ["192.0.2.3:53"] }
+  - { name: pod, kind: pod, listen: ["$(POD_IP):5353"] }
+"#,
+        )
+        .expect("config");
+        let r = report(&c);
+        assert!(r.contains("view pod on $(POD_IP):5353 (any client)"), "{r}");
+        assert!(
+            r.contains("health: 192.0.2.4 answered while tcp://10.128.0.7:8443 passes"),
+            "{r}"
+        );
+        assert!(
+            r.contains(
+                "health: 192.0.2.5 answered while http://proxy-2.oooi.svc:8080/ready passes"
+            ),
+            "{r}"
+        );
+    }
 }

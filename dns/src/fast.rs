@@ -263,17 +263,19 @@ impl FastTables {
 
     /// Answers `query` for view number `view` into `out`, or says why not.
     /// Forwarded names are answered from `forwarder`'s cache when warm.
+    /// Several addresses are rotated left by `rot` (see [`crate::spread`]).
     pub fn respond(
         &self,
         view: usize,
         query: &[u8],
         out: &mut [u8; MAX_REPLY],
         forwarder: &Forwarder,
+        rot: usize,
     ) -> Fast {
         let Some(v) = self.views.get(view) else {
             return Fast::Slow;
         };
-        respond(v, query, out, forwarder)
+        respond(v, query, out, forwarder, rot)
     }
 }
 
@@ -295,8 +297,8 @@ struct Opt {
     dnssec_ok: bool,
 }
 
-/// Writes the header, the question and `body`, then the OPT; returns the
-/// reply length. The caller checked the size.
+/// Writes the header, the question and `body` (its two parts in order),
+/// then the OPT; returns the reply length. The caller checked the size.
 #[allow(clippy::too_many_arguments)]
 fn write_reply(
     out: &mut [u8; MAX_REPLY],
@@ -305,7 +307,7 @@ fn write_reply(
     authoritative: bool,
     rcode: u8,
     counts: [u16; 3],
-    body: &[u8],
+    body: [&[u8]; 2],
     edns: Option<Opt>,
 ) -> usize {
     out[0] = q[0];
@@ -319,8 +321,11 @@ fn write_reply(
     let additional = counts[2] + u16::from(edns.is_some());
     out[10..12].copy_from_slice(&additional.to_be_bytes());
     out[12..qend].copy_from_slice(&q[12..qend]);
-    let mut w = qend + body.len();
-    out[qend..w].copy_from_slice(body);
+    let mut w = qend;
+    for part in body {
+        out[w..w + part.len()].copy_from_slice(part);
+        w += part.len();
+    }
     if let Some(opt) = edns {
         // Our OPT: root owner, buffer size, no extended rcode, version 0,
         // the client's DO bit (RFC 3225), no options.
@@ -334,7 +339,7 @@ fn write_reply(
     w
 }
 
-fn respond(v: &FastView, q: &[u8], out: &mut [u8; MAX_REPLY], fwd: &Forwarder) -> Fast {
+fn respond(v: &FastView, q: &[u8], out: &mut [u8; MAX_REPLY], fwd: &Forwarder, rot: usize) -> Fast {
     if !answerable(q) {
         return Fast::Drop;
     }
@@ -430,7 +435,7 @@ fn respond(v: &FastView, q: &[u8], out: &mut [u8; MAX_REPLY], fwd: &Forwarder) -
             if qend + w.body.len() + opt > limit {
                 return Fast::Slow;
             }
-            let n = write_reply(out, q, qend, false, w.rcode, w.counts, &w.body, edns);
+            let n = write_reply(out, q, qend, false, w.rcode, w.counts, [&w.body, &[]], edns);
             for &at in &w.ttl_offsets {
                 let t = qend + at;
                 let ttl = u32::from_be_bytes([out[t], out[t + 1], out[t + 2], out[t + 3]]);
@@ -455,6 +460,13 @@ fn respond(v: &FastView, q: &[u8], out: &mut [u8; MAX_REPLY], fwd: &Forwarder) -
         // Truncation is the handler's job.
         return Fast::Slow;
     }
+    // Address records all have the size of the asked type: rotating the
+    // list is splitting the body at a record boundary.
+    let split = match (r.answers, r.authorities) {
+        (n, 0) if n > 1 => r.body.len() / usize::from(n) * (rot % usize::from(n)),
+        _ => 0,
+    };
+    let (head, tail) = r.body.split_at(split);
     let w = write_reply(
         out,
         q,
@@ -462,7 +474,7 @@ fn respond(v: &FastView, q: &[u8], out: &mut [u8; MAX_REPLY], fwd: &Forwarder) -
         true,
         r.rcode,
         [r.answers, r.authorities, 0],
-        &r.body,
+        [tail, head],
         edns,
     );
     r.counter.inc();

@@ -1,6 +1,8 @@
 //! Forwarding to the upstream resolvers: UDP with a timeout per upstream,
-//! TCP when the answer is truncated, failover in order, a TTL-bounded cache,
-//! and a short window of immediate SERVFAIL after every upstream failed.
+//! TCP when the answer is truncated, failover in order past upstreams that
+//! fail or answer with an error, per-upstream health from many queries
+//! ([`crate::upstream_health`]), a TTL-bounded cache, and stale answers
+//! from it while no upstream answers (RFC 8767).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -12,6 +14,7 @@ use hickory_proto::rr::{LowerName, Name, Record};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::config::Upstreams;
+use crate::upstream_health::{Change, DOWN_AFTER_NAMES, UpstreamHealth, Use};
 
 /// A cached upstream answer in wire form, for the fast path: the sections
 /// that follow the question, as the handler would encode them.
@@ -46,12 +49,12 @@ pub fn cache_key(name: &LowerName, qtype: u16) -> Box<[u8]> {
     k.into_boxed_slice()
 }
 
-/// Forwarding state shared by every listener: the answer cache and the time
-/// until which all upstreams are considered down.
+/// Forwarding state shared by every listener: the answer cache and what
+/// recent queries say about each upstream.
 #[derive(Default)]
 pub struct Forwarder {
     cache: Mutex<HashMap<Key, Cached>>,
-    down_until: Mutex<Option<Instant>>,
+    health: Mutex<HashMap<SocketAddr, UpstreamHealth>>,
 }
 
 /// Seconds left until `expires`, for TTL capping.
@@ -127,98 +130,200 @@ impl Forwarder {
         Some(f(c.wire.as_ref()?, left(c.expires, now)))
     }
 
-    /// Answers from the cache, or asks the upstreams. None means SERVFAIL.
-    pub async fn resolve(&self, up: &Upstreams, query: &Query) -> Option<Message> {
-        let key = cache_key(&LowerName::new(query.name()), query.query_type().into());
-        let now = Instant::now();
-        if let Ok(cache) = self.cache.lock()
-            && let Some(Cached {
-                expires, message, ..
-            }) = cache.get(&key)
-            && *expires > now
-        {
-            let left = left(*expires, now);
-            let mut m = message.clone();
-            for r in m.answers.iter_mut().chain(m.authorities.iter_mut()) {
-                r.ttl = r.ttl.min(left);
-            }
-            return Some(m);
-        }
-        if let Ok(d) = self.down_until.lock()
-            && d.is_some_and(|t| t > now)
-        {
+    /// The cached answer under `key`: fresh (TTLs capped to the time left),
+    /// or, with `stale` above zero, expired for less than `stale` (TTLs set
+    /// to [`STALE_TTL`], RFC 8767).
+    fn cached(&self, key: &[u8], now: Instant, stale: Duration) -> Option<Message> {
+        let cache = self.cache.lock().ok()?;
+        let c = cache.get(key)?;
+        let fresh = c.expires > now;
+        if !fresh && (stale.is_zero() || now >= c.expires + stale) {
             return None;
         }
-        let Some(m) = forward(up, query).await else {
-            if let Ok(mut d) = self.down_until.lock() {
-                *d = Some(Instant::now() + up.down_backoff);
-            }
-            return None;
-        };
-        if up.cache_entries > 0 && m.metadata.response_code != ResponseCode::ServFail {
-            let ttl = m
-                .answers
-                .iter()
-                .chain(m.authorities.iter())
-                .map(|r| r.ttl)
-                .min()
-                .unwrap_or(0)
-                .min(up.max_cache_ttl);
-            if ttl > 0
-                && let Ok(mut cache) = self.cache.lock()
-            {
-                if cache.len() >= up.cache_entries {
-                    cache.retain(|_, c| c.expires > now);
-                    if cache.len() >= up.cache_entries {
-                        cache.clear();
-                    }
-                }
-                cache.insert(
-                    key,
-                    Cached {
-                        expires: now + Duration::from_secs(u64::from(ttl)),
-                        message: m.clone(),
-                        wire: wire_answer(query, &m),
-                    },
-                );
-            }
+        let left = left(c.expires.max(now), now);
+        let mut m = c.message.clone();
+        for r in m.answers.iter_mut().chain(m.authorities.iter_mut()) {
+            r.ttl = if fresh { r.ttl.min(left) } else { STALE_TTL };
         }
         Some(m)
     }
-}
 
-/// Sends `query` to each upstream in order; first good answer wins.
-async fn forward(up: &Upstreams, query: &Query) -> Option<Message> {
-    let mut msg = Message::query();
-    msg.metadata.id = rand::random();
-    msg.metadata.recursion_desired = true;
-    msg.add_query(query.clone());
-    let bytes = msg.to_vec().ok()?;
-    for server in &up.servers {
-        let started = std::time::Instant::now();
-        let res =
-            tokio::time::timeout(up.timeout, exchange(*server, &bytes, msg.metadata.id)).await;
-        match res {
-            Ok(Ok(m)) => {
-                crate::metrics::metrics()
-                    .upstream_duration
-                    .get_or_create(&crate::metrics::UpstreamLabels {
-                        upstream: server.to_string(),
-                    })
-                    .observe(started.elapsed().as_secs_f64());
-                tracing::debug!(%server, ms = started.elapsed().as_millis() as u64, "upstream answered");
-                return Some(m);
-            }
-            Ok(Err(e)) => tracing::warn!(%server, error = %e, "upstream failed"),
-            Err(_) => tracing::warn!(%server, "upstream timed out"),
+    /// Answers from the cache, or asks the upstreams: in order, skipping
+    /// those that count as down (one query at a time probes them), trying
+    /// the next after a timeout, an error or an answer other than NOERROR
+    /// and NXDOMAIN. When none gives one, an expired cached answer is served
+    /// if it is recent enough (RFC 8767), else the last upstream's error
+    /// answer. None means SERVFAIL.
+    pub async fn resolve(&self, up: &Upstreams, query: &Query) -> Option<Message> {
+        let key = cache_key(&LowerName::new(query.name()), query.query_type().into());
+        let now = Instant::now();
+        if let Some(m) = self.cached(&key, now, Duration::ZERO) {
+            return Some(m);
         }
-        crate::metrics::metrics()
-            .upstream_failures
+        let name = name_hash(&key);
+        let mut msg = Message::query();
+        msg.metadata.id = rand::random();
+        msg.metadata.recursion_desired = true;
+        msg.add_query(query.clone());
+        let bytes = msg.to_vec().ok()?;
+        let mut fallback = None;
+        for &server in &up.servers {
+            // Decided when the upstream's turn comes, so that a probe is
+            // claimed only by a query that really sends it.
+            let turn = match self.health.lock() {
+                Ok(mut health) => health
+                    .entry(server)
+                    .or_default()
+                    .plan(Instant::now(), up.timeout.saturating_mul(2)),
+                Err(_) => Use::Ask,
+            };
+            if turn == Use::Skip {
+                continue;
+            }
+            match ask(server, &bytes, msg.metadata.id, up.timeout).await {
+                Some(m) => {
+                    self.note(server, |h| h.answered());
+                    if matches!(
+                        m.metadata.response_code,
+                        ResponseCode::NoError | ResponseCode::NXDomain
+                    ) {
+                        self.store(up, key, query, &m);
+                        return Some(m);
+                    }
+                    tracing::debug!(%server, rcode = %m.metadata.response_code, "upstream gave an error answer, trying the next");
+                    fallback = Some(m);
+                }
+                None => self.note(server, |h| h.failed(name, Instant::now(), up.down_backoff)),
+            }
+        }
+        if let Some(m) = self.cached(&key, Instant::now(), up.serve_stale) {
+            crate::metrics::metrics().stale_answers.inc();
+            tracing::debug!(name = %query.name(), "no upstream answered: serving a stale answer");
+            return Some(m);
+        }
+        fallback
+    }
+
+    /// Sets `oooi_dns_upstream_up` of each of `servers` from what is known.
+    pub fn prime_metrics(&self, servers: &[SocketAddr]) {
+        let Ok(health) = self.health.lock() else {
+            return;
+        };
+        for s in servers {
+            let down = health.get(s).is_some_and(UpstreamHealth::is_down);
+            crate::metrics::metrics()
+                .upstream_up
+                .get_or_create(&crate::metrics::UpstreamLabels {
+                    upstream: s.to_string(),
+                })
+                .set(i64::from(!down));
+        }
+    }
+
+    /// Applies `f` to `server`'s health and reports a change.
+    fn note(&self, server: SocketAddr, f: impl FnOnce(&mut UpstreamHealth) -> Option<Change>) {
+        let change = match self.health.lock() {
+            Ok(mut health) => f(health.entry(server).or_default()),
+            Err(_) => None,
+        };
+        let up = crate::metrics::metrics()
+            .upstream_up
             .get_or_create(&crate::metrics::UpstreamLabels {
                 upstream: server.to_string(),
             })
-            .inc();
+            .clone();
+        match change {
+            Some(Change::Down) => {
+                up.set(0);
+                tracing::warn!(
+                    upstream = %server,
+                    names = DOWN_AFTER_NAMES,
+                    "upstream down: queries for different names failed in a row; skipping it, then probing"
+                );
+            }
+            Some(Change::Up) => {
+                up.set(1);
+                tracing::info!(upstream = %server, "upstream answers again");
+            }
+            None => {}
+        }
     }
+
+    /// Caches a good answer within its TTL (capped), keeping the cache
+    /// within its size.
+    fn store(&self, up: &Upstreams, key: Key, query: &Query, m: &Message) {
+        if up.cache_entries == 0 {
+            return;
+        }
+        let ttl = m
+            .answers
+            .iter()
+            .chain(m.authorities.iter())
+            .map(|r| r.ttl)
+            .min()
+            .unwrap_or(0)
+            .min(up.max_cache_ttl);
+        if ttl == 0 {
+            return;
+        }
+        let now = Instant::now();
+        let Ok(mut cache) = self.cache.lock() else {
+            return;
+        };
+        if cache.len() >= up.cache_entries {
+            cache.retain(|_, c| c.expires + up.serve_stale > now);
+            if cache.len() >= up.cache_entries {
+                cache.clear();
+            }
+        }
+        cache.insert(
+            key,
+            Cached {
+                expires: now + Duration::from_secs(u64::from(ttl)),
+                message: m.clone(),
+                wire: wire_answer(query, m),
+            },
+        );
+    }
+}
+
+/// TTL of a stale answer (RFC 8767 recommends 30 seconds).
+pub const STALE_TTL: u32 = 30;
+
+/// A hash of a cache key, naming the query's name and type for the
+/// upstream health model.
+fn name_hash(key: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut h);
+    h.finish()
+}
+
+/// One exchange with `server` within `timeout`, with its metrics and log.
+async fn ask(server: SocketAddr, bytes: &[u8], id: u16, timeout: Duration) -> Option<Message> {
+    let started = Instant::now();
+    let labels = crate::metrics::UpstreamLabels {
+        upstream: server.to_string(),
+    };
+    match tokio::time::timeout(timeout, exchange(server, bytes, id)).await {
+        Ok(Ok(m)) => {
+            crate::metrics::metrics()
+                .upstream_duration
+                .get_or_create(&labels)
+                .observe(started.elapsed().as_secs_f64());
+            tracing::debug!(%server, ms = started.elapsed().as_millis() as u64, "upstream answered");
+            return Some(m);
+        }
+        // Per query at debug: a client asking for slow names must not
+        // flood the log; the upstream's state changes are logged, and the
+        // failures counted.
+        Ok(Err(e)) => tracing::debug!(%server, error = %e, "upstream failed"),
+        Err(_) => tracing::debug!(%server, "upstream timed out"),
+    }
+    crate::metrics::metrics()
+        .upstream_failures
+        .get_or_create(&labels)
+        .inc();
     None
 }
 

@@ -207,8 +207,10 @@ impl RequestHandler for Handler {
             answers.push(r);
         } else {
             match answer(view, info.query.name(), qtype) {
-                Answer::Records { addrs, ttl } => {
+                Answer::Records { mut addrs, ttl } => {
                     meta.authoritative = true;
+                    let rot = crate::spread::rotation(request.metadata.id, client);
+                    crate::spread::rotate(&mut addrs, rot);
                     for ip in addrs {
                         let data = match ip {
                             IpAddr::V4(a) => RData::A(A(a)),

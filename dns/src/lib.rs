@@ -6,7 +6,11 @@
 //! - [`answer`]: pure answers for owned names (no sockets).
 //! - [`check`]: the report of `oooi-dns check`.
 //! - [`fast`]: precomputed wire answers for the common UDP case.
-//! - [`forward`]: upstream forwarding with a cache.
+//! - [`forward`]: upstream forwarding with a cache and stale answers;
+//!   [`upstream_health`]: what queries tell about each upstream.
+//! - [`health`]: health-aware answers (which checked addresses are down,
+//!   and the config as answered); [`health_checks`]: running the checks.
+//! - [`spread`]: the order of several addresses in an answer.
 //! - [`handler`]: the hickory `RequestHandler`, the reference for answers.
 //! - [`server`]: sockets, dispatch between the fast path and the handler,
 //!   listeners that follow the config.
@@ -18,6 +22,10 @@ pub use oooi_dns_config as config;
 pub mod fast;
 pub mod forward;
 pub mod handler;
+pub mod health;
+pub mod health_checks;
 pub mod metrics;
 pub mod server;
+pub mod spread;
+pub mod upstream_health;
 pub mod views;

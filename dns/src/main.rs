@@ -1,6 +1,6 @@
 //! `oooi-dns`: serve split-horizon DNS from a config file, or check one.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -33,6 +33,11 @@ enum Command {
         /// would expose it on the VLAN.
         #[arg(long, env = "OOOI_DNS_METRICS_ADDR")]
         metrics_addr: Option<SocketAddr>,
+        /// The pod's own address: listeners written `$(POD_IP):port` in the
+        /// config bind it (and nothing else). In a pod, the `POD_IP`
+        /// variable from the downward API (`status.podIP`).
+        #[arg(long, env = "POD_IP")]
+        pod_ip: Option<IpAddr>,
     },
     /// Validate CONFIG and print what each view would answer.
     Check {
@@ -44,10 +49,16 @@ enum Command {
 /// The system resolvers `upstreams.resolv_conf` refers to.
 const RESOLV_CONF: &str = "/etc/resolv.conf";
 
-/// Parses a config and, when it asks for them, adds the resolvers of this
-/// process's own resolv.conf (read at every load, so a reload sees changes).
-fn parse(text: &str) -> Result<Config, oooi_dns::config::ConfigError> {
-    let c = Config::parse(text)?;
+/// Parses a config, binds its `$(POD_IP)` listeners to `pod_ip` (an error
+/// when they are there and `pod_ip` is not) and, when it asks for them,
+/// adds the resolvers of this process's own resolv.conf (read at every load,
+/// so a reload sees changes).
+fn parse(text: &str, pod_ip: Option<IpAddr>) -> Result<Config, oooi_dns::config::ConfigError> {
+    let mut c = Config::parse(text)?;
+    if let Some(ip) = pod_ip {
+        c = c.with_pod_ip(ip);
+    }
+    c.unbound_pod_ip()?;
     if !c.upstreams.resolv_conf {
         return Ok(c);
     }
@@ -91,8 +102,12 @@ async fn main() -> anyhow::Result<()> {
         Command::Serve {
             config,
             metrics_addr,
+            pod_ip,
         } => {
-            let (c, reloader) = Reloader::start(&config, Settings::default(), parse)?;
+            let (c, reloader) =
+                Reloader::start(&config, Settings::default(), move |text: &str| {
+                    parse(text, pod_ip)
+                })?;
             warn_without_upstreams(&c);
             let engine = Arc::new(Engine::new(c));
             let (tx, rx) = tokio::sync::watch::channel(());

@@ -9,6 +9,7 @@ use hickory_proto::rr::RecordType;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -30,6 +31,48 @@ pub struct QueryLabels {
 pub struct UpstreamLabels {
     /// Upstream `ip:port`.
     pub upstream: String,
+}
+
+/// Labels of the health check metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HealthLabels {
+    /// The checked address, as answered.
+    pub address: String,
+    /// The check, e.g. `tcp://10.128.0.7:8443`.
+    pub check: String,
+}
+
+/// The labels of `address` checked by `target`.
+pub fn health_labels(
+    address: std::net::IpAddr,
+    target: &crate::config::CheckTarget,
+) -> HealthLabels {
+    HealthLabels {
+        address: address.to_string(),
+        check: target.to_string(),
+    }
+}
+
+/// Labels of `oooi_dns_health_transitions_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TransitionLabels {
+    /// The checked address, as answered.
+    pub address: String,
+    /// The check.
+    pub check: String,
+    /// The state entered: `up` or `down`.
+    pub to: String,
+}
+
+impl TransitionLabels {
+    /// The transition of `labels`' address to up or down.
+    pub fn new(labels: &HealthLabels, up: bool) -> Self {
+        TransitionLabels {
+            address: labels.address.clone(),
+            check: labels.check.clone(),
+            to: if up { "up" } else { "down" }.to_string(),
+        }
+    }
 }
 
 /// Labels of `oooi_dns_reloads_total`.
@@ -63,6 +106,14 @@ pub struct Metrics {
     pub listen_failures: Family<ListenLabels, Counter>,
     /// UDP queries dropped because too many were waiting for the handler.
     pub dropped_busy: Counter,
+    /// 1 while an upstream counts as up, 0 while down.
+    pub upstream_up: Family<UpstreamLabels, Gauge>,
+    /// Expired cached answers served because no upstream answered.
+    pub stale_answers: Counter,
+    /// 1 while a checked address passes its health check, 0 while not.
+    pub health_up: Family<HealthLabels, Gauge>,
+    /// Health state changes of checked addresses.
+    pub health_transitions: Family<TransitionLabels, Counter>,
 }
 
 fn new_histogram() -> Histogram {
@@ -80,6 +131,30 @@ pub fn metrics() -> &'static Metrics {
         let reloads = Family::<ReloadLabels, Counter>::default();
         let listen_failures = Family::<ListenLabels, Counter>::default();
         let dropped_busy = Counter::default();
+        let upstream_up = Family::<UpstreamLabels, Gauge>::default();
+        let stale_answers = Counter::default();
+        let health_up = Family::<HealthLabels, Gauge>::default();
+        let health_transitions = Family::<TransitionLabels, Counter>::default();
+        registry.register(
+            "oooi_dns_upstream_up",
+            "1 while an upstream counts as up (answers), 0 while it is skipped as down",
+            upstream_up.clone(),
+        );
+        registry.register(
+            "oooi_dns_stale_answers",
+            "Expired cached answers served because no upstream answered (RFC 8767)",
+            stale_answers.clone(),
+        );
+        registry.register(
+            "oooi_dns_health_up",
+            "1 while a checked address passes its health check and is answered, 0 while not",
+            health_up.clone(),
+        );
+        registry.register(
+            "oooi_dns_health_transitions",
+            "Health state changes of checked addresses, by the state entered",
+            health_transitions.clone(),
+        );
         registry.register(
             "oooi_dns_queries",
             "DNS queries by view, type and rcode",
@@ -114,6 +189,10 @@ pub fn metrics() -> &'static Metrics {
             registry,
             listen_failures,
             dropped_busy,
+            upstream_up,
+            stale_answers,
+            health_up,
+            health_transitions,
             queries,
             upstream_duration,
             upstream_failures,
@@ -211,6 +290,15 @@ pub fn prime(config: &Config) {
         };
         let _ = m.upstream_failures.get_or_create(&labels);
         let _ = m.upstream_duration.get_or_create(&labels);
+    }
+    for c in config.health.iter().flat_map(|h| h.checks.iter()) {
+        let labels = health_labels(c.address, &c.target);
+        let _ = m.health_up.get_or_create(&labels);
+        for up in [true, false] {
+            let _ = m
+                .health_transitions
+                .get_or_create(&TransitionLabels::new(&labels, up));
+        }
     }
     for addr in config.listen_addresses() {
         let _ = m.listen_failures.get_or_create(&ListenLabels {

@@ -10,7 +10,7 @@
 //! The listener set follows the config: on reload, new addresses are bound and
 //! removed ones are closed ([`Listeners::apply`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -37,9 +37,17 @@ use crate::handler::{Handler, SharedState, State};
 /// progress at once; more are dropped, and clients retry.
 pub const MAX_SLOW_IN_FLIGHT: usize = 4096;
 
+/// The config as loaded and the addresses whose health check fails: what
+/// the answered state is derived from.
+struct Source {
+    config: Arc<Config>,
+    down: BTreeSet<IpAddr>,
+}
+
 /// Everything that answers queries: the live state and the forwarder.
 pub struct Engine {
     state: SharedState,
+    source: Mutex<Source>,
     forwarder: Arc<Forwarder>,
     slow: Arc<Semaphore>,
 }
@@ -48,9 +56,15 @@ impl Engine {
     /// An engine serving `config`.
     pub fn new(config: Config) -> Self {
         crate::metrics::prime(&config);
+        let forwarder = Arc::new(Forwarder::default());
+        forwarder.prime_metrics(&config.upstreams.servers);
         Engine {
-            state: Arc::new(ArcSwap::from_pointee(State::new(config))),
-            forwarder: Arc::new(Forwarder::default()),
+            state: Arc::new(ArcSwap::from_pointee(State::new(config.clone()))),
+            source: Mutex::new(Source {
+                config: Arc::new(config),
+                down: BTreeSet::new(),
+            }),
+            forwarder,
             slow: Arc::new(Semaphore::new(MAX_SLOW_IN_FLIGHT)),
         }
     }
@@ -58,12 +72,46 @@ impl Engine {
     /// Puts `config` in force for every following query.
     pub fn replace(&self, config: Config) {
         crate::metrics::prime(&config);
-        self.state.store(Arc::new(State::new(config)));
+        self.forwarder.prime_metrics(&config.upstreams.servers);
+        let Ok(mut source) = self.source.lock() else {
+            return;
+        };
+        source.config = Arc::new(config);
+        self.rebuild(&source);
     }
 
-    /// The config in force.
+    /// Leaves the `down` addresses out of answers from now on (see
+    /// [`crate::health::answered`]); the others are answered again.
+    pub fn set_down(&self, down: BTreeSet<IpAddr>) {
+        let Ok(mut source) = self.source.lock() else {
+            return;
+        };
+        if source.down == down {
+            return;
+        }
+        source.down = down;
+        self.rebuild(&source);
+    }
+
+    /// Derives the answered state: the config without the down addresses,
+    /// and its fast-path tables.
+    fn rebuild(&self, source: &Source) {
+        let answered = crate::health::answered(&source.config, &source.down);
+        self.state.store(Arc::new(State::new(answered)));
+    }
+
+    /// The config in force, as answered (without the addresses that fail
+    /// their health check).
     pub fn config(&self) -> arc_swap::Guard<Arc<State>> {
         self.state.load()
+    }
+
+    /// The config as loaded.
+    pub fn configured(&self) -> Arc<Config> {
+        match self.source.lock() {
+            Ok(s) => s.config.clone(),
+            Err(_) => Arc::new(self.state.load().config.clone()),
+        }
     }
 
     /// The hickory handler for queries arriving on `local`.
@@ -85,7 +133,11 @@ impl Engine {
         }
         let state = self.state.load();
         match crate::views::select_index(&state.config, local, client) {
-            Some(view) => state.fast.respond(view, query, out, &self.forwarder),
+            Some(view) => {
+                let id = u16::from_be_bytes([query[0], query[1]]);
+                let rot = crate::spread::rotation(id, client);
+                state.fast.respond(view, query, out, &self.forwarder, rot)
+            }
             None => Fast::Slow,
         }
     }
@@ -389,6 +441,7 @@ pub async fn serve(
         anyhow::bail!("cannot listen on {addr}: {e}");
     }
     crate::metrics::READY.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _checks = crate::health_checks::spawn(engine.clone());
     while changed.changed().await.is_ok() {
         let addrs = engine.config().config.listen_addresses();
         listeners.apply(&addrs).await;

@@ -678,9 +678,10 @@ fn forwarding_fails_over_to_the_next_upstream_and_retries_truncated_answers_over
     assert_eq!(m.answers[0].data.to_string(), "198.51.100.9");
 }
 
-/// An upstream that never answers: the first query waits for the timeout
-/// and gets SERVFAIL; while the upstreams count as down, the next ones get
-/// SERVFAIL without waiting, and owned names answer throughout.
+/// An upstream that never answers: queries for three different names wait
+/// for the timeout and get SERVFAIL, which marks it down; while it counts as
+/// down, the next ones get SERVFAIL without waiting, and owned names answer
+/// throughout.
 #[test]
 fn servfail_comes_at_once_while_the_upstreams_are_down() {
     use std::time::{Duration, Instant};
@@ -688,7 +689,59 @@ fn servfail_comes_at_once_while_the_upstreams_are_down() {
     let silent = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
     let addr = silent.local_addr().expect("addr");
     let text = format!(
-        "upstreams:\n  servers: [\"{addr}\"]\n  timeout_ms: 2000\n  down_backoff_ms: 60000\nclusters:\n  - {{name: c1, base_domain: example.com, proxy: 192.0.2.4}}\nviews:\n  - name: v\n    kind: vlan\n    listen: [\"127.0.0.2:53\"]\n"
+        "upstreams:\n  servers: [\"{addr}\"]\n  timeout_ms: 1000\n  down_backoff_ms: 60000\nclusters:\n  - {{name: c1, base_domain: example.com, proxy: 192.0.2.4}}\nviews:\n  - name: v\n    kind: vlan\n    listen: [\"127.0.0.2:53\"]\n"
+    );
+    let engine = Engine::new(Config::parse(&text).expect("config"));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let local: SocketAddr = "127.0.0.2:53".parse().expect("addr");
+    let src: SocketAddr = "127.0.0.9:4000".parse().expect("addr");
+    let ask = |name: &'static [u8]| {
+        let packet = query(5, 0x0100, name, 1, 1, None);
+        let engine = &engine;
+        async move {
+            let started = Instant::now();
+            let reply = engine
+                .slow(local, src, packet, Protocol::Udp)
+                .await
+                .expect("reply");
+            let m = Message::from_vec(&reply).expect("decode");
+            (m.metadata.response_code, started.elapsed())
+        }
+    };
+    // Three different names time out together.
+    let (a, b, c) = rt.block_on(async {
+        tokio::join!(
+            ask(b"\x03www\x07example\x03org\x00"),
+            ask(b"\x04www2\x07example\x03org\x00"),
+            ask(b"\x04www3\x07example\x03org\x00"),
+        )
+    });
+    for (rc, waited) in [a, b, c] {
+        assert_eq!(rc, ResponseCode::ServFail);
+        assert!(waited >= Duration::from_millis(1000), "{waited:?}");
+    }
+    let (rc, waited) = rt.block_on(ask(b"\x05other\x07example\x03org\x00"));
+    assert_eq!(rc, ResponseCode::ServFail);
+    // Without the down state this would wait the timeout again.
+    assert!(waited < Duration::from_millis(500), "{waited:?}");
+    let (rc, _) = rt.block_on(ask(b"\x03api\x02c1\x07example\x03com\x00"));
+    assert_eq!(rc, ResponseCode::NoError);
+    drop(silent);
+}
+
+/// One name that never gets an answer, asked again and again, does not make
+/// the upstream count as down: the next other name is still asked (and
+/// waits for the timeout rather than getting SERVFAIL at once).
+#[test]
+fn one_name_timing_out_again_and_again_does_not_stop_forwarding() {
+    use std::time::{Duration, Instant};
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let addr = silent.local_addr().expect("addr");
+    let text = format!(
+        "upstreams:\n  servers: [\"{addr}\"]\n  timeout_ms: 200\n  down_backoff_ms: 60000\nviews:\n  - name: v\n    listen: [\"127.0.0.2:53\"]\n"
     );
     let engine = Engine::new(Config::parse(&text).expect("config"));
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -700,20 +753,17 @@ fn servfail_comes_at_once_while_the_upstreams_are_down() {
     let ask = |name: &[u8]| {
         let packet = query(5, 0x0100, name, 1, 1, None);
         let started = Instant::now();
-        let reply = rt
-            .block_on(engine.slow(local, src, packet, Protocol::Udp))
+        rt.block_on(engine.slow(local, src, packet, Protocol::Udp))
             .expect("reply");
-        let m = Message::from_vec(&reply).expect("decode");
-        (m.metadata.response_code, started.elapsed())
+        started.elapsed()
     };
-    let (rc, waited) = ask(b"\x03www\x07example\x03org\x00");
-    assert_eq!(rc, ResponseCode::ServFail);
-    assert!(waited >= Duration::from_millis(2000), "{waited:?}");
-    let (rc, waited) = ask(b"\x05other\x07example\x03org\x00");
-    assert_eq!(rc, ResponseCode::ServFail);
-    // Without the backoff this would wait the 2 s timeout again.
-    assert!(waited < Duration::from_millis(1000), "{waited:?}");
-    let (rc, _) = ask(b"\x03api\x02c1\x07example\x03com\x00");
-    assert_eq!(rc, ResponseCode::NoError);
+    for _ in 0..5 {
+        assert!(ask(b"\x04slow\x07example\x03org\x00") >= Duration::from_millis(200));
+    }
+    let waited = ask(b"\x05other\x07example\x03org\x00");
+    assert!(
+        waited >= Duration::from_millis(200),
+        "the other name was not sent upstream: {waited:?}"
+    );
     drop(silent);
 }

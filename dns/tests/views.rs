@@ -102,3 +102,49 @@ fn vlan_view_has_no_alias_answers_while_no_cluster_has_known_workers() {
     // The clusters' own names are unaffected.
     assert_eq!(a("127.0.0.2", vlan, "api.c1.example.com"), "192.0.2.4");
 }
+
+/// The pod view is written `$(POD_IP):port`: the server binds the pod's own
+/// address (from `POD_IP`, as the pod's downward API sets it), so the view
+/// does not answer on the pod's other addresses (its VLAN address), where
+/// the port stays free for anyone else to bind. Without a pod address the
+/// server refuses to start and names the field.
+#[test]
+fn the_pod_view_listens_on_the_pod_address_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = config(25540, 25541, 25542, true)
+        .replace("127.0.0.3:25541", "$(POD_IP):25541")
+        .replace("127.0.0.2:25540", "127.0.0.36:25540");
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, &text).unwrap();
+    let _up = spawn_upstream("127.0.0.7:25542");
+    let _s = support::start_env(&path, &[], &[("POD_IP", "127.0.0.37")]);
+    // The pod view answers on the pod address.
+    let got = dig("127.0.0.37", 25541, &["+short", "api.c1.example.com"]);
+    assert_eq!(got.trim(), "10.0.0.4");
+    // Nothing answers the pod view's port on the VLAN address, over UDP or
+    // TCP, and that port is free there: nothing is bound to the wildcard.
+    let vlan = dig("127.0.0.36", 25541, &["api.c1.example.com"]);
+    assert!(
+        !vlan.contains("status:"),
+        "answered on the VLAN address: {vlan}"
+    );
+    let udp = std::net::UdpSocket::bind("127.0.0.36:25541");
+    assert!(udp.is_ok(), "UDP port taken: {udp:?}");
+    let tcp = std::net::TcpListener::bind("127.0.0.36:25541");
+    assert!(tcp.is_ok(), "TCP port taken: {tcp:?}");
+    // The VLAN view still answers on its own address.
+    let got = dig("127.0.0.36", 25540, &["+short", "api.c1.example.com"]);
+    assert_eq!(got.trim(), "192.0.2.4");
+
+    // The same config without a pod address: refused at start.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_oooi-dns"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env_remove("POD_IP")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("views[1].listen"), "{err}");
+    assert!(err.contains("POD_IP"), "{err}");
+}

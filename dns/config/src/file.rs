@@ -24,6 +24,11 @@ pub struct RawConfig {
     /// These queries are never forwarded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chaos: Option<RawChaos>,
+    /// Health checks of answered addresses (the proxy replicas): an address
+    /// whose check fails is left out of answers while another address of the
+    /// same name passes. Unset: every address is always answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<RawHealth>,
     /// Hosted clusters whose names are published.
     #[serde(default)]
     pub clusters: Vec<RawCluster>,
@@ -53,10 +58,57 @@ pub struct RawUpstreams {
     /// Upper bound of the TTL of cached answers, in seconds (default 300).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_cache_ttl: Option<u32>,
-    /// After every upstream failed, answer SERVFAIL at once for this many
-    /// milliseconds before trying again (default 1000).
+    /// An upstream counts as down once queries for 3 different names failed
+    /// on it in a row (timeouts or errors, no answer between); it is then
+    /// skipped for this many milliseconds before one query probes it again
+    /// (default 1000, within 1..=600000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub down_backoff_ms: Option<u64>,
+    /// How long, in seconds, an expired cached answer may still be served
+    /// (with TTL 30) when no upstream answers for its name (RFC 8767 serve
+    /// stale; default 86400, at most 604800; 0: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serve_stale_s: Option<u32>,
+}
+
+/// Health checks of answered addresses.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawHealth {
+    /// Time between two checks of one address, in milliseconds (default
+    /// 1000, within 100..=60000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_ms: Option<u64>,
+    /// Time one check may take, in milliseconds (default 500, at most
+    /// `interval_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Failed checks in a row that take an address out of answers
+    /// (default 1, within 1..=10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fall: Option<u32>,
+    /// Passed checks in a row that bring it back (default 1, within 1..=10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rise: Option<u32>,
+    /// One check per address. An address without a check is always
+    /// answered.
+    #[serde(default)]
+    pub checks: Vec<RawHealthCheck>,
+}
+
+/// The check of one answered address: exactly one of `tcp` and `http`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawHealthCheck {
+    /// The address as it appears in answers (e.g. a proxy replica's VLAN
+    /// address).
+    pub address: String,
+    /// Passes when a TCP connection to `ip:port` or `host:port` opens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<String>,
+    /// Passes when `GET` of this `http://host[:port]/path` URL answers 200.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<String>,
 }
 
 /// The strings answered to CHAOS-class TXT identity queries. A name left
@@ -90,8 +142,10 @@ pub struct RawCluster {
     pub base_domain: String,
     /// VLAN address of the proxy (Envoy) for the control-plane names: one
     /// address, or a list with one address per proxy replica. Every name is
-    /// answered with all of them, in the order given (clients that fail to
-    /// connect to one try the next).
+    /// answered with all of them (those failing their `health` check left
+    /// out while another passes), rotated per query so that clients spread
+    /// over the replicas (clients that fail to connect to one try the
+    /// next).
     pub proxy: Addresses,
     /// Address of the proxy reachable from the pod network. When set, the
     /// pod view answers the control-plane names (`names`) with it; unset,
@@ -144,6 +198,9 @@ pub struct RawView {
     #[serde(default)]
     pub kind: ViewKind,
     /// `ip:port` addresses it serves on (UDP and TCP). At least one.
+    /// `$(POD_IP):port` is the pod's own address (the server's `--pod-ip`,
+    /// or its `POD_IP` environment variable), so that a pod-network view
+    /// never answers on the pod's other interfaces.
     pub listen: Vec<String>,
     /// Client subnets (CIDR). Empty: any client on these listeners. A query
     /// goes to the first view that lists its listener and matches its source.

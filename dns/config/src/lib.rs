@@ -39,10 +39,15 @@ mod validate;
 pub use clusters::DEFAULT_CONTROL_PLANE_NAMES;
 pub use error::ConfigError;
 pub use file::{
-    Addresses, RawChaos, RawCluster, RawConfig, RawRecord, RawUpstreams, RawView, RawZone, ViewKind,
+    Addresses, RawChaos, RawCluster, RawConfig, RawHealth, RawHealthCheck, RawRecord, RawUpstreams,
+    RawView, RawZone, ViewKind,
 };
-pub use model::{Chaos, Config, RecordSet, Upstreams, View, Zone};
-pub use validate::{DEFAULT_HTTP_PORT, DEFAULT_TTL, MAX_CHAOS_BYTES, MAX_TTL, upstream_server};
+pub use model::{
+    Chaos, CheckTarget, Config, Health, HealthCheck, RecordSet, Upstreams, View, Zone,
+};
+pub use validate::{
+    DEFAULT_HTTP_PORT, DEFAULT_TTL, MAX_CHAOS_BYTES, MAX_TTL, POD_IP, upstream_server,
+};
 
 #[cfg(test)]
 mod tests {
@@ -271,5 +276,199 @@ views:
             assert!(kind.contains(k), "{kind}");
         }
         assert!(defs["RawChaos"]["properties"]["version"].is_object());
+    }
+
+    #[test]
+    fn pod_ip_listeners_bind_the_pod_address_given_at_load() {
+        let text = SAMPLE.replace("127.0.0.3:5353", "$(POD_IP):5353");
+        let c = Config::parse(&text).expect("valid");
+        assert!(c.views[1].listen.is_empty());
+        assert_eq!(c.views[1].pod_ip_ports, vec![5353]);
+        let err = c
+            .unbound_pod_ip()
+            .expect_err("no pod address yet")
+            .to_string();
+        assert!(err.starts_with("views[1].listen"), "{err}");
+        assert!(err.contains("POD_IP"), "{err}");
+        let c = c.with_pod_ip("10.128.0.5".parse().expect("ip"));
+        assert!(c.unbound_pod_ip().is_ok());
+        let want: SocketAddr = "10.128.0.5:5353".parse().expect("addr");
+        assert_eq!(c.views[1].listen, vec![want]);
+        // The default port, and IPv6 pod addresses.
+        let text = SAMPLE.replace("127.0.0.3:5353", "$(POD_IP)");
+        let c = Config::parse(&text)
+            .expect("valid")
+            .with_pod_ip("fd00::5".parse().expect("ip"));
+        assert_eq!(c.views[1].listen[0].to_string(), "[fd00::5]:53");
+        for bad in [
+            "$(POD_IP):0",
+            "$(POD_IP):x",
+            "$(POD_IP)5353",
+            "$(POD_IP):70000",
+        ] {
+            let text = SAMPLE.replace("127.0.0.3:5353", bad);
+            let err = Config::parse(&text).expect_err(bad).to_string();
+            assert!(err.starts_with("views[1].listen[0]"), "{bad}: {err}");
+        }
+    }
+
+    const HEALTH: &str = r#"
+health:
+  checks:
+    - address: 192.0.2.4
+      tcp: "10.128.0.7:8443"
+    - address: 192.0.2.5
+      http: "http://oooi-proxy-2.oooi.svc:9901/ready?x=1"
+    - address: "2001:db8::4"
+      http: "http://[fd00::7]/ready"
+"#;
+
+    #[test]
+    fn health_checks_parse_into_targets_with_defaults() {
+        let c = Config::parse(&format!("{HEALTH}{SAMPLE}")).expect("valid");
+        let h = c.health.expect("health");
+        assert_eq!(h.interval, std::time::Duration::from_millis(1000));
+        assert_eq!(h.timeout, std::time::Duration::from_millis(500));
+        assert_eq!((h.fall, h.rise), (1, 1));
+        let shown: Vec<String> = h.checks.iter().map(|c| c.target.to_string()).collect();
+        assert_eq!(
+            shown,
+            [
+                "tcp://10.128.0.7:8443",
+                "http://oooi-proxy-2.oooi.svc:9901/ready?x=1",
+                "http://[fd00::7]:80/ready",
+            ]
+        );
+        assert_eq!(
+            h.checks[1].target,
+            CheckTarget::Http {
+                host: "oooi-proxy-2.oooi.svc".to_string(),
+                port: 9901,
+                path: "/ready?x=1".to_string()
+            }
+        );
+        assert!(Config::parse(SAMPLE).expect("valid").health.is_none());
+    }
+
+    #[test]
+    fn bad_health_checks_name_the_field_and_value() {
+        let cases = [
+            (
+                "tcp: \"10.128.0.7:8443\"",
+                "tcp: \"10.128.0.7\"",
+                "health.checks[0].tcp",
+                "10.128.0.7",
+            ),
+            (
+                "tcp: \"10.128.0.7:8443\"",
+                "tcp: \"bad_host!:80\"",
+                "health.checks[0].tcp",
+                "bad_host!",
+            ),
+            (
+                "tcp: \"10.128.0.7:8443\"",
+                "tcp: \"h:0\"",
+                "health.checks[0].tcp",
+                "h:0",
+            ),
+            (
+                "http: \"http://oooi-proxy-2.oooi.svc:9901/ready?x=1\"",
+                "http: \"https://p/ready\"",
+                "health.checks[1].http",
+                "https://p/ready",
+            ),
+            (
+                "http: \"http://oooi-proxy-2.oooi.svc:9901/ready?x=1\"",
+                "http: \"http://u:p@h/\"",
+                "health.checks[1].http",
+                "credentials",
+            ),
+            (
+                "address: 192.0.2.5",
+                "address: 192.0.2.4",
+                "health.checks[1].address",
+                "192.0.2.4",
+            ),
+            (
+                "address: 192.0.2.5",
+                "address: nope",
+                "health.checks[1].address",
+                "nope",
+            ),
+        ];
+        for (from, to, field, needle) in cases {
+            let text = format!("{}{SAMPLE}", HEALTH.replacen(from, to, 1));
+            let err = Config::parse(&text).expect_err(to).to_string();
+            assert!(err.starts_with(field), "{to}: {err}");
+            assert!(err.contains(needle), "{to}: {err}");
+        }
+        let both = HEALTH.replacen(
+            "tcp: \"10.128.0.7:8443\"",
+            "tcp: \"10.128.0.7:8443\"\n      http: \"http://h/\"",
+            1,
+        );
+        let err = Config::parse(&format!("{both}{SAMPLE}"))
+            .expect_err("both")
+            .to_string();
+        assert!(
+            err.starts_with("health.checks[0]: needs exactly one"),
+            "{err}"
+        );
+        for (field, line) in [
+            ("health.interval_ms", "  interval_ms: 50\n"),
+            (
+                "health.timeout_ms",
+                "  interval_ms: 1000\n  timeout_ms: 1500\n",
+            ),
+            ("health.fall", "  fall: 0\n"),
+            ("health.rise", "  rise: 11\n"),
+        ] {
+            let text = format!(
+                "{}{SAMPLE}",
+                HEALTH.replacen("health:\n", &format!("health:\n{line}"), 1)
+            );
+            let err = Config::parse(&text).expect_err(field).to_string();
+            assert!(err.starts_with(field), "{err}");
+        }
+    }
+
+    #[test]
+    fn stale_answers_and_backoff_are_bounded() {
+        let c = Config::parse(SAMPLE).expect("valid");
+        assert_eq!(
+            c.upstreams.serve_stale,
+            std::time::Duration::from_secs(86_400)
+        );
+        let with = |line: &str| SAMPLE.replace("  servers:", &format!("  {line}\n  servers:"));
+        let c = Config::parse(&with("serve_stale_s: 0")).expect("valid");
+        assert!(c.upstreams.serve_stale.is_zero());
+        let err = Config::parse(&with("serve_stale_s: 604801")).expect_err("long");
+        assert!(
+            err.to_string().starts_with("upstreams.serve_stale_s"),
+            "{err}"
+        );
+        let err = Config::parse(&with("down_backoff_ms: 0")).expect_err("zero");
+        assert!(
+            err.to_string().starts_with("upstreams.down_backoff_ms"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn json_schema_describes_health_checks() {
+        let schema = serde_json::to_value(schemars::schema_for!(RawConfig)).expect("schema");
+        let defs = &schema["$defs"];
+        assert_eq!(
+            defs["RawHealthCheck"]["required"],
+            serde_json::json!(["address"])
+        );
+        for f in ["tcp", "http"] {
+            assert!(
+                defs["RawHealthCheck"]["properties"][f].is_object(),
+                "{schema}"
+            );
+        }
+        assert!(defs["RawHealth"]["properties"]["checks"].is_object());
+        assert!(defs["RawUpstreams"]["properties"]["serve_stale_s"].is_object());
     }
 }

@@ -1,7 +1,7 @@
 //! The validated config: typed values the answer logic runs on.
 
 use std::collections::BTreeMap;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 
@@ -20,6 +20,8 @@ pub struct Config {
     pub upstreams: Upstreams,
     /// CHAOS-class identity answers.
     pub chaos: Chaos,
+    /// Health checks of answered addresses; None: every address answered.
+    pub health: Option<Health>,
     /// Views in selection order.
     pub views: Vec<View>,
 }
@@ -38,8 +40,73 @@ pub struct Upstreams {
     pub cache_entries: usize,
     /// TTL cap of cached answers.
     pub max_cache_ttl: u32,
-    /// Fast-SERVFAIL window after all upstreams failed.
+    /// How long an upstream marked down is skipped before a probe.
     pub down_backoff: Duration,
+    /// How long past its TTL a cached answer may be served when no upstream
+    /// answers; zero: never.
+    pub serve_stale: Duration,
+}
+
+/// Validated health checks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Health {
+    /// Time between two checks of one address.
+    pub interval: Duration,
+    /// Time one check may take.
+    pub timeout: Duration,
+    /// Failed checks in a row that take an address out of answers.
+    pub fall: u32,
+    /// Passed checks in a row that bring it back.
+    pub rise: u32,
+    /// One check per address, addresses distinct.
+    pub checks: Vec<HealthCheck>,
+}
+
+/// The check of one answered address.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HealthCheck {
+    /// The address in answers.
+    pub address: IpAddr,
+    /// What is checked.
+    pub target: CheckTarget,
+}
+
+/// What a health check does.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CheckTarget {
+    /// Open a TCP connection to `host:port` (host: an IP or a DNS name).
+    Tcp {
+        /// IP address or DNS name.
+        host: String,
+        /// Port.
+        port: u16,
+    },
+    /// `GET http://host:port/path`, passing on status 200.
+    Http {
+        /// IP address or DNS name.
+        host: String,
+        /// Port (80 when the URL names none).
+        port: u16,
+        /// Path and query, starting with `/`.
+        path: String,
+    },
+}
+
+impl std::fmt::Display for CheckTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let host = |h: &str| match h.parse::<Ipv6Addr>() {
+            Ok(_) => format!("[{h}]"),
+            Err(_) => h.to_string(),
+        };
+        match self {
+            CheckTarget::Tcp { host: h, port } => write!(f, "tcp://{}:{port}", host(h)),
+            CheckTarget::Http {
+                host: h,
+                port,
+                path,
+            } => write!(f, "http://{}:{port}{path}", host(h)),
+        }
+    }
 }
 
 /// What the CHAOS-class identity names answer; None: REFUSED.
@@ -58,6 +125,9 @@ pub struct View {
     pub name: String,
     /// Listener addresses.
     pub listen: Vec<SocketAddr>,
+    /// Ports listened on at the pod's own address (`$(POD_IP):port` in the
+    /// file); [`Config::with_pod_ip`] turns them into `listen` addresses.
+    pub pod_ip_ports: Vec<u16>,
     /// Client subnets; empty matches any client.
     pub source_subnets: Vec<IpNet>,
     /// Owned zones, longest origin first.
@@ -128,6 +198,35 @@ impl Config {
             }
         }
         self
+    }
+
+    /// Binds the `$(POD_IP):port` listeners of every view to `pod_ip`
+    /// (appended to `listen`, duplicates skipped).
+    pub fn with_pod_ip(mut self, pod_ip: IpAddr) -> Self {
+        for v in &mut self.views {
+            for port in std::mem::take(&mut v.pod_ip_ports) {
+                let addr = SocketAddr::new(pod_ip, port);
+                if !v.listen.contains(&addr) {
+                    v.listen.push(addr);
+                }
+            }
+        }
+        self
+    }
+
+    /// The first view that still has `$(POD_IP)` listeners (no pod address
+    /// was given), as an error naming it.
+    pub fn unbound_pod_ip(&self) -> Result<(), ConfigError> {
+        match self.views.iter().position(|v| !v.pod_ip_ports.is_empty()) {
+            Some(i) => Err(ConfigError::Invalid {
+                field: format!("views[{i}].listen"),
+                message: format!(
+                    "`$(POD_IP):{}` needs the pod's address: pass --pod-ip or set POD_IP",
+                    self.views[i].pod_ip_ports[0]
+                ),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Every distinct listener address, in order of first appearance.

@@ -1,7 +1,7 @@
 //! [`RawConfig::validate`]: the rules a config must meet, applied once.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -10,9 +10,11 @@ use ipnet::IpNet;
 
 use crate::clusters::Cluster;
 use crate::error::{ConfigError, invalid};
-use crate::fields::{add_record, join, name, socket, v4, v6};
-use crate::file::{RawChaos, RawConfig, RawUpstreams, RawView};
-use crate::model::{Chaos, Config, RecordSet, Upstreams, View, Zone};
+use crate::fields::{add_record, ip, join, name, socket, v4, v6};
+use crate::file::{RawChaos, RawConfig, RawHealth, RawHealthCheck, RawUpstreams, RawView};
+use crate::model::{
+    Chaos, CheckTarget, Config, Health, HealthCheck, RecordSet, Upstreams, View, Zone,
+};
 
 /// Default TTL of static answers, in seconds.
 pub const DEFAULT_TTL: u32 = 30;
@@ -22,6 +24,8 @@ pub const MAX_TTL: u32 = 86_400;
 pub const DEFAULT_HTTP_PORT: u16 = 9153;
 /// Longest CHAOS identity string (one TXT character-string).
 pub const MAX_CHAOS_BYTES: usize = 255;
+/// The host part of a listener on the pod's own address: `$(POD_IP):5353`.
+pub const POD_IP: &str = "$(POD_IP)";
 
 impl RawConfig {
     /// Validates into a [`Config`]. Errors name the field and the bad value.
@@ -37,6 +41,7 @@ impl RawConfig {
             .transpose()?;
         let upstreams = upstreams(&self.upstreams)?;
         let chaos = chaos(self.chaos.as_ref())?;
+        let health = self.health.as_ref().map(health).transpose()?;
         let clusters = self
             .clusters
             .iter()
@@ -61,6 +66,7 @@ impl RawConfig {
             http,
             upstreams,
             chaos,
+            health,
             views,
         })
     }
@@ -90,13 +96,170 @@ fn upstreams(u: &RawUpstreams) -> Result<Upstreams, ConfigError> {
             format!("{timeout_ms} is not within 1..=30000"),
         ));
     }
+    let down_backoff_ms = u.down_backoff_ms.unwrap_or(1000);
+    if down_backoff_ms == 0 || down_backoff_ms > 600_000 {
+        return Err(invalid(
+            "upstreams.down_backoff_ms",
+            format!("{down_backoff_ms} is not within 1..=600000"),
+        ));
+    }
+    let serve_stale_s = u.serve_stale_s.unwrap_or(86_400);
+    if serve_stale_s > 604_800 {
+        return Err(invalid(
+            "upstreams.serve_stale_s",
+            format!("{serve_stale_s} is above 604800 (7 days)"),
+        ));
+    }
     Ok(Upstreams {
         servers,
         resolv_conf: u.resolv_conf,
         timeout: Duration::from_millis(timeout_ms),
         cache_entries: u.cache_entries.unwrap_or(10_000),
         max_cache_ttl: u.max_cache_ttl.unwrap_or(300),
-        down_backoff: Duration::from_millis(u.down_backoff_ms.unwrap_or(1000)),
+        down_backoff: Duration::from_millis(down_backoff_ms),
+        serve_stale: Duration::from_secs(u64::from(serve_stale_s)),
+    })
+}
+
+/// `value` within `range`, or the error naming `field`.
+fn within<T: PartialOrd + std::fmt::Display + Copy>(
+    field: &str,
+    value: T,
+    range: std::ops::RangeInclusive<T>,
+) -> Result<T, ConfigError> {
+    if range.contains(&value) {
+        Ok(value)
+    } else {
+        Err(invalid(
+            field,
+            format!("{value} is not within {}..={}", range.start(), range.end()),
+        ))
+    }
+}
+
+fn health(h: &RawHealth) -> Result<Health, ConfigError> {
+    let interval_ms = within(
+        "health.interval_ms",
+        h.interval_ms.unwrap_or(1000),
+        100..=60_000,
+    )?;
+    let timeout_ms = within(
+        "health.timeout_ms",
+        h.timeout_ms.unwrap_or(500),
+        1..=interval_ms,
+    )?;
+    let fall = within("health.fall", h.fall.unwrap_or(1), 1..=10)?;
+    let rise = within("health.rise", h.rise.unwrap_or(1), 1..=10)?;
+    let mut checks: Vec<HealthCheck> = Vec::new();
+    for (i, c) in h.checks.iter().enumerate() {
+        let check = health_check(&format!("health.checks[{i}]"), c)?;
+        if checks.iter().any(|o| o.address == check.address) {
+            return Err(invalid(
+                format!("health.checks[{i}].address"),
+                format!("`{}` has a check already", c.address),
+            ));
+        }
+        checks.push(check);
+    }
+    Ok(Health {
+        interval: Duration::from_millis(interval_ms),
+        timeout: Duration::from_millis(timeout_ms),
+        fall,
+        rise,
+        checks,
+    })
+}
+
+fn health_check(f: &str, c: &RawHealthCheck) -> Result<HealthCheck, ConfigError> {
+    let address = ip(&format!("{f}.address"), c.address.trim())?;
+    let target = match (&c.tcp, &c.http) {
+        (Some(t), None) => {
+            let field = format!("{f}.tcp");
+            let (host, port) = host_port(&field, t.trim(), None)?;
+            CheckTarget::Tcp { host, port }
+        }
+        (None, Some(u)) => http_target(&format!("{f}.http"), u.trim())?,
+        _ => return Err(invalid(f, "needs exactly one of `tcp` and `http`")),
+    };
+    Ok(HealthCheck { address, target })
+}
+
+/// `host:port` (host an IP, `[v6]`, or a DNS name); the port may be left out
+/// only when `default_port` is given.
+fn host_port(
+    field: &str,
+    s: &str,
+    default_port: Option<u16>,
+) -> Result<(String, u16), ConfigError> {
+    let bad = |why: &str| invalid(field, format!("`{s}` is not a `host:port`: {why}"));
+    if let Ok(a) = SocketAddr::from_str(s) {
+        if a.port() == 0 {
+            return Err(bad("port 0"));
+        }
+        return Ok((a.ip().to_string(), a.port()));
+    }
+    let (host, port) = match (s.rsplit_once(':'), default_port) {
+        (Some((h, p)), _) if !h.contains(':') || h.ends_with(']') => {
+            let port = p
+                .parse::<u16>()
+                .ok()
+                .filter(|p| *p != 0)
+                .ok_or_else(|| bad("the port must be within 1..=65535"))?;
+            (h, port)
+        }
+        (_, Some(port)) => (s, port),
+        _ => return Err(bad("no port")),
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if IpAddr::from_str(host).is_ok() {
+        return Ok((host.to_string(), port));
+    }
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    };
+    let trimmed = host.strip_suffix('.').unwrap_or(host);
+    if trimmed.is_empty() || trimmed.len() > 253 || !trimmed.split('.').all(label_ok) {
+        return Err(bad("the host is neither an IP address nor a DNS name"));
+    }
+    Ok((host.to_string(), port))
+}
+
+/// `http://host[:port][/path]`.
+fn http_target(field: &str, s: &str) -> Result<CheckTarget, ConfigError> {
+    let Some(rest) = s.strip_prefix("http://") else {
+        return Err(invalid(
+            field,
+            format!("`{s}` is not an `http://host[:port]/path` URL (only plain http is checked)"),
+        ));
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(at) => (&rest[..at], &rest[at..]),
+        None => (rest, "/"),
+    };
+    if authority.contains('@') {
+        return Err(invalid(
+            field,
+            format!("`{s}`: credentials are not allowed"),
+        ));
+    }
+    if path
+        .bytes()
+        .any(|b| b.is_ascii_whitespace() || b.is_ascii_control() || b == b'#')
+    {
+        return Err(invalid(
+            field,
+            format!("`{s}`: the path has a bad character"),
+        ));
+    }
+    let (host, port) = host_port(field, authority, Some(80))?;
+    Ok(CheckTarget::Http {
+        host,
+        port,
+        path: path.to_string(),
     })
 }
 
@@ -125,8 +288,29 @@ fn view(f: &str, v: &RawView, clusters: &[Cluster], ttl: u32) -> Result<View, Co
         return Err(invalid(format!("{f}.listen"), "at least one address"));
     }
     let mut listen = Vec::new();
+    let mut pod_ip_ports = Vec::new();
     for (j, s) in v.listen.iter().enumerate() {
-        listen.push(socket(&format!("{f}.listen[{j}]"), s, 53)?);
+        let field = format!("{f}.listen[{j}]");
+        match s.trim().strip_prefix(POD_IP) {
+            Some(rest) => {
+                let port = match rest.strip_prefix(':') {
+                    None if rest.is_empty() => 53,
+                    Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
+                        invalid(&field, format!("`{s}`: the port must be within 1..=65535"))
+                    })?,
+                    None => {
+                        return Err(invalid(
+                            &field,
+                            format!("`{s}` is not `{POD_IP}` or `{POD_IP}:port`"),
+                        ));
+                    }
+                };
+                if !pod_ip_ports.contains(&port) {
+                    pod_ip_ports.push(port);
+                }
+            }
+            None => listen.push(socket(&field, s, 53)?),
+        }
     }
     let mut source_subnets = Vec::new();
     for (j, s) in v.source_subnets.iter().enumerate() {
@@ -191,6 +375,7 @@ fn view(f: &str, v: &RawView, clusters: &[Cluster], ttl: u32) -> Result<View, Co
     Ok(View {
         name: v.name.clone(),
         listen,
+        pod_ip_ports,
         source_subnets,
         zones,
         hosts,

@@ -48,14 +48,30 @@ pub fn start_at(path: &Path) -> Server {
 
 /// Serves the config at `path` with extra `serve` arguments.
 pub fn start_with(path: &Path, args: &[&str]) -> Server {
+    start_env(path, args, &[])
+}
+
+/// Serves the config at `path` with extra `serve` arguments and
+/// environment variables.
+pub fn start_env(path: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
     let child = Command::new(env!("CARGO_BIN_EXE_oooi-dns"))
         .args(["serve", "--config"])
         .arg(path)
         .args(args)
+        .env_remove("POD_IP")
+        .envs(env.iter().copied())
         .spawn()
         .expect("start oooi-dns");
     std::thread::sleep(Duration::from_millis(500));
     Server(child)
+}
+
+/// The value of the metric line starting with `series` (name and labels)
+/// in the server's `/metrics` at `addr`.
+pub fn metric(addr: &str, series: &str) -> Option<f64> {
+    http_get(addr, "/metrics")
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
 }
 
 /// `dig @server -p port ARGS`, its standard output.
