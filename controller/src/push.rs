@@ -252,7 +252,9 @@ impl Pusher {
         connector.set_connect_timeout(Some(config.request_timeout));
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
+            // Below the table API's 15 s connection idle timeout, so a kept
+            // connection is never reused as Envoy closes it.
+            .pool_idle_timeout(Duration::from_secs(10))
             .build(connector);
         Pusher {
             client,

@@ -323,6 +323,40 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     result
 }
 
+/// Creates (or brings back to its planned form) the SCC that pods with an
+/// address agent run under ([`crate::plan::scc::address_agent_scc`]): an
+/// OLM bundle cannot carry SCCs, so the controller makes the one it needs.
+async fn ensure_address_agent_scc(client: &kube::Client) -> anyhow::Result<()> {
+    use kube::api::{Api, DynamicObject, Patch, PatchParams};
+    use kube::discovery::ApiResource;
+    let resource = ApiResource {
+        group: crate::plan::scc::SCC_GROUP.to_string(),
+        version: "v1".to_string(),
+        api_version: format!("{}/v1", crate::plan::scc::SCC_GROUP),
+        kind: "SecurityContextConstraints".to_string(),
+        plural: "securitycontextconstraints".to_string(),
+    };
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let params = PatchParams::apply(crate::crd::FIELD_MANAGER).force();
+    api.patch(
+        crate::plan::scc::ADDRESS_AGENT_SCC,
+        &params,
+        &Patch::Apply(crate::plan::scc::address_agent_scc()),
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "cannot apply SecurityContextConstraints {}",
+            crate::plan::scc::ADDRESS_AGENT_SCC
+        )
+    })?;
+    tracing::info!(
+        scc = crate::plan::scc::ADDRESS_AGENT_SCC,
+        "applied the address agent's SecurityContextConstraints"
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -377,38 +411,4 @@ mod tests {
         tx.send(true).unwrap();
         server.await.unwrap().unwrap();
     }
-}
-
-/// Creates (or brings back to its planned form) the SCC that pods with an
-/// address agent run under ([`crate::plan::scc::address_agent_scc`]): an
-/// OLM bundle cannot carry SCCs, so the controller makes the one it needs.
-async fn ensure_address_agent_scc(client: &kube::Client) -> anyhow::Result<()> {
-    use kube::api::{Api, DynamicObject, Patch, PatchParams};
-    use kube::discovery::ApiResource;
-    let resource = ApiResource {
-        group: crate::plan::scc::SCC_GROUP.to_string(),
-        version: "v1".to_string(),
-        api_version: format!("{}/v1", crate::plan::scc::SCC_GROUP),
-        kind: "SecurityContextConstraints".to_string(),
-        plural: "securitycontextconstraints".to_string(),
-    };
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-    let params = PatchParams::apply(crate::crd::FIELD_MANAGER).force();
-    api.patch(
-        crate::plan::scc::ADDRESS_AGENT_SCC,
-        &params,
-        &Patch::Apply(crate::plan::scc::address_agent_scc()),
-    )
-    .await
-    .with_context(|| {
-        format!(
-            "cannot apply SecurityContextConstraints {}",
-            crate::plan::scc::ADDRESS_AGENT_SCC
-        )
-    })?;
-    tracing::info!(
-        scc = crate::plan::scc::ADDRESS_AGENT_SCC,
-        "applied the address agent's SecurityContextConstraints"
-    );
-    Ok(())
 }

@@ -99,3 +99,21 @@ fn the_grant_is_a_role_on_one_scc_bound_to_the_components_service_account() {
         assert_eq!(meta.labels, dhcp.deployment.metadata.labels);
     }
 }
+
+#[test]
+fn every_component_pod_meets_the_pod_security_restricted_profile() {
+    use oooi_controller::plan::pod_security::{Level, level, restricted_violations};
+    let (dhcp, dns, envoy) = components();
+    for c in [&dhcp, &dns, &envoy] {
+        assert_eq!(
+            restricted_violations(pod(c)),
+            Vec::<String>::new(),
+            "{:?}",
+            c.deployment.metadata.name
+        );
+        let mut d = c.deployment.clone();
+        scc::for_openshift(&mut d);
+        let p = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+        assert_eq!(level(p), Level::Restricted);
+    }
+}

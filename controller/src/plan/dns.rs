@@ -96,6 +96,7 @@ pub fn config_for(
         http: None,
         ttl: None,
         chaos: None,
+        health: None,
         upstreams: RawUpstreams {
             servers: network.upstreams.iter().map(|a| a.to_string()).collect(),
             resolv_conf: network.resolv_conf,
@@ -112,7 +113,9 @@ pub fn config_for(
             RawView {
                 name: "pod".to_string(),
                 kind: ViewKind::Pod,
-                listen: vec![format!("0.0.0.0:{POD_VIEW_PORT}")],
+                // The pod's own address only: on 0.0.0.0 the pod view would
+                // also answer on the VLAN address.
+                listen: vec![format!("{}:{POD_VIEW_PORT}", oooi_dns_config::POD_IP)],
                 ..RawView::default()
             },
         ],

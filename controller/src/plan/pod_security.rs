@@ -241,8 +241,10 @@ mod tests {
         let v = restricted_violations(&p);
         assert!(v.iter().any(|v| v.contains("runAsNonRoot")), "{v:?}");
         assert!(v.iter().any(|v| v.contains("NET_ADMIN")), "{v:?}");
-        // NET_RAW alone is in the baseline set, as root it is not restricted.
-        assert_eq!(level(&pod(&["NET_RAW"])), Level::Baseline);
+        // NET_RAW is not in the baseline set either; CHOWN is, as root it
+        // is baseline but not restricted.
+        assert_eq!(level(&pod(&["NET_RAW"])), Level::Privileged);
+        assert_eq!(level(&pod(&["CHOWN"])), Level::Baseline);
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub fn probe(lab: &Lab, ns: &str, ip: &str, port: u16, sni: Option<&str>) -> Str
         .unwrap_or_else(|_| "refused".to_string())
 }
 
-/// The first A record `server` gives for `name`, asked from `ns`, or
+/// The lowest A record `server` gives for `name`, asked from `ns`, or
 /// `no answer`.
 pub fn dig(lab: &Lab, ns: &str, server: &str, name: &str) -> String {
     dig_port(lab, ns, server, 53, name)
@@ -56,10 +56,11 @@ pub fn dig_port(lab: &Lab, ns: &str, server: &str, port: u16, name: &str) -> Str
     )
     .ok()
     .and_then(|s| {
-        s.lines()
-            .find(|l| l.parse::<Ipv4Addr>().is_ok())
-            .map(str::to_string)
+        // oooi-dns rotates a name's addresses per query: the lowest one
+        // stands for the answer (the Infra's first replica address).
+        s.lines().filter_map(|l| l.parse::<Ipv4Addr>().ok()).min()
     })
+    .map(|a| a.to_string())
     .unwrap_or_else(|| "no answer".to_string())
 }
 
@@ -161,4 +162,13 @@ impl Push {
         .map(|s| s.split_whitespace().next().unwrap_or("").to_string())
         .unwrap_or_else(|e| format!("{e:#}"))
     }
+}
+
+/// A comma-separated list of addresses in sorted order: DNS answers every
+/// proxy address rotated per query, and glibc sorts them again, so a lab
+/// step compares the set.
+pub fn as_set(list: &str) -> String {
+    let mut v: Vec<&str> = list.split(',').filter(|a| !a.is_empty()).collect();
+    v.sort_unstable();
+    v.join(",")
 }

@@ -25,7 +25,7 @@ use serde_json::Value;
 
 use super::infra::DataPlane;
 use super::workers::Booted;
-use crate::clients::{Push, dig_all, probe};
+use crate::clients::{Push, as_set, dig_all, probe};
 use crate::lab::Lab;
 use crate::render::Rendered;
 use crate::report::Report;
@@ -79,7 +79,7 @@ pub fn run(
     };
     let base = &r.base;
     let alias = "kubernetes.default.svc";
-    let every_proxy = r.replicas.proxy.join(",");
+    let every_proxy = as_set(&r.replicas.proxy.join(","));
     let (proxy_ip, proxy) = plane
         .proxies
         .first()
@@ -225,10 +225,10 @@ pub fn run(
     let restarted = lab.restart(&dns)?;
     plane.dns[0].1 = restarted;
     let got = poll(60, || {
-        let got = dig_all(lab, &first_worker, &dns_ip, &fqdn);
+        let got = as_set(&dig_all(lab, &first_worker, &dns_ip, &fqdn));
         (got == every_proxy).then_some(got)
     })
-    .unwrap_or_else(|| dig_all(lab, &first_worker, &dns_ip, &fqdn));
+    .unwrap_or_else(|| as_set(&dig_all(lab, &first_worker, &dns_ip, &fqdn)));
     t.dns_serving = now_ms();
     report.step(
         &format!("restarted oooi-dns answers: dig @{dns_ip} {fqdn}"),

@@ -151,6 +151,9 @@ pub fn data_plane(
                     dns_mounted.to_string_lossy().into_owned(),
                     "--metrics-addr".into(),
                     "127.0.0.1:9153".into(),
+                    // The pod view binds the pod address only.
+                    "--pod-ip".into(),
+                    super::pods::dns_pod_ip(i),
                 ],
             },
         )?;

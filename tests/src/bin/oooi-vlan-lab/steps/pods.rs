@@ -91,10 +91,16 @@ pub fn site_resolver(
 /// management network is a bridge the proxy pods are on too.
 pub fn plug_dns_pods(ns: &Namespaces) -> Result<()> {
     for (i, dns) in ns.dns.iter().enumerate() {
-        let ip = format!("10.128.0.{}", 3 + 10 * i);
+        let ip = dns_pod_ip(i);
         pod_interface(dns, &ns.mgmt, &format!("dns{}", replica_suffix(i)), &ip)?;
     }
     Ok(())
+}
+
+/// The pod-network address of DNS replica `i` (its pod view listens there
+/// only, as `$(POD_IP):5353` in a cluster).
+pub fn dns_pod_ip(i: usize) -> String {
+    format!("10.128.0.{}", 3 + 10 * i)
 }
 
 /// A management pod asks the pod view for the `api` name of each of

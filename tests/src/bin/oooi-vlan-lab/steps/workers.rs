@@ -10,7 +10,7 @@ use std::process::Command;
 use anyhow::{Context, Result, anyhow, bail};
 
 use super::topology::Namespaces;
-use crate::clients::{dig, dig_all, getent_ahostsv4, probe, wait_until};
+use crate::clients::{as_set, dig, dig_all, getent_ahostsv4, probe, wait_until};
 use crate::lab::{Lab, run};
 use crate::render::{Rendered, json_file};
 use crate::report::Report;
@@ -280,12 +280,12 @@ fn worker(
     let isolation = |c: &str| r.isolation(c);
     let mut strict_refusals = 0;
     let fqdn = format!("api.{cluster}.{base}");
-    let every_proxy = r.replicas.proxy.join(",");
+    let every_proxy = as_set(&r.replicas.proxy.join(","));
     let answers = dig_all(lab, ns, got_dns, &fqdn);
     report.step(
-        &format!("dig @{got_dns} {fqdn} (every proxy, in order)"),
+        &format!("dig @{got_dns} {fqdn} (every proxy)"),
         &every_proxy,
-        &answers,
+        &as_set(&answers),
     );
     let resolved = answers.split(',').next().unwrap_or_default().to_string();
     // glibc, with the resolv.conf written from the lease.
@@ -293,7 +293,7 @@ fn worker(
     report.step(
         &format!("getent ahostsv4 {fqdn} (glibc, resolv.conf from the lease)"),
         &every_proxy,
-        &got,
+        &as_set(&got),
     );
     // HyperShift's control-plane namespace is `<namespace>-<name>`.
     let own = format!("{cns}-{cluster}/kube-apiserver");
@@ -304,7 +304,7 @@ fn worker(
     report.step(
         &format!("dig @{got_dns} {alias} (alias, every proxy)"),
         &every_proxy,
-        &got,
+        &as_set(&got),
     );
     let got = probe(lab, ns, &resolved, 6443, Some(&fqdn));
     report.step(&format!("TLS {fqdn}:6443 by SNI"), &own, &got);
