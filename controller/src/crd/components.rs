@@ -186,33 +186,14 @@ pub struct ServerAvailability {
     #[serde(default = "default_node_loss_toleration_seconds")]
     #[schemars(range(max = 3600))]
     pub node_loss_toleration_seconds: u32,
-    /// Set: an address agent beside the server holds VLAN addresses through
-    /// Leases and takes over the addresses of lost replicas.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub floating: Option<FloatingAddresses>,
 }
 
 impl Default for ServerAvailability {
     fn default() -> Self {
         ServerAvailability {
             node_loss_toleration_seconds: DEFAULT_NODE_LOSS_TOLERATION_SECONDS,
-            floating: None,
         }
     }
-}
-
-/// The VLAN addresses the replicas of one component share.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct FloatingAddresses {
-    /// Every address of the component's replicas as `ip/prefix`, in the
-    /// replicas' order; this server's own (home) address is `vlan.address`.
-    #[schemars(length(min = 1))]
-    pub addresses: Vec<String>,
-    /// Prefix of the Lease names, one Lease per address in the server's
-    /// namespace (`<prefix>-<a>-<b>-<c>-<d>`).
-    #[schemars(length(min = 1, max = 200))]
-    pub lease_prefix: String,
 }
 
 /// The place of one server among the replicas of an Infra's component (one

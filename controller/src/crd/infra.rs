@@ -58,8 +58,7 @@ pub struct InfraSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "legacy_object")]
     pub apps_ingress: Option<serde_json::Value>,
-    /// How the DNS and proxy addresses ride out a lost node, a drained node
-    /// or a dead pod.
+    /// How the component pods ride out a lost node.
     #[serde(default, skip_serializing_if = "Availability::is_default")]
     pub availability: Availability,
 }
@@ -68,19 +67,6 @@ pub struct InfraSpec {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Availability {
-    /// Floating VLAN addresses. `Auto` (the default): on with a
-    /// NetworkAttachmentDefinition (a Linux bridge or macvlan network lets a
-    /// pod take over another pod's address), off with a
-    /// `clusterUserDefinedNetwork` (OVN-Kubernetes localnet enforces port
-    /// security, so no pod can answer for another's address). `Enabled`:
-    /// an address agent beside every DNS and proxy replica holds each VLAN
-    /// address through a Lease, and a surviving replica takes over the
-    /// address of a lost one within about 2 s. `Disabled`: no agent; DNS
-    /// answers only with the proxies that serve, and a lost replica's
-    /// address is absent until its pod is replaced. Set `Disabled` for a
-    /// NetworkAttachmentDefinition of type `ovn-k8s-cni-overlay`.
-    #[serde(default)]
-    pub failover: FailoverMode,
     /// Seconds the DHCP, DNS and proxy pods stay bound to a node that is
     /// unreachable or not ready before Kubernetes evicts and replaces them
     /// (their tolerations of `node.kubernetes.io/unreachable` and
@@ -95,19 +81,6 @@ impl Availability {
     fn is_default(&self) -> bool {
         *self == Availability::default()
     }
-}
-
-/// Whether DNS and proxy replicas take over each other's VLAN addresses.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub enum FailoverMode {
-    /// On for a NetworkAttachmentDefinition, off for a
-    /// ClusterUserDefinedNetwork.
-    #[default]
-    Auto,
-    /// Always on (the network must let a pod answer for another's address).
-    Enabled,
-    /// Off.
-    Disabled,
 }
 
 /// The VLAN network.

@@ -236,12 +236,7 @@ pub fn specs(
                     storage_class_name: comp.storage_class_name.clone(),
                 },
                 pair_token_secret,
-                availability: super::availability::server_availability(
-                    infra,
-                    network,
-                    Component::Dhcp,
-                    &[],
-                ),
+                availability: super::availability::server_availability(infra),
             };
             (name, spec)
         })

@@ -162,12 +162,7 @@ pub fn specs(
                     index: i as u32,
                     count,
                 }),
-                availability: super::availability::server_availability(
-                    infra,
-                    network,
-                    Component::Dns,
-                    &network.dns,
-                ),
+                availability: super::availability::server_availability(infra),
             };
             Some((Component::Dns.replica_name(&infra_name, i), spec))
         })

@@ -320,12 +320,7 @@ pub fn specs(
                     index: i as u32,
                     count,
                 }),
-                availability: super::availability::server_availability(
-                    infra,
-                    network,
-                    Component::Proxy,
-                    &network.proxy,
-                ),
+                availability: super::availability::server_availability(infra),
             };
             (Component::Proxy.replica_name(&infra_name, i), spec)
         })
