@@ -300,8 +300,6 @@ def test_all_features_render_is_valid_kubernetes():
             "PrometheusRule",
             "Role",
             "RoleBinding",
-            "SecurityContextConstraints",
-            "SecurityContextConstraints",
             "Service",
             "ServiceAccount",
             "ServiceMonitor",
@@ -711,6 +709,7 @@ ALERTS = {
     "OooiAttachmentExcluded",
     "OooiConfigReloadRejected",
     "OooiControllerNoLeader",
+    "OooiDHCPPairClockSkew",
 }
 # Metric prefixes whose names the Rust tests check against what the programs
 # export: controller/src/metrics.rs (the controller's registry) and
