@@ -73,6 +73,11 @@ enum Command {
         /// it, render exits 1 on any of them, so it can gate a pipeline.
         #[arg(long)]
         allow_invalid: bool,
+        /// Refuse a document that is not an oooi kind (by default a
+        /// Namespace, NetworkAttachmentDefinition or any other kind in the
+        /// same files is skipped, with one line on stderr each).
+        #[arg(long)]
+        strict_kinds: bool,
     },
     /// Run the controller (in cluster, or with $KUBECONFIG).
     ///
@@ -127,12 +132,14 @@ fn render(
     skip_filter_check: bool,
     controller_namespace: String,
     images: oooi_controller::plan::images::DefaultImages,
+    strict_kinds: bool,
 ) -> anyhow::Result<oooi_controller::render::Rendered> {
     use anyhow::Context;
     use oooi_controller::render;
     let mut input = render::RenderInput {
         controller_namespace: Some(controller_namespace),
         images,
+        strict_kinds,
         ..render::RenderInput::default()
     };
     if let Some(path) = filter_wasm {
@@ -144,6 +151,9 @@ fn render(
     }
     for f in &files {
         input.add_file(f)?;
+    }
+    for line in &input.skipped {
+        eprintln!("skipped: {line}");
     }
     let token = token.unwrap_or_else(|| render::OFFLINE_PUSH_TOKEN.to_string());
     render::render(&input, &token)
@@ -189,6 +199,7 @@ fn main() -> ExitCode {
             controller_namespace,
             images,
             allow_invalid,
+            strict_kinds,
         } => render(
             files,
             push_token,
@@ -196,6 +207,7 @@ fn main() -> ExitCode {
             skip_filter_check,
             controller_namespace,
             images,
+            strict_kinds,
         )
         .and_then(|rendered| emit(&rendered, out, allow_invalid)),
         Command::Run(args) => oooi_controller::run::main(args),

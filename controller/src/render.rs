@@ -82,6 +82,10 @@ pub struct RenderInput {
     pub controller_namespace: Option<String>,
     /// Images of components whose Infra names none (as `run` has them).
     pub images: plan::images::DefaultImages,
+    /// Refuse documents of other kinds instead of skipping them.
+    pub strict_kinds: bool,
+    /// The documents of other kinds that were skipped, one line each.
+    pub skipped: Vec<String>,
 }
 
 /// The controller's namespace when the input names none (the chart's
@@ -165,10 +169,32 @@ impl RenderInput {
             let at = || format!("{source}: document {} (kind `{kind}`)", i + 1);
             let api = doc.get("apiVersion").and_then(Value::as_str).unwrap_or("");
             if api != crate::crd::API_VERSION {
+                // Not an oooi object (a Namespace, a NetworkAttachmentDefinition
+                // in the same file): skipped, said once, unless strict.
+                let name = doc
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                let line = format!("{}: {api} {kind} `{name}` is not an oooi kind", at());
+                if self.strict_kinds {
+                    bail!("{line} (--strict-kinds)");
+                }
+                self.skipped.push(line);
+                continue;
+            }
+            // Strict field validation, as `kubectl apply` does it: a field the
+            // CRD does not declare is an error, never dropped in silence.
+            if let Some(unknown) = crate::crd::strict::unknown_fields(&kind, &doc)
+                && !unknown.is_empty()
+            {
                 bail!(
-                    "{}: apiVersion `{api}` is not {}",
+                    "{}: unknown field(s) {}",
                     at(),
-                    crate::crd::API_VERSION
+                    unknown
+                        .iter()
+                        .map(|f| format!("`{f}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 );
             }
             match kind.as_str() {

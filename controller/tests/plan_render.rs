@@ -180,13 +180,21 @@ fn two_cluster_example_routes_workers_and_apps() {
 
 #[test]
 fn unknown_kinds_and_bad_documents_are_named() {
+    // Another kind is skipped with one line, or refused with --strict-kinds.
+    let foreign = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n";
     let mut input = RenderInput::default();
-    let e = input
-        .add_yaml(
-            "x.yaml",
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n",
-        )
-        .unwrap_err();
+    input.add_yaml("x.yaml", foreign).unwrap();
+    assert_eq!(input.skipped.len(), 1);
+    assert!(
+        input.skipped[0].contains("x.yaml: document 1 (kind `ConfigMap`)"),
+        "{:?}",
+        input.skipped
+    );
+    let mut strict = RenderInput {
+        strict_kinds: true,
+        ..RenderInput::default()
+    };
+    let e = strict.add_yaml("x.yaml", foreign).unwrap_err();
     assert!(
         format!("{e:#}").contains("x.yaml: document 1 (kind `ConfigMap`)"),
         "{e:#}"
@@ -201,6 +209,67 @@ fn unknown_kinds_and_bad_documents_are_named() {
         format!("{e:#}").contains("y.yaml: document 1 (kind `Infra`)"),
         "{e:#}"
     );
+}
+
+#[test]
+fn render_refuses_unknown_fields_and_skips_other_kinds_in_the_same_file() {
+    let bin = env!("CARGO_BIN_EXE_oooi-controller");
+    let example = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/two-clusters.yaml");
+    let text = std::fs::read_to_string(&example).unwrap();
+    assert!(
+        text.contains("dnsServers:"),
+        "the example names its upstreams"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let run = |file: &std::path::Path, extra: &[&str]| {
+        Command::new(bin)
+            .env_remove("OOOI_FILTER_WASM")
+            .env_remove("OOOI_PUSH_TOKEN")
+            .args(["render", "-f"])
+            .arg(file)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    // A misspelt field: refused with its path, nothing printed.
+    let typo = dir.path().join("typo.yaml");
+    std::fs::write(&typo, text.replacen("dnsServers:", "dnsServerz:", 1)).unwrap();
+    let out = run(&typo, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("`spec.networkConfig.dnsServerz`"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+    // The manifests a user applies, with a Namespace and a NAD beside them.
+    let mixed = dir.path().join("mixed.yaml");
+    std::fs::write(
+        &mixed,
+        format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: oooi}}\n---\n\
+             apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\n\
+             metadata: {{name: vlan200, namespace: oooi}}\nspec: {{config: '{{}}'}}\n---\n{text}"
+        ),
+    )
+    .unwrap();
+    let out = run(&mixed, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let skipped: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("skipped: "))
+        .collect();
+    assert_eq!(skipped.len(), 2, "{stderr}");
+    assert!(skipped[0].contains("Namespace `oooi`"), "{stderr}");
+    assert!(
+        skipped[1].contains("NetworkAttachmentDefinition `vlan200`"),
+        "{stderr}"
+    );
+    assert_eq!(out.stdout, run(&example, &[]).stdout, "the same objects");
+    let out = run(&mixed, &["--strict-kinds"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--strict-kinds"));
 }
 
 #[test]

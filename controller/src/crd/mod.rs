@@ -42,6 +42,7 @@ mod attachment;
 mod components;
 mod infra;
 mod schema;
+pub mod strict;
 
 pub use attachment::*;
 pub use components::*;
