@@ -169,6 +169,7 @@ impl Push {
 /// step compares the set.
 pub fn as_set(list: &str) -> String {
     let mut v: Vec<&str> = list.split(',').filter(|a| !a.is_empty()).collect();
-    v.sort_unstable();
+    // Numeric order (192.0.2.4 before 192.0.2.14), text after addresses.
+    v.sort_by_key(|a| (a.parse::<Ipv4Addr>().map_err(|_| a.to_string()), a.to_string()));
     v.join(",")
 }
