@@ -170,6 +170,11 @@ impl Push {
 pub fn as_set(list: &str) -> String {
     let mut v: Vec<&str> = list.split(',').filter(|a| !a.is_empty()).collect();
     // Numeric order (192.0.2.4 before 192.0.2.14), text after addresses.
-    v.sort_by_key(|a| (a.parse::<Ipv4Addr>().map_err(|_| a.to_string()), a.to_string()));
+    v.sort_by_key(|a| {
+        (
+            a.parse::<Ipv4Addr>().map_err(|_| a.to_string()),
+            a.to_string(),
+        )
+    });
     v.join(",")
 }
