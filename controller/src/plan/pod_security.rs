@@ -6,6 +6,8 @@
 
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 
+use super::scc::{CORE_VOLUMES, volume_kind};
+
 /// A Pod Security Admission level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
@@ -57,18 +59,6 @@ const BASELINE_CAPABILITIES: &[&str] = &[
     "SETPCAP",
     "SETUID",
     "SYS_CHROOT",
-];
-
-/// Volume types the restricted level allows.
-const RESTRICTED_VOLUMES: &[&str] = &[
-    "configMap",
-    "csi",
-    "downwardAPI",
-    "emptyDir",
-    "ephemeral",
-    "persistentVolumeClaim",
-    "projected",
-    "secret",
 ];
 
 fn containers(pod: &PodSpec) -> impl Iterator<Item = &Container> {
@@ -135,15 +125,9 @@ pub fn baseline_violations(pod: &PodSpec) -> Vec<String> {
 pub fn restricted_violations(pod: &PodSpec) -> Vec<String> {
     let mut out = baseline_violations(pod);
     for v in pod.volumes.iter().flatten() {
-        let value = serde_json::to_value(v).unwrap_or_default();
-        let kinds: Vec<&String> = value
-            .as_object()
-            .map(|o| o.keys().filter(|k| *k != "name").collect())
-            .unwrap_or_default();
-        for k in kinds {
-            if !RESTRICTED_VOLUMES.contains(&k.as_str()) {
-                out.push(format!("volume {}: type {k}", v.name));
-            }
+        let kind = volume_kind(v);
+        if !CORE_VOLUMES.contains(&kind) {
+            out.push(format!("volume {}: type {kind}", v.name));
         }
     }
     let psc = pod.security_context.clone().unwrap_or_default();

@@ -86,7 +86,9 @@ pub struct SccModel {
     pub allow_host_pid_ipc: bool,
 }
 
-const CORE_VOLUMES: &[&str] = &[
+/// Volume types of `restricted-v2`, the same set the Pod Security
+/// `restricted` profile allows.
+pub(crate) const CORE_VOLUMES: &[&str] = &[
     "configMap",
     "csi",
     "downwardAPI",
@@ -96,7 +98,7 @@ const CORE_VOLUMES: &[&str] = &[
     "projected",
     "secret",
 ];
-/// Volumes of the chart's SCCs: what the components mount, nothing more.
+/// Volumes of the address agent's SCC: what the components mount, nothing more.
 const OOOI_VOLUMES: &[&str] = &[
     "configMap",
     "downwardAPI",
@@ -214,7 +216,8 @@ fn allows(list: &[&str], item: &str) -> bool {
     list.contains(&"*") || list.contains(&item)
 }
 
-fn volume_kind(v: &Volume) -> &'static str {
+/// The type of a volume, as SCCs and Pod Security name it.
+pub(crate) fn volume_kind(v: &Volume) -> &'static str {
     let kinds = [
         (v.config_map.is_some(), "configMap"),
         (v.secret.is_some(), "secret"),
