@@ -303,14 +303,11 @@ pub struct Streams {
     pub observed: Vec<(observe::OptionalApi, ApiResource, DynamicRx, DynamicRx)>,
 }
 
-/// What to watch: the namespace of the oooi kinds, and whether Roles are
-/// watched (only with `--openshift-scc` may the controller list them).
+/// What to watch: the namespace of the oooi kinds.
 #[derive(Debug, Clone, Default)]
 pub struct Scope {
     /// Watch the oooi kinds only in this namespace.
     pub namespace: Option<String>,
-    /// Watch Roles and RoleBindings.
-    pub roles: bool,
 }
 
 /// Starts every watch. Children are watched in all namespaces (cleanup finds
@@ -337,17 +334,14 @@ pub fn start(client: &Client, scope: &Scope, w: StoreWriters, observers: Observe
         managed(),
         w.network_policies,
     );
-    // The SCC grants exist only with --openshift-scc, and only then does the
-    // controller's RBAC let it watch Roles: otherwise the caches stay empty
-    // and count as listed.
-    let (mut roles, mut role_bindings) = (w.roles, w.role_bindings);
-    if scope.roles {
-        let _ = spawn_watch(scoped::<Role>(client, ns), managed(), roles);
-        let _ = spawn_watch(scoped::<RoleBinding>(client, ns), managed(), role_bindings);
-    } else {
-        roles.apply_watcher_event(&watcher::Event::InitDone);
-        role_bindings.apply_watcher_event(&watcher::Event::InitDone);
-    }
+    // The address agents' Lease Roles and, with --openshift-scc, the SCC
+    // grants.
+    let _ = spawn_watch(scoped::<Role>(client, ns), managed(), w.roles);
+    let _ = spawn_watch(
+        scoped::<RoleBinding>(client, ns),
+        managed(),
+        w.role_bindings,
+    );
     let observed = observers
         .into_iter()
         .map(|(api, ar, writer)| {

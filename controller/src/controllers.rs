@@ -47,7 +47,6 @@ pub async fn run(
     ));
     let scope = Scope {
         namespace: settings.watch_namespace.clone(),
-        roles: settings.openshift_scc,
     };
     let streams = cache::start(&client, &scope, writers, observers);
     info!("waiting for the watch caches");

@@ -19,6 +19,14 @@
 //!    was finally pushed; the caller keeps it (ProxyServer status) as the
 //!    floor for the next render.
 //!
+//! 4. When some replica holds the table and others could not take it, the
+//!    pusher announces the table to those others (`PUT /v1/routes/expected`,
+//!    a small body): a replica behind a live peer then answers `GET /ready`
+//!    with 503, so it leaves the Service endpoints, the DNS answers (their
+//!    health checks) and its floating addresses (the address agent) instead
+//!    of routing by its old table. A table no replica took is never
+//!    announced: every replica keeps serving its last one.
+//!
 //! A new replica and a restarted Envoy both report generation 0 (shared data
 //! does not survive an Envoy restart), so step 1 finds them out of sync and
 //! step 2 pushes. Replicas to push are pods that are running with an IP, not
@@ -42,6 +50,8 @@ use crate::metrics::Metrics;
 
 /// Path of the table API (docs/data-path.md).
 pub const ROUTES_PATH: &str = "/v1/routes";
+/// Path where the table a replica should hold is announced.
+pub const EXPECTED_PATH: &str = "/v1/routes/expected";
 
 /// One Envoy replica to bring in sync.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -327,6 +337,31 @@ impl Pusher {
             generation = restamped.generation;
             final_digest = digest;
         }
+        let behind = to_announce(&results);
+        if !behind.is_empty() {
+            let body = Bytes::from(
+                serde_json::json!({"generation": generation, "digest": final_digest}).to_string(),
+            );
+            let announced = join_all(
+                behind
+                    .iter()
+                    .map(|&i| self.announce(&replicas[i], body.clone(), token)),
+            )
+            .await;
+            for (i, result) in behind.iter().zip(announced) {
+                let r = &replicas[*i];
+                match result {
+                    Ok(()) => info!(
+                        replica = %r.name, addr = %r.addr, generation,
+                        "announced the current table to a replica behind its peers (not ready until it holds it)"
+                    ),
+                    Err(f) => warn!(
+                        replica = %r.name, addr = %r.addr, generation,
+                        "cannot announce the current table: {f}"
+                    ),
+                }
+            }
+        }
         for r in &results {
             match &r.outcome {
                 Outcome::InSync => self.metrics.push_outcome("in_sync", false),
@@ -379,6 +414,7 @@ impl Pusher {
         let answer = self
             .request(
                 replica.addr,
+                ROUTES_PATH,
                 http::Method::PUT,
                 Some(format!("Bearer {token}")),
                 body,
@@ -431,9 +467,36 @@ impl Pusher {
         r
     }
 
+    /// Announces the table in `body` (`{"generation", "digest"}`) to
+    /// `replica` as the one it should hold.
+    pub async fn announce(
+        &self,
+        replica: &Replica,
+        body: Bytes,
+        token: &str,
+    ) -> Result<(), Failure> {
+        match self
+            .request(
+                replica.addr,
+                EXPECTED_PATH,
+                http::Method::PUT,
+                Some(format!("Bearer {token}")),
+                body,
+            )
+            .await?
+        {
+            Answer::Ok(_) => Ok(()),
+            Answer::Conflict => Err(Failure::Refused {
+                status: 409,
+                message: "conflict on an announcement".into(),
+            }),
+            Answer::Other(status, message) => Err(Failure::Refused { status, message }),
+        }
+    }
+
     async fn read(&self, addr: SocketAddr) -> Result<Loaded, Failure> {
         match self
-            .request(addr, http::Method::GET, None, Bytes::new())
+            .request(addr, ROUTES_PATH, http::Method::GET, None, Bytes::new())
             .await?
         {
             Answer::Ok(l) => Ok(l),
@@ -448,11 +511,12 @@ impl Pusher {
     async fn request(
         &self,
         addr: SocketAddr,
+        path: &str,
         method: http::Method,
         bearer: Option<String>,
         body: Bytes,
     ) -> Result<Answer, Failure> {
-        let uri = format!("http://{addr}{ROUTES_PATH}");
+        let uri = format!("http://{addr}{path}");
         let mut req = http::Request::builder()
             .method(method)
             .uri(&uri)
@@ -498,6 +562,22 @@ impl Pusher {
     }
 }
 
+/// The replicas (indices into `results`) to announce the table to: those
+/// that could not take it, when at least one other holds it. A table that
+/// no replica took is not announced, so a table every replica refuses
+/// never takes the whole proxy out of service.
+pub fn to_announce(results: &[ReplicaSync]) -> Vec<usize> {
+    if !results.iter().any(ReplicaSync::synced) {
+        return Vec::new();
+    }
+    results
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| !r.synced())
+        .map(|(i, _)| i)
+        .collect()
+}
+
 /// The `error` field of an API error body, or the body itself.
 fn api_error(bytes: &[u8]) -> String {
     #[derive(Deserialize)]
@@ -519,4 +599,41 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         source = inner.source();
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(name: &str, outcome: Outcome) -> ReplicaSync {
+        ReplicaSync {
+            name: name.into(),
+            addr: "127.0.0.1:9445".parse().unwrap_or_else(|_| unreachable!()),
+            outcome,
+            previous_generation: 0,
+            push_latency: None,
+        }
+    }
+
+    #[test]
+    fn replicas_behind_a_peer_that_holds_the_table_are_announced_to() {
+        let results = [
+            r("a", Outcome::Pushed),
+            r("b", Outcome::Failed(Failure::Timeout)),
+            r("c", Outcome::InSync),
+            r("d", Outcome::Failed(Failure::Connect("refused".into()))),
+        ];
+        assert_eq!(to_announce(&results), vec![1, 3]);
+    }
+
+    #[test]
+    fn a_table_no_replica_took_or_every_replica_holds_is_not_announced() {
+        let refused = Outcome::Failed(Failure::Refused {
+            status: 400,
+            message: "bad".into(),
+        });
+        assert!(to_announce(&[r("a", refused.clone()), r("b", refused)]).is_empty());
+        assert!(to_announce(&[r("a", Outcome::InSync), r("b", Outcome::Pushed)]).is_empty());
+        assert!(to_announce(&[]).is_empty());
+    }
 }

@@ -49,14 +49,17 @@ fn rule(group: &'static str, resources: &[&'static str], verbs: &[&'static str])
 /// - pods: the Envoy replicas to push routes to.
 /// - events: transitions are recorded through `events.k8s.io/v1`.
 /// - leases: leader election (get, create when absent, patch to take and
-///   renew).
+///   renew); `update` because the address agents' Role grants it (a Role
+///   grants only what its author holds); `delete` of the agents' Leases
+///   with their Infra.
+/// - Roles and RoleBindings: the address agent's Lease Role per DNS and
+///   proxy server (and with `--openshift-scc` the SCC grants below);
+///   applied and watched, never deleted by the controller (owner
+///   references let garbage collection do it).
 /// - HyperShift, CAPI, KubeVirt: optional read-only watches for worker
 ///   addresses and MACs; CRDs read to find out whether they exist.
 ///
 /// With `--openshift-scc` ([`rules_for`]) also:
-/// - Roles and RoleBindings: one of each per component, granting its
-///   ServiceAccount `use` of one SCC; applied and watched, never deleted by
-///   the controller (owner references let garbage collection do it).
 /// - `use` of exactly the SCCs it may grant: Kubernetes lets a Role grant
 ///   only what its author holds (no `escalate` or `bind` needed).
 /// - the address agent's SCC: `create` (a rule cannot name an object that
@@ -110,10 +113,18 @@ pub fn rules() -> Vec<Rule> {
         ),
         rule("events.k8s.io", &["events"], &["create", "patch"]),
         rule("", &["events"], &["create", "patch"]),
+        // Leader election (get, create, patch); the address agents' Role
+        // (get, create, update: a Role grants only what its author holds);
+        // their Leases deleted with the Infra.
         rule(
             "coordination.k8s.io",
             &["leases"],
-            &["get", "create", "patch"],
+            &["get", "create", "update", "patch", "delete"],
+        ),
+        rule(
+            "rbac.authorization.k8s.io",
+            &["roles", "rolebindings"],
+            &["get", "list", "watch", "create", "patch"],
         ),
         rule(
             "hypershift.openshift.io",
@@ -136,11 +147,6 @@ const READ_PATCH: &[&str] = &["get", "list", "watch", "patch"];
 pub fn rules_for(openshift_scc: bool) -> Vec<Rule> {
     let mut out = rules();
     if openshift_scc {
-        out.push(rule(
-            "rbac.authorization.k8s.io",
-            &["roles", "rolebindings"],
-            &["get", "list", "watch", "create", "patch"],
-        ));
         let mut names: Vec<&'static str> = crate::plan::scc::CANDIDATES
             .iter()
             .map(|s| s.name)
@@ -335,7 +341,7 @@ mod tests {
     }
 
     #[test]
-    fn openshift_scc_adds_roles_and_use_of_the_grantable_sccs_only() {
+    fn openshift_scc_adds_use_of_the_grantable_sccs_only() {
         let with = rules_for(true);
         assert!(allows_in(
             &with,
@@ -361,7 +367,12 @@ mod tests {
             "roles",
             "delete"
         ));
-        assert!(!allows("rbac.authorization.k8s.io", "roles", "create"));
+        // The address agents' Lease Roles are made on every cluster.
+        assert!(allows("rbac.authorization.k8s.io", "roles", "create"));
+        // A Role grants only what its author holds: the agent's verbs.
+        for verb in crate::plan::workload::AGENT_LEASE_VERBS {
+            assert!(allows("coordination.k8s.io", "leases", verb), "{verb}");
+        }
         let scc = with
             .iter()
             .find(|r| r.resources == ["securitycontextconstraints"])

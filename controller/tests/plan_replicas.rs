@@ -18,8 +18,14 @@ use plan_support::{attachment, ip, observed};
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 
-/// An Infra with `dns` and `proxy` as its DNS and proxy address fields.
+/// An Infra with `dns` and `proxy` as its DNS and proxy address fields
+/// (failover `Auto`: address takeover on this NetworkAttachmentDefinition).
 fn infra(dns: &str, proxy: &str) -> Infra {
+    infra_with(dns, proxy, "Auto")
+}
+
+/// [`infra`] with `spec.availability.failover` set to `failover`.
+fn infra_with(dns: &str, proxy: &str, failover: &str) -> Infra {
     serde_saphyr::from_str(&format!(
         r#"
 apiVersion: hostedcluster.densityops.com/v1alpha1
@@ -31,6 +37,7 @@ spec:
     dhcp: {{serverIP: 192.0.2.2, rangeStart: 192.0.2.100, rangeEnd: 192.0.2.199, image: dhcp:1}}
     dns: {{{dns}, image: dns:1}}
     proxy: {{{proxy}, image: envoy:1}}
+  availability: {{failover: {failover}}}
 "#
     ))
     .unwrap()
@@ -112,13 +119,84 @@ fn dhcp_hands_out_every_dns_replica_in_order() {
 }
 
 #[test]
-fn the_vlan_view_of_every_dns_replica_answers_with_every_proxy() {
-    let d = ha();
-    let want = [ip("192.0.2.4"), ip("192.0.2.7"), ip("192.0.2.8")];
-    for (dns, own) in d.dns.iter().zip(["192.0.2.3:53", "192.0.2.6:53"]) {
+fn with_takeover_every_dns_replica_listens_on_every_dns_address() {
+    // The agent adds a taken address while oooi-dns runs: it is bound in
+    // advance. Without takeover a replica serves its own address only.
+    let all: Vec<std::net::SocketAddr> = vec![
+        "192.0.2.3:53".parse().unwrap(),
+        "192.0.2.6:53".parse().unwrap(),
+    ];
+    for dns in &ha().dns {
+        let cfg = dns.spec.config.0.validate().unwrap();
+        let vlan = cfg.views.iter().find(|v| v.name == "vlan").unwrap();
+        assert_eq!(vlan.listen, all);
+        let t = dns.spec.availability.address_takeover.as_ref().unwrap();
+        assert_eq!(t.addresses, ["192.0.2.3/24", "192.0.2.6/24"]);
+        assert_eq!(t.lease_prefix, "vlan-dns");
+    }
+    let off = plan_of(
+        &infra_with(
+            "serverIPs: [192.0.2.3, 192.0.2.6]",
+            "serverIPs: [192.0.2.4, 192.0.2.7]",
+            "Off",
+        ),
+        &[],
+    )
+    .desired
+    .unwrap();
+    for (dns, own) in off.dns.iter().zip(["192.0.2.3:53", "192.0.2.6:53"]) {
         let cfg = dns.spec.config.0.validate().unwrap();
         let vlan = cfg.views.iter().find(|v| v.name == "vlan").unwrap();
         assert_eq!(vlan.listen, [own.parse().unwrap()], "its own address");
+        assert!(dns.spec.availability.address_takeover.is_none());
+    }
+}
+
+#[test]
+fn every_dns_replica_checks_every_proxy_replica_over_the_pod_network() {
+    for dns in &ha().dns {
+        let health = dns.spec.config.0.health.clone().expect("health checks");
+        assert_eq!(health.interval_ms, Some(1000));
+        let checks: Vec<(String, Option<String>)> = health
+            .checks
+            .iter()
+            .map(|c| (c.address.clone(), c.http.clone()))
+            .collect();
+        assert_eq!(
+            checks,
+            [
+                ("192.0.2.4", "vlan-proxy-push"),
+                ("192.0.2.7", "vlan-proxy-2-push"),
+                ("192.0.2.8", "vlan-proxy-3-push"),
+            ]
+            .map(|(a, svc)| (
+                a.to_string(),
+                Some(format!("http://{svc}.oooi.svc:9445/ready"))
+            ))
+        );
+        dns.spec
+            .config
+            .0
+            .validate()
+            .expect("the DNS server takes it");
+    }
+    // One proxy: nothing to choose between, no checks.
+    let one = plan_of(
+        &infra("serverIPs: [192.0.2.3, 192.0.2.6]", "serverIP: 192.0.2.4"),
+        &[],
+    )
+    .desired
+    .unwrap();
+    assert!(one.dns[0].spec.config.0.health.is_none());
+}
+
+#[test]
+fn the_vlan_view_of_every_dns_replica_answers_with_every_proxy() {
+    let d = ha();
+    let want = [ip("192.0.2.4"), ip("192.0.2.7"), ip("192.0.2.8")];
+    for dns in &d.dns {
+        let cfg = dns.spec.config.0.validate().unwrap();
+        let vlan = cfg.views.iter().find(|v| v.name == "vlan").unwrap();
         let api = vlan.zones[0]
             .records
             .iter()
@@ -337,13 +415,22 @@ fn replica_addresses_are_one_form_at_most_five_and_distinct() {
 
 #[test]
 fn the_replica_count_changes_no_address_of_the_first() {
-    // Growing from one to two keeps the first replica's name, address and
-    // DNS config (its VLAN view answers with the new proxy too).
-    let one = plan_of(&infra("serverIP: 192.0.2.3", "serverIP: 192.0.2.4"), &[])
-        .desired
-        .unwrap();
+    // Growing from one to two keeps the first replica's name, address and,
+    // without address takeover, its DNS config. (With takeover the first
+    // replica's config and agent name every address, so it is updated
+    // after the new one is ready: the rolling gate.)
+    let one = plan_of(
+        &infra_with("serverIP: 192.0.2.3", "serverIP: 192.0.2.4", "Off"),
+        &[],
+    )
+    .desired
+    .unwrap();
     let two = plan_of(
-        &infra("serverIPs: [192.0.2.3, 192.0.2.6]", "serverIP: 192.0.2.4"),
+        &infra_with(
+            "serverIPs: [192.0.2.3, 192.0.2.6]",
+            "serverIP: 192.0.2.4",
+            "Off",
+        ),
         &[],
     )
     .desired
@@ -356,10 +443,13 @@ fn the_replica_count_changes_no_address_of_the_first() {
 
 #[test]
 fn adding_or_removing_replicas_never_restarts_the_first() {
-    // The first replica's pod template (so its pod) is the same alone and
-    // among others: growing to three and back restarts nothing that serves.
+    // Without address takeover the first replica's pod template (so its
+    // pod) is the same alone and among others: growing to three and back
+    // restarts nothing that serves.
     let hashes = |dns: &str, proxy: &str| -> (String, String) {
-        let d = plan_of(&infra(dns, proxy), &[]).desired.unwrap();
+        let d = plan_of(&infra_with(dns, proxy, "Off"), &[])
+            .desired
+            .unwrap();
         (
             template_hash(&plan::dns::children(&d.dns[0]).unwrap().deployment),
             template_hash(

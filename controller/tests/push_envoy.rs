@@ -314,3 +314,47 @@ async fn bad_token_silent_and_closed_replicas_fail_alone() {
     assert!(msg.contains("envoy-a: refused with 403"), "{msg}");
     drop(silent);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_told_of_a_newer_table_is_not_ready_until_it_holds_it() {
+    let envoy = start_envoy();
+    let rep = replica("envoy-0", &envoy);
+    let p = pusher();
+    let first = table(1, 3);
+    assert!(
+        p.sync(&first, std::slice::from_ref(&rep), PUSH_TOKEN)
+            .await
+            .all_synced()
+    );
+    assert_eq!(ready(envoy.api), 200);
+    // The controller's current table is generation 2, which this replica
+    // has not taken: announced, the replica leaves service.
+    let second = table(2, 4);
+    let body = serde_json::json!({"generation": 2, "digest": second.digest()}).to_string();
+    p.announce(&rep, body.clone().into(), PUSH_TOKEN)
+        .await
+        .unwrap();
+    assert_eq!(ready(envoy.api), 503, "behind the announced table");
+    assert_eq!(loaded(envoy.api).0, 1, "still holds its old table");
+    // A wrong token announces nothing.
+    let denied = p
+        .announce(&rep, body.into(), "wrong-token-wrong-token")
+        .await;
+    assert!(
+        matches!(
+            denied,
+            Err(Failure::Refused {
+                status: 401 | 403,
+                ..
+            })
+        ),
+        "{denied:?}"
+    );
+    // Once it holds the announced table it is ready again.
+    assert!(
+        p.sync(&second, std::slice::from_ref(&rep), PUSH_TOKEN)
+            .await
+            .all_synced()
+    );
+    assert_eq!(ready(envoy.api), 200);
+}

@@ -1564,3 +1564,47 @@ async fn a_replica_that_is_not_ready_takes_its_update_at_once() {
 fn finalized_infra(infra: Value) -> Value {
     reconcile_support::finalized(infra)
 }
+
+#[tokio::test]
+async fn deletion_removes_the_address_agents_leases() {
+    let mut h = Harness::new(true);
+    let mut infra = infra_json(1);
+    infra["spec"]["infraComponents"]["dns"] =
+        json!({"serverIPs": ["198.51.100.3", "198.51.100.6"], "image": "dns:1"});
+    h.mock.insert(&infra_path(), infra);
+    h.reconcile_infra().await;
+    h.reconcile_infra().await;
+    let leases = "/apis/coordination.k8s.io/v1/namespaces/oooi/leases";
+    for ip in ["198-51-100-3", "198-51-100-6"] {
+        let name = format!("vlan200-dns-{ip}");
+        h.mock.insert(
+            &format!("{leases}/{name}"),
+            json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                   "metadata": {"name": name, "namespace": "oooi",
+                                "labels": {"app.kubernetes.io/managed-by": "oooi-addr-agent"}},
+                   "spec": {"holderIdentity": "vlan200-dns-abc"}}),
+        );
+    }
+    let mut infra = h.mock.get(&infra_path()).unwrap();
+    infra["metadata"]["deletionTimestamp"] = json!("2026-12-03T08:02:00Z");
+    h.mock.insert(&infra_path(), infra);
+    let log = h.reconcile_infra().await;
+    let deletes: Vec<String> = lines(&log)
+        .into_iter()
+        .filter(|l| l.contains("/leases/"))
+        .collect();
+    assert_eq!(
+        deletes,
+        [
+            format!("DELETE {leases}/vlan200-dns-198-51-100-3"),
+            format!("DELETE {leases}/vlan200-dns-198-51-100-6"),
+        ],
+        "the one-address proxy never had an agent"
+    );
+    assert!(
+        h.mock.paths(leases).is_empty(),
+        "{:?}",
+        h.mock.paths(leases)
+    );
+    assert!(h.mock.get(&infra_path()).is_none(), "Infra deleted");
+}

@@ -186,14 +186,34 @@ pub struct ServerAvailability {
     #[serde(default = "default_node_loss_toleration_seconds")]
     #[schemars(range(max = 3600))]
     pub node_loss_toleration_seconds: u32,
+    /// Set: an address agent in each pod moves the component's VLAN
+    /// addresses between its ready replicas. Unset: each address stays with
+    /// its own server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address_takeover: Option<AddressTakeover>,
 }
 
 impl Default for ServerAvailability {
     fn default() -> Self {
         ServerAvailability {
             node_loss_toleration_seconds: DEFAULT_NODE_LOSS_TOLERATION_SECONDS,
+            address_takeover: None,
         }
     }
+}
+
+/// The addresses the agent of a server may hold, and their Leases.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AddressTakeover {
+    /// Prefix of the Lease names (`<prefix>-a-b-c-d`, one Lease per
+    /// address), the same for every server of the component.
+    #[schemars(length(min = 1, max = 200), pattern(r"^[a-z0-9][-a-z0-9]*$"))]
+    pub lease_prefix: String,
+    /// Every VLAN address of the component as `ip/prefix`, the server's own
+    /// (`vlan.address`) among them.
+    #[schemars(length(min = 1))]
+    pub addresses: Vec<String>,
 }
 
 /// The place of one server among the replicas of an Infra's component (one

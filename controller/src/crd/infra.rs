@@ -75,6 +75,33 @@ pub struct Availability {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 3600))]
     pub node_loss_toleration_seconds: Option<u32>,
+    /// Whether a live DNS or proxy replica takes over the VLAN address of a
+    /// lost one. `Auto` (default): `AddressTakeover` on a
+    /// NetworkAttachmentDefinition (a Linux bridge or macvlan lets a pod
+    /// announce another address), `Off` on a ClusterUserDefinedNetwork
+    /// (OVN-Kubernetes localnet enforces port security, so no pod can take
+    /// another's address). `AddressTakeover`: an address agent beside each
+    /// DNS and proxy replica (its own container with NET_ADMIN and NET_RAW)
+    /// moves the addresses between ready replicas, fenced by one Lease per
+    /// address. `Off`: every address stays with its own replica; health
+    /// checked DNS answers and short node-loss tolerations carry a loss.
+    /// Set `Off` for a NetworkAttachmentDefinition of type
+    /// `ovn-k8s-cni-overlay`. `status.failover` says what an Infra runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<FailoverMode>,
+}
+
+/// How the VLAN addresses of a lost DNS or proxy replica are served.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum FailoverMode {
+    /// `AddressTakeover` on a NetworkAttachmentDefinition, `Off` on a
+    /// ClusterUserDefinedNetwork.
+    #[default]
+    Auto,
+    /// A live replica takes over the address of a lost one.
+    AddressTakeover,
+    /// Addresses stay with their replica.
+    Off,
 }
 
 impl Availability {
@@ -481,6 +508,20 @@ pub struct InfraStatus {
     /// Attachment totals.
     #[serde(default)]
     pub attachments: AttachmentTotals,
+    /// The failover the DNS and proxy replicas run, resolved from
+    /// `spec.availability.failover`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<FailoverStatus>,
+}
+
+/// The failover an Infra runs and what a lost replica costs there.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverStatus {
+    /// `AddressTakeover` or `Off` (never `Auto`).
+    pub mode: String,
+    /// Why this mode, and what a node loss costs the workers in it.
+    pub message: String,
 }
 
 /// Readiness of each component.

@@ -1,11 +1,16 @@
 //! How the component pods ride out a lost node: they tolerate an
 //! unreachable or not-ready node only briefly (Kubernetes' default is
 //! 300 s), so a lost node's DHCP, DNS and proxy pods are replaced in about a
-//! minute instead of about six.
+//! minute instead of about six; and, where the VLAN lets a pod announce
+//! another pod's address, an address agent beside each DNS and proxy replica
+//! moves a lost replica's address to a live one (docs/failover.md).
+
+use std::net::Ipv4Addr;
 
 use k8s_openapi::api::core::v1::Toleration;
 
-use crate::crd::{Infra, ServerAvailability};
+use super::labels::Component;
+use crate::crd::{AddressTakeover, FailoverMode, FailoverStatus, Infra, ServerAvailability};
 
 /// The taints a lost node gets, which the component pods tolerate only
 /// briefly.
@@ -23,11 +28,79 @@ pub fn toleration_seconds(infra: &Infra) -> u32 {
         .unwrap_or(crate::crd::DEFAULT_NODE_LOSS_TOLERATION_SECONDS)
 }
 
-/// The availability of each server derived from `infra`.
-pub fn server_availability(infra: &Infra) -> ServerAvailability {
+/// The failover `infra` runs: `Auto` resolved by the kind of VLAN network
+/// (a ClusterUserDefinedNetwork is OVN-Kubernetes localnet, whose port
+/// security drops what a pod sends from an address it was not given).
+pub fn failover_mode(infra: &Infra) -> FailoverMode {
+    match infra.spec.availability.failover.unwrap_or_default() {
+        FailoverMode::Auto
+            if infra
+                .spec
+                .network_config
+                .cluster_user_defined_network
+                .is_some() =>
+        {
+            FailoverMode::Off
+        }
+        FailoverMode::Auto => FailoverMode::AddressTakeover,
+        other => other,
+    }
+}
+
+/// What `status.failover` says of `infra`.
+pub fn failover_status(infra: &Infra) -> FailoverStatus {
+    let asked = infra.spec.availability.failover.unwrap_or_default();
+    let seconds = toleration_seconds(infra);
+    match failover_mode(infra) {
+        FailoverMode::AddressTakeover => FailoverStatus {
+            mode: "AddressTakeover".to_string(),
+            message: format!(
+                "{}a live replica takes over a lost DNS or proxy replica's VLAN address within about 2 s (one Lease per address); the lost pod is replaced after {seconds} s",
+                match asked {
+                    FailoverMode::Auto => "Auto on a NetworkAttachmentDefinition: ",
+                    _ => "",
+                }
+            ),
+        },
+        _ => FailoverStatus {
+            mode: "Off".to_string(),
+            message: format!(
+                "{}addresses stay with their replica: DNS answers leave out a proxy that fails its check within about 2 s, a lookup sent to a lost DNS replica waits for the resolver's timeout (5 s without resolver options), and the lost pod is replaced after {seconds} s",
+                match asked {
+                    FailoverMode::Auto =>
+                        "Auto on a ClusterUserDefinedNetwork (OVN-Kubernetes localnet: no address takeover): ",
+                    _ => "",
+                }
+            ),
+        },
+    }
+}
+
+/// The availability of the servers of `component` derived from `infra`,
+/// whose VLAN addresses are `addresses` (`ip/prefix`, in the Infra's
+/// order). DHCP never moves addresses (its pair has its own failover), and
+/// a component with one address has no replica to take it over.
+pub fn server_availability(
+    infra: &Infra,
+    component: Component,
+    addresses: &[String],
+) -> ServerAvailability {
+    let takeover = component != Component::Dhcp
+        && addresses.len() > 1
+        && failover_mode(infra) == FailoverMode::AddressTakeover;
     ServerAvailability {
         node_loss_toleration_seconds: toleration_seconds(infra),
+        address_takeover: takeover.then(|| AddressTakeover {
+            lease_prefix: component
+                .derived_name(infra.metadata.name.as_deref().unwrap_or_default()),
+            addresses: addresses.to_vec(),
+        }),
     }
+}
+
+/// The address part of `ip/prefix` (`None` when it is not one).
+pub fn address_of(with_prefix: &str) -> Option<Ipv4Addr> {
+    with_prefix.split('/').next()?.parse().ok()
 }
 
 /// The pod tolerations of a lost node, bounded by `seconds`.
@@ -44,23 +117,180 @@ pub fn tolerations(seconds: u32) -> Vec<Toleration> {
         .collect()
 }
 
+/// The Lease of the address agents of the component `prefix` for
+/// `address`: `<prefix>-a-b-c-d` (the agent's own naming).
+pub fn lease_name(prefix: &str, address: Ipv4Addr) -> String {
+    let [a, b, c, d] = address.octets();
+    format!("{prefix}-{a}-{b}-{c}-{d}")
+}
+
+/// Every Lease the address agents of `infra` may have made: one per DNS
+/// and proxy address of its spec for a component with several, whatever
+/// its failover (a mode switched off leaves its Leases behind until the
+/// Infra goes).
+pub fn agent_leases(infra: &Infra) -> Vec<String> {
+    let name = infra.metadata.name.as_deref().unwrap_or_default();
+    let c = &infra.spec.infra_components;
+    let parts = [
+        (
+            Component::Dns,
+            c.dns.server_ip.iter().chain(&c.dns.server_ips),
+        ),
+        (
+            Component::Proxy,
+            c.proxy.server_ip.iter().chain(&c.proxy.server_ips),
+        ),
+    ];
+    let mut out = Vec::new();
+    for (component, ips) in parts {
+        let prefix = component.derived_name(name);
+        let ips: Vec<Ipv4Addr> = ips.filter_map(|ip| address_of(ip)).collect();
+        // One address: no agent ever ran (nobody to take it over).
+        if ips.len() > 1 {
+            out.extend(ips.into_iter().map(|ip| lease_name(&prefix, ip)));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::plan::fixtures;
 
+    fn two_replicas() -> Infra {
+        let mut infra = fixtures::infra();
+        let c = &mut infra.spec.infra_components;
+        c.dns.server_ip = None;
+        c.dns.server_ips = vec!["192.0.2.3".into(), "192.0.2.6".into()];
+        c.proxy.server_ip = None;
+        c.proxy.server_ips = vec!["192.0.2.4".into(), "192.0.2.7".into()];
+        infra
+    }
+
+    fn cudn(infra: &mut Infra) {
+        infra.spec.network_config.network_attachment_definition = None;
+        infra.spec.network_config.cluster_user_defined_network =
+            Some(serde_json::from_value(serde_json::json!({"name": "vlan"})).unwrap());
+    }
+
     #[test]
     fn pods_tolerate_a_lost_node_for_the_configured_time_only() {
         let mut infra = fixtures::infra();
         assert_eq!(toleration_seconds(&infra), 15);
-        assert_eq!(server_availability(&infra).node_loss_toleration_seconds, 15);
+        let a = server_availability(&infra, Component::Dns, &[]);
+        assert_eq!(a.node_loss_toleration_seconds, 15);
         infra.spec.availability.node_loss_toleration_seconds = Some(40);
-        let t = tolerations(server_availability(&infra).node_loss_toleration_seconds);
+        let t = tolerations(
+            server_availability(&infra, Component::Dns, &[]).node_loss_toleration_seconds,
+        );
         assert_eq!(t.len(), 2);
         assert!(t.iter().all(|t| t.toleration_seconds == Some(40)
             && t.effect.as_deref() == Some("NoExecute")
             && t.operator.as_deref() == Some("Exists")));
         let keys: Vec<_> = t.iter().filter_map(|t| t.key.as_deref()).collect();
         assert_eq!(keys, NODE_LOSS_TAINTS);
+    }
+
+    #[test]
+    fn auto_takes_over_on_a_nad_and_stays_off_on_a_localnet_network() {
+        let mut infra = two_replicas();
+        assert_eq!(failover_mode(&infra), FailoverMode::AddressTakeover);
+        assert_eq!(failover_status(&infra).mode, "AddressTakeover");
+        assert!(
+            failover_status(&infra)
+                .message
+                .starts_with("Auto on a NetworkAttachmentDefinition")
+        );
+        cudn(&mut infra);
+        assert_eq!(failover_mode(&infra), FailoverMode::Off);
+        let status = failover_status(&infra);
+        assert_eq!(status.mode, "Off");
+        assert!(
+            status.message.contains("ClusterUserDefinedNetwork"),
+            "{}",
+            status.message
+        );
+        assert!(
+            status.message.contains("replaced after 15 s"),
+            "{}",
+            status.message
+        );
+        // Asked for explicitly: taken as written, whatever the network.
+        infra.spec.availability.failover = Some(FailoverMode::AddressTakeover);
+        assert_eq!(failover_mode(&infra), FailoverMode::AddressTakeover);
+        let mut nad = two_replicas();
+        nad.spec.availability.failover = Some(FailoverMode::Off);
+        assert_eq!(failover_mode(&nad), FailoverMode::Off);
+        assert!(!failover_status(&nad).message.starts_with("Auto"));
+    }
+
+    #[test]
+    fn takeover_names_every_address_of_the_component_and_one_lease_prefix() {
+        let infra = two_replicas();
+        let addresses = vec!["192.0.2.3/24".to_string(), "192.0.2.6/24".to_string()];
+        let a = server_availability(&infra, Component::Dns, &addresses);
+        let t = a
+            .address_takeover
+            .expect("takeover on a NAD with two replicas");
+        assert_eq!(t.lease_prefix, "infra-dns");
+        assert_eq!(t.addresses, addresses);
+        let p = server_availability(&infra, Component::Proxy, &addresses);
+        assert_eq!(p.address_takeover.unwrap().lease_prefix, "infra-proxy");
+    }
+
+    #[test]
+    fn no_takeover_for_dhcp_for_one_address_or_when_off() {
+        let mut infra = two_replicas();
+        let two = vec!["192.0.2.3/24".to_string(), "192.0.2.6/24".to_string()];
+        assert!(
+            server_availability(&infra, Component::Dhcp, &two)
+                .address_takeover
+                .is_none()
+        );
+        assert!(
+            server_availability(&infra, Component::Dns, &two[..1])
+                .address_takeover
+                .is_none(),
+            "one replica: nobody to take over"
+        );
+        infra.spec.availability.failover = Some(FailoverMode::Off);
+        assert!(
+            server_availability(&infra, Component::Dns, &two)
+                .address_takeover
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn the_leases_of_an_infra_are_named_as_the_agents_name_them() {
+        let infra = two_replicas();
+        let names = agent_leases(&infra);
+        assert_eq!(
+            names,
+            [
+                "infra-dns-192-0-2-3",
+                "infra-dns-192-0-2-6",
+                "infra-proxy-192-0-2-4",
+                "infra-proxy-192-0-2-7"
+            ]
+        );
+        assert!(
+            agent_leases(&fixtures::infra()).is_empty(),
+            "one address each"
+        );
+        for (prefix, last) in [("infra-dns", 3), ("infra-proxy", 7)] {
+            assert_eq!(
+                lease_name(prefix, fixtures::ip(last)),
+                oooi_addr_agent::lease::lease_name(prefix, fixtures::ip(last))
+            );
+        }
+    }
+
+    #[test]
+    fn address_of_reads_the_ip_of_ip_slash_prefix() {
+        assert_eq!(address_of("192.0.2.3/24"), Some(fixtures::ip(3)));
+        assert_eq!(address_of("192.0.2.3"), Some(fixtures::ip(3)));
+        assert_eq!(address_of("x/24"), None);
     }
 }

@@ -236,7 +236,7 @@ pub fn specs(
                     storage_class_name: comp.storage_class_name.clone(),
                 },
                 pair_token_secret,
-                availability: super::availability::server_availability(infra),
+                availability: super::availability::server_availability(infra, Component::Dhcp, &[]),
             };
             (name, spec)
         })
@@ -411,6 +411,7 @@ pub fn children(server: &DHCPServer) -> anyhow::Result<Children> {
             tolerations: super::availability::tolerations(
                 server.spec.availability.node_loss_toleration_seconds,
             ),
+            agent: None,
         },
     );
     Ok(Children {
@@ -420,6 +421,7 @@ pub fn children(server: &DHCPServer) -> anyhow::Result<Children> {
         services,
         pvc: Some(pvc),
         pdb,
+        agent_rbac: None,
         deployment,
     })
 }

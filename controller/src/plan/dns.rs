@@ -20,14 +20,17 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Service, ServicePort, ServiceSpec, Volume,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use oooi_dns_config::{RawCluster, RawConfig, RawUpstreams, RawView, ViewKind};
+use oooi_dns_config::{
+    RawCluster, RawConfig, RawHealth, RawHealthCheck, RawUpstreams, RawView, ViewKind,
+};
 
 use super::attachments::AttachmentOutcome;
 use super::labels::{Component, child_meta, instance_of, selector};
 use super::network::Network;
 use super::rolling::replica_placement;
 use super::workload::{
-    Children, PodPlan, deployment, http_probe, mount, pod_address, port, resources, service_account,
+    AgentPlan, Children, PodPlan, agent_rbac, deployment, http_probe, mount, pod_address, port,
+    resources, service_account,
 };
 use crate::crd::{DNSServer, DNSServerSpec, DnsConfigDocument, Infra, ReplicaOf, VlanInterface};
 
@@ -48,17 +51,76 @@ pub fn config(
     attachments: &[AttachmentOutcome],
     internal_proxy: Option<Ipv4Addr>,
 ) -> Option<RawConfig> {
-    config_for(network, attachments, internal_proxy, *network.dns.first()?)
+    let first = *network.dns.first()?;
+    config_for(
+        network,
+        attachments,
+        internal_proxy,
+        &Listen {
+            vlan: vec![first],
+            proxy_checks: Vec::new(),
+        },
+    )
 }
 
-/// The DNS config of the replica on `dns_ip` (the replicas differ only in
-/// the address their VLAN view listens on). The VLAN view answers the
-/// control-plane names with every proxy replica, in the Infra's order.
+/// Where one DNS replica listens and how it checks the proxies.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Listen {
+    /// The VLAN addresses its VLAN view serves: its own, or every DNS
+    /// address when addresses move between replicas (the agent adds a
+    /// taken address while the server runs; oooi-dns binds them all in
+    /// advance).
+    pub vlan: Vec<Ipv4Addr>,
+    /// The health check of each proxy address.
+    pub proxy_checks: Vec<RawHealthCheck>,
+}
+
+/// The health checks of the proxy addresses, over the pod network: each
+/// proxy replica's `GET /ready` (200 while it holds the controller's
+/// current table) through its own headless push Service, so a DNS replica
+/// stops answering with a proxy that is gone or behind. `push_port` is the
+/// proxy's table API port.
+pub fn proxy_checks(
+    infra_name: &str,
+    namespace: &str,
+    proxies: &[Ipv4Addr],
+    push_port: u16,
+) -> Vec<RawHealthCheck> {
+    proxies
+        .iter()
+        .enumerate()
+        .map(|(i, ip)| RawHealthCheck {
+            address: ip.to_string(),
+            tcp: None,
+            http: Some(format!(
+                "http://{}.{namespace}.svc:{push_port}/ready",
+                super::proxy::push_service_name(&Component::Proxy.replica_name(infra_name, i))
+            )),
+        })
+        .collect()
+}
+
+/// How often and how strictly the proxies are checked: every second, out
+/// at the first failure (a lookup then gets the live proxies first within
+/// about 1.5 s of a loss), back after two passes.
+fn health(checks: Vec<RawHealthCheck>) -> Option<RawHealth> {
+    (!checks.is_empty()).then_some(RawHealth {
+        interval_ms: Some(1000),
+        timeout_ms: Some(500),
+        fall: Some(1),
+        rise: Some(2),
+        checks,
+    })
+}
+
+/// The DNS config of one replica (the replicas differ only in the
+/// addresses their VLAN view listens on). The VLAN view answers the
+/// control-plane names with every proxy replica, rotated per query.
 pub fn config_for(
     network: &Network,
     attachments: &[AttachmentOutcome],
     internal_proxy: Option<Ipv4Addr>,
-    dns_ip: Ipv4Addr,
+    listen: &Listen,
 ) -> Option<RawConfig> {
     let proxies: Vec<String> = network.proxy.iter().map(|a| a.to_string()).collect();
     let clusters = match proxies.is_empty() {
@@ -96,7 +158,7 @@ pub fn config_for(
         http: None,
         ttl: None,
         chaos: None,
-        health: None,
+        health: health(listen.proxy_checks.clone()),
         upstreams: RawUpstreams {
             servers: network.upstreams.iter().map(|a| a.to_string()).collect(),
             resolv_conf: network.resolv_conf,
@@ -107,7 +169,7 @@ pub fn config_for(
             RawView {
                 name: "vlan".to_string(),
                 kind: ViewKind::Vlan,
-                listen: vec![format!("{dns_ip}:53")],
+                listen: listen.vlan.iter().map(|ip| format!("{ip}:53")).collect(),
                 ..RawView::default()
             },
             RawView {
@@ -137,6 +199,22 @@ pub fn specs(
     }
     let infra_name = infra.metadata.name.clone().unwrap_or_default();
     let count = network.dns.len() as u32;
+    let addresses: Vec<String> = network
+        .dns
+        .iter()
+        .map(|a| network.with_prefix(*a))
+        .collect();
+    let availability = super::availability::server_availability(infra, Component::Dns, &addresses);
+    // With one proxy there is nothing to choose between.
+    let checks = match network.proxy.len() {
+        0 | 1 => Vec::new(),
+        _ => proxy_checks(
+            &infra_name,
+            infra.metadata.namespace.as_deref().unwrap_or_default(),
+            &network.proxy,
+            super::proxy::PUSH_PORT,
+        ),
+    };
     network
         .dns
         .iter()
@@ -155,14 +233,20 @@ pub fn specs(
                     network,
                     attachments,
                     internal_proxy,
-                    *dns_ip,
+                    &Listen {
+                        vlan: match availability.address_takeover {
+                            Some(_) => network.dns.clone(),
+                            None => vec![*dns_ip],
+                        },
+                        proxy_checks: checks.clone(),
+                    },
                 )?),
                 resources: comp.resources.clone(),
                 replica: (count > 1).then_some(ReplicaOf {
                     index: i as u32,
                     count,
                 }),
-                availability: super::availability::server_availability(infra),
+                availability: availability.clone(),
             };
             Some((Component::Dns.replica_name(&infra_name, i), spec))
         })
@@ -256,6 +340,18 @@ pub fn children(server: &DNSServer) -> anyhow::Result<Children> {
             tolerations: super::availability::tolerations(
                 server.spec.availability.node_loss_toleration_seconds,
             ),
+            agent: server
+                .spec
+                .availability
+                .address_takeover
+                .clone()
+                .map(|takeover| {
+                    AgentPlan {
+                        takeover,
+                        // Every listener of the config is bound.
+                        ready_url: format!("http://{}/healthz", pod_address(HTTP_PORT)),
+                    }
+                }),
         },
     );
     Ok(Children {
@@ -265,6 +361,12 @@ pub fn children(server: &DNSServer) -> anyhow::Result<Children> {
         services: service.into_iter().collect(),
         pvc: None,
         pdb,
+        agent_rbac: server
+            .spec
+            .availability
+            .address_takeover
+            .as_ref()
+            .map(|_| agent_rbac(server, &name, &instance, c)),
         deployment,
     })
 }

@@ -344,6 +344,7 @@ pub fn infra_status(
         conditions: merge_conditions(&existing, &planned, generation, now),
         components,
         attachments: plan.totals.clone(),
+        failover: Some(super::availability::failover_status(infra)),
     }
 }
 

@@ -38,7 +38,8 @@ fn port_range(protocol: &str, from: i32, to: i32) -> NetworkPolicyPort {
 
 /// The NetworkPolicy of a ProxyServer's Envoy pods: the push port only from
 /// pods labelled `app.kubernetes.io/component=controller` in
-/// `controller_namespace`, every other TCP and UDP port from anywhere (the
+/// `controller_namespace` and from the same Infra's DNS pods (their health
+/// checks of `GET /ready`), every other TCP and UDP port from anywhere (the
 /// listeners behind the internal Service; the VLAN leg is a Multus network,
 /// which NetworkPolicy does not cover). Probes come from the node, which
 /// NetworkPolicy always admits. Named `<proxy>-push`, owned by the
@@ -70,23 +71,33 @@ pub fn push_api_policy(server: &ProxyServer, controller_namespace: &str) -> Netw
                 },
                 NetworkPolicyIngressRule {
                     ports: Some(vec![port_range("TCP", push, push)]),
-                    from: Some(vec![NetworkPolicyPeer {
-                        namespace_selector: Some(LabelSelector {
-                            match_labels: Some(BTreeMap::from([(
-                                "kubernetes.io/metadata.name".to_string(),
-                                controller_namespace.to_string(),
-                            )])),
-                            ..LabelSelector::default()
-                        }),
-                        pod_selector: Some(LabelSelector {
-                            match_labels: Some(BTreeMap::from([(
-                                "app.kubernetes.io/component".to_string(),
-                                CONTROLLER_COMPONENT.to_string(),
-                            )])),
-                            ..LabelSelector::default()
-                        }),
-                        ..NetworkPolicyPeer::default()
-                    }]),
+                    from: Some(vec![
+                        NetworkPolicyPeer {
+                            namespace_selector: Some(LabelSelector {
+                                match_labels: Some(BTreeMap::from([(
+                                    "kubernetes.io/metadata.name".to_string(),
+                                    controller_namespace.to_string(),
+                                )])),
+                                ..LabelSelector::default()
+                            }),
+                            pod_selector: Some(LabelSelector {
+                                match_labels: Some(BTreeMap::from([(
+                                    "app.kubernetes.io/component".to_string(),
+                                    CONTROLLER_COMPONENT.to_string(),
+                                )])),
+                                ..LabelSelector::default()
+                            }),
+                            ..NetworkPolicyPeer::default()
+                        },
+                        // The DNS replicas of the same Infra check `/ready`.
+                        NetworkPolicyPeer {
+                            pod_selector: Some(LabelSelector {
+                                match_labels: Some(selector(&instance, Component::Dns)),
+                                ..LabelSelector::default()
+                            }),
+                            ..NetworkPolicyPeer::default()
+                        },
+                    ]),
                 },
             ]),
             ..NetworkPolicySpec::default()
@@ -232,7 +243,7 @@ mod tests {
     }
 
     #[test]
-    fn the_push_port_is_open_to_the_controller_namespace_only() {
+    fn the_push_port_is_open_to_the_controller_and_the_infras_dns_pods_only() {
         let p = push_api_policy(&proxy(9445), "oooi-system");
         assert_eq!(p.metadata.name.as_deref(), Some("vlan200-proxy-push"));
         assert_eq!(p.metadata.namespace.as_deref(), Some("oooi"));
@@ -296,6 +307,14 @@ mod tests {
                 .unwrap()["app.kubernetes.io/component"],
             "controller"
         );
+        // The same Infra's DNS pods (same namespace: no namespace selector).
+        let dns = &push.from.as_ref().unwrap()[1];
+        assert!(dns.namespace_selector.is_none());
+        assert_eq!(
+            dns.pod_selector.as_ref().unwrap().match_labels.as_ref(),
+            Some(&selector("vlan200", Component::Dns))
+        );
+        assert_eq!(push.from.as_ref().unwrap().len(), 2);
         // A push port at the top of the range leaves no empty range behind.
         let top = push_api_policy(&proxy(65535), "c")
             .spec

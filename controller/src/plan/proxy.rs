@@ -54,7 +54,8 @@ use super::network::Network;
 use super::network_policy::push_api_policy;
 use super::rolling::{replica_placement, server_selector};
 use super::workload::{
-    Children, PodPlan, deployment, http_probe, mount, port, resources, service_account, tcp_probe,
+    AgentPlan, Children, PodPlan, agent_rbac, deployment, http_probe, mount, port, resources,
+    service_account, tcp_probe,
 };
 use crate::crd::{
     FilterSource, Infra, Isolation, LocalObjectReference, ProxyServer, ProxyServerSpec, ReplicaOf,
@@ -73,6 +74,8 @@ pub const BASE_TLS_PORTS: [u16; 2] = [443, 6443];
 /// leg like the table API; the container port is named `http`, as on the
 /// DNS and DHCP pods, for the chart's PodMonitor.
 pub const METRICS_PORT: u16 = 9102;
+/// Port of the table API (`/v1/routes`, `/ready`) on the pod network.
+pub const PUSH_PORT: u16 = 9445;
 /// Where Envoy's bootstrap, LDS and CDS files are mounted.
 pub const CONFIG_DIR: &str = "/etc/oooi-envoy";
 /// Where `oooi-envoy-gate` writes the listeners Envoy reads (an in-memory
@@ -287,6 +290,13 @@ pub fn specs(
         .internal_proxy_service
         .as_deref()
         .is_none_or(|named| names_own_service(infra, named));
+    let addresses: Vec<String> = network
+        .proxy
+        .iter()
+        .map(|a| network.with_prefix(*a))
+        .collect();
+    let availability =
+        super::availability::server_availability(infra, Component::Proxy, &addresses);
     network
         .proxy
         .iter()
@@ -303,7 +313,7 @@ pub fn specs(
                 image: comp.image.clone().unwrap_or_default(),
                 tls_ports: tls_ports(&routes),
                 routes: RoutesDocument(routes.clone()),
-                push_port: 9445,
+                push_port: PUSH_PORT,
                 admin_port: 9901,
                 push_token_secret: LocalObjectReference {
                     name: push_token_secret_name(&infra_name),
@@ -320,7 +330,7 @@ pub fn specs(
                     index: i as u32,
                     count,
                 }),
-                availability: super::availability::server_availability(infra),
+                availability: availability.clone(),
             };
             (Component::Proxy.replica_name(&infra_name, i), spec)
         })
@@ -414,6 +424,12 @@ pub fn envoy_config(spec: &ProxyServerSpec, push_token: &str) -> oooi_envoy::Pro
         metrics: Some(SocketAddr::new(any, METRICS_PORT)),
         listeners_dir: Some(PathBuf::from(LISTENERS_DIR)),
     }
+}
+
+/// The headless Service of one proxy server's table API (the controller's
+/// pushes, the DNS replicas' checks of `/ready`).
+pub fn push_service_name(server: &str) -> String {
+    format!("{server}-push")
 }
 
 /// Checks what a ProxyServer spec carries: the routing table (with the
@@ -536,7 +552,7 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
     }
     let replica = server.spec.replica;
     services.push(Service {
-        metadata: child_meta(server, format!("{name}-push"), &instance, c),
+        metadata: child_meta(server, push_service_name(&name), &instance, c),
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".to_string()),
             publish_not_ready_addresses: Some(true),
@@ -646,6 +662,18 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
             tolerations: super::availability::tolerations(
                 server.spec.availability.node_loss_toleration_seconds,
             ),
+            agent: server
+                .spec
+                .availability
+                .address_takeover
+                .clone()
+                .map(|takeover| {
+                    AgentPlan {
+                        takeover,
+                        // Envoy holds the table the controller last announced.
+                        ready_url: format!("http://127.0.0.1:{push}/ready"),
+                    }
+                }),
         },
     );
     Ok(Children {
@@ -655,6 +683,12 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
         services,
         pvc: None,
         pdb,
+        agent_rbac: server
+            .spec
+            .availability
+            .address_takeover
+            .as_ref()
+            .map(|_| agent_rbac(server, &name, &instance, c)),
         deployment,
     })
 }

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -394,6 +395,16 @@ async fn cleanup(infra: &Infra, ctx: &Context) -> Result<Action> {
     if cudn::names_a_cudn(infra) {
         for c in owned_cudns(ctx, infra).await? {
             delete_cudn(ctx, &c.name_any()).await?;
+        }
+    }
+    // The address agents' Leases: made by the agents, so nothing owns them.
+    let leases: Api<Lease> =
+        Api::namespaced(ctx.client.clone(), &infra.namespace().unwrap_or_default());
+    for name in crate::plan::availability::agent_leases(infra) {
+        match leases.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
         }
     }
     ctx.event(

@@ -1,0 +1,224 @@
+//! Address takeover: the DNS and proxy pods of an Infra with several
+//! replicas carry the address agent as a native sidecar with NET_ADMIN and
+//! NET_RAW alone, the API token in its container alone, a Role on Leases
+//! alone; the programs that parse VLAN traffic keep no capability. Without
+//! takeover (or with one replica) the pods are as before.
+
+#![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
+
+mod plan_support;
+
+use k8s_openapi::api::core::v1::{Container, PodSpec};
+use oooi_controller::crd::Infra;
+use oooi_controller::plan::pod_security::{Level, level};
+use oooi_controller::plan::workload::{AGENT_COMMAND, AGENT_CONTAINER, TOKEN_DIR};
+use oooi_controller::plan::{Children, Observed, dns, plan_infra, proxy, scc};
+
+const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+fn infra(failover: &str, network: &str) -> Infra {
+    serde_saphyr::from_str(&format!(
+        r#"
+apiVersion: hostedcluster.densityops.com/v1alpha1
+kind: Infra
+metadata: {{name: vlan, namespace: oooi, uid: uid-vlan, generation: 1}}
+spec:
+  networkConfig: {{cidr: 192.0.2.0/24, {network}, dnsServers: [10.0.0.10]}}
+  infraComponents:
+    dhcp: {{serverIP: 192.0.2.2, rangeStart: 192.0.2.100, rangeEnd: 192.0.2.199, image: dhcp:1}}
+    dns: {{serverIPs: [192.0.2.3, 192.0.2.6], image: dns:1}}
+    proxy: {{serverIPs: [192.0.2.4, 192.0.2.7], image: envoy:1}}
+  availability: {{failover: {failover}}}
+"#
+    ))
+    .unwrap()
+}
+
+const NAD: &str = "networkAttachmentDefinition: vlan";
+const CUDN: &str = "clusterUserDefinedNetwork: {name: vlan}";
+
+/// The children of every DNS and proxy server of `infra`.
+fn children(i: &Infra) -> Vec<Children> {
+    let mut d = plan_infra(i, &[], &Observed::default())
+        .desired
+        .expect("valid");
+    let mut out = Vec::new();
+    for s in &mut d.dns {
+        s.metadata.uid = Some(format!("uid-{}", s.metadata.name.clone().unwrap()));
+        out.push(dns::children(s).unwrap());
+    }
+    for s in &mut d.proxy {
+        s.metadata.uid = Some(format!("uid-{}", s.metadata.name.clone().unwrap()));
+        out.push(proxy::children(s, TOKEN).unwrap());
+    }
+    out
+}
+
+fn pod(c: &Children) -> &PodSpec {
+    c.deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+}
+
+fn agent(c: &Children) -> Option<&Container> {
+    pod(c)
+        .init_containers
+        .iter()
+        .flatten()
+        .find(|c| c.name == AGENT_CONTAINER)
+}
+
+fn arg<'a>(c: &'a Container, flag: &str) -> &'a str {
+    let args = c.args.as_ref().unwrap();
+    let i = args.iter().position(|a| a == flag).unwrap();
+    &args[i + 1]
+}
+
+#[test]
+fn the_agent_is_a_native_sidecar_with_two_capabilities_and_the_only_token() {
+    for c in children(&infra("Auto", NAD)) {
+        let name = c.deployment.metadata.name.clone().unwrap();
+        let a = agent(&c).unwrap_or_else(|| panic!("{name}: no agent"));
+        assert_eq!(a.restart_policy.as_deref(), Some("Always"), "{name}");
+        assert_eq!(a.command.as_ref().unwrap(), &[AGENT_COMMAND]);
+        let sc = a.security_context.as_ref().unwrap();
+        let caps = sc.capabilities.as_ref().unwrap();
+        assert_eq!(caps.drop.as_ref().unwrap(), &["ALL"]);
+        assert_eq!(caps.add.as_ref().unwrap(), &["NET_ADMIN", "NET_RAW"]);
+        assert_eq!(sc.run_as_user, Some(0));
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        // The token is the agent's alone.
+        let p = pod(&c);
+        assert_eq!(p.automount_service_account_token, Some(false));
+        let mounts = a.volume_mounts.as_ref().unwrap();
+        assert_eq!(mounts.len(), 1);
+        assert_eq!(mounts[0].mount_path, TOKEN_DIR);
+        for main in &p.containers {
+            let msc = main.security_context.as_ref().unwrap();
+            assert_eq!(msc.capabilities.as_ref().unwrap().add, None, "{name}");
+            assert_eq!(msc.run_as_non_root, Some(true), "{name}");
+            assert!(
+                main.volume_mounts
+                    .iter()
+                    .flatten()
+                    .all(|m| m.mount_path != TOKEN_DIR),
+                "{name}: the component has no token"
+            );
+        }
+        // Its identity and where it reads readiness.
+        assert_eq!(arg(a, "--identity"), "$(POD_NAME)");
+        assert_eq!(arg(a, "--namespace"), "$(POD_NAMESPACE)");
+        assert_eq!(arg(a, "--interface"), "net1");
+        let ready = arg(a, "--ready-url");
+        if name.contains("dns") {
+            assert_eq!(arg(a, "--lease-prefix"), "vlan-dns");
+            assert_eq!(arg(a, "--address"), "192.0.2.3/24,192.0.2.6/24");
+            assert_eq!(ready, "http://$(POD_IP):9153/healthz");
+        } else {
+            assert_eq!(arg(a, "--lease-prefix"), "vlan-proxy");
+            assert_eq!(arg(a, "--address"), "192.0.2.4/24,192.0.2.7/24");
+            assert_eq!(ready, "http://127.0.0.1:9445/ready");
+        }
+        let home = c
+            .deployment
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .annotations
+            .as_ref()
+            .unwrap()["k8s.v1.cni.cncf.io/networks"]
+            .clone();
+        assert!(
+            home.contains(&format!("{}/24", arg(a, "--home"))),
+            "{name}: home is the pod's static address"
+        );
+        let env: Vec<&str> = a.env.iter().flatten().map(|e| e.name.as_str()).collect();
+        for want in ["POD_NAME", "POD_NAMESPACE", "POD_IP"] {
+            assert!(env.contains(&want), "{name}: {want}");
+        }
+    }
+}
+
+#[test]
+fn the_agents_role_reads_creates_and_updates_leases_only() {
+    for c in children(&infra("AddressTakeover", NAD)) {
+        let name = c.deployment.metadata.name.clone().unwrap();
+        let rbac = c.agent_rbac.as_ref().expect("a Role");
+        let role = serde_json::to_value(&rbac.role).unwrap();
+        assert_eq!(role["metadata"]["name"], format!("{name}-address-agent"));
+        assert_eq!(
+            role["rules"],
+            serde_json::json!([{
+                "apiGroups": ["coordination.k8s.io"],
+                "resources": ["leases"],
+                "verbs": ["get", "create", "update"],
+            }])
+        );
+        let binding = serde_json::to_value(&rbac.role_binding).unwrap();
+        assert_eq!(
+            binding["subjects"],
+            serde_json::json!([{"kind": "ServiceAccount", "name": name, "namespace": "oooi"}])
+        );
+        assert_eq!(binding["roleRef"]["name"], format!("{name}-address-agent"));
+        assert_eq!(
+            rbac.role.metadata.owner_references, c.deployment.metadata.owner_references,
+            "garbage-collected with the server"
+        );
+        // In render's output, before the Deployment.
+        let kinds: Vec<String> = c
+            .to_values()
+            .iter()
+            .map(|v| v["kind"].as_str().unwrap().to_string())
+            .collect();
+        let at = |k: &str| kinds.iter().position(|x| x == k).unwrap();
+        assert!(at("Role") < at("Deployment") && at("RoleBinding") < at("Deployment"));
+    }
+}
+
+#[test]
+fn agent_pods_take_the_agent_scc_on_openshift_and_need_the_privileged_level() {
+    for c in children(&infra("Auto", NAD)) {
+        let mut d = c.deployment.clone();
+        scc::for_openshift(&mut d);
+        assert_eq!(scc::choose(&d).unwrap().name, "oooi-address-agent");
+        let p = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+        // The agent keeps UID 0; the component's UID is left to the SCC.
+        let a = p.init_containers.as_ref().unwrap();
+        assert_eq!(a[0].security_context.as_ref().unwrap().run_as_user, Some(0));
+        assert_eq!(
+            p.containers[0]
+                .security_context
+                .as_ref()
+                .unwrap()
+                .run_as_user,
+            None
+        );
+        // NET_ADMIN and NET_RAW are beyond the baseline profile.
+        assert_eq!(level(pod(&c)), Level::Privileged);
+    }
+}
+
+#[test]
+fn without_takeover_the_pods_have_no_agent_no_role_and_stay_restricted() {
+    for (failover, network) in [("Off", NAD), ("Auto", CUDN)] {
+        for c in children(&infra(failover, network)) {
+            let name = c.deployment.metadata.name.clone().unwrap();
+            assert!(agent(&c).is_none(), "{failover} {network}: {name}");
+            assert!(c.agent_rbac.is_none());
+            assert_eq!(level(pod(&c)), Level::Restricted);
+            let mut d = c.deployment.clone();
+            scc::for_openshift(&mut d);
+            assert_eq!(scc::choose(&d).unwrap().name, "restricted-v2");
+        }
+    }
+}
