@@ -65,9 +65,10 @@ enum Command {
         /// NetworkPolicy admits only the controller pods there.
         #[arg(long, default_value = oooi_controller::render::DEFAULT_CONTROLLER_NAMESPACE)]
         controller_namespace: String,
-        /// Images of components whose Infra names none, as `run` takes them.
+        /// Images and placement of components whose Infra leaves them
+        /// unset, as `run` takes them.
         #[command(flatten)]
-        images: oooi_controller::plan::images::DefaultImages,
+        defaults: ComponentDefaults,
         /// Print the output and exit 0 even when an Infra is invalid or an
         /// attachment is excluded (the problems still go to stderr). Without
         /// it, render exits 1 on any of them, so it can gate a pipeline.
@@ -125,20 +126,31 @@ fn crds(out: Option<PathBuf>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What `render` gives components whose Infra leaves their image or
+/// placement unset (the flags `run` takes).
+#[derive(Debug, Clone, clap::Args)]
+struct ComponentDefaults {
+    #[command(flatten)]
+    images: oooi_controller::plan::images::DefaultImages,
+    #[command(flatten)]
+    placement: oooi_controller::plan::placement::DefaultPlacement,
+}
+
 fn render(
     files: Vec<PathBuf>,
     token: Option<String>,
     filter_wasm: Option<PathBuf>,
     skip_filter_check: bool,
     controller_namespace: String,
-    images: oooi_controller::plan::images::DefaultImages,
+    defaults: ComponentDefaults,
     strict_kinds: bool,
 ) -> anyhow::Result<oooi_controller::render::Rendered> {
     use anyhow::Context;
     use oooi_controller::render;
     let mut input = render::RenderInput {
         controller_namespace: Some(controller_namespace),
-        images,
+        images: defaults.images,
+        placement: defaults.placement,
         strict_kinds,
         ..render::RenderInput::default()
     };
@@ -197,7 +209,7 @@ fn main() -> ExitCode {
             filter_wasm,
             skip_filter_check,
             controller_namespace,
-            images,
+            defaults,
             allow_invalid,
             strict_kinds,
         } => render(
@@ -206,7 +218,7 @@ fn main() -> ExitCode {
             filter_wasm,
             skip_filter_check,
             controller_namespace,
-            images,
+            defaults,
             strict_kinds,
         )
         .and_then(|rendered| emit(&rendered, out, allow_invalid)),

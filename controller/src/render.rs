@@ -82,6 +82,8 @@ pub struct RenderInput {
     pub controller_namespace: Option<String>,
     /// Images of components whose Infra names none (as `run` has them).
     pub images: plan::images::DefaultImages,
+    /// Placement of components whose Infra leaves it unset (as `run` has it).
+    pub placement: plan::placement::DefaultPlacement,
     /// Refuse documents of other kinds instead of skipping them.
     pub strict_kinds: bool,
     /// The documents of other kinds that were skipped, one line each.
@@ -443,7 +445,7 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
                 // As the Infra reconcile: the module is the rollout's.
                 filter_sha256: None,
             };
-            let infra = input.images.apply(infra);
+            let infra = input.placement.apply(&input.images.apply(infra));
             let p = plan::plan_infra(&infra, &input.attachments, &observed);
             (ns, name, p)
         })

@@ -86,6 +86,9 @@ pub struct RunArgs {
     /// Images of components whose Infra names none.
     #[command(flatten)]
     pub images: crate::plan::images::DefaultImages,
+    /// Placement of components whose Infra leaves it unset.
+    #[command(flatten)]
+    pub placement: crate::plan::placement::DefaultPlacement,
 }
 
 /// Process phase, for `/readyz`.
@@ -282,6 +285,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 key: args.filter_key.clone(),
             },
             images: args.images.clone(),
+            placement: args.placement.clone(),
         };
         let controllers = crate::controllers::run(
             client.clone(),

@@ -6,7 +6,9 @@
 //! whole config, and the controller derives the Deployment, ConfigMap,
 //! Services and the rest from it alone.
 
-use k8s_openapi::api::core::v1::ResourceRequirements;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -90,6 +92,9 @@ pub struct DHCPServerSpec {
     /// Compute resources.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// Where the pods run and how their images are pulled.
+    #[serde(default, skip_serializing_if = "PodPlacement::is_empty")]
+    pub placement: PodPlacement,
     /// Lease volume.
     #[serde(default)]
     pub storage: LeaseStorage,
@@ -161,6 +166,9 @@ pub struct DNSServerSpec {
     /// Compute resources.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// Where the pods run and how their images are pulled.
+    #[serde(default, skip_serializing_if = "PodPlacement::is_empty")]
+    pub placement: PodPlacement,
     /// Set when this server is one of several replicas of an Infra's DNS
     /// (one per VLAN address); unset for a single server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -168,6 +176,70 @@ pub struct DNSServerSpec {
     /// How this server's pods ride out a lost node.
     #[serde(default)]
     pub availability: ServerAvailability,
+}
+
+/// Where a component's pods run and how their images are pulled: the
+/// Infra's own, field by field, else the controller's defaults (the chart's
+/// `components.placement` values).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PodPlacement {
+    /// Node labels the pods' nodes must carry, e.g. the nodes with the VLAN
+    /// bridge (`pod.spec.nodeSelector`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Tolerations added to the pods' own (those of a lost node, bounded by
+    /// `availability.nodeLossTolerationSeconds`), e.g. of a taint that
+    /// reserves the VLAN nodes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// Node affinity taken as written; pod affinity and anti-affinity terms
+    /// added to the replicas' own (never two replicas of a component on
+    /// one node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    /// PriorityClass of the pods (e.g. one that keeps the VLAN services
+    /// scheduled before workloads on a full cluster).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub priority_class_name: Option<String>,
+    /// Secrets (type `kubernetes.io/dockerconfigjson`, in the Infra's
+    /// namespace) to pull the component image with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+}
+
+impl PodPlacement {
+    /// True when nothing is set.
+    pub fn is_empty(&self) -> bool {
+        *self == PodPlacement::default()
+    }
+
+    /// Every field left unset here taken from `defaults`.
+    pub fn or(&self, defaults: &PodPlacement) -> PodPlacement {
+        PodPlacement {
+            node_selector: if self.node_selector.is_empty() {
+                defaults.node_selector.clone()
+            } else {
+                self.node_selector.clone()
+            },
+            tolerations: if self.tolerations.is_empty() {
+                defaults.tolerations.clone()
+            } else {
+                self.tolerations.clone()
+            },
+            affinity: self.affinity.clone().or_else(|| defaults.affinity.clone()),
+            priority_class_name: self
+                .priority_class_name
+                .clone()
+                .or_else(|| defaults.priority_class_name.clone()),
+            image_pull_secrets: if self.image_pull_secrets.is_empty() {
+                defaults.image_pull_secrets.clone()
+            } else {
+                self.image_pull_secrets.clone()
+            },
+        }
+    }
 }
 
 /// Default of [`ServerAvailability::node_loss_toleration_seconds`].
@@ -312,6 +384,9 @@ pub struct ProxyServerSpec {
     /// Compute resources.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// Where the pods run and how their images are pulled.
+    #[serde(default, skip_serializing_if = "PodPlacement::is_empty")]
+    pub placement: PodPlacement,
     /// Set when this proxy is one of several replicas of an Infra's proxy
     /// (one per VLAN address); unset for a single proxy.
     #[serde(default, skip_serializing_if = "Option::is_none")]

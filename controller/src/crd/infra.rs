@@ -6,6 +6,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::components::PodPlacement;
+
 /// The shared VLAN stack: network, the three components and their images.
 /// DHCPServer, DNSServer and ProxyServer objects are derived from it and its
 /// InfraClusterAttachments.
@@ -370,6 +372,11 @@ pub struct DhcpComponent {
     /// Compute resources. Default: requests 10m CPU / 32Mi, limit 128Mi.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// Where the pods run and how their images are pulled; each field
+    /// left unset takes the controller's default (the chart's
+    /// `components.placement`).
+    #[serde(default, skip_serializing_if = "PodPlacement::is_empty")]
+    pub placement: PodPlacement,
     /// Size of the lease volume. Default `1Gi`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_size: Option<String>,
@@ -416,6 +423,11 @@ pub struct DnsComponent {
     /// Compute resources. Default: requests 10m CPU / 32Mi, limit 256Mi.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// Where the pods run and how their images are pulled; each field
+    /// left unset takes the controller's default (the chart's
+    /// `components.placement`).
+    #[serde(default, skip_serializing_if = "PodPlacement::is_empty")]
+    pub placement: PodPlacement,
     /// Ignored: a hosted cluster's names come from its InfraClusterAttachment
     /// (`spec.dns.clusterName`). Reported in the `LegacyFieldsIgnored` condition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -469,6 +481,11 @@ pub struct ProxyComponent {
     /// Compute resources. Default: requests 50m CPU / 128Mi, limit 512Mi.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// Where the pods run and how their images are pulled; each field
+    /// left unset takes the controller's default (the chart's
+    /// `components.placement`).
+    #[serde(default, skip_serializing_if = "PodPlacement::is_empty")]
+    pub placement: PodPlacement,
     /// Ignored: each hosted cluster's control-plane namespace comes from its
     /// InfraClusterAttachment (`spec.controlPlaneNamespace`, default
     /// `<namespace>-<name>` of the HostedCluster). Reported in the

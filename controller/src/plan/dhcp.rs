@@ -228,6 +228,7 @@ pub fn specs(
                 image: comp.image.clone().unwrap_or_default(),
                 config: DhcpConfigDocument(cfg),
                 resources: comp.resources.clone(),
+                placement: comp.placement.clone(),
                 storage: LeaseStorage {
                     size: comp
                         .storage_size
@@ -411,6 +412,7 @@ pub fn children(server: &DHCPServer) -> anyhow::Result<Children> {
             tolerations: super::availability::tolerations(
                 server.spec.availability.node_loss_toleration_seconds,
             ),
+            pod_placement: server.spec.placement.clone(),
             agent: None,
         },
     );

@@ -242,6 +242,7 @@ pub fn specs(
                     },
                 )?),
                 resources: comp.resources.clone(),
+                placement: comp.placement.clone(),
                 replica: (count > 1).then_some(ReplicaOf {
                     index: i as u32,
                     count,
@@ -340,6 +341,7 @@ pub fn children(server: &DNSServer) -> anyhow::Result<Children> {
             tolerations: super::availability::tolerations(
                 server.spec.availability.node_loss_toleration_seconds,
             ),
+            pod_placement: server.spec.placement.clone(),
             agent: server
                 .spec
                 .availability

@@ -30,6 +30,7 @@ pub mod legacy;
 pub mod network;
 pub mod network_policy;
 pub mod observed;
+pub mod placement;
 pub mod pod_security;
 pub mod proxy;
 pub mod readiness;

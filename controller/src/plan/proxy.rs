@@ -326,6 +326,7 @@ pub fn specs(
                 // One Service for every replica, made by the first.
                 internal_service: internal_service && i == 0,
                 resources: comp.resources.clone(),
+                placement: comp.placement.clone(),
                 replica: (count > 1).then_some(ReplicaOf {
                     index: i as u32,
                     count,
@@ -662,6 +663,7 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
             tolerations: super::availability::tolerations(
                 server.spec.availability.node_loss_toleration_seconds,
             ),
+            pod_placement: server.spec.placement.clone(),
             agent: server
                 .spec
                 .availability

@@ -228,8 +228,39 @@ pub(crate) struct PodPlan {
     pub placement: Placement,
     /// Tolerations (of a lost node, bounded).
     pub tolerations: Vec<Toleration>,
+    /// Where the user wants the pods (node selector, tolerations, affinity
+    /// additions, priority class, pull secrets).
+    pub pod_placement: crate::crd::PodPlacement,
     /// The address agent beside the component, when addresses move.
     pub agent: Option<AgentPlan>,
+}
+
+/// oooi's own affinity with the user's added: node affinity and pod
+/// affinity as written, pod anti-affinity terms after oooi's (which keep
+/// the replicas of a component on different nodes).
+pub(crate) fn merge_affinity(own: Option<Affinity>, user: Option<&Affinity>) -> Option<Affinity> {
+    let Some(user) = user else {
+        return own;
+    };
+    let mut out = own.unwrap_or_default();
+    out.node_affinity = user.node_affinity.clone();
+    out.pod_affinity = user.pod_affinity.clone();
+    if let Some(theirs) = &user.pod_anti_affinity {
+        let mine = out
+            .pod_anti_affinity
+            .get_or_insert_with(PodAntiAffinity::default);
+        if let Some(t) = &theirs.required_during_scheduling_ignored_during_execution {
+            mine.required_during_scheduling_ignored_during_execution
+                .get_or_insert_with(Vec::new)
+                .extend(t.iter().cloned());
+        }
+        if let Some(t) = &theirs.preferred_during_scheduling_ignored_during_execution {
+            mine.preferred_during_scheduling_ignored_during_execution
+                .get_or_insert_with(Vec::new)
+                .extend(t.iter().cloned());
+        }
+    }
+    Some(out)
 }
 
 /// Path of the address agent in the DNS and proxy images.
@@ -439,6 +470,8 @@ where
     K: Resource<DynamicType = ()>,
 {
     let mut volumes = plan.volumes;
+    let mut tolerations = plan.tolerations;
+    tolerations.extend(plan.pod_placement.tolerations.iter().cloned());
     let init_containers = plan.agent.as_ref().map(|agent| {
         volumes.push(token_volume());
         vec![agent_container(&plan.image, &plan.vlan, agent)]
@@ -513,9 +546,26 @@ where
                         ..PodSecurityContext::default()
                     }),
                     termination_grace_period_seconds: Some(30),
-                    affinity: plan.placement.affinity,
+                    affinity: merge_affinity(
+                        plan.placement.affinity,
+                        plan.pod_placement.affinity.as_ref(),
+                    ),
                     topology_spread_constraints: plan.placement.topology_spread,
-                    tolerations: Some(plan.tolerations),
+                    tolerations: Some(tolerations),
+                    node_selector: (!plan.pod_placement.node_selector.is_empty())
+                        .then(|| plan.pod_placement.node_selector.clone()),
+                    priority_class_name: plan.pod_placement.priority_class_name.clone(),
+                    image_pull_secrets: (!plan.pod_placement.image_pull_secrets.is_empty()).then(
+                        || {
+                            plan.pod_placement
+                                .image_pull_secrets
+                                .iter()
+                                .map(|r| k8s_openapi::api::core::v1::LocalObjectReference {
+                                    name: r.name.clone(),
+                                })
+                                .collect()
+                        },
+                    ),
                     ..PodSpec::default()
                 }),
             },

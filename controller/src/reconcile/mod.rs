@@ -63,6 +63,8 @@ pub struct Settings {
     pub filter_source: crate::rollout::SourceConfig,
     /// Images of components whose Infra names none.
     pub images: crate::plan::images::DefaultImages,
+    /// Placement of components whose Infra leaves it unset.
+    pub placement: crate::plan::placement::DefaultPlacement,
 }
 
 /// Errors of one reconciliation. The variant name is the `reason` label of

@@ -85,7 +85,10 @@ pub async fn observe_infra(ctx: &Context, infra: &Infra) -> Result<InfraPlan> {
     let attachments = attachments_of(ctx, &ns, &infra.name_any());
     let mut observed = ctx.observations.observed(&attachments);
     observed.internal_proxy_ip = internal_proxy_ip(ctx, infra, &ns).await?;
-    let infra = ctx.settings.images.apply(infra);
+    let infra = ctx
+        .settings
+        .placement
+        .apply(&ctx.settings.images.apply(infra));
     Ok(plan_infra(&infra, &attachments, &observed))
 }
 
