@@ -252,8 +252,10 @@ fn semver(csv: &Value, out: &mut Vec<Problem>) {
             }
         }
     }
-    if let Some(range) = csv["metadata"]["annotations"]["olm.skipRange"].as_str() {
-        if let Err(e) = semver::VersionReq::parse(&range.replace(' ', ", ")) {
+    if let Some(range) = csv["metadata"]["annotations"]["olm.skipRange"].as_str()
+        && let Err(e) = semver::VersionReq::parse(&range.replace(' ', ", "))
+    {
+        {
             problem(
                 out,
                 RULE,

@@ -292,8 +292,19 @@ const CONDITIONS: Descriptor = (
 const TEXT: &[&str] = &["urn:alm:descriptor:com.tectonic.ui:text"];
 const SWITCH: &[&str] = &["urn:alm:descriptor:com.tectonic.ui:booleanSwitch"];
 
-/// Owned CRDs: (kind, plural, display name, description, spec, status).
-pub const OWNED: &[(&str, &str, &str, &str, &[Descriptor], &[Descriptor])] = &[
+/// One owned CRD: (kind, plural, display name, description, spec
+/// descriptors, status descriptors).
+type Owned = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static [Descriptor],
+    &'static [Descriptor],
+);
+
+/// Owned CRDs.
+pub const OWNED: &[Owned] = &[
     (
         "Infra",
         "infras",

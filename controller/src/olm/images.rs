@@ -187,10 +187,10 @@ pub fn with_related_images(
     lookup: impl Fn(&str) -> Option<String>,
 ) -> DefaultImages {
     let fill = |slot: &mut Option<String>, image: BundleImage| {
-        if slot.as_deref().is_none_or(str::is_empty) {
-            if let Some(v) = lookup(image.env()).filter(|v| !v.is_empty()) {
-                *slot = Some(v);
-            }
+        if slot.as_deref().is_none_or(str::is_empty)
+            && let Some(v) = lookup(image.env()).filter(|v| !v.is_empty())
+        {
+            *slot = Some(v);
         }
     };
     fill(&mut images.dhcp, BundleImage::Dhcp);
