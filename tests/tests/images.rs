@@ -592,3 +592,259 @@ async fn proxy_image_routes_tls_by_sni_after_a_table_push_behind_its_gate() {
     assert_eq!(status, 200);
     assert_queries_name_exported_metrics("oooi_sni_router_", &scrape);
 }
+
+// Under any UID: the pod shape OpenShift's restricted-v2 SCC admits. The
+// namespace's arbitrary UID (here 1000770000) with GID 0, every capability
+// dropped, no privilege escalation, a read-only root, and low ports only
+// through the pod sysctl `net.ipv4.ip_unprivileged_port_start=0` (podman
+// sets it in the network namespace the container joins, as the kubelet
+// sets a pod's). Each image still binds its port below 1024 and serves.
+
+/// The UID and GID OpenShift assigns from a namespace's range.
+const ANY_UID: &str = "1000770000:0";
+
+/// podman flags of a restricted pod's container in network namespace `ns`.
+fn restricted(ns: &str) -> Vec<String> {
+    [
+        "--network",
+        &format!("ns:/run/netns/{ns}"),
+        "--user",
+        ANY_UID,
+        "--cap-drop=ALL",
+        "--security-opt",
+        "no-new-privileges",
+        "--sysctl",
+        "net.ipv4.ip_unprivileged_port_start=0",
+        "--sysctl",
+        "net.ipv4.ping_group_range=0 2147483647",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// The running container's main process as the kernel sees it: its UID,
+/// effective capabilities and no_new_privs, from /proc/<pid>/status.
+fn assert_runs_restricted(c: &Container) {
+    let out = podman(&["inspect", "--format", "{{.State.Pid}}", &c.0]);
+    let pid = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}\n{}", c.logs()));
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        field("Uid"),
+        "1000770000 1000770000 1000770000 1000770000",
+        "{status}"
+    );
+    assert_eq!(field("Gid"), "0 0 0 0", "{status}");
+    assert_eq!(field("CapEff"), "0000000000000000", "{status}");
+    assert_eq!(field("CapPrm"), "0000000000000000", "{status}");
+    assert_eq!(field("NoNewPrivs"), "1", "{status}");
+}
+
+/// `busybox wget -O-` inside network namespace `ns`.
+fn get_in(ns: &str, url: &str) -> Option<String> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "busybox", "wget", "-q", "-O-", url])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[test]
+fn dns_image_serves_port_53_under_any_uid_without_capabilities() {
+    let mut netns = Netns(Vec::new());
+    let ns = netns.add("dns");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut mount = ConfigMapDir::new(&dir.path().join("config")).expect("mount");
+    // Nothing listens on the upstream: forwarded names fail fast.
+    let config = r#"http: "127.0.0.1:8053"
+upstreams:
+  servers: ["127.0.0.1:5399"]
+  timeout_ms: 300
+clusters:
+  - name: c1
+    base_domain: example.com
+    proxy: 192.0.2.4
+    apps_vip: 192.0.2.200
+views:
+  - name: vlan
+    kind: vlan
+    listen: ["127.0.0.1:53"]
+"#;
+    mount
+        .publish(&[("config.yaml".to_string(), config.as_bytes().to_vec())])
+        .expect("publish");
+    let volume = format!("{}:/etc/oooi-dns:ro", mount.path().display());
+    let mut args = restricted(&ns);
+    args.extend(
+        [
+            "-v",
+            &volume,
+            &image("dns"),
+            "serve",
+            "--config",
+            "/etc/oooi-dns/config.yaml",
+        ]
+        .map(String::from),
+    );
+    let c = Container::start(
+        "dns-any-uid",
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    wait_for(
+        20,
+        "oooi-dns /healthz",
+        || get_in(&ns, "http://127.0.0.1:8053/healthz").is_some(),
+        || c.logs(),
+    );
+    assert_runs_restricted(&c);
+    let dig = |extra: &[&str]| {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns,
+                "dig",
+                "@127.0.0.1",
+                "-p",
+                "53",
+                "+time=2",
+                "+tries=2",
+            ])
+            .args(extra)
+            .output()
+            .expect("dig (dnsutils)");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(
+        dig(&["+short", "api.c1.example.com", "A"]),
+        "192.0.2.4",
+        "{}",
+        c.logs()
+    );
+    assert_eq!(
+        dig(&["+short", "+tcp", "x.apps.c1.example.com", "A"]),
+        "192.0.2.200"
+    );
+}
+
+#[test]
+fn dhcp_image_leases_on_port_67_under_any_uid_without_capabilities() {
+    let mut netns = Netns(Vec::new());
+    let server = netns.add("us");
+    let client = netns.add("uc");
+    sh(&[
+        "ip", "-n", &server, "link", "add", "s0", "type", "veth", "peer", "name", "c0", "netns",
+        &client,
+    ]);
+    sh(&[
+        "ip",
+        "-n",
+        &server,
+        "addr",
+        "add",
+        "192.0.2.2/24",
+        "dev",
+        "s0",
+    ]);
+    sh(&["ip", "-n", &server, "link", "set", "s0", "up"]);
+    sh(&[
+        "ip",
+        "-n",
+        &client,
+        "link",
+        "set",
+        "c0",
+        "address",
+        "02:00:00:00:02:01",
+    ]);
+    sh(&["ip", "-n", &client, "link", "set", "c0", "up"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).expect("data dir");
+    // Writable by group 0, as OpenShift images and fsGroup arrange it: the
+    // UID is not known in advance.
+    sh(&["chown", "0:0", data.to_str().expect("utf-8 path")]);
+    sh(&["chmod", "0770", data.to_str().expect("utf-8 path")]);
+    let mut config = ConfigMapDir::new(&dir.path().join("config")).expect("mount");
+    config
+        .publish(&[(
+            "config.yaml".to_string(),
+            br#"interface: s0
+server_ip: 192.0.2.2
+subnet: 192.0.2.0/24
+gateway: 192.0.2.1
+range: { start: 192.0.2.100, end: 192.0.2.110 }
+dns_servers: [192.0.2.3]
+lease_seconds: 3600
+"#
+            .to_vec(),
+        )])
+        .expect("publish");
+    let config_mount = format!("{}:/etc/oooi-dhcp:ro", config.path().display());
+    let data_mount = format!("{}:/var/lib/oooi-dhcp", data.display());
+    let mut args = restricted(&server);
+    args.extend(
+        [
+            "-v",
+            &config_mount,
+            "-v",
+            &data_mount,
+            &image("dhcp"),
+            "serve",
+            "--config",
+            "/etc/oooi-dhcp/config.yaml",
+            "--data-dir",
+            "/var/lib/oooi-dhcp",
+            "--metrics-addr",
+            "127.0.0.1:9067",
+        ]
+        .map(String::from),
+    );
+    let c = Container::start(
+        "dhcp-any-uid",
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    wait_for(
+        20,
+        "oooi-dhcp /healthz",
+        || get_in(&server, "http://127.0.0.1:9067/healthz").is_some(),
+        || c.logs(),
+    );
+    assert_runs_restricted(&c);
+    let out = Command::new("ip")
+        .args(["netns", "exec", &client, "busybox", "udhcpc"])
+        .args([
+            "-i",
+            "c0",
+            "-f",
+            "-q",
+            "-n",
+            "-t",
+            "5",
+            "-T",
+            "1",
+            "-s",
+            "/bin/true",
+        ])
+        .output()
+        .expect("busybox udhcpc");
+    let said = text(&out);
+    assert!(out.status.success(), "udhcpc: {said}\n{}", c.logs());
+    assert!(said.contains("obtained from 192.0.2.2"), "{said}");
+    // The lease reached the store the arbitrary UID writes.
+    let entries = std::fs::read_dir(&data).expect("data dir").count();
+    assert!(
+        entries > 0,
+        "nothing written to the lease store\n{}",
+        c.logs()
+    );
+}
