@@ -848,3 +848,101 @@ lease_seconds: 3600
         c.logs()
     );
 }
+
+/// Moves the calling thread (only it) into network namespace `ns`: the
+/// sockets it opens from then on, and the processes it starts, live there.
+fn enter_netns(ns: &str) {
+    use std::os::fd::AsRawFd;
+    let path = format!("/run/netns/{ns}");
+    let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    // SAFETY: setns(2) on this thread only, with a valid namespace fd.
+    let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+    assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+}
+
+#[test]
+fn proxy_image_routes_tls_on_port_443_under_any_uid_without_capabilities() {
+    use oooi_routes::{Route, RouteMatch, RouteTable, Upstream};
+    let mut netns = Netns(Vec::new());
+    let ns = netns.add("px");
+    let inner = ns.clone();
+    // One thread in the namespace runs the backend, starts the proxy pod
+    // and dials 443, all on the namespace's loopback.
+    let run = std::thread::spawn(move || {
+        enter_netns(&inner);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let backend = rt
+            .block_on(oooi_tests::Backend::start("c1-oauth", lo))
+            .expect("backend");
+        let table = RouteTable {
+            generation: 1,
+            routes: vec![Route {
+                port: 443,
+                matches: RouteMatch::Sni("oauth.c1.example.com".into()),
+                upstream: Upstream::Address {
+                    host: "127.0.0.1".into(),
+                    port: backend.addr.port(),
+                },
+                owner: Some("clusters/c1".into()),
+            }],
+        };
+        table.validate().expect("table");
+        // Envoy behind the image's gate, as the pod runs it.
+        let envoy = oooi_tests::EnvoyOptions {
+            image: Some(image("proxy")),
+            gate: Some(PathBuf::new()),
+            container_args: Some(restricted(&inner)),
+            // podman starts from the test process's own namespace.
+            podman: Some(vec![
+                "nsenter".into(),
+                format!("--net=/proc/{}/ns/net", std::process::id()),
+                "podman".into(),
+            ]),
+            ..oooi_tests::EnvoyOptions::new(lo, &[443])
+        }
+        .start()
+        .expect("the proxy image starts");
+        let container = Container(format!(
+            "oooi-test-envoy-{}-{}",
+            std::process::id(),
+            envoy.admin.port()
+        ));
+        assert_runs_restricted(&container);
+        // Not ours to remove: the Envoy handle removes it.
+        std::mem::forget(container);
+        envoy.push_table(&table).expect("push");
+        let https = SocketAddr::new(lo, 443);
+        rt.block_on(async {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                match tls_probe(https, Some("oauth.c1.example.com"), Some(lo)).await {
+                    Ok(got) => {
+                        assert_eq!(got, "c1-oauth");
+                        break;
+                    }
+                    Err(e) => assert!(
+                        Instant::now() < deadline,
+                        "443 not routing 20 s after the push ({e}):\n{}",
+                        envoy.log_text()
+                    ),
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            assert!(
+                tls_probe(https, Some("unknown.example.com"), Some(lo))
+                    .await
+                    .is_err(),
+                "an unknown name is refused"
+            );
+        });
+        drop(envoy);
+        drop(backend);
+    });
+    if let Err(panic) = run.join() {
+        std::panic::resume_unwind(panic);
+    }
+}
