@@ -8,9 +8,9 @@
   (the chart's OOOI_*_IMAGE) and every image is by digest only.
 - The bundle's filter ConfigMap carries the packaged chart's module.
 - Every manifest of the bundle is valid Kubernetes 1.35 (strict), the CSV's
-  Deployment spec too, and the CSV is valid against the
-  ClusterServiceVersion CRD's own schema where the fixture
-  (tests/olm/clusterserviceversions.schema.json) holds it.
+  Deployment spec too, and the CSV is valid, strictly, against the
+  ClusterServiceVersion CRD's own schema (the excerpt in
+  charts/tests/olm/, with its source and licence in the README there).
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import jsonschema
 import kubernetes_validate
 import yaml
 
+from test_docs import strict
 from test_chart import KUBE_VERSION, REQUIRED, WASM_KEY, chart_file, controller_bin, find, merged, render
 
 HERE = Path(__file__).resolve().parent
@@ -158,3 +160,43 @@ def test_bundle_refuses_an_image_by_tag():
         timeout=60,
     )
     assert proc.returncode != 0 and "not pinned by digest" in proc.stderr, proc.stderr
+
+
+def csv_schema_errors(obj):
+    """Where `obj` breaks the ClusterServiceVersion schema (strict: unknown
+    fields are errors)."""
+    schema = strict(yaml.safe_load((HERE / "olm" / "clusterserviceversions.schema.yaml").read_text()))
+    errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(obj), key=lambda e: list(e.path))
+    return [f"{'.'.join(str(p) for p in e.path) or '(root)'}: {e.message}" for e in errors]
+
+
+def test_csv_is_valid_against_the_clusterserviceversion_schema():
+    c = csv()
+    assert c["apiVersion"] == "operators.coreos.com/v1alpha1" and c["kind"] == "ClusterServiceVersion"
+    errors = csv_schema_errors(c)
+    assert not errors, "\n".join(errors)
+    # Every annotation is a string, as metadata.annotations must be.
+    for k, v in c["metadata"]["annotations"].items():
+        assert isinstance(v, str), (k, v)
+
+
+def test_csv_schema_check_catches_a_bad_csv():
+    # Guards the check above against passing everything: each change breaks
+    # the schema once.
+    def broken(change):
+        c = csv()
+        change(c)
+        return csv_schema_errors(c)
+
+    cases = {
+        "an install mode's supported as a string": lambda c: c["spec"]["installModes"][0].update(supported="yes"),
+        "an icon without its mediatype": lambda c: c["spec"]["icon"][0].pop("mediatype"),
+        "an unknown field in relatedImages": lambda c: c["spec"]["relatedImages"][0].update(digest="sha256:00"),
+        "no displayName": lambda c: c["spec"].pop("displayName"),
+        "a deployment without a name": lambda c: c["spec"]["install"]["spec"]["deployments"][0].pop("name"),
+        "a rule without verbs": lambda c: c["spec"]["install"]["spec"]["clusterPermissions"][0]["rules"][0].pop("verbs"),
+        "a descriptor without a path": lambda c: c["spec"]["customresourcedefinitions"]["owned"][0]["specDescriptors"][0].pop("path"),
+        "an unknown spec field": lambda c: c["spec"].update(minOpenShiftVersion="4.16"),
+    }
+    for what, change in cases.items():
+        assert broken(change), f"{what}: the schema accepted it"
