@@ -128,6 +128,15 @@ fn a_disruption_budget_with_max_unavailable_zero_fails() {
             .any(|p| p.rule == "disruption-budget" && p.detail.contains("blocks")),
         "{problems:?}"
     );
+    let all = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "all"}, "spec": {"minAvailable": "100%"}});
+    let problems = check::check(&csv, &[all]);
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.rule == "disruption-budget" && p.detail.contains("all")),
+        "{problems:?}"
+    );
     let fine = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
         "metadata": {"name": "ok"}, "spec": {"maxUnavailable": 1}});
     assert!(check::check(&csv, &[fine]).is_empty());
@@ -556,4 +565,29 @@ fn the_catalog_has_the_package_a_channel_with_the_upgrade_edge_and_the_bundle() 
     }
     let e = olm::catalog(&b, &input(), "registry.example.com/oooi/oooi-bundle:0.2.0").unwrap_err();
     assert!(e.to_string().contains("--bundle-image"), "{e}");
+}
+
+#[test]
+fn no_disruption_budget_the_controller_plans_blocks_every_eviction() {
+    // The bundle ships none; the operands' budgets (a DHCP pair's) must not
+    // block node drains and cluster upgrades either.
+    let csv = built().csv;
+    let mut budgets = 0;
+    for f in ["dhcp-pair.yaml", "high-availability.yaml"] {
+        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../examples")
+            .join(f);
+        let mut input = RenderInput::default();
+        input.add_file(&path).unwrap();
+        let out = render::render(&input, render::OFFLINE_PUSH_TOKEN).unwrap();
+        let pdbs: Vec<Value> = out
+            .objects
+            .into_iter()
+            .filter(|o| o["kind"] == "PodDisruptionBudget")
+            .collect();
+        budgets += pdbs.len();
+        let problems = check::check(&csv, &pdbs);
+        assert!(problems.is_empty(), "{f}: {problems:?}");
+    }
+    assert!(budgets > 0, "the examples plan no PodDisruptionBudget");
 }

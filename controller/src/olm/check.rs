@@ -198,6 +198,16 @@ fn disruption_budgets(manifests: &[Value], out: &mut Vec<Problem>) {
     {
         let name = m["metadata"]["name"].as_str().unwrap_or("?");
         let max = &m["spec"]["maxUnavailable"];
+        let min = &m["spec"]["minAvailable"];
+        if min == "100%" {
+            problem(
+                out,
+                "disruption-budget",
+                format!(
+                    "PodDisruptionBudget {name}: spec.minAvailable 100% blocks every eviction (node drains and cluster upgrades)"
+                ),
+            );
+        }
         if max == 0 || max == "0" || max == "0%" {
             problem(
                 out,
