@@ -1,5 +1,8 @@
 //! The container images, run under podman as a cluster would run them: a
-//! read-only root filesystem, the image's own non-root user, no shell.
+//! read-only root filesystem, the image's own non-root user, no shell; and
+//! as OpenShift's restricted-v2 runs them: an arbitrary UID with GID 0, no
+//! capability, no privilege escalation, low ports through the pod sysctl.
+//! Also the OLM bundle image, built from the bundle the controller writes.
 //!
 //! `tools/dev test` builds the images (`tools/dev images`) and runs this
 //! suite with `OOOI_IMAGE_VERSION` set to their tag and podman configured
@@ -945,4 +948,85 @@ fn proxy_image_routes_tls_on_port_443_under_any_uid_without_capabilities() {
     if let Err(panic) = run.join() {
         std::panic::resume_unwind(panic);
     }
+}
+
+#[test]
+fn bundle_image_carries_the_olm_labels_and_only_the_bundle() {
+    use oooi_controller::olm;
+    let digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    let entries: Vec<String> = olm::BundleImage::ALL
+        .iter()
+        .map(|i| {
+            format!(
+                "{}=registry.example.com/oooi/{}@{digest}",
+                i.name(),
+                i.repository()
+            )
+        })
+        .collect();
+    let input = olm::BundleInput {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        images: olm::BundleImages::parse(entries.iter().map(String::as_str)).expect("images"),
+        edge: olm::csv::UpgradeEdge::default(),
+        filter_wasm: std::fs::read(oooi_tests::filter_wasm().expect("filter module"))
+            .expect("read module"),
+    };
+    let bundle = olm::bundle(&input).expect("bundle");
+    let dir = tempfile::tempdir().expect("tempdir");
+    olm::write(&bundle, dir.path()).expect("write bundle");
+    // As `tools/dev bundle` builds it.
+    let tag = format!("localhost/oooi-bundle-test:{}", std::process::id());
+    let containerfile = dir.path().join("bundle.Containerfile");
+    let out = podman(&[
+        "build",
+        "--quiet",
+        "--no-cache",
+        "-f",
+        containerfile.to_str().expect("utf-8 path"),
+        "-t",
+        &tag,
+        dir.path().to_str().expect("utf-8 path"),
+    ]);
+    assert!(out.status.success(), "podman build: {}", text(&out));
+    let inspect = podman(&["image", "inspect", &tag]);
+    let exported = {
+        let name = format!("oooi-bundle-test-{}", std::process::id());
+        let created = podman(&["create", "--name", &name, &tag, "none"]);
+        assert!(
+            created.status.success(),
+            "podman create: {}",
+            text(&created)
+        );
+        let tar = dir.path().join("rootfs.tar");
+        let out = podman(&["export", "-o", tar.to_str().expect("utf-8 path"), &name]);
+        let _ = podman(&["rm", "--force", &name]);
+        let _ = podman(&["rmi", "--force", &tag]);
+        assert!(out.status.success(), "podman export: {}", text(&out));
+        let list = Command::new("tar")
+            .arg("-tf")
+            .arg(&tar)
+            .output()
+            .expect("tar");
+        String::from_utf8_lossy(&list.stdout).into_owned()
+    };
+    let v: serde_json::Value = serde_json::from_slice(&inspect.stdout).expect("inspect JSON");
+    let labels = &v[0]["Config"]["Labels"];
+    for (key, value) in olm::bundle_annotations() {
+        assert_eq!(labels[key], serde_json::Value::String(value), "label {key}");
+    }
+    let mut files: Vec<&str> = exported
+        .lines()
+        .map(|l| l.trim_start_matches("./"))
+        .filter(|l| !l.ends_with('/') && !l.is_empty())
+        .collect();
+    files.sort();
+    let mut want: Vec<String> = bundle
+        .files
+        .iter()
+        .map(|(p, _)| p.display().to_string())
+        .filter(|p| p.starts_with("manifests/") || p.starts_with("metadata/"))
+        .collect();
+    want.sort();
+    // The image holds the two folders and nothing else.
+    assert_eq!(files, want, "{exported}");
 }
