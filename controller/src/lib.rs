@@ -15,9 +15,9 @@
 //!   configs, routing tables, readiness and conditions. No I/O. [`render`]
 //!   (the offline `render` command) calls the same planners.
 //! - [`crd`]: the custom resource types; CRD YAML is generated from them.
-//! - [`metrics`], [`leader`], [`rbac`], [`docs_reference`]: the metrics
-//!   registry, leader election, the RBAC the controller needs, and the CR
-//!   reference pages of the docs.
+//! - [`metrics`], [`leader`], [`rbac`], [`docs_reference`], [`olm`]: the
+//!   metrics registry, leader election, the RBAC the controller needs, the
+//!   CR reference pages of the docs, and the OLM bundle and catalog.
 
 pub mod cache;
 pub mod controllers;
@@ -27,6 +27,7 @@ pub mod hosted;
 pub mod leader;
 pub mod metrics;
 pub mod observe;
+pub mod olm;
 pub mod plan;
 pub mod push;
 pub mod rbac;

@@ -5,6 +5,7 @@
 //! - `run`: the controller (in cluster, or with $KUBECONFIG).
 //! - `rbac`: the ClusterRole rules the controller needs.
 //! - `docs-reference`: write the CR reference pages of the docs site.
+//! - `bundle`: write the OLM bundle (and its file-based catalog).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -105,6 +106,42 @@ enum Command {
         #[arg(long)]
         sccs: bool,
     },
+    /// Write the OLM registry+v1 bundle: manifests/ (the
+    /// ClusterServiceVersion, the CRDs, the filter ConfigMap), metadata/
+    /// (annotations.yaml) and bundle.Containerfile; with --catalog, also the
+    /// file-based catalog. Refuses a bundle that breaks an OLM or OperatorHub
+    /// rule, naming each one.
+    Bundle {
+        /// Directory to write the bundle into.
+        #[arg(long)]
+        out: PathBuf,
+        /// Semantic version of the bundle.
+        #[arg(long, default_value = env!("CARGO_PKG_VERSION"))]
+        version: String,
+        /// NAME=REPOSITORY@sha256:DIGEST for each of controller, dns, dhcp,
+        /// proxy and must-gather. Repeatable.
+        #[arg(long = "image", value_name = "NAME=REF")]
+        images: Vec<String>,
+        /// A file of NAME=REF lines (`#` comments), read after --image.
+        #[arg(long, value_name = "FILE")]
+        image_digests: Option<PathBuf>,
+        /// The filter module (the built `oooi_sni_router.wasm`), shipped as
+        /// the rollout-source ConfigMap.
+        #[arg(long, env = "OOOI_FILTER_WASM")]
+        filter_wasm: PathBuf,
+        /// The version this one replaces in the channel.
+        #[arg(long)]
+        replaces: Option<String>,
+        /// Versions OLM may upgrade from in one step (default `<VERSION`).
+        #[arg(long)]
+        skip_range: Option<String>,
+        /// Also write the file-based catalog (DIR/oooi/catalog.yaml).
+        #[arg(long, requires = "bundle_image")]
+        catalog: Option<PathBuf>,
+        /// The bundle image by digest, as the catalog names it.
+        #[arg(long, requires = "catalog")]
+        bundle_image: Option<String>,
+    },
     /// Write the CR reference pages of the docs site (from the CRD schemas).
     DocsReference {
         /// Directory of the pages (the docs site's `docs/reference`).
@@ -198,6 +235,52 @@ fn emit(
     Ok(())
 }
 
+struct BundleArgs {
+    out: PathBuf,
+    version: String,
+    images: Vec<String>,
+    image_digests: Option<PathBuf>,
+    filter_wasm: PathBuf,
+    edge: oooi_controller::olm::csv::UpgradeEdge,
+    catalog: Option<(PathBuf, String)>,
+}
+
+fn bundle(args: BundleArgs) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use oooi_controller::olm;
+    let mut entries = args.images;
+    if let Some(file) = &args.image_digests {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("--image-digests: cannot read {}", file.display()))?;
+        entries.extend(text.lines().map(str::to_string));
+    }
+    let images =
+        olm::BundleImages::parse(entries.iter().map(String::as_str)).map_err(anyhow::Error::msg)?;
+    let filter_wasm = std::fs::read(&args.filter_wasm)
+        .with_context(|| format!("--filter-wasm: cannot read {}", args.filter_wasm.display()))?;
+    let input = olm::BundleInput {
+        version: args.version,
+        images,
+        edge: args.edge,
+        filter_wasm,
+    };
+    let built = olm::bundle(&input)?;
+    olm::write(&built, &args.out)?;
+    eprintln!(
+        "bundle {} written to {}",
+        olm::csv::csv_name(&input.version),
+        args.out.display()
+    );
+    if let Some((dir, image)) = args.catalog {
+        let text = olm::catalog(&built, &input, &image)?;
+        let path = dir.join(olm::csv::PACKAGE).join("catalog.yaml");
+        std::fs::create_dir_all(dir.join(olm::csv::PACKAGE))?;
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+        eprintln!("catalog written to {}", path.display());
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -232,6 +315,28 @@ fn main() -> ExitCode {
             oooi_controller::rbac::rules_yaml_for(openshift_scc)
         }
         .map(|y| print!("{y}")),
+        Command::Bundle {
+            out,
+            version,
+            images,
+            image_digests,
+            filter_wasm,
+            replaces,
+            skip_range,
+            catalog,
+            bundle_image,
+        } => bundle(BundleArgs {
+            out,
+            version,
+            images,
+            image_digests,
+            filter_wasm,
+            edge: oooi_controller::olm::csv::UpgradeEdge {
+                replaces,
+                skip_range,
+            },
+            catalog: catalog.zip(bundle_image),
+        }),
         Command::DocsReference { out } => oooi_controller::docs_reference::write(&out),
     };
     match result {

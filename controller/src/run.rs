@@ -194,8 +194,10 @@ fn init_logging(format: LogFormat) {
 }
 
 /// Entry point of `oooi-controller run`.
-pub fn main(args: RunArgs) -> anyhow::Result<()> {
+pub fn main(mut args: RunArgs) -> anyhow::Result<()> {
     init_logging(args.log_format);
+    // Under OLM the component images arrive as RELATED_IMAGE_* (by digest).
+    args.images = crate::olm::with_related_images(args.images, |k| std::env::var(k).ok());
     // More than one rustls provider is compiled in (through kube's and other
     // crates' features), so rustls cannot pick one by itself.
     let _ = rustls::crypto::ring::default_provider().install_default();

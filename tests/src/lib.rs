@@ -173,6 +173,15 @@ pub struct EnvoyOptions {
     /// listeners alone. The path of the gate binary; under `image` the
     /// image's own gate ([`IMAGE_GATE_PATH`]) runs and the path is unused.
     pub gate: Option<PathBuf>,
+    /// Under `image`, the podman flags that place and confine the container
+    /// (network, user, capabilities, sysctls); `None`: `--network host
+    /// --user 65532:65532`.
+    pub container_args: Option<Vec<String>>,
+    /// Under `image`, the command that runs podman (default `podman`): e.g.
+    /// under `nsenter --net=...` when the caller's thread sits in a network
+    /// namespace the container joins (runc refuses network sysctls when it
+    /// starts inside the namespace it configures).
+    pub podman: Option<Vec<String>>,
 }
 
 /// `--drain-time-s` of the test Envoy: short, so tests can wait past it.
@@ -195,6 +204,8 @@ impl EnvoyOptions {
             extra_listeners: Vec::new(),
             vlan: None,
             gate: None,
+            container_args: None,
+            podman: None,
         }
     }
 
@@ -274,12 +285,26 @@ impl EnvoyOptions {
                 .arg(format!("http://{api}/ready"))
                 .args(["--poll", "50ms", "--", "envoy"]);
         };
+        let container_args = self.container_args.clone().unwrap_or_else(|| {
+            ["--network", "host", "--user", "65532:65532"]
+                .map(String::from)
+                .to_vec()
+        });
         let mut command = match (&self.image, &container, &self.cpus) {
             (Some(image), Some(name), cpus) => {
                 let mount = format!("{0}:{0}:ro", config_map.path().display());
-                let mut c = Command::new("podman");
-                c.args(["run", "--rm", "--name", name, "--network", "host"])
-                    .args(["--read-only", "--user", "65532:65532", "-v", &mount]);
+                let podman = self.podman.clone().unwrap_or_default();
+                let mut c = match podman.split_first() {
+                    Some((program, args)) => {
+                        let mut c = Command::new(program);
+                        c.args(args);
+                        c
+                    }
+                    None => Command::new("podman"),
+                };
+                c.args(["run", "--rm", "--name", name])
+                    .args(&container_args)
+                    .args(["--read-only", "-v", &mount]);
                 if let Some(cpus) = cpus {
                     c.args(["--cpuset-cpus", cpus]);
                 }

@@ -1,5 +1,8 @@
 //! The container images, run under podman as a cluster would run them: a
-//! read-only root filesystem, the image's own non-root user, no shell.
+//! read-only root filesystem, the image's own non-root user, no shell; and
+//! as OpenShift's restricted-v2 runs them: an arbitrary UID with GID 0, no
+//! capability, no privilege escalation, low ports through the pod sysctl.
+//! Also the OLM bundle image, built from the bundle the controller writes.
 //!
 //! `tools/dev test` builds the images (`tools/dev images`) and runs this
 //! suite with `OOOI_IMAGE_VERSION` set to their tag and podman configured
@@ -591,4 +594,439 @@ async fn proxy_image_routes_tls_by_sni_after_a_table_push_behind_its_gate() {
         http_blocking(lab.envoy.admin, "GET", "/stats/prometheus", &[], b"").expect("stats");
     assert_eq!(status, 200);
     assert_queries_name_exported_metrics("oooi_sni_router_", &scrape);
+}
+
+// Under any UID: the pod shape OpenShift's restricted-v2 SCC admits. The
+// namespace's arbitrary UID (here 1000770000) with GID 0, every capability
+// dropped, no privilege escalation, a read-only root, and low ports only
+// through the pod sysctl `net.ipv4.ip_unprivileged_port_start=0` (podman
+// sets it in the network namespace the container joins, as the kubelet
+// sets a pod's). Each image still binds its port below 1024 and serves.
+
+/// The UID and GID OpenShift assigns from a namespace's range.
+const ANY_UID: &str = "1000770000:0";
+
+/// podman flags of a restricted pod's container in network namespace `ns`.
+fn restricted(ns: &str) -> Vec<String> {
+    [
+        "--network",
+        &format!("ns:/run/netns/{ns}"),
+        "--user",
+        ANY_UID,
+        "--cap-drop=ALL",
+        "--security-opt",
+        "no-new-privileges",
+        "--sysctl",
+        "net.ipv4.ip_unprivileged_port_start=0",
+        "--sysctl",
+        "net.ipv4.ping_group_range=0 2147483647",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// The running container's main process as the kernel sees it: its UID,
+/// effective capabilities and no_new_privs, from /proc/<pid>/status.
+fn assert_runs_restricted(c: &Container) {
+    let out = podman(&["inspect", "--format", "{{.State.Pid}}", &c.0]);
+    let pid = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}\n{}", c.logs()));
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        field("Uid"),
+        "1000770000 1000770000 1000770000 1000770000",
+        "{status}"
+    );
+    assert_eq!(field("Gid"), "0 0 0 0", "{status}");
+    assert_eq!(field("CapEff"), "0000000000000000", "{status}");
+    assert_eq!(field("CapPrm"), "0000000000000000", "{status}");
+    assert_eq!(field("NoNewPrivs"), "1", "{status}");
+}
+
+/// `busybox wget -O-` inside network namespace `ns`.
+fn get_in(ns: &str, url: &str) -> Option<String> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "busybox", "wget", "-q", "-O-", url])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[test]
+fn dns_image_serves_port_53_under_any_uid_without_capabilities() {
+    let mut netns = Netns(Vec::new());
+    let ns = netns.add("dns");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut mount = ConfigMapDir::new(&dir.path().join("config")).expect("mount");
+    // Nothing listens on the upstream: forwarded names fail fast.
+    let config = r#"http: "127.0.0.1:8053"
+upstreams:
+  servers: ["127.0.0.1:5399"]
+  timeout_ms: 300
+clusters:
+  - name: c1
+    base_domain: example.com
+    proxy: 192.0.2.4
+    apps_vip: 192.0.2.200
+views:
+  - name: vlan
+    kind: vlan
+    listen: ["127.0.0.1:53"]
+"#;
+    mount
+        .publish(&[("config.yaml".to_string(), config.as_bytes().to_vec())])
+        .expect("publish");
+    let volume = format!("{}:/etc/oooi-dns:ro", mount.path().display());
+    let mut args = restricted(&ns);
+    args.extend(
+        [
+            "-v",
+            &volume,
+            &image("dns"),
+            "serve",
+            "--config",
+            "/etc/oooi-dns/config.yaml",
+        ]
+        .map(String::from),
+    );
+    let c = Container::start(
+        "dns-any-uid",
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    wait_for(
+        20,
+        "oooi-dns /healthz",
+        || get_in(&ns, "http://127.0.0.1:8053/healthz").is_some(),
+        || c.logs(),
+    );
+    assert_runs_restricted(&c);
+    let dig = |extra: &[&str]| {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns,
+                "dig",
+                "@127.0.0.1",
+                "-p",
+                "53",
+                "+time=2",
+                "+tries=2",
+            ])
+            .args(extra)
+            .output()
+            .expect("dig (dnsutils)");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(
+        dig(&["+short", "api.c1.example.com", "A"]),
+        "192.0.2.4",
+        "{}",
+        c.logs()
+    );
+    assert_eq!(
+        dig(&["+short", "+tcp", "x.apps.c1.example.com", "A"]),
+        "192.0.2.200"
+    );
+}
+
+#[test]
+fn dhcp_image_leases_on_port_67_under_any_uid_without_capabilities() {
+    let mut netns = Netns(Vec::new());
+    let server = netns.add("us");
+    let client = netns.add("uc");
+    sh(&[
+        "ip", "-n", &server, "link", "add", "s0", "type", "veth", "peer", "name", "c0", "netns",
+        &client,
+    ]);
+    sh(&[
+        "ip",
+        "-n",
+        &server,
+        "addr",
+        "add",
+        "192.0.2.2/24",
+        "dev",
+        "s0",
+    ]);
+    sh(&["ip", "-n", &server, "link", "set", "s0", "up"]);
+    sh(&[
+        "ip",
+        "-n",
+        &client,
+        "link",
+        "set",
+        "c0",
+        "address",
+        "02:00:00:00:02:01",
+    ]);
+    sh(&["ip", "-n", &client, "link", "set", "c0", "up"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).expect("data dir");
+    // Writable by group 0, as OpenShift images and fsGroup arrange it: the
+    // UID is not known in advance.
+    sh(&["chown", "0:0", data.to_str().expect("utf-8 path")]);
+    sh(&["chmod", "0770", data.to_str().expect("utf-8 path")]);
+    let mut config = ConfigMapDir::new(&dir.path().join("config")).expect("mount");
+    config
+        .publish(&[(
+            "config.yaml".to_string(),
+            br#"interface: s0
+server_ip: 192.0.2.2
+subnet: 192.0.2.0/24
+gateway: 192.0.2.1
+range: { start: 192.0.2.100, end: 192.0.2.110 }
+dns_servers: [192.0.2.3]
+lease_seconds: 3600
+"#
+            .to_vec(),
+        )])
+        .expect("publish");
+    let config_mount = format!("{}:/etc/oooi-dhcp:ro", config.path().display());
+    let data_mount = format!("{}:/var/lib/oooi-dhcp", data.display());
+    let mut args = restricted(&server);
+    args.extend(
+        [
+            "-v",
+            &config_mount,
+            "-v",
+            &data_mount,
+            &image("dhcp"),
+            "serve",
+            "--config",
+            "/etc/oooi-dhcp/config.yaml",
+            "--data-dir",
+            "/var/lib/oooi-dhcp",
+            "--metrics-addr",
+            "127.0.0.1:9067",
+        ]
+        .map(String::from),
+    );
+    let c = Container::start(
+        "dhcp-any-uid",
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    wait_for(
+        20,
+        "oooi-dhcp /healthz",
+        || get_in(&server, "http://127.0.0.1:9067/healthz").is_some(),
+        || c.logs(),
+    );
+    assert_runs_restricted(&c);
+    let out = Command::new("ip")
+        .args(["netns", "exec", &client, "busybox", "udhcpc"])
+        .args([
+            "-i",
+            "c0",
+            "-f",
+            "-q",
+            "-n",
+            "-t",
+            "5",
+            "-T",
+            "1",
+            "-s",
+            "/bin/true",
+        ])
+        .output()
+        .expect("busybox udhcpc");
+    let said = text(&out);
+    assert!(out.status.success(), "udhcpc: {said}\n{}", c.logs());
+    assert!(said.contains("obtained from 192.0.2.2"), "{said}");
+    // The lease reached the store the arbitrary UID writes.
+    let entries = std::fs::read_dir(&data).expect("data dir").count();
+    assert!(
+        entries > 0,
+        "nothing written to the lease store\n{}",
+        c.logs()
+    );
+}
+
+/// Moves the calling thread (only it) into network namespace `ns`: the
+/// sockets it opens from then on, and the processes it starts, live there.
+fn enter_netns(ns: &str) {
+    use std::os::fd::AsRawFd;
+    let path = format!("/run/netns/{ns}");
+    let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    // SAFETY: setns(2) on this thread only, with a valid namespace fd.
+    let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+    assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+}
+
+#[test]
+fn proxy_image_routes_tls_on_port_443_under_any_uid_without_capabilities() {
+    use oooi_routes::{Route, RouteMatch, RouteTable, Upstream};
+    let mut netns = Netns(Vec::new());
+    let ns = netns.add("px");
+    let inner = ns.clone();
+    // One thread in the namespace runs the backend, starts the proxy pod
+    // and dials 443, all on the namespace's loopback.
+    let run = std::thread::spawn(move || {
+        enter_netns(&inner);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let backend = rt
+            .block_on(oooi_tests::Backend::start("c1-oauth", lo))
+            .expect("backend");
+        let table = RouteTable {
+            generation: 1,
+            routes: vec![Route {
+                port: 443,
+                matches: RouteMatch::Sni("oauth.c1.example.com".into()),
+                upstream: Upstream::Address {
+                    host: "127.0.0.1".into(),
+                    port: backend.addr.port(),
+                },
+                owner: Some("clusters/c1".into()),
+            }],
+        };
+        table.validate().expect("table");
+        // Envoy behind the image's gate, as the pod runs it.
+        let envoy = oooi_tests::EnvoyOptions {
+            image: Some(image("proxy")),
+            gate: Some(PathBuf::new()),
+            container_args: Some(restricted(&inner)),
+            // podman starts from the test process's own namespace.
+            podman: Some(vec![
+                "nsenter".into(),
+                format!("--net=/proc/{}/ns/net", std::process::id()),
+                "podman".into(),
+            ]),
+            ..oooi_tests::EnvoyOptions::new(lo, &[443])
+        }
+        .start()
+        .expect("the proxy image starts");
+        let container = Container(format!(
+            "oooi-test-envoy-{}-{}",
+            std::process::id(),
+            envoy.admin.port()
+        ));
+        assert_runs_restricted(&container);
+        // Not ours to remove: the Envoy handle removes it.
+        std::mem::forget(container);
+        envoy.push_table(&table).expect("push");
+        let https = SocketAddr::new(lo, 443);
+        rt.block_on(async {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                match tls_probe(https, Some("oauth.c1.example.com"), Some(lo)).await {
+                    Ok(got) => {
+                        assert_eq!(got, "c1-oauth");
+                        break;
+                    }
+                    Err(e) => assert!(
+                        Instant::now() < deadline,
+                        "443 not routing 20 s after the push ({e}):\n{}",
+                        envoy.log_text()
+                    ),
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            assert!(
+                tls_probe(https, Some("unknown.example.com"), Some(lo))
+                    .await
+                    .is_err(),
+                "an unknown name is refused"
+            );
+        });
+        drop(envoy);
+        drop(backend);
+    });
+    if let Err(panic) = run.join() {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+#[test]
+fn bundle_image_carries_the_olm_labels_and_only_the_bundle() {
+    use oooi_controller::olm;
+    let digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    let entries: Vec<String> = olm::BundleImage::ALL
+        .iter()
+        .map(|i| {
+            format!(
+                "{}=registry.example.com/oooi/{}@{digest}",
+                i.name(),
+                i.repository()
+            )
+        })
+        .collect();
+    let input = olm::BundleInput {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        images: olm::BundleImages::parse(entries.iter().map(String::as_str)).expect("images"),
+        edge: olm::csv::UpgradeEdge::default(),
+        filter_wasm: std::fs::read(oooi_tests::filter_wasm().expect("filter module"))
+            .expect("read module"),
+    };
+    let bundle = olm::bundle(&input).expect("bundle");
+    let dir = tempfile::tempdir().expect("tempdir");
+    olm::write(&bundle, dir.path()).expect("write bundle");
+    // As `tools/dev bundle` builds it.
+    let tag = format!("localhost/oooi-bundle-test:{}", std::process::id());
+    let containerfile = dir.path().join("bundle.Containerfile");
+    let out = podman(&[
+        "build",
+        "--quiet",
+        "--no-cache",
+        "-f",
+        containerfile.to_str().expect("utf-8 path"),
+        "-t",
+        &tag,
+        dir.path().to_str().expect("utf-8 path"),
+    ]);
+    assert!(out.status.success(), "podman build: {}", text(&out));
+    let inspect = podman(&["image", "inspect", &tag]);
+    let exported = {
+        let name = format!("oooi-bundle-test-{}", std::process::id());
+        let created = podman(&["create", "--name", &name, &tag, "none"]);
+        assert!(
+            created.status.success(),
+            "podman create: {}",
+            text(&created)
+        );
+        let tar = dir.path().join("rootfs.tar");
+        let out = podman(&["export", "-o", tar.to_str().expect("utf-8 path"), &name]);
+        let _ = podman(&["rm", "--force", &name]);
+        let _ = podman(&["rmi", "--force", &tag]);
+        assert!(out.status.success(), "podman export: {}", text(&out));
+        let list = Command::new("tar")
+            .arg("-tf")
+            .arg(&tar)
+            .output()
+            .expect("tar");
+        String::from_utf8_lossy(&list.stdout).into_owned()
+    };
+    let v: serde_json::Value = serde_json::from_slice(&inspect.stdout).expect("inspect JSON");
+    let labels = &v[0]["Config"]["Labels"];
+    for (key, value) in olm::bundle_annotations() {
+        assert_eq!(labels[key], serde_json::Value::String(value), "label {key}");
+    }
+    let mut files: Vec<&str> = exported
+        .lines()
+        .map(|l| l.trim_start_matches("./"))
+        .filter(|l| !l.ends_with('/') && !l.is_empty())
+        .collect();
+    files.sort();
+    let mut want: Vec<String> = bundle
+        .files
+        .iter()
+        .map(|(p, _)| p.display().to_string())
+        .filter(|p| p.starts_with("manifests/") || p.starts_with("metadata/"))
+        .collect();
+    want.sort();
+    // The image holds the two folders and nothing else.
+    assert_eq!(files, want, "{exported}");
 }
