@@ -63,7 +63,11 @@ pub fn csv(
     edge: &UpgradeEdge,
     rules: &[Rule],
 ) -> anyhow::Result<Value> {
-    let (cluster_rules, namespace_rules) = split_rules(rules);
+    // Every rule cluster-wide: the Lease rule too, since the address
+    // agents' Roles in the Infras' namespaces grant Lease verbs, which the
+    // controller may grant only where it holds them, and it deletes the
+    // agents' Leases with their Infra.
+    let cluster_rules = rules.to_vec();
     let mut spec = json!({
         "displayName": "oooi",
         "description": DESCRIPTION,
@@ -89,7 +93,6 @@ pub fn csv(
             "strategy": "deployment",
             "spec": {
                 "clusterPermissions": [{"serviceAccountName": CONTROLLER, "rules": cluster_rules}],
-                "permissions": [{"serviceAccountName": CONTROLLER, "rules": namespace_rules}],
                 "deployments": [{
                     "name": CONTROLLER,
                     "label": selector_labels(),
@@ -223,16 +226,6 @@ pub fn deployment_spec(images: &BundleImages) -> Value {
             },
         },
     })
-}
-
-/// The controller's rules split as OLM grants them: the leader-election
-/// Lease in the operator's own namespace (`permissions`, a Role), the rest
-/// cluster-wide (`clusterPermissions`).
-pub fn split_rules(rules: &[Rule]) -> (Vec<Rule>, Vec<Rule>) {
-    rules
-        .iter()
-        .cloned()
-        .partition(|r| !(r.api_groups == ["coordination.k8s.io"] && r.resources == ["leases"]))
 }
 
 /// The derived kinds, created by the controller.
