@@ -654,12 +654,17 @@ async fn must_gather_image_gathers_from_a_loopback_api_as_oc_runs_it() {
     );
     let api = mock.serve_http().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = dir.path().join("kubeconfig");
+    // The API is plain HTTP, but kube's TLS setup still wants a CA when
+    // the kubeconfig names none (a pod has its service account's).
+    let kube_dir = dir.path().join("kube");
+    std::fs::create_dir(&kube_dir).expect("kube dir");
+    let ca = rcgen::generate_simple_self_signed(vec!["mock".to_string()]).expect("CA");
+    std::fs::write(kube_dir.join("ca.crt"), ca.cert.pem()).expect("ca.crt");
     std::fs::write(
-        &kubeconfig,
+        kube_dir.join("config"),
         format!(
             "apiVersion: v1\nkind: Config\ncurrent-context: mock\n\
-             clusters: [{{name: mock, cluster: {{server: \"http://{api}\"}}}}]\n\
+             clusters: [{{name: mock, cluster: {{server: \"http://{api}\", certificate-authority: /kube/ca.crt}}}}]\n\
              contexts: [{{name: mock, context: {{cluster: mock, user: mock}}}}]\n\
              users: [{{name: mock, user: {{}}}}]\n"
         ),
@@ -670,10 +675,10 @@ async fn must_gather_image_gathers_from_a_loopback_api_as_oc_runs_it() {
     // The pod's emptyDir: writable by whatever user the image runs as.
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o777)).expect("chmod");
-    std::fs::set_permissions(&kubeconfig, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    std::fs::set_permissions(&kube_dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let volumes = [
         format!("{}:/must-gather", dest.display()),
-        format!("{}:/kubeconfig:ro", kubeconfig.display()),
+        format!("{}:/kube:ro", kube_dir.display()),
     ];
     // What oc writes: a watcher of the volume's use in the background, the
     // gather, then sync.
@@ -694,7 +699,7 @@ async fn must_gather_image_gathers_from_a_loopback_api_as_oc_runs_it() {
                 "-v",
                 &volumes[1],
                 "-e",
-                "KUBECONFIG=/kubeconfig",
+                "KUBECONFIG=/kube/config",
                 "--entrypoint",
                 "/bin/bash",
                 &image,
@@ -709,8 +714,9 @@ async fn must_gather_image_gathers_from_a_loopback_api_as_oc_runs_it() {
         .expect("podman");
     assert!(out.status.success(), "gather container: {}", text(&out));
     let root = dest.join("oooi");
+    let gathered = text(&out);
     let infra = std::fs::read_to_string(root.join("namespaces/oooi-infra/infras/vlan100.yaml"))
-        .expect("the Infra in the tree");
+        .unwrap_or_else(|e| panic!("the Infra in the tree: {e}; the gather said:\n{gathered}"));
     assert!(infra.contains("AllComponentsReady"), "{infra}");
     let summary = std::fs::read_to_string(root.join("summary.txt")).expect("summary");
     assert!(
