@@ -28,6 +28,76 @@ pub struct Options {
     pub extra_namespaces: Vec<String>,
     /// Skip the components' HTTP endpoints.
     pub skip_endpoints: bool,
+    /// Only log lines newer than this (`oc adm must-gather --since`,
+    /// `--since-time`).
+    pub logs_since: Option<LogsSince>,
+}
+
+/// Which log lines a gather keeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogsSince {
+    /// The last this many seconds (`sinceSeconds`).
+    Seconds(u64),
+    /// From this RFC 3339 time on (`sinceTime`).
+    Time(String),
+}
+
+impl LogsSince {
+    /// From `MUST_GATHER_SINCE` (a Go duration such as `2h0m0s`, what
+    /// `oc adm must-gather --since` passes).
+    pub fn from_duration(text: &str) -> Result<LogsSince, String> {
+        let nanos = go_duration_nanos(text)
+            .ok_or_else(|| format!("since: `{text}` is not a duration such as 2h0m0s or 90s"))?;
+        // At least one second: the API counts whole seconds.
+        Ok(LogsSince::Seconds(nanos.div_ceil(1_000_000_000).max(1)))
+    }
+
+    /// From `MUST_GATHER_SINCE_TIME` (RFC 3339, what `--since-time` passes).
+    pub fn from_time(text: &str) -> Result<LogsSince, String> {
+        text.parse::<k8s_openapi::jiff::Timestamp>()
+            .map_err(|e| format!("since-time: `{text}` is not an RFC 3339 time: {e}"))?;
+        Ok(LogsSince::Time(text.to_string()))
+    }
+
+    fn query(&self) -> String {
+        match self {
+            LogsSince::Seconds(s) => format!("&sinceSeconds={s}"),
+            LogsSince::Time(t) => format!("&sinceTime={}", encode(t)),
+        }
+    }
+}
+
+/// Nanoseconds of a Go duration string (`1h30m`, `2h0m0s`, `90s`, `500ms`).
+fn go_duration_nanos(text: &str) -> Option<u64> {
+    let units: [(&str, u64); 7] = [
+        ("ns", 1),
+        ("us", 1_000),
+        ("µs", 1_000),
+        ("ms", 1_000_000),
+        ("s", 1_000_000_000),
+        ("m", 60_000_000_000),
+        ("h", 3_600_000_000_000),
+    ];
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total: u64 = 0;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let number: f64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        // The longest unit that matches (`ms` before `m`).
+        let (unit, scale) = units
+            .iter()
+            .filter(|(u, _)| rest.starts_with(u))
+            .max_by_key(|(u, _)| u.len())?;
+        rest = &rest[unit.len()..];
+        total = total.checked_add((number * *scale as f64) as u64)?;
+    }
+    Some(total)
 }
 
 /// A failed request: what it was and why.
@@ -394,8 +464,13 @@ pub async fn run(client: Client, options: &Options) -> std::io::Result<Tree> {
 
     gather_hosted(&api, &mut tree, &g, &optional).await;
 
+    let since = options
+        .logs_since
+        .as_ref()
+        .map(LogsSince::query)
+        .unwrap_or_default();
     for pod in &pods {
-        gather_logs(&api, &mut tree, pod, options.log_limit_bytes).await;
+        gather_logs(&api, &mut tree, pod, options.log_limit_bytes, &since).await;
     }
     if !options.skip_endpoints {
         for pod in &pods {
@@ -541,7 +616,7 @@ pub fn containers(pod: &Value) -> Vec<(String, bool)> {
         .collect()
 }
 
-async fn gather_logs(api: &Api, tree: &mut Tree, pod: &Value, limit: u64) {
+async fn gather_logs(api: &Api, tree: &mut Tree, pod: &Value, limit: u64, since: &str) {
     let (Some(ns), name) = (namespace_of(pod), name_of(pod)) else {
         return;
     };
@@ -552,7 +627,7 @@ async fn gather_logs(api: &Api, tree: &mut Tree, pod: &Value, limit: u64) {
         }
         for previous in which {
             let path = format!(
-                "/api/v1/namespaces/{ns}/pods/{name}/log?container={}&limitBytes={limit}{}",
+                "/api/v1/namespaces/{ns}/pods/{name}/log?container={}&limitBytes={limit}{since}{}",
                 encode(&container),
                 if previous { "&previous=true" } else { "" }
             );
@@ -699,6 +774,24 @@ mod tests {
                 ("oooi".to_string(), "vlan2".to_string())
             ]
         );
+    }
+
+    #[test]
+    fn oc_since_values_become_log_parameters() {
+        assert_eq!(
+            LogsSince::from_duration("2h0m0s"),
+            Ok(LogsSince::Seconds(7200))
+        );
+        assert_eq!(
+            LogsSince::from_duration("1m30s"),
+            Ok(LogsSince::Seconds(90))
+        );
+        assert_eq!(LogsSince::from_duration("500ms"), Ok(LogsSince::Seconds(1)));
+        assert!(LogsSince::from_duration("2 hours").is_err());
+        assert!(LogsSince::from_duration("").is_err());
+        let t = LogsSince::from_time("2026-12-06T20:00:00Z").unwrap();
+        assert_eq!(t.query(), "&sinceTime=2026-12-06T20%3A00%3A00Z");
+        assert!(LogsSince::from_time("yesterday").is_err());
     }
 
     #[test]

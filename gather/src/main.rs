@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use oooi_gather::gather::{Options, run};
+use oooi_gather::gather::{LogsSince, Options, run};
 
 /// Collects oooi's state for a support case into a directory tree.
 ///
@@ -52,6 +52,14 @@ struct Args {
     /// Do not read the components' HTTP endpoints.
     #[arg(long)]
     skip_endpoints: bool,
+    /// Only log lines of this recent past, a duration such as 2h0m0s
+    /// (`oc adm must-gather --since` sets MUST_GATHER_SINCE).
+    #[arg(long, env = "MUST_GATHER_SINCE", conflicts_with = "since_time")]
+    since: Option<String>,
+    /// Only log lines from this RFC 3339 time on (`oc adm must-gather
+    /// --since-time` sets MUST_GATHER_SINCE_TIME).
+    #[arg(long, env = "MUST_GATHER_SINCE_TIME")]
+    since_time: Option<String>,
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -64,6 +72,18 @@ async fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    let logs_since = match (args.since.as_deref(), args.since_time.as_deref()) {
+        (Some(d), _) if !d.is_empty() => LogsSince::from_duration(d).map(Some),
+        (_, Some(t)) if !t.is_empty() => LogsSince::from_time(t).map(Some),
+        _ => Ok(None),
+    };
+    let logs_since = match logs_since {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "bad argument");
+            return std::process::ExitCode::from(2);
+        }
+    };
     // kube's TLS needs one process-level crypto provider (see TOOLING.md).
     let _ = rustls::crypto::ring::default_provider().install_default();
     let timeout = Duration::from_secs(args.request_timeout);
@@ -80,6 +100,7 @@ async fn main() -> std::process::ExitCode {
         log_limit_bytes: args.log_limit_bytes,
         extra_namespaces: args.namespaces,
         skip_endpoints: args.skip_endpoints,
+        logs_since,
     };
     match run(client, &options).await {
         Ok(tree) => {

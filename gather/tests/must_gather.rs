@@ -706,7 +706,8 @@ async fn a_failed_read_is_written_to_errors_and_the_gather_goes_on_within_its_de
     let dest = dir.path().join("must-gather");
 
     let started = Instant::now();
-    let (status, stderr) = gather(&kc, &dest, &["--request-timeout", "1"]).await;
+    let (status, stderr) =
+        gather(&kc, &dest, &["--request-timeout", "1", "--since", "1h0m0s"]).await;
     let took = started.elapsed();
     assert!(status.success(), "gather failed: {stderr}");
     assert!(took < Duration::from_secs(20), "took {took:?}");
@@ -722,6 +723,21 @@ async fn a_failed_read_is_written_to_errors_and_the_gather_goes_on_within_its_de
         assert!(
             errors.contains(want),
             "errors.txt lacks {want:?}:\n{errors}"
+        );
+    }
+    // `oc adm must-gather --since 1h` reaches every log request.
+    let log_requests: Vec<_> = mock
+        .log()
+        .into_iter()
+        .filter(|r| r.path().ends_with("/log"))
+        .collect();
+    assert_eq!(log_requests.len(), 4, "current and previous of two pods");
+    for r in &log_requests {
+        assert_eq!(
+            r.query("sinceSeconds").as_deref(),
+            Some("3600"),
+            "{}",
+            r.uri
         );
     }
     let summary = read(&root, "summary.txt");
