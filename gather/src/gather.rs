@@ -116,6 +116,9 @@ impl std::fmt::Display for Failed {
     }
 }
 
+/// How a request that met its deadline is reported.
+const TIMED_OUT: &str = "no answer within";
+
 /// The API client with a deadline per request.
 struct Api {
     client: Client,
@@ -123,8 +126,23 @@ struct Api {
 }
 
 impl Api {
-    /// GET `path`: status and body, whatever the status.
+    /// GET `path`: status and body, whatever the status. A request that
+    /// fails before any answer (a kept-alive connection the server had just
+    /// closed) is sent once more; one that times out is not.
     async fn raw(&self, path: &str) -> Result<(u16, Vec<u8>), Failed> {
+        match self.raw_once(path).await {
+            Err(Failed {
+                code: None,
+                message,
+            }) if !message.starts_with(TIMED_OUT) => {
+                tracing::debug!(%path, error = %message, "sending once more");
+                self.raw_once(path).await
+            }
+            other => other,
+        }
+    }
+
+    async fn raw_once(&self, path: &str) -> Result<(u16, Vec<u8>), Failed> {
         let request = http::Request::get(path)
             .body(kube::client::Body::empty())
             .map_err(|e| Failed {
@@ -153,7 +171,7 @@ impl Api {
             Ok(r) => r,
             Err(_) => Err(Failed {
                 code: None,
-                message: format!("no answer within {} s", self.timeout.as_secs_f64()),
+                message: format!("{TIMED_OUT} {} s", self.timeout.as_secs_f64()),
             }),
         }
     }

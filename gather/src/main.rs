@@ -90,7 +90,14 @@ async fn main() -> std::process::ExitCode {
     let client = match client(timeout).await {
         Ok(c) => c,
         Err(e) => {
-            tracing::error!(error = %format!("{e:#}"), "no Kubernetes client");
+            // Say why in the tree too: under `oc adm must-gather` the tree is
+            // what comes back.
+            let why = format!("{e:#}");
+            tracing::error!(error = %why, "no Kubernetes client");
+            if let Ok(mut tree) = oooi_gather::tree::Tree::create(&args.dest) {
+                tree.error("Kubernetes client (in-cluster or KUBECONFIG)", &why);
+                tree.finish();
+            }
             return std::process::ExitCode::from(2);
         }
     };

@@ -748,3 +748,25 @@ async fn a_failed_read_is_written_to_errors_and_the_gather_goes_on_within_its_de
     );
     drop(silent);
 }
+
+#[tokio::test]
+async fn without_an_api_the_reason_is_written_to_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("must-gather");
+    let missing = dir.path().join("no-such-kubeconfig");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_gather"))
+        .arg("--dest")
+        .arg(&dest)
+        .env("KUBECONFIG", &missing)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let errors = read(&dest.join("oooi"), "errors.txt");
+    assert!(
+        errors.starts_with("Kubernetes client (in-cluster or KUBECONFIG): ")
+            && errors.contains("no-such-kubeconfig"),
+        "{errors}"
+    );
+}

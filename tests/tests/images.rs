@@ -610,6 +610,9 @@ async fn must_gather_image_gathers_from_a_loopback_api_as_oc_runs_it() {
     let config = &v[0]["Config"];
     assert_eq!(config["User"], "65532:65532");
     assert_eq!(config["Entrypoint"], json!(["/usr/bin/gather"]));
+    // gather (about 10 MB) and BusyBox (about 2 MB).
+    let size = v[0]["Size"].as_u64().expect("size");
+    assert!(size <= 20_000_000, "{image}: {size} bytes > 20 MB");
     let labels = &config["Labels"];
     assert_eq!(labels["org.opencontainers.image.title"], "oooi-must-gather");
     assert_eq!(
