@@ -4,7 +4,8 @@
 //! `render`), the pods its Deployments would run, their logs, the hosted
 //! clusters' objects, and the components' endpoints behind the mock's pod
 //! proxy: the real `oooi-dns` and `oooi-dhcp` metrics and health servers,
-//! and a stand-in of the proxy's table API per replica.
+//! and for each proxy replica a real Envoy with the filter (its table API;
+//! needs `envoy` and the built filter module, as `tools/dev test` provides).
 
 #![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
 
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use oooi_controller::render::{RenderInput, render};
 use oooi_kube_mock::MockApi;
+use oooi_tests::fixture::TwoClusters;
 use serde_json::{Value, json};
 
 /// The push token the proxies' Secrets hold.
@@ -144,7 +146,8 @@ fn listing(root: &Path) -> Vec<String> {
 }
 
 /// The lab's scenario in the mock: returns the pods by component.
-async fn load_lab(mock: &MockApi) -> Vec<Value> {
+/// `want`: the table generation and digest the ProxyServers' status names.
+async fn load_lab(mock: &MockApi, want: &(u64, String)) -> Vec<Value> {
     let mut input = RenderInput::default();
     input
         .add_file(&repo().join("tests/lab/two-clusters.yaml"))
@@ -158,7 +161,7 @@ async fn load_lab(mock: &MockApi) -> Vec<Value> {
             condition("Ready", "True", "AllComponentsReady"),
             condition("Degraded", "False", "AsExpected")],
             "components": {"dns": {"ready": true}, "proxy": {"ready": false,
-                "message": "lab-proxy-2: holds generation 2, not 3"}, "dhcp": {"ready": true}}});
+                "message": "lab-proxy-2: no table yet"}, "dhcp": {"ready": true}}});
         insert(mock, o);
     }
     for a in &input.attachments {
@@ -187,7 +190,7 @@ async fn load_lab(mock: &MockApi) -> Vec<Value> {
                 o["status"] = json!({"conditions": [condition("Ready", "True", "Available")]});
             }
             "ProxyServer" => {
-                o["status"] = json!({"routesGeneration": 3, "routesDigest": "sha256:5ab1e0",
+                o["status"] = json!({"routesGeneration": want.0, "routesDigest": want.1,
                     "conditions": [condition("Ready", "True", "Available"),
                                    condition("RoutesSynced", "True", "InSync")]});
             }
@@ -413,9 +416,14 @@ async fn load_lab(mock: &MockApi) -> Vec<Value> {
 }
 
 /// The components' endpoints behind the pod proxy: the real DNS and DHCP
-/// metrics servers, and a table API per proxy replica (the second one a
-/// generation behind).
-async fn serve_endpoints(mock: &MockApi, pods: &[Value], dns_config: &str) {
+/// metrics servers, and a real Envoy with the filter per proxy replica
+/// (`proxies[0]` for the first, `[1]` for the second).
+async fn serve_endpoints(
+    mock: &MockApi,
+    pods: &[Value],
+    dns_config: &str,
+    proxies: &[TwoClusters; 2],
+) {
     let config = oooi_dns::config::Config::parse(dns_config).unwrap();
     oooi_dns::metrics::prime(&config);
     oooi_dns::metrics::READY.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -443,26 +451,22 @@ async fn serve_endpoints(mock: &MockApi, pods: &[Value], dns_config: &str) {
             Some("dns") => mock.set_pod_endpoint(ns, name, port("http"), dns_addr),
             Some("dhcp") => mock.set_pod_endpoint(ns, name, port("http"), dhcp_addr),
             Some("proxy") => {
-                let generation = if name.starts_with("lab-proxy-2") {
-                    2
+                let envoy = if name.starts_with("lab-proxy-2") {
+                    &proxies[1].envoy
                 } else {
-                    3
+                    &proxies[0].envoy
                 };
-                let digest = if generation == 3 {
-                    "sha256:5ab1e0"
-                } else {
-                    "sha256:0ld0"
-                };
-                let table = format!(
-                    "{{\"generation\":{generation},\"digest\":\"{digest}\",\"routes\":14,\"build\":\"dev\"}}"
-                );
-                let ready = format!(
-                    "{{\"ready\":true,\"generation\":{generation},\"digest\":\"{digest}\",\"build\":\"dev\"}}"
-                );
-                let push = serve(vec![("/ready", 200, ready), ("/v1/routes", 200, table)]).await;
-                let metrics = serve(vec![("/metrics", 200, format!(
-                    "# TYPE envoy_oooi_sni_router_table_generation gauge\nenvoy_oooi_sni_router_table_generation {generation}\n"))]).await;
-                mock.set_pod_endpoint(ns, name, port("push"), push);
+                // The pod's metrics port serves Envoy's /stats/prometheus as
+                // /metrics; the harness's Envoy has it on its admin port.
+                let admin = envoy.admin;
+                let (code, stats) = tokio::task::spawn_blocking(move || {
+                    oooi_tests::http_blocking(admin, "GET", "/stats/prometheus", &[], b"").unwrap()
+                })
+                .await
+                .unwrap();
+                assert_eq!(code, 200);
+                let metrics = serve(vec![("/metrics", 200, stats)]).await;
+                mock.set_pod_endpoint(ns, name, port("push"), envoy.api);
                 mock.set_pod_endpoint(ns, name, port("http"), metrics);
             }
             _ => {}
@@ -473,12 +477,20 @@ async fn serve_endpoints(mock: &MockApi, pods: &[Value], dns_config: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gathers_the_lab_scenario_into_the_documented_tree_without_secret_bytes() {
     let mock = MockApi::start();
-    let pods = load_lab(&mock).await;
+    // The proxy replicas are real Envoys with the filter: the first holds
+    // its table, the second has just restarted and holds none yet.
+    let held = TwoClusters::start(1).await.expect("Envoy with the filter");
+    held.envoy.push_table(&held.table).unwrap();
+    let fresh = TwoClusters::start(1).await.expect("Envoy with the filter");
+    let want = (held.table.generation, held.table.digest());
+    let routes = held.table.routes.len();
+    let pods = load_lab(&mock, &want).await;
     let dns_cm = mock
         .get("/api/v1/namespaces/oooi/configmaps/lab-dns-config")
         .unwrap();
     let dns_config = dns_cm["data"]["config.yaml"].as_str().unwrap().to_string();
-    serve_endpoints(&mock, &pods, &dns_config).await;
+    let proxies = [held, fresh];
+    serve_endpoints(&mock, &pods, &dns_config, &proxies).await;
     let api = mock.serve_http().await;
     let dir = tempfile::tempdir().unwrap();
     let kc = kubeconfig(dir.path(), api);
@@ -506,7 +518,8 @@ async fn gathers_the_lab_scenario_into_the_documented_tree_without_secret_bytes(
         );
     }
     assert!(
-        read(&root, "namespaces/oooi/proxyservers/lab-proxy.yaml").contains("routesGeneration: 3")
+        read(&root, "namespaces/oooi/proxyservers/lab-proxy.yaml")
+            .contains(&format!("routesGeneration: {}", want.0))
     );
     // Their children.
     for rel in [
@@ -610,14 +623,12 @@ async fn gathers_the_lab_scenario_into_the_documented_tree_without_secret_bytes(
                 && f.ends_with("v1_routes.txt")
         })
         .unwrap_or_else(|| panic!("no table answer in:\n{}", files.join("\n")));
-    assert!(read(&root, table).contains("\"generation\":3"));
+    assert!(read(&root, table).contains(&format!("\"generation\":{}", want.0)));
     let summary = read(&root, "summary.txt");
     for want in [
         "oooi/lab  Ready=True(AllComponentsReady) Degraded=False(AsExpected)",
-        "proxy: ready=false - lab-proxy-2: holds generation 2, not 3",
+        "proxy: ready=false - lab-proxy-2: no table yet",
         "oooi/a  infra=lab hostedCluster=clusters/a workers=[192.0.2.51]",
-        "table generation 3 digest sha256:5ab1e0, 14 routes, filter build dev, in sync with its ProxyServer",
-        "table generation 2 digest sha256:0ld0, 14 routes, filter build dev, NOT in sync: its ProxyServer wants generation 3",
         "leases active=2 free=48",
         "pool used 4%",
         "pair single (no peer configured)",
@@ -628,6 +639,30 @@ async fn gathers_the_lab_scenario_into_the_documented_tree_without_secret_bytes(
     ] {
         assert!(summary.contains(want), "summary lacks {want:?}:\n{summary}");
     }
+    let in_sync = format!(
+        "table generation {} digest {}, {routes} routes, filter build ",
+        want.0, want.1
+    );
+    let line = summary
+        .lines()
+        .find(|l| l.contains("pod oooi/lab-proxy-5d8f7"))
+        .unwrap_or_default();
+    assert!(
+        line.contains(&in_sync) && line.ends_with("ready true, in sync with its ProxyServer"),
+        "{line}"
+    );
+    let line = summary
+        .lines()
+        .find(|l| l.contains("pod oooi/lab-proxy-2-5d8f7"))
+        .unwrap_or_default();
+    assert!(
+        line.contains("table generation 0 digest ?, 0 routes")
+            && line.ends_with(&format!(
+                "ready false, NOT in sync: its ProxyServer wants generation {} digest {}",
+                want.0, want.1
+            )),
+        "{line}"
+    );
     for view in config_views(&dns_config) {
         assert!(
             summary.contains(&format!("{view} (0 queries)")),
