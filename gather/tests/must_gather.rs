@@ -805,3 +805,25 @@ async fn without_an_api_the_reason_is_written_to_errors() {
         "{errors}"
     );
 }
+
+#[test]
+fn help_explains_the_tree_the_pod_proxy_and_what_is_never_written() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gather"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "oc adm must-gather",
+        "[default: /must-gather]",
+        "summary.txt, errors.txt",
+        "namespaces/<ns>/logs/<pod>/<container>[.previous].log",
+        "pods/<name>:<port>/proxy/<path>",
+        "Secrets are written as name, type and keys only",
+        "--request-timeout",
+        "--since",
+    ] {
+        assert!(help.contains(want), "--help lacks {want:?}:\n{help}");
+    }
+}
