@@ -1030,3 +1030,181 @@ fn bundle_image_carries_the_olm_labels_and_only_the_bundle() {
     // The image holds the two folders and nothing else.
     assert_eq!(files, want, "{exported}");
 }
+
+/// The must-gather image as `oc adm must-gather` runs it: the gather
+/// container's command through `/bin/bash -c` with a disk-usage watcher
+/// beside `/usr/bin/gather` (du, df, awk, sed, sleep), as the image's user,
+/// read-only root, the destination a volume; then the copy container's
+/// `sleep` and `tar`. The API is the stateful mock on loopback (the
+/// container shares the host's network namespace, nothing leaves it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn must_gather_image_gathers_from_a_loopback_api_as_oc_runs_it() {
+    use serde_json::json;
+    const TOKEN: &str = "image-test-push-token-6e1f0c";
+    let image = image("must-gather");
+    let out = podman(&["image", "inspect", &image]);
+    assert!(out.status.success(), "{image}: {}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("inspect JSON");
+    let config = &v[0]["Config"];
+    assert_eq!(config["User"], "65532:65532");
+    assert_eq!(config["Entrypoint"], json!(["/usr/bin/gather"]));
+    // gather (about 10 MB) and BusyBox (about 2 MB).
+    let size = v[0]["Size"].as_u64().expect("size");
+    assert!(size <= 20_000_000, "{image}: {size} bytes > 20 MB");
+    let labels = &config["Labels"];
+    assert_eq!(labels["org.opencontainers.image.title"], "oooi-must-gather");
+    assert_eq!(
+        labels["org.opencontainers.image.version"],
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(
+        labels["org.opencontainers.image.licenses"]
+            .as_str()
+            .is_some_and(|l| l.contains("Apache-2.0") && l.contains("GPL-2.0"))
+    );
+
+    let mock = oooi_kube_mock::MockApi::start();
+    mock.insert(
+        "/apis/hostedcluster.densityops.com/v1alpha1/namespaces/oooi-infra/infras/vlan100",
+        json!({"apiVersion": "hostedcluster.densityops.com/v1alpha1", "kind": "Infra",
+               "metadata": {"name": "vlan100", "namespace": "oooi-infra"},
+               "spec": {"networkConfig": {"cidr": "192.0.2.0/24"}},
+               "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "AllComponentsReady"}]}}),
+    );
+    mock.insert(
+        "/api/v1/namespaces/oooi-infra/secrets/vlan100-proxy-push-token",
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+               "metadata": {"name": "vlan100-proxy-push-token", "namespace": "oooi-infra"},
+               "data": {"token": "aW1hZ2UtdGVzdC1wdXNoLXRva2VuLTZlMWYwYw=="}}),
+    );
+    mock.insert(
+        "/api/v1/namespaces/oooi-infra/pods/vlan100-dns-7c9d-q2w3e",
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "vlan100-dns-7c9d-q2w3e", "namespace": "oooi-infra",
+                            "labels": {"app.kubernetes.io/name": "oooi", "app.kubernetes.io/component": "dns",
+                                       "app.kubernetes.io/instance": "vlan100"}},
+               "spec": {"containers": [{"name": "dns", "env": [{"name": "PUSH_TOKEN", "value": TOKEN}]}]},
+               "status": {"phase": "Pending"}}),
+    );
+    mock.set_pod_log(
+        "oooi-infra",
+        "vlan100-dns-7c9d-q2w3e",
+        "dns",
+        false,
+        &format!("serving; token {TOKEN}\n"),
+    );
+    let api = mock.serve_http().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The API is plain HTTP, but kube's TLS setup still wants a CA when
+    // the kubeconfig names none (a pod has its service account's).
+    let kube_dir = dir.path().join("kube");
+    std::fs::create_dir(&kube_dir).expect("kube dir");
+    let ca = rcgen::generate_simple_self_signed(vec!["mock".to_string()]).expect("CA");
+    std::fs::write(kube_dir.join("ca.crt"), ca.cert.pem()).expect("ca.crt");
+    std::fs::write(
+        kube_dir.join("config"),
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: mock\n\
+             clusters: [{{name: mock, cluster: {{server: \"http://{api}\", certificate-authority: /kube/ca.crt}}}}]\n\
+             contexts: [{{name: mock, context: {{cluster: mock, user: mock}}}}]\n\
+             users: [{{name: mock, user: {{}}}}]\n"
+        ),
+    )
+    .expect("kubeconfig");
+    let dest = dir.path().join("must-gather");
+    std::fs::create_dir(&dest).expect("dest");
+    // The pod's emptyDir: writable by whatever user the image runs as.
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    std::fs::set_permissions(&kube_dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let volumes = [
+        format!("{}:/must-gather", dest.display()),
+        format!("{}:/kube:ro", kube_dir.display()),
+    ];
+    // What oc writes: a watcher of the volume's use in the background, the
+    // gather, then sync.
+    let command = "while true; do used=$(df -P /must-gather | awk 'NR==2 {print $5}' | sed 's/%//'); \
+                   du -s /must-gather | awk '{print $1}' >/dev/null; \
+                   [ \"$used\" -gt 99 ] && kill 0; sleep 5; done & /usr/bin/gather; sync";
+    let run = {
+        let (image, volumes) = (image.clone(), volumes.clone());
+        tokio::task::spawn_blocking(move || {
+            podman(&[
+                "run",
+                "--rm",
+                "--read-only",
+                "--network",
+                "host",
+                "-v",
+                &volumes[0],
+                "-v",
+                &volumes[1],
+                "-e",
+                "KUBECONFIG=/kube/config",
+                "--entrypoint",
+                "/bin/bash",
+                &image,
+                "-c",
+                command,
+            ])
+        })
+    };
+    let out = tokio::time::timeout(std::time::Duration::from_secs(120), run)
+        .await
+        .expect("the gather container ends")
+        .expect("podman");
+    assert!(out.status.success(), "gather container: {}", text(&out));
+    let root = dest.join("oooi");
+    let gathered = text(&out);
+    let infra = std::fs::read_to_string(root.join("namespaces/oooi-infra/infras/vlan100.yaml"))
+        .unwrap_or_else(|e| panic!("the Infra in the tree: {e}; the gather said:\n{gathered}"));
+    assert!(infra.contains("AllComponentsReady"), "{infra}");
+    let summary = std::fs::read_to_string(root.join("summary.txt")).expect("summary");
+    assert!(
+        summary.contains("oooi-infra/vlan100  Ready=True(AllComponentsReady)"),
+        "{summary}"
+    );
+    let log = std::fs::read_to_string(
+        root.join("namespaces/oooi-infra/logs/vlan100-dns-7c9d-q2w3e/dns.log"),
+    )
+    .expect("the pod's log");
+    assert!(log.starts_with("serving; token <redacted"), "{log}");
+    // The copy container: oc keeps it alive with sleep and reads the tree with tar.
+    let out = podman(&[
+        "run",
+        "--rm",
+        "--read-only",
+        "-v",
+        &volumes[0],
+        "--entrypoint",
+        "/bin/bash",
+        &image,
+        "-c",
+        "trap : TERM INT; sleep 0.2 & wait; tar -C /must-gather -cf - . | tar -tf -",
+    ]);
+    assert!(out.status.success(), "copy container: {}", text(&out));
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(listed.contains("./oooi/summary.txt"), "{listed}");
+    // No secret byte in what oc would copy.
+    let mut stack = vec![root.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read_dir") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let body = String::from_utf8_lossy(&std::fs::read(&p).expect("read")).into_owned();
+                assert!(
+                    !body.contains(TOKEN),
+                    "{} holds the token:\n{body}",
+                    p.display()
+                );
+                assert!(
+                    !body.contains("aW1hZ2UtdGVzdC1wdXNoLXRva2Vu"),
+                    "{} holds the Secret's data",
+                    p.display()
+                );
+            }
+        }
+    }
+}

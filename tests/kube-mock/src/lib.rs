@@ -24,7 +24,16 @@
 //!   client fail as a transport error, as a hosted API that is gone does,
 //!   and leaves HTTP requests unanswered (packets dropped);
 //! - [`MockApi::serve_http`] serves the same store on loopback, for a real
-//!   controller process with a kubeconfig.
+//!   controller process with a kubeconfig;
+//! - a pod's `log` subresource answers what [`MockApi::set_pod_log`] stored
+//!   (`container`, `previous`, `limitBytes` honoured; 400 for a container
+//!   the pod lacks or a previous instance that never ran, as the API server
+//!   does);
+//! - a pod's `proxy` subresource (`pods/<name>:<port>/proxy/<path>`)
+//!   forwards a GET to the loopback address [`MockApi::set_pod_endpoint`]
+//!   registered for that pod and port, and passes its status and body back;
+//!   without one it answers 503 as the API server does when the pod does not
+//!   answer.
 
 #![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
 
@@ -174,16 +183,20 @@ impl Selector {
 enum Responder {
     /// The in-process client.
     Client(SendResponse<Response<Body>>),
-    /// An HTTP handler of [`MockApi::serve_http`]: status and body.
-    Http(oneshot::Sender<(u16, Vec<u8>)>),
+    /// An HTTP handler of [`MockApi::serve_http`]: status, body and
+    /// content type.
+    Http(oneshot::Sender<(u16, Vec<u8>, &'static str)>),
 }
 
 impl Responder {
     fn send(self, code: u16, body: Vec<u8>) {
+        self.send_typed(code, body, "application/json");
+    }
+    fn send_typed(self, code: u16, body: Vec<u8>, content_type: &'static str) {
         match self {
-            Responder::Client(send) => send.send_response(response(code, body)),
+            Responder::Client(send) => send.send_response(response_typed(code, body, content_type)),
             // The client may have gone; nothing waits for the answer then.
-            Responder::Http(tx) => drop(tx.send((code, body))),
+            Responder::Http(tx) => drop(tx.send((code, body, content_type))),
         }
     }
     fn fail(self) {
@@ -216,6 +229,10 @@ struct State {
     watches: Vec<Watch>,
     /// (resourceVersion, object path, watch event) of every change.
     events: Vec<(u64, String, Value)>,
+    /// Container logs by (namespace, pod, container, previous).
+    pod_logs: BTreeMap<(String, String, String, bool), String>,
+    /// Where a pod's port answers, by (namespace, pod, port).
+    pod_endpoints: BTreeMap<(String, String, u16), std::net::SocketAddr>,
 }
 
 /// A running mock; clone it freely.
@@ -234,10 +251,10 @@ fn status(code: u16, reason: &str, message: &str) -> (u16, Value) {
     )
 }
 
-fn response<B: From<Vec<u8>>>(code: u16, body: Vec<u8>) -> Response<B> {
+fn response_typed<B: From<Vec<u8>>>(code: u16, body: Vec<u8>, content_type: &str) -> Response<B> {
     Response::builder()
         .status(code)
-        .header("content-type", "application/json")
+        .header("content-type", content_type)
         .body(B::from(body))
         .unwrap()
 }
@@ -331,6 +348,44 @@ impl MockApi {
             .values()
             .cloned()
             .collect()
+    }
+
+    /// Stores the log of `container` in a pod (`previous`: of its
+    /// terminated instance before the current one), as the `log`
+    /// subresource answers it.
+    pub fn set_pod_log(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+        previous: bool,
+        text: &str,
+    ) {
+        self.state.lock().unwrap().pod_logs.insert(
+            (
+                namespace.to_string(),
+                pod.to_string(),
+                container.to_string(),
+                previous,
+            ),
+            text.to_string(),
+        );
+    }
+
+    /// Makes the `proxy` subresource of a pod's `port` forward to `target`
+    /// (a loopback server standing in for the pod's address).
+    pub fn set_pod_endpoint(
+        &self,
+        namespace: &str,
+        pod: &str,
+        port: u16,
+        target: std::net::SocketAddr,
+    ) {
+        self.state
+            .lock()
+            .unwrap()
+            .pod_endpoints
+            .insert((namespace.to_string(), pod.to_string(), port), target);
     }
 
     /// The request log so far (kept).
@@ -433,11 +488,11 @@ impl MockApi {
                 // Like a network that drops packets: no answer.
                 return std::future::pending().await;
             }
-            let (code, body) = rx.await.unwrap_or_else(|_| {
+            let (code, body, content_type) = rx.await.unwrap_or_else(|_| {
                 let (code, v) = status(503, "ServiceUnavailable", "watch reset");
-                (code, serde_json::to_vec(&v).unwrap())
+                (code, serde_json::to_vec(&v).unwrap(), "application/json")
             });
-            response(code, body)
+            response_typed(code, body, content_type)
         }
         let app = axum::Router::new()
             .fallback(handle)
@@ -525,6 +580,18 @@ impl State {
     /// it has events.
     fn serve(&mut self, rec: Recorded, responder: Responder) {
         self.log.push(rec.clone());
+        if rec.method == "GET" {
+            let (collection, name, sub) = split(rec.path());
+            if collection.ends_with("/pods")
+                && let Some(name) = name
+            {
+                match sub.as_deref() {
+                    Some("log") => return self.pod_log(&rec, &collection, &name, responder),
+                    Some("proxy") => return self.pod_proxy(&rec, &collection, &name, responder),
+                    _ => {}
+                }
+            }
+        }
         let (code, value) = if rec.opens_watch() {
             match Selector::of(&rec) {
                 Ok(selector) => return self.watch(&rec, selector, responder),
@@ -535,6 +602,144 @@ impl State {
         };
         self.flush_watches();
         responder.send(code, serde_json::to_vec(&value).unwrap());
+    }
+
+    /// `GET …/pods/<name>/log`: the stored log of the container the query
+    /// names (the pod's only container when it names none).
+    fn pod_log(&mut self, rec: &Recorded, collection: &str, name: &str, responder: Responder) {
+        let send_status = |responder: Responder, (code, v): (u16, Value)| {
+            responder.send(code, serde_json::to_vec(&v).unwrap())
+        };
+        let Some(pod) = self.objects.get(&format!("{collection}/{name}")) else {
+            return send_status(
+                responder,
+                status(404, "NotFound", &format!("pods \"{name}\" not found")),
+            );
+        };
+        let containers: Vec<String> = pod["spec"]["containers"]
+            .as_array()
+            .into_iter()
+            .chain(pod["spec"]["initContainers"].as_array())
+            .flatten()
+            .filter_map(|c| c["name"].as_str().map(str::to_string))
+            .collect();
+        let container = match rec.query("container") {
+            Some(c) => c,
+            None if containers.len() == 1 => containers[0].clone(),
+            None => {
+                return send_status(
+                    responder,
+                    status(
+                        400,
+                        "BadRequest",
+                        &format!(
+                            "a container name must be specified for pod {name}, choose one of: {containers:?}"
+                        ),
+                    ),
+                );
+            }
+        };
+        if !containers.contains(&container) {
+            return send_status(
+                responder,
+                status(
+                    400,
+                    "BadRequest",
+                    &format!("container {container} is not valid for pod {name}"),
+                ),
+            );
+        }
+        let previous = matches!(rec.query("previous").as_deref(), Some("true" | "1"));
+        let ns = namespace_of(collection).as_str().unwrap_or("").to_string();
+        let key = (ns, name.to_string(), container.clone(), previous);
+        match self.pod_logs.get(&key) {
+            Some(text) => {
+                let mut bytes = text.as_bytes().to_vec();
+                if let Some(limit) = rec
+                    .query("limitBytes")
+                    .and_then(|l| l.parse::<usize>().ok())
+                {
+                    bytes.truncate(limit);
+                }
+                responder.send_typed(200, bytes, "text/plain")
+            }
+            None if previous => send_status(
+                responder,
+                status(
+                    400,
+                    "BadRequest",
+                    &format!(
+                        "previous terminated container \"{container}\" in pod \"{name}\" not found"
+                    ),
+                ),
+            ),
+            None => responder.send_typed(200, Vec::new(), "text/plain"),
+        }
+    }
+
+    /// `GET …/pods/<name>:<port>/proxy/<path>`: forwarded to the pod's
+    /// registered endpoint, whose status and body come back.
+    fn pod_proxy(&mut self, rec: &Recorded, collection: &str, target: &str, responder: Responder) {
+        let (name, port) = match target.rsplit_once(':') {
+            Some((n, p)) => (n.to_string(), p.parse::<u16>().ok()),
+            None => (target.to_string(), None),
+        };
+        let send_status = |responder: Responder, (code, v): (u16, Value)| {
+            responder.send(code, serde_json::to_vec(&v).unwrap())
+        };
+        if !self.objects.contains_key(&format!("{collection}/{name}")) {
+            return send_status(
+                responder,
+                status(404, "NotFound", &format!("pods \"{name}\" not found")),
+            );
+        }
+        let Some(port) = port else {
+            return send_status(
+                responder,
+                status(
+                    400,
+                    "BadRequest",
+                    &format!("no port in {target}: the mock needs one"),
+                ),
+            );
+        };
+        let ns = namespace_of(collection).as_str().unwrap_or("").to_string();
+        let Some(addr) = self.pod_endpoints.get(&(ns, name.clone(), port)).copied() else {
+            return send_status(
+                responder,
+                status(
+                    503,
+                    "ServiceUnavailable",
+                    &format!(
+                        "error trying to reach service: dial tcp {name}:{port}: connect: connection refused"
+                    ),
+                ),
+            );
+        };
+        let marker = format!("/{target}/proxy");
+        let rest = rec
+            .uri
+            .split_once(&marker)
+            .map(|(_, r)| r.to_string())
+            .unwrap_or_default();
+        let path = if rest.starts_with('/') {
+            rest
+        } else {
+            format!("/{rest}")
+        };
+        tokio::spawn(async move {
+            match forward_get(addr, &path).await {
+                Ok((code, body)) => responder.send_typed(code, body, "text/plain"),
+                Err(e) => {
+                    let (code, v) = status(
+                        503,
+                        "ServiceUnavailable",
+                        &format!("error trying to reach service: {e}"),
+                    );
+                    responder.send(code, serde_json::to_vec(&v).unwrap())
+                }
+            }
+        });
     }
 
     fn record(&mut self, path: &str, kind: &str, object: Value) {
@@ -776,6 +981,33 @@ impl State {
         }
         (200, obj)
     }
+}
+
+/// One HTTP/1.1 GET to `addr` (a pod proxy's target): status and body.
+async fn forward_get(addr: std::net::SocketAddr, path: &str) -> Result<(u16, Vec<u8>), String> {
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("dial tcp {addr}: {e}"))?;
+    let (mut send, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let request = Request::get(path)
+        .header("host", addr.to_string())
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    let response = send
+        .send_request(request)
+        .await
+        .map_err(|e| e.to_string())?;
+    let code = response.status().as_u16();
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes()
+        .to_vec();
+    Ok((code, body))
 }
 
 /// `METHOD path` of every request.
