@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod pair;
 pub mod peer;
 pub mod pipeline;
+pub mod probe;
 pub mod replication;
 pub mod server;
 
