@@ -6,6 +6,8 @@
 //! never collide; everything is removed on drop, also when a test fails.
 #![allow(dead_code)]
 
+pub mod pair;
+
 use std::fs::File;
 use std::net::Ipv4Addr;
 use std::os::fd::AsRawFd;

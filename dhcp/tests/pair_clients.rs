@@ -1,0 +1,176 @@
+//! The pair with real clients (busybox `udhcpc`) in network namespaces,
+//! short leases (60 s; busybox renews at half the lease, 30 s, whatever
+//! option 58 says): renewals through each server reach the other store with
+//! the same expiry, and a server whose clock is an hour off (`faketime`) is
+//! warned about, never takes over and NAKs no live client. Needs root and
+//! `faketime`.
+
+mod lab;
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use lab::pair::{PairLab, last, mac_for};
+use lab::read_events;
+
+/// Starts `n` udhcpc clients of the primary's (true) or secondary's scope;
+/// returns (events file, bound address, child index) of each once bound.
+fn bound_clients(p: &mut PairLab, primary: bool, seeds: &[u8]) -> Vec<(PathBuf, Ipv4Addr, usize)> {
+    let mut out = Vec::new();
+    for &seed in seeds {
+        let mac = mac_for(primary, seed, true);
+        let ns = p.lab.add_client(&mac);
+        let (events, idx) = p.lab.udhcpc(&ns, &[]);
+        p.wait(20, "udhcpc bound", || last(&events, "bound").is_some());
+        let ip = last(&events, "bound")
+            .expect("bound")
+            .get("ip")
+            .parse()
+            .expect("ip");
+        out.push((events, ip, idx));
+    }
+    out
+}
+
+fn renewals(events: &std::path::Path) -> usize {
+    read_events(events)
+        .iter()
+        .filter(|e| e.reason == "renew")
+        .count()
+}
+
+#[test]
+fn a_renewal_through_either_server_reaches_the_other_store_with_the_same_expiry() {
+    let mut p = PairLab::new();
+    p.lab.start_server();
+    p.start_b();
+    p.both_balancing();
+    let mut clients = bound_clients(&mut p, true, &[1, 2]);
+    clients.extend(bound_clients(&mut p, false, &[3, 4]));
+    let first = p.expiries(true);
+    // Each client renews at T1 with the server that gave its lease.
+    for (events, _, _) in &clients {
+        p.wait(45, "a renewal at T1", || renewals(events) >= 1);
+    }
+    // Read both stores between two renewals: A, B, then A again unchanged.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (a, b) = loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let a = p.expiries(true);
+        let b = p.expiries(false);
+        if a == p.expiries(true) || Instant::now() > deadline {
+            break (a, b);
+        }
+    };
+    for (_, ip, _) in &clients {
+        let (mac_a, ea) = a
+            .get(ip)
+            .unwrap_or_else(|| panic!("{ip} not in A\n{}", p.logs()));
+        let (mac_b, eb) = b
+            .get(ip)
+            .unwrap_or_else(|| panic!("{ip} not in B\n{}", p.logs()));
+        assert_eq!(mac_a, mac_b, "{ip}");
+        assert!(
+            ea.abs_diff(*eb) <= 1,
+            "{ip}: A expires {ea}, B {eb}\n{}",
+            p.logs()
+        );
+        let before = first.get(ip).map(|(_, e)| *e).unwrap_or(0);
+        assert!(
+            *ea > before,
+            "{ip}: the renewal moved the expiry ({before} → {ea})"
+        );
+    }
+    assert_eq!(p.metric(true, "oooi_dhcp_naks_total"), 0.0);
+    assert_eq!(p.metric(false, "oooi_dhcp_naks_total"), 0.0);
+    p.duplicate_scan();
+}
+
+/// Server B runs with its wall clock `offset` off (`faketime`).
+fn skewed_server_is_warned_never_takes_over_and_naks_no_live_client(offset: &str) {
+    let mut p = PairLab::new();
+    p.lab.start_server();
+    p.start_b_under(&["faketime", "-f", offset]);
+    p.both_balancing();
+    let a_clients = bound_clients(&mut p, true, &[11]);
+    let b_clients = bound_clients(&mut p, false, &[14, 15]);
+    // Both servers measure the skew in their heartbeats and warn.
+    for a in [true, false] {
+        p.wait(10, "the skew measured", || {
+            p.metric(a, "oooi_dhcp_pair_clock_skew_seconds").abs() > 3500.0
+        });
+    }
+    assert!(p.lab.log().contains("clocks differ"), "{}", p.logs());
+    assert!(p.b_log().contains("clocks differ"), "{}", p.logs());
+    // Renewals (forced: SIGUSR1) go on through both servers, none is
+    // refused.
+    for (events, ip, idx) in a_clients.iter().chain(&b_clients) {
+        p.lab.signal(*idx, libc::SIGUSR1);
+        p.wait(10, "a renewal", || renewals(events) >= 1);
+        assert_eq!(
+            last(events, "renew").expect("renew").get("ip"),
+            ip.to_string()
+        );
+    }
+    p.duplicate_scan();
+    // A dies; three new clients of A's scope go unanswered (retrying for
+    // more than 10 s), but B refuses to take over (the lease times of the
+    // two clocks no longer mean the same instant).
+    p.lab.kill9_server();
+    p.wait(10, "B loses contact", || {
+        p.metric(false, "oooi_dhcp_pair_state") == 3.0
+    });
+    for seed in [21, 22, 23] {
+        let ns = p.lab.add_client(&mac_for(true, seed, true));
+        p.lab.udhcpc(&ns, &["-t", "60"]);
+    }
+    p.wait(50, "B refuses to take over", || {
+        p.metric(
+            false,
+            "oooi_dhcp_pair_takeovers_refused_total{reason=\"clock_skew\"}",
+        ) >= 1.0
+    });
+    assert!(p.b_log().contains("refuses to take over"), "{}", p.b_log());
+    assert_eq!(
+        p.metric(false, "oooi_dhcp_pair_state"),
+        3.0,
+        "B stays in communication recovery\n{}",
+        p.b_log()
+    );
+    assert_eq!(p.metric(false, "oooi_dhcp_pair_takeovers_total"), 0.0);
+    // B's own clients keep renewing with it and keep their addresses; no
+    // live client was NAKed by either server.
+    for (events, ip, idx) in &b_clients {
+        let before = renewals(events);
+        p.lab.signal(*idx, libc::SIGUSR1);
+        p.wait(10, "a later renewal", || renewals(events) > before);
+        assert_eq!(
+            last(events, "renew").expect("renew").get("ip"),
+            ip.to_string()
+        );
+    }
+    for (events, _, _) in a_clients.iter().chain(&b_clients) {
+        assert!(
+            !read_events(events).iter().any(|e| e.reason == "nak"),
+            "{}",
+            p.logs()
+        );
+    }
+    assert_eq!(
+        p.metric(false, "oooi_dhcp_naks_total"),
+        0.0,
+        "{}",
+        p.b_log()
+    );
+}
+
+#[test]
+fn a_server_one_hour_ahead_is_warned_never_takes_over_and_naks_no_live_client() {
+    skewed_server_is_warned_never_takes_over_and_naks_no_live_client("+1h");
+}
+
+#[test]
+fn a_server_one_hour_behind_is_warned_never_takes_over_and_naks_no_live_client() {
+    skewed_server_is_warned_never_takes_over_and_naks_no_live_client("-1h");
+}
