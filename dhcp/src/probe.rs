@@ -28,6 +28,13 @@ use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
+/// Most probes in flight at once. Each echo to an address nobody holds
+/// waits in the kernel for ARP resolution (about 3 s) and is charged to the
+/// socket's send buffer and the neighbour table (1,024 entries by default);
+/// beyond this many the address is offered unprobed (counted) rather than
+/// hold offers back during a burst of new clients.
+pub const MAX_IN_FLIGHT: usize = 256;
+
 /// What a probe found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Found {
@@ -99,6 +106,9 @@ impl Prober {
                 ),
             )
         })?;
+        // The decision loop must never wait on this socket.
+        socket.set_nonblocking(true)?;
+        let _ = socket.set_send_buffer_size(1 << 20);
         if let Some(ifname) = interface {
             socket.bind_device(Some(ifname.as_bytes())).map_err(|e| {
                 std::io::Error::new(
@@ -129,13 +139,20 @@ impl Prober {
 
     /// Sends an echo to `ip`; its result comes through `results` within the
     /// timeout. False (nothing to wait for) when `ip` is already being
-    /// probed or the echo could not be sent.
+    /// probed; an error when the echo could not be sent now (the socket's
+    /// buffer is full, [`MAX_IN_FLIGHT`] probes run).
     pub fn start_probe(&mut self, ip: Ipv4Addr) -> Result<bool, std::io::Error> {
         let Ok(mut f) = self.in_flight.lock() else {
             return Err(std::io::Error::other("probe thread panicked"));
         };
         if f.by_ip.contains_key(&ip) {
             return Ok(false);
+        }
+        if f.by_ip.len() >= MAX_IN_FLIGHT {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::WouldBlock,
+                format!("{MAX_IN_FLIGHT} probes in flight"),
+            ));
         }
         self.seq = self.seq.wrapping_add(1);
         let to = SockAddr::from(SocketAddrV4::new(ip, 0));
