@@ -87,6 +87,92 @@ fn a_renewal_through_either_server_reaches_the_other_store_with_the_same_expiry(
     p.duplicate_scan();
 }
 
+/// The latest address a dhclient events file shows, and from which server.
+fn dhclient_now(events: &std::path::Path) -> Option<(String, String)> {
+    read_events(events)
+        .into_iter()
+        .rev()
+        .find(|e| matches!(e.reason.as_str(), "BOUND" | "RENEW" | "REBIND" | "REBOOT"))
+        .map(|e| (e.get("ip").to_string(), e.get("serverid").to_string()))
+}
+
+#[test]
+fn kill_9_with_a_nearly_full_pool_holds_no_address_twice_and_every_client_keeps_its_address() {
+    // Ten addresses (five per server) for eight clients; dhclient follows
+    // T1 8 s and T2 14 s, so the dead server's clients rebind by broadcast
+    // within the test.
+    let mut p = PairLab::with_config(|c| c.replace("192.0.2.199", "192.0.2.109"));
+    p.lab.start_server();
+    p.start_b();
+    p.both_balancing();
+    let mut clients = Vec::new();
+    for (primary, seeds) in [(true, [41u8, 42, 43, 44]), (false, [45, 46, 47, 48])] {
+        for seed in seeds {
+            let mac = mac_for(primary, seed, false);
+            let ns = p.lab.add_client(&mac);
+            p.lab.dhclient(&ns);
+            let events = p.lab.dir.path().join(format!("dhclient-{ns}.events"));
+            let (ip, server) = dhclient_now(&events).expect("bound");
+            assert_eq!(server == "192.0.2.2", primary, "{mac}");
+            clients.push((mac, ns, events, ip, primary));
+        }
+    }
+    let observer = p.lab.add_client("02:00:00:00:0b:55");
+    p.duplicate_scan();
+    // kill -9 the secondary: its four clients renew (unanswered), rebind by
+    // broadcast, go unanswered long enough, and the primary takes over.
+    p.kill9_b();
+    // Two new workers of the dead server's scope boot meanwhile: they may
+    // only get the pool's two free addresses, never a live client's.
+    let mut late = Vec::new();
+    for seed in [51, 52] {
+        let ns = p.lab.add_client(&mac_for(false, seed, true));
+        let (events, _) = p.lab.udhcpc(&ns, &["-t", "60"]);
+        late.push(events);
+    }
+    for (mac, _, events, ip, _) in clients.iter().filter(|c| !c.4) {
+        p.wait(50, "rebind through the survivor", || {
+            dhclient_now(events).is_some_and(|(_, s)| s == "192.0.2.2")
+        });
+        let (now_ip, _) = dhclient_now(events).expect("rebound");
+        assert_eq!(&now_ip, ip, "{mac} kept its address");
+    }
+    assert_eq!(p.metric(true, "oooi_dhcp_pair_state"), 2.0, "took over");
+    for events in &late {
+        p.wait(30, "a new worker bound", || last(events, "bound").is_some());
+    }
+    // Every client still holds the address it had, the new workers got the
+    // two free ones, and ARP from the clients' side finds one holder per
+    // address.
+    let mut held: Vec<Ipv4Addr> = Vec::new();
+    for (mac, _, events, ip, _) in &clients {
+        let (now_ip, _) = dhclient_now(events).expect("bound");
+        assert_eq!(&now_ip, ip, "{mac} changed its address");
+        held.push(ip.parse().expect("ip"));
+    }
+    for events in &late {
+        held.push(
+            last(events, "bound")
+                .expect("bound")
+                .get("ip")
+                .parse()
+                .expect("ip"),
+        );
+    }
+    let distinct: std::collections::HashSet<_> = held.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        held.len(),
+        "an address held twice: {held:?}\n{}",
+        p.logs()
+    );
+    for ip in &held {
+        let macs = p.arp_holders(&observer, *ip);
+        assert_eq!(macs.len(), 1, "{ip} answered by {macs:?}");
+    }
+    p.duplicate_scan();
+}
+
 /// Server B runs with its wall clock `offset` off (`faketime`).
 fn skewed_server_is_warned_never_takes_over_and_naks_no_live_client(offset: &str) {
     let mut p = PairLab::new();

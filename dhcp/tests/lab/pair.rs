@@ -64,6 +64,12 @@ pub struct PairLab {
 
 impl PairLab {
     pub fn new() -> PairLab {
+        PairLab::with_config(|c| c)
+    }
+
+    /// A pair whose two configs are first changed by `edit` (e.g. a
+    /// smaller pool).
+    pub fn with_config(edit: impl Fn(String) -> String) -> PairLab {
         let token = std::env::temp_dir().join(format!(
             "oooi-pair-token-{}-{}",
             std::process::id(),
@@ -80,7 +86,7 @@ impl PairLab {
             "10.99.0.1:9068",
             &token,
         );
-        let lab = Lab::new(&a);
+        let lab = Lab::new(&edit(a));
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
         let b_ns = format!("odp{}x{n}b", std::process::id());
         sh(&["ip", "netns", "add", &b_ns]);
@@ -132,7 +138,7 @@ impl PairLab {
             "10.99.0.2:9068",
             &token,
         );
-        std::fs::write(b_dir.join("config.yaml"), bc).expect("b config");
+        std::fs::write(b_dir.join("config.yaml"), edit(bc)).expect("b config");
         PairLab {
             lab,
             b_ns,
@@ -281,6 +287,23 @@ impl PairLab {
                     (f.get(1)?.to_string(), f.get(2)?.parse().ok()?),
                 ))
             })
+            .collect()
+    }
+
+    /// The MACs that answer ARP for `ip` on the VLAN, asked from the client
+    /// namespace `ns` (arping, source 0.0.0.0: the clients' side, not the
+    /// servers' stores).
+    pub fn arp_holders(&self, ns: &str, ip: Ipv4Addr) -> HashSet<String> {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns, "arping", "-0", "-c", "2", "-w", "2"])
+            .args(["-i", "c0", &ip.to_string()])
+            .output()
+            .expect("arping");
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(|w| w.trim_matches(|c: char| !c.is_ascii_hexdigit() && c != ':'))
+            .filter(|w| w.len() == 17 && w.split(':').count() == 6)
+            .map(str::to_ascii_lowercase)
             .collect()
     }
 
