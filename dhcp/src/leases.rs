@@ -454,16 +454,29 @@ impl LeaseTable {
     }
 
     /// Someone answered the conflict probe of `ip`, offered to `mac`: the
-    /// address is in use by a host this table does not know of. It is
-    /// quarantined like a DECLINEd address (RFC 2131 §3.1.5: marked not
-    /// available, the administrator told); returns the quarantine record
-    /// to persist. None when `ip` is no longer offered to `mac`.
-    pub fn probe_answered(&mut self, mac: Mac, ip: Ipv4Addr, now: u64) -> Option<StoredLease> {
+    /// address is in use by a host this table does not know of. It is held
+    /// back for the DECLINE quarantine time (RFC 2131 §3.1.5: marked not
+    /// available) as an address whose binding is unknown
+    /// ([`State::Lost`]): offered to nobody, but given to a client that
+    /// asks for it by REQUEST, which is most likely the host that answered
+    /// (a client whose lease record this server lost). Kept in memory only:
+    /// after a restart the address has no binding and is probed again.
+    /// Returns whether it did (false when `ip` is no longer offered to
+    /// `mac`).
+    pub fn probe_answered(&mut self, mac: Mac, ip: Ipv4Addr, now: u64) -> bool {
         match self.by_ip.get(&ip) {
             Some(b) if b.mac == mac && matches!(b.state, State::Offered { .. }) => {
-                self.decline(mac, ip, now)
+                let until = now + u64::from(self.config.decline_quarantine_seconds);
+                self.set(
+                    ip,
+                    Binding {
+                        mac: DECLINED_MAC,
+                        state: State::Lost { until },
+                    },
+                );
+                true
             }
-            _ => None,
+            _ => false,
         }
     }
 
@@ -1144,22 +1157,36 @@ reservations:
     }
 
     #[test]
-    fn an_address_whose_probe_was_answered_is_quarantined_and_the_client_gets_another() {
+    fn an_address_whose_probe_was_answered_is_held_back_and_the_client_gets_another() {
         let mut t = table();
         let (a, _) = t.offer_probed(mac(1), None, 0).unwrap();
-        let q = t.probe_answered(mac(1), a, 1).unwrap();
-        assert_eq!((q.ip, q.mac, q.expires_unix), (a, DECLINED_MAC, 101));
+        assert!(t.probe_answered(mac(1), a, 1));
+        assert_eq!(t.stats(2).lost, 1);
         let (b, probe) = t.offer_probed(mac(1), None, 2).unwrap();
         assert_ne!(a, b);
         assert!(probe);
-        assert_eq!(t.commit(mac(2), a, 3), Err(Refusal::InUse));
-        // Only an address still offered to that client is quarantined.
-        assert_eq!(t.probe_answered(mac(2), b, 3), None);
+        // Nobody is offered it...
+        let (c, _) = t.offer_probed(mac(3), None, 2).unwrap();
+        assert_ne!(c, a);
+        // ...but the host using it (a client whose record was lost) keeps
+        // it when it asks by REQUEST.
+        assert!(t.commit(mac(4), a, 3).is_ok());
+        // Only an address still offered to that client is held back.
+        assert!(!t.probe_answered(mac(2), b, 3));
         t.commit(mac(1), b, 3).unwrap();
-        assert_eq!(t.probe_answered(mac(1), b, 4), None);
-        // The quarantine ends like a DECLINE's.
-        t.reclaim(102);
-        assert!(t.commit(mac(2), a, 102).is_ok());
+        assert!(!t.probe_answered(mac(1), b, 4));
+    }
+
+    #[test]
+    fn a_held_back_probed_address_returns_after_the_quarantine() {
+        let mut t = table();
+        let (a, _) = t.offer_probed(mac(1), None, 0).unwrap();
+        assert!(t.probe_answered(mac(1), a, 1));
+        t.reclaim(100);
+        assert_eq!(t.stats(100).lost, 1);
+        t.reclaim(101);
+        assert_eq!(t.stats(101).lost, 0);
+        assert_eq!(t.offer(mac(2), None, 101), Ok(a));
     }
 
     #[test]

@@ -780,7 +780,7 @@ impl Server {
                 self.pair_inbox(shared, jobs, out)?;
             }
             if probed {
-                self.probe_results(shared, jobs, out)?;
+                self.probe_results(out);
             }
             if !packets {
                 continue;
@@ -905,21 +905,15 @@ impl Server {
     }
 
     /// Finished conflict probes: an unanswered one lets its offer leave; an
-    /// answered one quarantines the address (persisted and sent to the
-    /// other server of a pair, like a DECLINE), is counted and logged, and
-    /// the DISCOVER is decided again for another address.
-    fn probe_results(
-        &mut self,
-        shared: &Arc<Mutex<CommitState>>,
-        jobs: &Sender<SyncJob>,
-        out: &mut Sender4,
-    ) -> anyhow::Result<()> {
+    /// answered one holds the address back (see
+    /// [`LeaseTable::probe_answered`]), is counted and logged, and the
+    /// DISCOVER is decided again for another address.
+    fn probe_results(&mut self, out: &mut Sender4) {
         let Some(prober) = &self.prober else {
-            return Ok(());
+            return;
         };
         prober.drain_wake();
         let results: Vec<_> = prober.results.try_iter().collect();
-        let mut records = Vec::new();
         for (ip, found) in results {
             let Some(mac) = self.probing_ip.remove(&ip) else {
                 continue;
@@ -939,9 +933,7 @@ impl Server {
             metrics().probe_conflicts.inc();
             self.probe_conflict_log(ip, mac);
             let now = unix_now();
-            if let Some(q) = self.table.probe_answered(mac, ip, now) {
-                records.push(StoreOp::Commit(q));
-            }
+            self.table.probe_answered(mac, ip, now);
             let answered = p.answered + 1;
             if answered >= MAX_PROBES_PER_DISCOVER {
                 tracing::warn!(%mac, answered, "every address probed for this DISCOVER is in use: no offer this time");
@@ -962,15 +954,6 @@ impl Server {
                 _ => observe(&o, SocketAddr::from((Ipv4Addr::UNSPECIFIED, CLIENT_PORT))),
             }
         }
-        if !records.is_empty() {
-            let batch = Durable {
-                records,
-                replies: Vec::new(),
-                replicate: true,
-            };
-            write_batch(shared, jobs, batch, out)?;
-        }
-        Ok(())
     }
 
     /// Logs an address found in use by a probe, once per address a minute
@@ -993,7 +976,7 @@ impl Server {
             %ip,
             offered_to = %mac,
             quarantine_seconds = self.table.config().decline_quarantine_seconds,
-            "conflict probe: a host answered for an address this server has no binding of; it is quarantined and the client is offered another"
+            "conflict probe: a host answered for an address this server has no binding of; it is held back (offered to nobody, given to a client that asks for it by REQUEST) and the client is offered another"
         );
     }
 

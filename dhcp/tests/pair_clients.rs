@@ -260,3 +260,97 @@ fn a_server_one_hour_ahead_is_warned_never_takes_over_and_naks_no_live_client() 
 fn a_server_one_hour_behind_is_warned_never_takes_over_and_naks_no_live_client() {
     skewed_server_is_warned_never_takes_over_and_naks_no_live_client("-1h");
 }
+
+/// Flips one bit of the address field of the last record of a lease log.
+fn flip_newest_record_address(data_dir: &std::path::Path) -> Ipv4Addr {
+    const RECORD_LEN: usize = 27;
+    let path = data_dir.join("leases.log");
+    let mut b = std::fs::read(&path).expect("lease log");
+    // The file is preallocated: the records end where the good ones end.
+    let end = oooi_dhcp::lease_store::inspect(&b).valid;
+    assert!(end >= RECORD_LEN, "{end}");
+    let at = end - RECORD_LEN;
+    // Record: length (4), checksum (4), op (1), address (4), MAC, expiry.
+    let ip = Ipv4Addr::new(b[at + 9], b[at + 10], b[at + 11], b[at + 12]);
+    b[at + 12] ^= 0x40;
+    std::fs::write(&path, b).expect("write lease log");
+    ip
+}
+
+#[test]
+fn a_flipped_byte_in_the_newest_record_on_both_servers_never_gives_a_live_clients_address_to_another()
+ {
+    let mut p = PairLab::new();
+    // The pod's sysctl: both servers probe before offering.
+    for ns in [p.lab.server_ns.clone(), p.b_ns.clone()] {
+        lab::sh(&[
+            "ip",
+            "netns",
+            "exec",
+            &ns,
+            "sysctl",
+            "-q",
+            "-w",
+            "net.ipv4.ping_group_range=0 2147483647",
+        ]);
+    }
+    p.lab.start_server();
+    p.start_b();
+    p.both_balancing();
+    // Three clients of the primary's scope; the last one's lease is the
+    // newest record of both logs.
+    let clients = bound_clients(&mut p, true, &[61, 62, 63]);
+    let (newest_events, newest_ip, newest_idx) = clients.last().cloned().expect("clients");
+    std::thread::sleep(Duration::from_millis(500));
+    p.lab.kill9_server();
+    p.kill9_b();
+    // The damage names another address: the client's own record is gone
+    // from both servers.
+    assert_eq!(flip_newest_record_address(&p.lab.data_dir()), newest_ip);
+    assert_eq!(flip_newest_record_address(&p.b_dir.join("data")), newest_ip);
+    p.lab.start_server();
+    p.start_b();
+    p.both_balancing();
+    assert!(p.lab.log().contains("damaged"), "{}", p.lab.log());
+    assert!(!p.expiries(true).contains_key(&newest_ip));
+    // A new worker of the same scope would get that address first: the
+    // probe finds its holder answering, and it is offered another.
+    let mac = mac_for(true, 64, true);
+    let ns = p.lab.add_client(&mac);
+    let (events, _) = p.lab.udhcpc(&ns, &[]);
+    p.wait(20, "the new worker bound", || {
+        last(&events, "bound").is_some()
+    });
+    let got: Ipv4Addr = last(&events, "bound")
+        .expect("bound")
+        .get("ip")
+        .parse()
+        .expect("ip");
+    assert_ne!(
+        got,
+        newest_ip,
+        "a live client's address offered to another\n{}",
+        p.logs()
+    );
+    assert!(
+        p.metric(true, "oooi_dhcp_probe_conflicts_total") >= 1.0,
+        "{}",
+        p.logs()
+    );
+    // The holder renews and keeps its address; one ARP holder per address.
+    let before = renewals(&newest_events);
+    p.lab.signal(newest_idx, libc::SIGUSR1);
+    p.wait(10, "the holder renews", || {
+        renewals(&newest_events) > before
+    });
+    assert_eq!(
+        last(&newest_events, "renew").expect("renew").get("ip"),
+        newest_ip.to_string()
+    );
+    let observer = p.lab.add_client("02:00:00:00:0b:56");
+    for ip in clients.iter().map(|c| c.1).chain([got]) {
+        let macs = p.arp_holders(&observer, ip);
+        assert_eq!(macs.len(), 1, "{ip} answered by {macs:?}");
+    }
+    p.duplicate_scan();
+}
