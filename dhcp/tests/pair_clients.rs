@@ -354,3 +354,126 @@ fn a_flipped_byte_in_the_newest_record_on_both_servers_never_gives_a_live_client
     }
     p.duplicate_scan();
 }
+
+#[test]
+fn a_30_s_partition_of_the_pair_link_never_gives_one_address_to_two_live_clients_and_the_stores_converge()
+ {
+    // 20 addresses (10 per server), 20 clients holding them, then 10 more
+    // clients during the cut while 4 of the first release theirs.
+    let mut p = PairLab::with_config(|c| c.replace("192.0.2.199", "192.0.2.119"));
+    for ns in [p.lab.server_ns.clone(), p.b_ns.clone()] {
+        lab::sh(&[
+            "ip",
+            "netns",
+            "exec",
+            &ns,
+            "sysctl",
+            "-q",
+            "-w",
+            "net.ipv4.ping_group_range=0 2147483647",
+        ]);
+    }
+    p.lab.start_server();
+    p.start_b();
+    p.both_balancing();
+    let pool: Vec<Ipv4Addr> = (100..=119).map(|n| Ipv4Addr::new(192, 0, 2, n)).collect();
+    let mut first = Vec::new();
+    for seed in 1..=20u8 {
+        let ns = p.lab.add_client(&mac_for(seed <= 10, 100 + seed, true));
+        let (events, idx) = p.lab.udhcpc(&ns, &[]);
+        first.push((events, idx));
+    }
+    for (events, _) in &first {
+        p.wait(30, "the first 20 clients bound", || {
+            last(events, "bound").is_some()
+        });
+    }
+    let observer = p.lab.add_client("02:00:00:00:0b:57");
+    // Cut the pair link (the pod network), not the VLAN.
+    lab::sh(&["ip", "-n", &p.lab.server_ns, "link", "set", "pa", "down"]);
+    let cut = Instant::now();
+    for a in [true, false] {
+        p.wait(10, "contact lost", || {
+            p.metric(a, "oooi_dhcp_pair_state") == 3.0
+        });
+    }
+    // Two clients of each scope release their address; ten new clients
+    // (five per scope) boot.
+    for (_, idx) in [&first[0], &first[1], &first[10], &first[11]] {
+        p.lab.signal(*idx, libc::SIGUSR2);
+    }
+    let mut late = Vec::new();
+    for seed in 1..=10u8 {
+        let ns = p.lab.add_client(&mac_for(seed <= 5, 150 + seed, true));
+        let (events, _) = p.lab.udhcpc(&ns, &["-t", "100"]);
+        late.push(events);
+    }
+    // Sample the VLAN from a client's side while the link is cut.
+    let mut samples = 0;
+    while cut.elapsed() < Duration::from_secs(30) {
+        let dup = p.arp_duplicates(&observer, &pool);
+        assert!(
+            dup.is_empty(),
+            "held by two live clients: {dup:?}\n{}",
+            p.logs()
+        );
+        samples += 1;
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(samples >= 10, "{samples} samples");
+    let bound_late = late.iter().filter(|e| last(e, "bound").is_some()).count();
+    assert!(
+        bound_late >= 1,
+        "no new client got a released address\n{}",
+        p.logs()
+    );
+    eprintln!(
+        "partition: {samples} ARP samples, {bound_late} of 10 new clients bound, takeovers A {} B {}, states A {} B {}",
+        p.metric(true, "oooi_dhcp_pair_takeovers_total"),
+        p.metric(false, "oooi_dhcp_pair_takeovers_total"),
+        p.metric(true, "oooi_dhcp_pair_state"),
+        p.metric(false, "oooi_dhcp_pair_state"),
+    );
+    // Heal: both servers exchange their leases and load balance again; the
+    // stores agree within 2 s.
+    lab::sh(&["ip", "-n", &p.lab.server_ns, "link", "set", "pa", "up"]);
+    p.both_balancing();
+    let healed = Instant::now();
+    let stores_agree = || {
+        let (a, b) = (p.expiries(true), p.expiries(false));
+        a.len() == b.len()
+            && a.iter().all(|(ip, (mac, e))| {
+                b.get(ip)
+                    .is_some_and(|(m, f)| m == mac && e.abs_diff(*f) <= 2)
+            })
+    };
+    while !stores_agree() {
+        assert!(
+            healed.elapsed() < Duration::from_secs(2),
+            "stores differ 2 s after the heal:\nA {:?}\nB {:?}\n{}",
+            p.expiries(true),
+            p.expiries(false),
+            p.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let dup = p.arp_duplicates(&observer, &pool);
+    assert!(
+        dup.is_empty(),
+        "held by two live clients after the heal: {dup:?}"
+    );
+    p.duplicate_scan();
+    // Every first client that did not release still holds its address.
+    for (events, _) in &first {
+        let bound = last(events, "bound").expect("bound").get("ip").to_string();
+        let now = read_events(events)
+            .into_iter()
+            .rev()
+            .find(|e| matches!(e.reason.as_str(), "bound" | "renew" | "deconfig"))
+            .expect("event");
+        if now.reason == "deconfig" {
+            continue; // one of the four that released
+        }
+        assert_eq!(now.get("ip"), bound, "{}", p.logs());
+    }
+}

@@ -307,6 +307,37 @@ impl PairLab {
             .collect()
     }
 
+    /// `arp_holders` for every address of `ips` at once (one `arping` each,
+    /// in parallel): the addresses answered by more than one MAC.
+    pub fn arp_duplicates(&self, ns: &str, ips: &[Ipv4Addr]) -> Vec<(Ipv4Addr, HashSet<String>)> {
+        let children: Vec<(Ipv4Addr, Child)> = ips
+            .iter()
+            .map(|ip| {
+                let c = Command::new("ip")
+                    .args(["netns", "exec", ns, "arping", "-0", "-c", "1", "-w", "1"])
+                    .args(["-i", "c0", &ip.to_string()])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("arping");
+                (*ip, c)
+            })
+            .collect();
+        children
+            .into_iter()
+            .filter_map(|(ip, c)| {
+                let out = c.wait_with_output().ok()?;
+                let macs: HashSet<String> = String::from_utf8_lossy(&out.stdout)
+                    .split_whitespace()
+                    .map(|w| w.trim_matches(|c: char| !c.is_ascii_hexdigit() && c != ':'))
+                    .filter(|w| w.len() == 17 && w.split(':').count() == 6)
+                    .map(str::to_ascii_lowercase)
+                    .collect();
+                (macs.len() > 1).then_some((ip, macs))
+            })
+            .collect()
+    }
+
     /// No address is held (active) by two clients across both stores, and
     /// no client holds two active addresses.
     pub fn duplicate_scan(&self) {
