@@ -31,11 +31,24 @@
 # row (one server, the pair, Kea) gets the same buffer; the report prints it.
 # `--client-rcvbuf system` leaves the system default.
 #
+# Renewals are in the mix: perfdhcp renews the leases it got at
+# RENEW_RATE/s (default a fifth of the offered rate) beside the new DORAs.
+#
+# The conflict probe (an ICMP echo before offering an address with no
+# binding of its client): every other row runs with `probe_timeout_ms: 0`;
+# the `probe` mode is the `fsync` one with the probe on (500 ms, the
+# namespace's net.ipv4.ping_group_range set as the pod sets it). perfdhcp's
+# simulated clients are all new and answer no ping, so every offer waits
+# the whole timeout: the row shows what the probe costs per new lease
+# (added delay, server CPU, rate).
+#
 # Usage: dhcp/bench/run.sh [path/to/release/oooi-dhcp] [--client-rcvbuf BYTES|system]
 #                          [seconds] [offered rate/s]
 #        BYTES takes K, M suffixes (1024-based); 0 is the same as `system`.
-# Env:   MODES="fsync write pair"  oooi-dhcp modes to run (durability modes
-#                              of one server, and the pair)
+# Env:   MODES="fsync write probe pair"  oooi-dhcp modes to run (durability
+#                              modes of one server, one server probing, and
+#                              the pair)
+#        RENEW_RATE=N          renewals per second perfdhcp sends (0: none)
 #        PAIR_CPUS="A B"       CPUs of the two pair servers (default: both
 #                              on the server CPU)
 #        PERFDHCP_OPTS=...     extra perfdhcp options (e.g. "-g multi")
@@ -67,7 +80,8 @@ case $CLIENT_RCVBUF in
   *) RCVBUF_BYTES=$(numfmt --from=iec "$CLIENT_RCVBUF" 2>/dev/null) && [ "$RCVBUF_BYTES" -ge 4608 ] 2>/dev/null || {
        echo "--client-rcvbuf: '$CLIENT_RCVBUF' is not a size of at least 4608 bytes (e.g. 4194304, 4M) or system" >&2; exit 2; } ;;
 esac
-MODES=${MODES:-fsync write pair}
+MODES=${MODES:-fsync write probe pair}
+RENEW_RATE=${RENEW_RATE:-$((RATE / 5))}
 for t in perfdhcp kea-dhcp4 taskset setsid ip; do
   command -v "$t" >/dev/null || { echo "missing $t (tools/dev setup installs it)" >&2; exit 1; }
 done
@@ -178,7 +192,9 @@ range: { start: 10.20.1.0, end: 10.20.255.254 }
 dns_servers: [10.20.0.3]
 domain: cluster.example
 lease_seconds: 3600
+probe_timeout_ms: 0
 Y
+sed 's/^probe_timeout_ms: .*/probe_timeout_ms: 500/' "$W/etc/oooi.yaml" > "$W/etc/oooi-probe.yaml"
 cat > "$W/etc/kea.json" <<K
 { "Dhcp4": {
   "interfaces-config": { "interfaces": ["vs"], "dhcp-socket-type": "udp" },
@@ -253,7 +269,9 @@ run_perfdhcp() {
   local perf rb
   rmem_raise
   # shellcheck disable=SC2086
-  prio "$W/perfdhcp.pid" taskset -c "$CLIENT_CPU" ip netns exec "$ns" perfdhcp -4 ${PERFDHCP_OPTS:-} -l "${PERF_IF:-vc}" -r "$RATE" -R 60000 -p "$SECS" -d 1 ${PERF_TO-10.20.0.1} \
+  local renew=""; [ "$RENEW_RATE" -gt 0 ] && renew="-f $RENEW_RATE"
+  # shellcheck disable=SC2086
+  prio "$W/perfdhcp.pid" taskset -c "$CLIENT_CPU" ip netns exec "$ns" perfdhcp -4 ${PERFDHCP_OPTS:-} -l "${PERF_IF:-vc}" -r "$RATE" $renew -R 60000 -p "$SECS" -d 1 ${PERF_TO-10.20.0.1} \
     > "$out" 2>&1 &
   perf=$!
   rb=$(client_rcvbuf "$ns" "$perf")
@@ -276,7 +294,11 @@ run_perfdhcp() {
   }'
   do_drops=$(awk '/drops:/ { n++; if (n == 1) print $2 }' "$out")
   ra_drops=$(awk '/drops:/ { n++; if (n == 2) print $2 }' "$out")
-  SUMMARY+=("$(printf '%-16s %10s %10s %10s %12s %10s  %s' "$1" "${rate:-?}" "${do_drops:-?}" "${ra_drops:-?}" "$lost" "${rb:-?}" "$2")")
+  # The third exchange perfdhcp reports is the renewal (REQUEST-ACK of a
+  # bound client): its received packets per second.
+  local renews
+  renews=$(awk -v s="$SECS" '/received packets:/ { n++; if (n == 3) printf "%d", $3 / s }' "$out")
+  SUMMARY+=("$(printf '%-16s %10s %10s %10s %10s %12s %10s  %s' "$1" "${rate:-?}" "${renews:--}" "${do_drops:-?}" "${ra_drops:-?}" "$lost" "${rb:-?}" "$2")")
 }
 
 # server_metrics NS [pair]: the server's counters (replies, syncs; with
@@ -296,6 +318,12 @@ print("   server: %d offers, %d acks sent; %d fdatasyncs, %.1f records and %.2f 
       % (g('oooi_dhcp_messages_sent_total{type="offer"}'), g('oooi_dhcp_messages_sent_total{type="ack"}'),
          syncs, g("oooi_dhcp_store_batch_records_sum") / max(syncs, 1),
          1000 * g("oooi_dhcp_store_sync_duration_seconds_sum") / max(syncs, 1), g("oooi_dhcp_send_errors_total")))
+probes = g("oooi_dhcp_probes_total")
+if probes or g("oooi_dhcp_probe_errors_total"):
+    waited = g("oooi_dhcp_probe_delay_seconds_count")
+    print("   probe: %d ICMP echoes, %d answered, %d not sent (offered unprobed); %d offers waited %.0f ms on average"
+          % (probes, g("oooi_dhcp_probe_conflicts_total"), g("oooi_dhcp_probe_errors_total"),
+             waited, 1000 * g("oooi_dhcp_probe_delay_seconds_sum") / max(waited, 1)))
 if sys.argv[1] == "pair":
     print("   pair: state %d (1 load balancing); %d lease records sent, %d received, %d unsent, %d update errors, %d takeovers"
           % (g("oooi_dhcp_pair_state"), g("oooi_dhcp_pair_updates_sent_total"), g("oooi_dhcp_pair_updates_received_total"),
@@ -372,7 +400,7 @@ run_pair() {
 }
 
 echo "== load: $(uptime)"
-echo "== offered: $RATE DISCOVER/s for $SECS s, 60000 simulated clients, perfdhcp $(perfdhcp -v 2>&1 | head -1)"
+echo "== offered: $RATE DISCOVER/s and $RENEW_RATE renewals/s for $SECS s, 60000 simulated clients, perfdhcp $(perfdhcp -v 2>&1 | head -1)"
 if [ -n "$RCVBUF_BYTES" ]; then
   echo "== perfdhcp's receive buffer: $RCVBUF_BYTES bytes (--client-rcvbuf $CLIENT_RCVBUF): net.core.rmem_default (global, now $RMEM_SYSTEM) is raised while perfdhcp opens its socket and restored at once"
 else
@@ -382,15 +410,19 @@ echo "== servers on CPU $SERVER_CPU (the lease disk's interrupts: CPU $(disk_irq
 PAIR_FAILED=0
 for mode in $MODES; do
   data="${OOOI_BENCH_DATA_DIR:-$W/oooi-data}-$mode"
+  conf="$W/etc/oooi.yaml"; durability=$mode
   case $mode in
     fsync) guarantee="ACK after fdatasync (group commit): survives kill -9 and power loss" ;;
+    probe) guarantee="as fsync, and an ICMP echo (500 ms) before each offer of an address new to its client"
+           conf="$W/etc/oooi-probe.yaml"; durability=fsync
+           ip netns exec "$S" sysctl -q -w net.ipv4.ping_group_range="0 2147483647" ;;
     write) guarantee="ACK after write(): survives kill -9, not power loss (= Kea memfile)" ;;
     pair) run_pair; continue ;;
     *) echo "unknown mode $mode" >&2; exit 1 ;;
   esac
-  echo "== oooi-dhcp --durability $mode: $guarantee"
-  RUST_LOG=warn prio "$W/server.pid" taskset -c "$SERVER_CPU" ip netns exec "$S" "$BIN" serve --config "$W/etc/oooi.yaml" \
-    --data-dir "$data" --durability "$mode" --metrics-addr 127.0.0.1:9067 > "$W/out/oooi-$mode.log" 2>&1 &
+  echo "== oooi-dhcp $mode (--durability $durability): $guarantee"
+  RUST_LOG=warn prio "$W/server.pid" taskset -c "$SERVER_CPU" ip netns exec "$S" "$BIN" serve --config "$conf" \
+    --data-dir "$data" --durability "$durability" --metrics-addr 127.0.0.1:9067 > "$W/out/oooi-$mode.log" 2>&1 &
   sleep 1
   run_perfdhcp "oooi-dhcp $mode" "$guarantee"
   server_metrics "$S"
@@ -410,7 +442,7 @@ echo "   leases in the CSV: $(grep -c '^10\.' "$W/kea/leases4.csv" || true)"
 echo "== load after: $(uptime)"
 echo "== net.core.rmem_default: $(cat "$RMEM") (before the run: $RMEM_SYSTEM)"
 echo
-echo "== summary: $RATE DISCOVER/s offered for $SECS s (leases/s = perfdhcp's completed DORAs/s; client rb = perfdhcp's receive buffer, bytes)"
-printf '%-16s %10s %10s %10s %12s %10s  %s\n' server leases/s "DO drops" "RA drops" "lost@client" "client rb" durability
+echo "== summary: $RATE DISCOVER/s and $RENEW_RATE renewals/s offered for $SECS s (leases/s = perfdhcp's completed DORAs/s; renews/s = renewal ACKs/s; client rb = perfdhcp's receive buffer, bytes)"
+printf '%-16s %10s %10s %10s %10s %12s %10s  %s\n' server leases/s renews/s "DO drops" "RA drops" "lost@client" "client rb" durability
 for row in "${SUMMARY[@]}"; do echo "$row"; done
 exit "$PAIR_FAILED"

@@ -43,7 +43,7 @@ fn main() {
     let mut offers = Vec::with_capacity(n as usize);
     for (i, d) in discovers.iter().enumerate() {
         let o = handle(&mut table, d, 1000).expect("discover");
-        if let oooi_dhcp::pipeline::Decision::Offer { ip } = o.decision {
+        if let oooi_dhcp::pipeline::Decision::Offer { ip, .. } = o.decision {
             offers.push((i as u32, ip));
         }
     }

@@ -256,6 +256,16 @@ pub fn encode_leases<'a>(leases: impl IntoIterator<Item = &'a StoredLease>) -> V
     out
 }
 
+/// Encodes the releases of bindings as release records (what a server of a
+/// pair sends when its client releases: the binding it ends).
+pub fn encode_releases<'a>(leases: impl IntoIterator<Item = &'a StoredLease>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for l in leases {
+        out.extend_from_slice(&encode(OP_RELEASE, l));
+    }
+    out
+}
+
 /// Whether a decoded record is a commit (else a release).
 pub fn is_commit(op: u8) -> bool {
     op == OP_COMMIT

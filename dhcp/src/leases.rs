@@ -414,7 +414,27 @@ impl LeaseTable {
         requested: Option<Ipv4Addr>,
         now: u64,
     ) -> Result<Ipv4Addr, Refusal> {
+        self.offer_probed(mac, requested, now).map(|(ip, _)| ip)
+    }
+
+    /// [`LeaseTable::offer`], also saying whether the address should be
+    /// probed before it is offered: true unless this table already holds a
+    /// binding of it for this client (bound, ended or offered). A pool
+    /// address never bound here, bound to another client whose lease ended,
+    /// or whose record was lost may be in use by a host this table does not
+    /// know of (a restart without the store, a dropped record, a takeover
+    /// of the other server's half, a statically configured host).
+    pub fn offer_probed(
+        &mut self,
+        mac: Mac,
+        requested: Option<Ipv4Addr>,
+        now: u64,
+    ) -> Result<(Ipv4Addr, bool), Refusal> {
         let ip = self.choose(mac, requested, now)?;
+        let probe = !matches!(
+            self.by_ip.get(&ip),
+            Some(b) if b.mac == mac && matches!(b.state, State::Bound { .. } | State::Offered { .. })
+        );
         let bound_to_client = matches!(
             self.by_ip.get(&ip),
             Some(b) if b.mac == mac && matches!(b.state, State::Bound { .. }) && b.live(now)
@@ -430,7 +450,34 @@ impl LeaseTable {
                 },
             );
         }
-        Ok(ip)
+        Ok((ip, probe))
+    }
+
+    /// Someone answered the conflict probe of `ip`, offered to `mac`: the
+    /// address is in use by a host this table does not know of. It is held
+    /// back for the DECLINE quarantine time (RFC 2131 §3.1.5: marked not
+    /// available) as an address whose binding is unknown
+    /// ([`State::Lost`]): offered to nobody, but given to a client that
+    /// asks for it by REQUEST, which is most likely the host that answered
+    /// (a client whose lease record this server lost). Kept in memory only:
+    /// after a restart the address has no binding and is probed again.
+    /// Returns whether it did (false when `ip` is no longer offered to
+    /// `mac`).
+    pub fn probe_answered(&mut self, mac: Mac, ip: Ipv4Addr, now: u64) -> bool {
+        match self.by_ip.get(&ip) {
+            Some(b) if b.mac == mac && matches!(b.state, State::Offered { .. }) => {
+                let until = now + u64::from(self.config.decline_quarantine_seconds);
+                self.set(
+                    ip,
+                    Binding {
+                        mac: DECLINED_MAC,
+                        state: State::Lost { until },
+                    },
+                );
+                true
+            }
+            _ => false,
+        }
     }
 
     fn choose(&self, mac: Mac, requested: Option<Ipv4Addr>, now: u64) -> Result<Ipv4Addr, Refusal> {
@@ -1080,6 +1127,66 @@ reservations:
         };
         assert_eq!(t.offer(mac(2), None, 1), Err(held));
         assert_eq!(t.commit(mac(2), ip(100), 1), Err(held));
+    }
+
+    #[test]
+    fn an_address_without_a_binding_of_the_client_is_probed_before_it_is_offered() {
+        let mut t = table();
+        // Never bound: probe.
+        let (a, probe) = t.offer_probed(mac(1), None, 0).unwrap();
+        assert!(probe);
+        // The same client asking again while the offer is held: no probe.
+        assert_eq!(t.offer_probed(mac(1), None, 1), Ok((a, false)));
+        t.commit(mac(1), a, 2).unwrap();
+        // Its own binding, live or ended: no probe.
+        assert_eq!(t.offer_probed(mac(1), None, 3), Ok((a, false)));
+        assert_eq!(t.offer_probed(mac(1), None, 10_000), Ok((a, false)));
+        // Another client's ended lease, reclaimed: probe (its old holder may
+        // still use it).
+        let mut full = table();
+        let held: Vec<_> = (1..=3)
+            .map(|n| {
+                let ip = full.offer(mac(n), None, 0).unwrap();
+                full.commit(mac(n), ip, 0).unwrap();
+                ip
+            })
+            .collect();
+        let (b, probe) = full.offer_probed(mac(9), None, 700).unwrap();
+        assert!(held.contains(&b));
+        assert!(probe);
+    }
+
+    #[test]
+    fn an_address_whose_probe_was_answered_is_held_back_and_the_client_gets_another() {
+        let mut t = table();
+        let (a, _) = t.offer_probed(mac(1), None, 0).unwrap();
+        assert!(t.probe_answered(mac(1), a, 1));
+        assert_eq!(t.stats(2).lost, 1);
+        let (b, probe) = t.offer_probed(mac(1), None, 2).unwrap();
+        assert_ne!(a, b);
+        assert!(probe);
+        // Nobody is offered it...
+        let (c, _) = t.offer_probed(mac(3), None, 2).unwrap();
+        assert_ne!(c, a);
+        // ...but the host using it (a client whose record was lost) keeps
+        // it when it asks by REQUEST.
+        assert!(t.commit(mac(4), a, 3).is_ok());
+        // Only an address still offered to that client is held back.
+        assert!(!t.probe_answered(mac(2), b, 3));
+        t.commit(mac(1), b, 3).unwrap();
+        assert!(!t.probe_answered(mac(1), b, 4));
+    }
+
+    #[test]
+    fn a_held_back_probed_address_returns_after_the_quarantine() {
+        let mut t = table();
+        let (a, _) = t.offer_probed(mac(1), None, 0).unwrap();
+        assert!(t.probe_answered(mac(1), a, 1));
+        t.reclaim(100);
+        assert_eq!(t.stats(100).lost, 1);
+        t.reclaim(101);
+        assert_eq!(t.stats(101).lost, 0);
+        assert_eq!(t.offer(mac(2), None, 101), Ok(a));
     }
 
     #[test]

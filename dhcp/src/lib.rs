@@ -8,7 +8,8 @@
 //! [`config`] is the config file (the `oooi-dhcp-config` crate,
 //! re-exported; reloaded by `oooi-reload`), [`metrics`] the Prometheus
 //! endpoint, [`pair`], [`peer`] and [`replication`] a pair of servers sharing
-//! one pool.
+//! one pool, [`probe`] the ICMP echo sent before offering an address that
+//! has no binding of its client.
 
 pub mod commit;
 pub mod lease_store;
@@ -17,6 +18,7 @@ pub mod metrics;
 pub mod pair;
 pub mod peer;
 pub mod pipeline;
+pub mod probe;
 pub mod replication;
 pub mod server;
 

@@ -119,6 +119,12 @@ pub struct Metrics {
     pub probe_conflicts: Counter,
     /// Time from a DISCOVER to its OFFER when the offer waited for a probe.
     pub probe_delay: Histogram,
+    /// Probes that could not be sent (the offer left unprobed).
+    pub probe_errors: Counter,
+    /// Offers waiting for their probe now.
+    pub probes_pending: Gauge,
+    /// 1 when probing is configured but the ICMP socket could not be opened.
+    pub probe_unavailable: Gauge,
 }
 
 /// The process-wide metrics.
@@ -168,6 +174,9 @@ pub fn metrics() -> &'static Metrics {
             probes: Counter::default(),
             probe_conflicts: Counter::default(),
             probe_delay: Histogram::new(exponential_buckets(0.001, 2.0, 12)),
+            probe_errors: Counter::default(),
+            probes_pending: Gauge::default(),
+            probe_unavailable: Gauge::default(),
         };
         r.register(
             "oooi_dhcp_messages_received",
@@ -364,6 +373,21 @@ pub fn metrics() -> &'static Metrics {
             "oooi_dhcp_probe_delay_seconds",
             "Delay a probe added to an offer",
             m.probe_delay.clone(),
+        );
+        r.register(
+            "oooi_dhcp_probe_errors",
+            "Probes that could not be sent (the address was offered unprobed)",
+            m.probe_errors.clone(),
+        );
+        r.register(
+            "oooi_dhcp_probes_pending",
+            "Offers waiting for their conflict probe",
+            m.probes_pending.clone(),
+        );
+        r.register(
+            "oooi_dhcp_probe_unavailable",
+            "1 when conflict probing is configured but the ICMP echo socket could not be opened (net.ipv4.ping_group_range)",
+            m.probe_unavailable.clone(),
         );
         Metrics { registry: r, ..m }
     })

@@ -225,6 +225,9 @@ pub enum Decision {
     Offer {
         /// Offered address.
         ip: Ipv4Addr,
+        /// Whether to check that nobody uses `ip` before the offer leaves
+        /// (see [`LeaseTable::offer_probed`]).
+        probe: bool,
     },
     /// REQUEST confirmed: persist `commit` first, then ACK.
     Ack {
@@ -306,8 +309,8 @@ pub fn decide(table: &mut LeaseTable, req: &Request, now: u64) -> Decision {
         };
     }
     match req.kind {
-        MessageType::Discover => match table.offer(req.mac, req.requested_ip(), now) {
-            Ok(ip) => Decision::Offer { ip },
+        MessageType::Discover => match table.offer_probed(req.mac, req.requested_ip(), now) {
+            Ok((ip, probe)) => Decision::Offer { ip, probe },
             Err(refusal) => Decision::NoAddress { refusal },
         },
         MessageType::Request => {
@@ -469,7 +472,7 @@ pub fn reply_options(cfg: &Config, mac: Mac, prl: Option<&[OptionCode]>) -> Vec<
 /// Stage 4b: the reply message for a decision, or None when nothing is sent.
 pub fn build_reply(cfg: &Config, req: &Request, decision: &Decision) -> Option<Message> {
     let (kind, yiaddr, lease) = match decision {
-        Decision::Offer { ip } => (MessageType::Offer, *ip, true),
+        Decision::Offer { ip, .. } => (MessageType::Offer, *ip, true),
         Decision::Ack { commit } => (MessageType::Ack, commit.lease.ip, true),
         Decision::InformAck => (MessageType::Ack, Ipv4Addr::UNSPECIFIED, false),
         Decision::Nak { .. } => (MessageType::Nak, Ipv4Addr::UNSPECIFIED, false),
@@ -797,7 +800,13 @@ reservations:
         let mut t = table();
         let (o, r) = run(&mut t, &msg(MessageType::Discover, MAC, vec![]));
         let r = r.unwrap();
-        assert_eq!(o.decision, Decision::Offer { ip: ip(100) });
+        assert_eq!(
+            o.decision,
+            Decision::Offer {
+                ip: ip(100),
+                probe: true
+            }
+        );
         assert!(o.store.is_empty(), "an offer is not persisted");
         assert_eq!(r.opts().msg_type(), Some(MessageType::Offer));
         assert_eq!(r.yiaddr(), ip(100));
@@ -1342,7 +1351,7 @@ reservations:
         b[44..50].copy_from_slice(&[50, 4, 192, 0, 2, 105]);
         b[50] = 255;
         let o = handle(&mut t, &b, 1000).expect("answered");
-        assert_eq!(o.decision, Decision::Offer { ip: ip(105) });
+        assert!(matches!(o.decision, Decision::Offer { ip: i, .. } if i == ip(105)));
     }
 
     mod malformed {

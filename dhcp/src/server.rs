@@ -65,6 +65,24 @@ pub const SERVER_PORT: u16 = 67;
 pub const CLIENT_PORT: u16 = 68;
 /// How often one conflict (an address, two MACs) is logged at most.
 const CONFLICT_LOG_EVERY: Duration = Duration::from_secs(60);
+/// Most addresses probed for one DISCOVER: after that many answered
+/// probes the client gets no offer this time (its retransmission starts
+/// again, and every answered address stays quarantined).
+pub const MAX_PROBES_PER_DISCOVER: u8 = 4;
+
+/// An offer waiting for its conflict probe.
+struct PendingOffer {
+    /// The address offered and probed.
+    ip: Ipv4Addr,
+    /// The reply to send when nobody answers (the latest retransmission's).
+    reply: Option<(Vec<u8>, Destination)>,
+    /// The DISCOVER, decided again when the address is in use.
+    datagram: Vec<u8>,
+    /// When the first probe for this DISCOVER started.
+    started: Instant,
+    /// Probes answered so far for this DISCOVER.
+    answered: u8,
+}
 
 /// An expiry on the other server's clock moved onto this server's:
 /// `skew` is how far the other clock is ahead, in seconds.
@@ -112,31 +130,27 @@ pub fn open_socket(interface: Option<&str>, port: u16) -> std::io::Result<UdpSoc
     Ok(s.into())
 }
 
-/// Waits until the socket (first) or the pair's wake-up end (second) is
-/// readable, or `timeout`; returns which are.
-fn wait_readable(socket: &UdpSocket, wake: Option<&UnixStream>, timeout: Duration) -> (bool, bool) {
-    let mut pfds = [
-        libc::pollfd {
-            fd: socket.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: wake.map_or(-1, |w| w.as_raw_fd()),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
+/// Waits until the socket, the pair's wake-up end or the prober's is
+/// readable, or `timeout`; returns which are (in that order).
+fn wait_readable(
+    socket: &UdpSocket,
+    pair: Option<&UnixStream>,
+    probes: Option<&UnixStream>,
+    timeout: Duration,
+) -> [bool; 3] {
+    let fd = |w: Option<&UnixStream>| w.map_or(-1, |w| w.as_raw_fd());
+    let mut pfds = [socket.as_raw_fd(), fd(pair), fd(probes)].map(|fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    });
     let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: two valid pollfds (a negative fd is ignored by poll).
-    let rc = unsafe { libc::poll(pfds.as_mut_ptr(), 2, ms) };
+    // SAFETY: three valid pollfds (a negative fd is ignored by poll).
+    let rc = unsafe { libc::poll(pfds.as_mut_ptr(), 3, ms) };
     if rc <= 0 {
-        return (false, false);
+        return [false; 3];
     }
-    (
-        pfds[0].revents & libc::POLLIN != 0,
-        pfds[1].revents & libc::POLLIN != 0,
-    )
+    pfds.map(|p| p.revents & libc::POLLIN != 0)
 }
 
 /// `send_to` on the non-blocking socket, waiting (up to 200 ms) for room in
@@ -541,6 +555,16 @@ pub struct Server {
     unacked: crate::pair::Unacked,
     /// When this server started (the clock of `unacked`).
     started: Instant,
+    /// The conflict prober (None when probing is off or unavailable).
+    prober: Option<crate::probe::Prober>,
+    /// Offers waiting for their probe, by client, and the client of each
+    /// probed address.
+    probing: HashMap<Mac, PendingOffer>,
+    probing_ip: HashMap<Ipv4Addr, Mac>,
+    /// When each in-use address found by a probe was last logged.
+    probe_conflicts_logged: HashMap<Ipv4Addr, Instant>,
+    /// When a failed probe send was last logged.
+    probe_error_logged: Option<Instant>,
 }
 
 impl Server {
@@ -556,6 +580,27 @@ impl Server {
         durability: Durability,
         pair: Option<Pair>,
     ) -> Self {
+        let prober = if config.probe_timeout.is_zero() {
+            tracing::info!(
+                "conflict probe off (probe_timeout_ms: 0): addresses are offered without an ICMP echo first"
+            );
+            None
+        } else {
+            match crate::probe::Prober::start(config.interface.as_deref(), config.probe_timeout) {
+                Ok(p) => {
+                    tracing::info!(
+                        timeout_ms = config.probe_timeout.as_millis() as u64,
+                        "conflict probe on: an address with no binding of its client is offered after an ICMP echo goes unanswered"
+                    );
+                    Some(p)
+                }
+                Err(e) => {
+                    metrics().probe_unavailable.set(1);
+                    tracing::error!(error = %e, "conflict probe unavailable: addresses are offered without an ICMP echo first");
+                    None
+                }
+            }
+        };
         let mut table = LeaseTable::from_store(config, store.leases().values());
         if let Some(p) = &pair {
             table.set_pair(Some((p.shared.peer.role, p.shared.state())));
@@ -572,6 +617,11 @@ impl Server {
             conflicts_logged: HashMap::new(),
             unacked: crate::pair::Unacked::default(),
             started: Instant::now(),
+            prober,
+            probing: HashMap::new(),
+            probing_ip: HashMap::new(),
+            probe_conflicts_logged: HashMap::new(),
+            probe_error_logged: None,
         }
     }
 
@@ -723,9 +773,14 @@ impl Server {
                 next_tick = Instant::now() + Duration::from_secs(1);
             }
             let wake = self.pair.as_ref().map(|p| &p.wake);
-            let (packets, woken) = wait_readable(&self.socket, wake, Duration::from_millis(500));
+            let probes = self.prober.as_ref().map(|p| &p.wake);
+            let [packets, woken, probed] =
+                wait_readable(&self.socket, wake, probes, Duration::from_millis(500));
             if woken {
                 self.pair_inbox(shared, jobs, out)?;
+            }
+            if probed {
+                self.probe_results(out);
             }
             if !packets {
                 continue;
@@ -762,6 +817,11 @@ impl Server {
                     }
                 };
                 observe(&o, from);
+                if let Decision::Offer { ip, probe } = o.decision
+                    && self.hold_for_probe(&buf[..n], &o, ip, probe, None)
+                {
+                    continue;
+                }
                 let kind = match o.decision {
                     Decision::Offer { .. } => "offer",
                     Decision::Nak { .. } => "nak",
@@ -783,6 +843,141 @@ impl Server {
                 write_batch(shared, jobs, durable, out)?;
             }
         }
+    }
+
+    /// Holds an offer of `ip` until its conflict probe ends, starting the
+    /// probe; returns whether it did (the caller then sends nothing now). A
+    /// retransmitted DISCOVER of a client whose offer waits only replaces
+    /// the reply to send (it carries the latest transaction id): it never
+    /// starts a second probe.
+    fn hold_for_probe(
+        &mut self,
+        datagram: &[u8],
+        o: &Outcome,
+        ip: Ipv4Addr,
+        probe: bool,
+        earlier: Option<(Instant, u8)>,
+    ) -> bool {
+        if let Some(p) = self.probing.get_mut(&o.mac) {
+            if p.ip == ip {
+                p.reply = o.reply.clone();
+                p.datagram = datagram.to_vec();
+            }
+            return true;
+        }
+        if !probe {
+            return false;
+        }
+        let Some(prober) = &mut self.prober else {
+            return false;
+        };
+        match prober.start_probe(ip) {
+            Ok(true) => {
+                metrics().probes.inc();
+                let (started, answered) = earlier.unwrap_or((Instant::now(), 0));
+                self.probing.insert(
+                    o.mac,
+                    PendingOffer {
+                        ip,
+                        reply: o.reply.clone(),
+                        datagram: datagram.to_vec(),
+                        started,
+                        answered,
+                    },
+                );
+                self.probing_ip.insert(ip, o.mac);
+                true
+            }
+            Ok(false) => false,
+            Err(e) => {
+                metrics().probe_errors.inc();
+                let now = Instant::now();
+                if self
+                    .probe_error_logged
+                    .is_none_or(|t| now.duration_since(t) >= CONFLICT_LOG_EVERY)
+                {
+                    self.probe_error_logged = Some(now);
+                    tracing::warn!(%ip, error = %e, "conflict probe not sent: offering the address unprobed (logged once a minute)");
+                }
+                false
+            }
+        }
+    }
+
+    /// Finished conflict probes: an unanswered one lets its offer leave; an
+    /// answered one holds the address back (see
+    /// [`LeaseTable::probe_answered`]), is counted and logged, and the
+    /// DISCOVER is decided again for another address.
+    fn probe_results(&mut self, out: &mut Sender4) {
+        let Some(prober) = &self.prober else {
+            return;
+        };
+        prober.drain_wake();
+        let results: Vec<_> = prober.results.try_iter().collect();
+        for (ip, found) in results {
+            let Some(mac) = self.probing_ip.remove(&ip) else {
+                continue;
+            };
+            let Some(p) = self.probing.remove(&mac) else {
+                continue;
+            };
+            if found == crate::probe::Found::Nobody {
+                metrics()
+                    .probe_delay
+                    .observe(p.started.elapsed().as_secs_f64());
+                if let Some((bytes, dest)) = p.reply {
+                    out.send(&bytes, dest, "offer");
+                }
+                continue;
+            }
+            metrics().probe_conflicts.inc();
+            self.probe_conflict_log(ip, mac);
+            let now = unix_now();
+            self.table.probe_answered(mac, ip, now);
+            let answered = p.answered + 1;
+            if answered >= MAX_PROBES_PER_DISCOVER {
+                tracing::warn!(%mac, answered, "every address probed for this DISCOVER is in use: no offer this time");
+                continue;
+            }
+            // Decide the DISCOVER again: the quarantined address is skipped.
+            let Ok(o) = pipeline::handle(&mut self.table, &p.datagram, now) else {
+                continue;
+            };
+            match o.decision {
+                Decision::Offer { ip, probe } => {
+                    if !self.hold_for_probe(&p.datagram, &o, ip, probe, Some((p.started, answered)))
+                        && let Some((bytes, dest)) = o.reply
+                    {
+                        out.send(&bytes, dest, "offer");
+                    }
+                }
+                _ => observe(&o, SocketAddr::from((Ipv4Addr::UNSPECIFIED, CLIENT_PORT))),
+            }
+        }
+    }
+
+    /// Logs an address found in use by a probe, once per address a minute
+    /// (the counter counts every one).
+    fn probe_conflict_log(&mut self, ip: Ipv4Addr, mac: Mac) {
+        let now = Instant::now();
+        if self
+            .probe_conflicts_logged
+            .get(&ip)
+            .is_some_and(|t| now.duration_since(*t) < CONFLICT_LOG_EVERY)
+        {
+            return;
+        }
+        if self.probe_conflicts_logged.len() > 4096 {
+            self.probe_conflicts_logged
+                .retain(|_, t| now.duration_since(*t) < CONFLICT_LOG_EVERY);
+        }
+        self.probe_conflicts_logged.insert(ip, now);
+        tracing::warn!(
+            %ip,
+            offered_to = %mac,
+            quarantine_seconds = self.table.config().decline_quarantine_seconds,
+            "conflict probe: a host answered for an address this server has no binding of; it is held back (offered to nobody, given to a client that asks for it by REQUEST) and the client is offered another"
+        );
     }
 
     /// A request of the other server's scope, not answered here: while
@@ -969,6 +1164,9 @@ impl Server {
                 "interface change takes effect at the next restart"
             );
         }
+        if c.probe_timeout != self.table.config().probe_timeout {
+            tracing::warn!("probe_timeout_ms changes take effect at the next restart");
+        }
         if c.peer != self.table.config().peer {
             tracing::warn!("pair settings changes take effect at the next restart");
         }
@@ -981,6 +1179,20 @@ impl Server {
 
     /// Once a second: reclaim ended offers and quarantines, refresh gauges.
     fn tick(&mut self) {
+        // An offer whose probe result never came (it cannot, but a lost
+        // entry must not hold a client forever): forgotten; the client's
+        // retransmission starts again.
+        let timeout = self.table.config().probe_timeout;
+        let stale = timeout * u32::from(MAX_PROBES_PER_DISCOVER) + Duration::from_secs(5);
+        let probing_ip = &mut self.probing_ip;
+        self.probing.retain(|_, p| {
+            let keep = p.started.elapsed() < stale;
+            if !keep {
+                probing_ip.remove(&p.ip);
+            }
+            keep
+        });
+        metrics().probes_pending.set(self.probing.len() as i64);
         let now = unix_now();
         self.table.reclaim(now);
         let s = self.table.stats(now);
@@ -1051,7 +1263,7 @@ fn observe(o: &Outcome, from: SocketAddr) {
     let m = metrics();
     count(&m.received, kind_label(o.kind));
     match &o.decision {
-        Decision::Offer { ip } => tracing::debug!(mac = %o.mac, %ip, "offer"),
+        Decision::Offer { ip, .. } => tracing::debug!(mac = %o.mac, %ip, "offer"),
         Decision::Ack { commit } => {
             tracing::info!(mac = %o.mac, ip = %commit.lease.ip, expires = commit.lease.expires_unix, "lease committed")
         }

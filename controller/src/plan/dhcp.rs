@@ -153,6 +153,7 @@ pub fn configs(
             UnknownClients::Ignore => oooi_dhcp_config::UnknownClients::Ignore,
         },
         decline_quarantine_seconds: None,
+        probe_timeout_ms: None,
         peer: None,
     };
     let names: Vec<String> = (0..servers.len())

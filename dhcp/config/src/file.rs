@@ -69,6 +69,11 @@ pub struct RawConfig {
     /// How long a DECLINEd address stays out of the pool. Default 600.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decline_quarantine_seconds: Option<u32>,
+    /// How long to wait for an answer to the ICMP echo sent to a pool
+    /// address before offering it when no binding of it is known, in
+    /// milliseconds. Default 500; 0 turns the conflict probe off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_timeout_ms: Option<u32>,
     /// The other server of a pair, when two servers share the pool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer: Option<RawPeer>,

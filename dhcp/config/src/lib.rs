@@ -41,7 +41,7 @@ pub use file::{
 };
 pub use mac::Mac;
 pub use subnet::{MAX_PREFIX_LEN, Subnet};
-pub use validated::{Config, Peer, Reservation};
+pub use validated::{Config, DEFAULT_PROBE_TIMEOUT_MS, MAX_PROBE_TIMEOUT_MS, Peer, Reservation};
 
 /// A parse or validation error. `field` is the dotted path of the offending
 /// field (for example `reservations[2].mac`); `message` says what is wrong

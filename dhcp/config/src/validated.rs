@@ -8,6 +8,13 @@ use ipnet::Ipv4Net;
 
 use crate::{ConfigError, Mac, RawConfig, Role, UnknownClients};
 
+/// How long an offer waits for an ICMP echo answer by default, ms: a host
+/// on the same link answers within a millisecond or two; half a second
+/// leaves room for a busy or sleepy host without making a client retransmit.
+pub const DEFAULT_PROBE_TIMEOUT_MS: u32 = 500;
+/// Longest probe wait accepted, ms.
+pub const MAX_PROBE_TIMEOUT_MS: u32 = 3000;
+
 /// The checked pair settings.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Peer {
@@ -96,6 +103,9 @@ pub struct Config {
     pub unknown_clients: UnknownClients,
     /// Quarantine after DECLINE, seconds.
     pub decline_quarantine_seconds: u32,
+    /// How long an offer of an address with no known binding waits for an
+    /// ICMP echo answer (someone already using it); zero: no probe.
+    pub probe_timeout: std::time::Duration,
     /// The other server of a pair, if any.
     pub peer: Option<Peer>,
 }
@@ -185,6 +195,15 @@ impl Config {
             }
             classless_routes.push((r.destination.trunc(), r.gateway));
         }
+        let probe_ms = raw.probe_timeout_ms.unwrap_or(DEFAULT_PROBE_TIMEOUT_MS);
+        if probe_ms > MAX_PROBE_TIMEOUT_MS {
+            return Err(ConfigError::new(
+                "probe_timeout_ms",
+                format!(
+                    "{probe_ms} is above the maximum of {MAX_PROBE_TIMEOUT_MS} (a client retransmits its DISCOVER after about 4 s)"
+                ),
+            ));
+        }
         let reservations = reservations(raw, &excluded)?;
         let known_clients = known_clients(raw, &reservations)?;
         excluded.extend(reservations.values().map(|r| r.ip));
@@ -211,6 +230,7 @@ impl Config {
             known_clients,
             unknown_clients: raw.unknown_clients,
             decline_quarantine_seconds: raw.decline_quarantine_seconds.unwrap_or(600),
+            probe_timeout: std::time::Duration::from_millis(u64::from(probe_ms)),
             peer,
         })
     }
@@ -436,6 +456,19 @@ reservations:
         assert!(c.excluded.contains(&"192.0.2.50".parse().unwrap()));
         let mac = Mac::parse("02:00:00:00:00:01").unwrap();
         assert_eq!(c.reservations[&mac].hostname.as_deref(), Some("worker-0"));
+    }
+
+    #[test]
+    fn probe_timeout_defaults_to_half_a_second_zero_turns_it_off_and_too_long_is_refused() {
+        let c = Config::from_yaml(SAMPLE).unwrap();
+        assert_eq!(c.probe_timeout, std::time::Duration::from_millis(500));
+        let off = Config::from_yaml(&format!("{SAMPLE}probe_timeout_ms: 0\n")).unwrap();
+        assert!(off.probe_timeout.is_zero());
+        let e = fails(
+            &format!("{SAMPLE}probe_timeout_ms: 10000\n"),
+            "probe_timeout_ms",
+        );
+        assert!(e.to_string().contains("10000"), "{e}");
     }
 
     fn fails(yaml: &str, field: &str) -> ConfigError {

@@ -6,6 +6,8 @@
 //! never collide; everything is removed on drop, also when a test fails.
 #![allow(dead_code)]
 
+pub mod pair;
+
 use std::fs::File;
 use std::net::Ipv4Addr;
 use std::os::fd::AsRawFd;
@@ -424,9 +426,10 @@ exit 0
     pub fn dhclient(&mut self, ns: &str) -> Vec<Event> {
         let d = self.dir.path();
         let events = d.join(format!("dhclient-{ns}.events"));
-        let script = d.join("dhclient.sh");
+        let script = d.join(format!("dhclient-{ns}.sh"));
         // dhclient gives its script a clean environment: the events path is
-        // written into the script.
+        // written into the script (one script per client, so that each
+        // keeps reporting to its own file after the next one starts).
         std::fs::write(
             &script,
             format!(

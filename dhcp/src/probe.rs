@@ -1,0 +1,258 @@
+//! Conflict probing before an offer (RFC 2131 §4.4.1: "the server SHOULD
+//! probe the reused address before allocating the address, e.g., with an
+//! ICMP echo request"): an ICMP echo to a pool address that has no binding
+//! of the client in the lease table; an answer within the probe timeout
+//! means a host this server does not know of uses it.
+//!
+//! The socket is an unprivileged ICMP echo socket
+//! (`socket(AF_INET, SOCK_DGRAM, IPPROTO_ICMP)`): it needs no capability
+//! when the process's group is inside the sysctl `net.ipv4.ping_group_range`
+//! (a safe sysctl the pod sets), while an ARP probe would need a raw socket
+//! and NET_RAW. ICMP misses a host that drops echo requests (a firewall
+//! that drops ping); ARP would see it.
+//!
+//! The decision loop never waits for a probe: [`Prober::start`] sends the
+//! echo and returns; a thread collects the answers and the timeouts and
+//! reports each probe once, through [`Prober::results`], waking the loop by
+//! a byte on [`Prober::wake`]. Every probe has the same timeout, so probes
+//! end in the order they started.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::Write;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+/// Most probes in flight at once. Each echo to an address nobody holds
+/// waits in the kernel for ARP resolution (about 3 s) and is charged to the
+/// socket's send buffer and the neighbour table (1,024 entries by default);
+/// beyond this many the address is offered unprobed (counted) rather than
+/// hold offers back during a burst of new clients.
+pub const MAX_IN_FLIGHT: usize = 256;
+
+/// What a probe found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found {
+    /// Nobody answered within the timeout.
+    Nobody,
+    /// A host answered the echo: the address is in use.
+    Answered,
+}
+
+/// Probes in flight, oldest first.
+#[derive(Default)]
+struct InFlight {
+    order: VecDeque<(Ipv4Addr, Instant)>,
+    by_ip: HashMap<Ipv4Addr, Instant>,
+}
+
+/// The probing side of the server.
+pub struct Prober {
+    socket: Socket,
+    in_flight: Arc<Mutex<InFlight>>,
+    timeout: Duration,
+    seq: u16,
+    /// Each finished probe, once.
+    pub results: Receiver<(Ipv4Addr, Found)>,
+    /// Readable when `results` has something.
+    pub wake: UnixStream,
+}
+
+/// An ICMP echo request: type 8, code 0, identifier (the kernel sets it for
+/// a ping socket), sequence, a short payload.
+pub fn echo_request(seq: u16) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    b[0] = 8;
+    b[6..8].copy_from_slice(&seq.to_be_bytes());
+    b[8..16].copy_from_slice(b"oooiprob");
+    let sum = checksum(&b);
+    b[2..4].copy_from_slice(&sum.to_be_bytes());
+    b
+}
+
+/// The Internet checksum (RFC 1071).
+fn checksum(b: &[u8]) -> u16 {
+    let mut sum: u32 = b
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// Whether a datagram read from a ping socket is an echo reply.
+pub fn is_echo_reply(b: &[u8]) -> bool {
+    b.first() == Some(&0)
+}
+
+impl Prober {
+    /// Opens the ICMP echo socket (bound to `interface` when given) and
+    /// starts the thread that collects answers. Fails when the process may
+    /// not open a ping socket (its group is outside
+    /// `net.ipv4.ping_group_range`).
+    pub fn start(interface: Option<&str>, timeout: Duration) -> std::io::Result<Prober> {
+        let socket = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::ICMPV4)).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!(
+                    "ICMP echo socket (the process's group must be inside net.ipv4.ping_group_range): {e}"
+                ),
+            )
+        })?;
+        // The decision loop must never wait on this socket.
+        socket.set_nonblocking(true)?;
+        let _ = socket.set_send_buffer_size(1 << 20);
+        if let Some(ifname) = interface {
+            socket.bind_device(Some(ifname.as_bytes())).map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!("ICMP socket SO_BINDTODEVICE {ifname}: {e}"),
+                )
+            })?;
+        }
+        let (wake, notify) = UnixStream::pair()?;
+        wake.set_nonblocking(true)?;
+        notify.set_nonblocking(true)?;
+        let (tx, results) = std::sync::mpsc::channel();
+        let in_flight = Arc::new(Mutex::new(InFlight::default()));
+        let reader = socket.try_clone()?;
+        let shared = in_flight.clone();
+        std::thread::Builder::new()
+            .name("dhcp-probe".into())
+            .spawn(move || collect(reader, shared, timeout, tx, notify))?;
+        Ok(Prober {
+            socket,
+            in_flight,
+            timeout,
+            seq: 0,
+            results,
+            wake,
+        })
+    }
+
+    /// Sends an echo to `ip`; its result comes through `results` within the
+    /// timeout. False (nothing to wait for) when `ip` is already being
+    /// probed; an error when the echo could not be sent now (the socket's
+    /// buffer is full, [`MAX_IN_FLIGHT`] probes run).
+    pub fn start_probe(&mut self, ip: Ipv4Addr) -> Result<bool, std::io::Error> {
+        let Ok(mut f) = self.in_flight.lock() else {
+            return Err(std::io::Error::other("probe thread panicked"));
+        };
+        if f.by_ip.contains_key(&ip) {
+            return Ok(false);
+        }
+        if f.by_ip.len() >= MAX_IN_FLIGHT {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::WouldBlock,
+                format!("{MAX_IN_FLIGHT} probes in flight"),
+            ));
+        }
+        self.seq = self.seq.wrapping_add(1);
+        let to = SockAddr::from(SocketAddrV4::new(ip, 0));
+        self.socket.send_to(&echo_request(self.seq), &to)?;
+        let deadline = Instant::now() + self.timeout;
+        f.order.push_back((ip, deadline));
+        f.by_ip.insert(ip, deadline);
+        Ok(true)
+    }
+
+    /// Empties the wake-up socket.
+    pub fn drain_wake(&self) {
+        let mut b = [0u8; 256];
+        while matches!(std::io::Read::read(&mut &self.wake, &mut b), Ok(n) if n > 0) {}
+    }
+}
+
+/// The collecting thread: reads echo replies and ends probes that timed
+/// out, reporting each probe once.
+fn collect(
+    socket: Socket,
+    in_flight: Arc<Mutex<InFlight>>,
+    timeout: Duration,
+    results: Sender<(Ipv4Addr, Found)>,
+    mut notify: UnixStream,
+) {
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 1500];
+    loop {
+        let wait = match in_flight.lock() {
+            Ok(f) => f.order.front().map_or(timeout, |(_, d)| {
+                d.saturating_duration_since(Instant::now())
+            }),
+            Err(_) => return,
+        };
+        let mut pfd = libc::pollfd {
+            fd: socket.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // A probe started during this wait ends after it (same timeout).
+        let ms = wait.as_millis().clamp(1, i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd.
+        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+        let mut done = Vec::new();
+        if rc > 0 && pfd.revents & libc::POLLIN != 0 {
+            while let Ok((n, from)) = socket.recv_from_with_flags(&mut buf, libc::MSG_DONTWAIT) {
+                // SAFETY: recv_from initialised the first n bytes.
+                let data: Vec<u8> = buf[..n]
+                    .iter()
+                    .map(|b| unsafe { b.assume_init() })
+                    .collect();
+                if !is_echo_reply(&data) {
+                    continue;
+                }
+                if let Some(ip) = from.as_socket_ipv4().map(|a| *a.ip()) {
+                    done.push((ip, Found::Answered));
+                }
+            }
+        }
+        let Ok(mut f) = in_flight.lock() else { return };
+        let mut out = Vec::new();
+        for (ip, found) in done {
+            if f.by_ip.remove(&ip).is_some() {
+                f.order.retain(|(i, _)| *i != ip);
+                out.push((ip, found));
+            }
+        }
+        let now = Instant::now();
+        while let Some(&(ip, deadline)) = f.order.front() {
+            if deadline > now {
+                break;
+            }
+            f.order.pop_front();
+            if f.by_ip.remove(&ip).is_some() {
+                out.push((ip, Found::Nobody));
+            }
+        }
+        drop(f);
+        if out.is_empty() {
+            continue;
+        }
+        for r in out {
+            if results.send(r).is_err() {
+                return;
+            }
+        }
+        let _ = notify.write(&[1]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn echo_request_carries_a_valid_checksum() {
+        let b = echo_request(7);
+        assert_eq!(b[0], 8);
+        assert_eq!(u16::from_be_bytes([b[6], b[7]]), 7);
+        // Summing a packet with its checksum in place gives zero.
+        assert_eq!(checksum(&b), 0);
+    }
+}
