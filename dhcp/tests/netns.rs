@@ -564,3 +564,47 @@ fn compaction_beside_traffic_then_kill_9_loses_no_acked_lease() {
         );
     }
 }
+
+#[test]
+fn dhcpcd_gets_lease_with_options() {
+    // dhcpcd's third client implementation: it must bind from a reply sent
+    // by broadcast (no ARP entry on the server), like udhcpc and dhclient.
+    let mut lab = Lab::new(&config(150, 50));
+    let ns = lab.add_client("02:00:00:00:00:05");
+    lab.start_server();
+    let out = std::process::Command::new("timeout")
+        .args(["30", "ip", "netns", "exec", &ns, "dhcpcd"])
+        // One shot, IPv4 only, wait for the lease, no link-local fallback,
+        // no hook scripts (nothing written outside the namespace).
+        .args(["-4", "-1", "-w", "-L", "-c", "/bin/true", "-f", "/dev/null"])
+        .args(["--noipv4ll", "-t", "20", "c0"])
+        .output()
+        .expect("dhcpcd runs");
+    assert!(
+        out.status.success(),
+        "dhcpcd: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let addrs = std::process::Command::new("ip")
+        .args(["-n", &ns, "-4", "-o", "addr", "show", "dev", "c0"])
+        .output()
+        .expect("ip addr");
+    let addrs = String::from_utf8_lossy(&addrs.stdout);
+    assert!(addrs.contains("192.0.2.100/24"), "{addrs}");
+    let routes = std::process::Command::new("ip")
+        .args(["-n", &ns, "-4", "route"])
+        .output()
+        .expect("ip route");
+    let routes = String::from_utf8_lossy(&routes.stdout);
+    assert!(routes.contains("default via 192.0.2.1"), "{routes}");
+    assert!(lab.leases().contains(&(
+        Ipv4Addr::new(192, 0, 2, 100),
+        "02:00:00:00:00:05".into(),
+        "active".into()
+    )));
+    // dhcpcd left running by an early exit would keep the lease: stop it.
+    let _ = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns, "dhcpcd", "-x", "c0"])
+        .output();
+}
