@@ -87,6 +87,19 @@ pub fn up_to_date<K: Resource + Serialize>(desired: &K, live: &K) -> bool {
     is_subset(&d, &l)
 }
 
+/// Deletes `name` through `api`: true when a delete went through, false
+/// when the object was already gone (404 is the goal reached, not an error).
+pub async fn delete_if_present<K>(api: &Api<K>, name: &str) -> kube::Result<bool>
+where
+    K: Resource + DeserializeOwned + Clone + std::fmt::Debug,
+{
+    match api.delete(name, &kube::api::DeleteParams::default()).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Applies `desired` (stamped here) unless `live` already matches it.
 pub async fn apply<K>(api: &Api<K>, live: Option<&K>, mut desired: K) -> kube::Result<Applied>
 where

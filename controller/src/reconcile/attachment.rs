@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 
@@ -65,11 +65,8 @@ pub fn policies_of(ctx: &Context, att: &InfraClusterAttachment) -> Vec<Arc<Netwo
 async fn delete_policy(ctx: &Context, p: &NetworkPolicy) -> Result<()> {
     let api: Api<NetworkPolicy> =
         Api::namespaced(ctx.client.clone(), &p.namespace().unwrap_or_default());
-    match api.delete(&p.name_any(), &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    super::apply::delete_if_present(&api, &p.name_any()).await?;
+    Ok(())
 }
 
 fn empty_plan() -> InfraPlan {

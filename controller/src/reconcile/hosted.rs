@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Secret, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::{Client, ResourceExt};
 use tracing::{info, warn};
 
@@ -391,10 +391,8 @@ async fn prune(
             continue;
         }
         let api = dynamic_api(client, ar, id.0.as_deref());
-        match api.delete(&id.1, &DeleteParams::default()).await {
-            Ok(_) => info!(kind = %ar.kind, name = %id.1, "deleted from the hosted cluster"),
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e),
+        if super::apply::delete_if_present(&api, &id.1).await? {
+            info!(kind = %ar.kind, name = %id.1, "deleted from the hosted cluster");
         }
     }
     Ok(())
@@ -595,12 +593,10 @@ async fn public_dns(
     let live = public_services(ctx, &ns, &infra_name);
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
     for s in &live {
-        if !wanted.contains_key(&s.name_any()) {
-            match api.delete(&s.name_any(), &DeleteParams::default()).await {
-                Ok(_) => info!(service = %s.name_any(), "public DNS Service deleted"),
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(e.into()),
-            }
+        if !wanted.contains_key(&s.name_any())
+            && super::apply::delete_if_present(&api, &s.name_any()).await?
+        {
+            info!(service = %s.name_any(), "public DNS Service deleted");
         }
     }
     let Some(infra) = infra else {

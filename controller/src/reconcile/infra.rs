@@ -31,12 +31,12 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Resource, ResourceExt};
 
-use super::apply::{Applied, apply, stamp};
+use super::apply::{Applied, apply, delete_if_present, stamp};
 use super::step::{Announce, observe_infra, write_status};
 use super::{Context, Error, Result};
 use crate::cache::{Decoded, cached};
@@ -138,11 +138,7 @@ where
         None if live.is_some() => {
             // Disabled component (or invalid spec keeps nothing new): its
             // derived object goes, and its children with it (owned).
-            match api.delete(name, &DeleteParams::default()).await {
-                Ok(_) => Ok(true),
-                Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
-                Err(e) => Err(e.into()),
-            }
+            Ok(delete_if_present(&api, name).await?)
         }
         None => Ok(false),
     }
@@ -326,11 +322,7 @@ async fn owned_cudns(ctx: &Context, infra: &Infra) -> Result<Vec<DynamicObject>>
 }
 
 async fn delete_cudn(ctx: &Context, name: &str) -> Result<bool> {
-    match cudn_api(ctx).delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
-        Err(e) => Err(e.into()),
-    }
+    Ok(delete_if_present(&cudn_api(ctx), name).await?)
 }
 
 /// Creates, applies over or deletes `infra`'s ClusterUserDefinedNetworks as
@@ -386,11 +378,7 @@ async fn cleanup(infra: &Infra, ctx: &Context) -> Result<Action> {
     for p in foreign_policies(ctx, infra) {
         let api: Api<NetworkPolicy> =
             Api::namespaced(ctx.client.clone(), &p.namespace().unwrap_or_default());
-        match api.delete(&p.name_any(), &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
+        delete_if_present(&api, &p.name_any()).await?;
     }
     if cudn::names_a_cudn(infra) {
         for c in owned_cudns(ctx, infra).await? {
@@ -401,11 +389,7 @@ async fn cleanup(infra: &Infra, ctx: &Context) -> Result<Action> {
     let leases: Api<Lease> =
         Api::namespaced(ctx.client.clone(), &infra.namespace().unwrap_or_default());
     for name in crate::plan::availability::agent_leases(infra) {
-        match leases.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
+        delete_if_present(&leases, &name).await?;
     }
     ctx.event(
         infra,
