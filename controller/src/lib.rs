@@ -28,6 +28,7 @@ pub mod leader;
 pub mod metrics;
 pub mod observe;
 pub mod plan;
+pub mod probe;
 pub mod push;
 pub mod rbac;
 pub mod reconcile;
