@@ -27,6 +27,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -620,6 +621,12 @@ def test_filter_configmap_holds_the_built_module():
     built = os.environ.get("OOOI_FILTER_WASM")
     if built:
         assert Path(built).read_bytes() == data, f"files/{WASM_KEY} of the packaged chart differs from the build {built}"
+    # `tools/dev package` stamps the build id <version>-g<commit> into the
+    # module (the ProxyServers' FILTER column shows it).
+    marker = b"OOOI_BUILD_ID="
+    assert data.count(marker) == 1, "the module has no single build id slot"
+    slot = data[data.index(marker) + len(marker) :][:32].split(b"\0", 1)[0].decode()
+    assert re.fullmatch(rf"{re.escape(APP_VERSION)}-g[0-9a-f]{{10}}(-dirty)?", slot), f"the chart's module has build id {slot!r}, not the release's"
     assert len(data) <= MAX_WASM_BYTES, f"filter module is {len(data)} bytes, over the 512 KiB budget"
     for values, name, namespaces in (
         ({}, "oooi-sni-router", [NAMESPACE]),
