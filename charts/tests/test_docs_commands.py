@@ -21,7 +21,9 @@ is an unknown marker.
 
 The one change to every command: `registry.example.com` is a
 `docker-registry` (Debian) on 127.0.0.1, which skopeo and podman reach over
-plain HTTP through a registries.conf of this test. Afterwards the pushed
+plain HTTP through a registries.conf of this test (podman through
+$CONTAINERS_REGISTRIES_CONF, skopeo through a shim on PATH adding
+`--registries-conf`). Afterwards the pushed
 images are inspected: their digests equal the ones `skopeo --digestfile`
 recorded, they are linux/amd64 and carry both tags, and the values file the
 docs write installs them by digest.
@@ -267,7 +269,15 @@ def test_docs_shell_blocks_run_as_written():
     try:
         conf = Path(tmp) / "registries.conf"
         conf.write_text(f'[[registry]]\nlocation = "{registry.host}"\ninsecure = true\n')
-        env = {**os.environ, "CONTAINERS_REGISTRIES_CONF": str(conf)}
+        # podman reads $CONTAINERS_REGISTRIES_CONF; skopeo 1.9 only its
+        # --registries-conf flag, which a shim first on PATH adds.
+        shim = Path(tmp) / "bin"
+        shim.mkdir()
+        real = shutil.which("skopeo")
+        assert real, "skopeo is not installed: `tools/dev setup test` installs it"
+        (shim / "skopeo").write_text(f'#!/bin/sh\nexec {real} --registries-conf {conf} "$@"\n')
+        (shim / "skopeo").chmod(0o755)
+        env = {**os.environ, "CONTAINERS_REGISTRIES_CONF": str(conf), "PATH": f"{shim}:{os.environ['PATH']}"}
         env.pop("OOOI_FILTER_WASM", None)  # as on a fresh shell: tools/dev builds the filter
         subst = [(REGISTRY_HOST, registry.host)]
         ran, rendered = [], []
