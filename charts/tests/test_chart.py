@@ -27,6 +27,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -278,7 +279,7 @@ def test_lint_strict_all_features():
 def test_default_render_is_valid_kubernetes():
     objects, _ = render()
     assert kinds(objects) == sorted(
-        ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Role", "RoleBinding", "Service", "ServiceAccount"]
+        ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Pod", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"]
     ), kinds(objects)
     validate_objects(objects)
     for o in objects:
@@ -296,9 +297,13 @@ def test_all_features_render_is_valid_kubernetes():
             "ConfigMap",
             "Deployment",
             "NetworkPolicy",
+            "Pod",
+            "PodDisruptionBudget",
             "PodMonitor",
             "PrometheusRule",
             "Role",
+            "Role",
+            "RoleBinding",
             "RoleBinding",
             "Service",
             "ServiceAccount",
@@ -423,32 +428,86 @@ def rules_of(objects):
     return out
 
 
+def rbac_roles(objects):
+    """{(kind, namespace or None): rules set} of the chart's ClusterRole and Roles."""
+    out = {}
+    for o in objects:
+        if o["kind"] in ("ClusterRole", "Role"):
+            key = (o["kind"], o["metadata"].get("namespace"))
+            assert key not in out, f"two {key}"
+            out[key] = rules_of([o])
+    return out
+
+
+def controller_rbac(*flags):
+    """`oooi-controller rbac FLAGS` as {(kind, namespace or None): rules set}."""
+    proc = subprocess.run([controller_bin(), "rbac", *flags], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, f"`oooi-controller rbac` failed:\n{proc.stderr}"
+    out = {}
+    for doc in yaml.safe_load_all(proc.stdout):
+        if doc:
+            out[(doc["kind"], doc.get("namespace"))] = rules_of([{"kind": doc["kind"], "rules": doc["rules"]}])
+    assert out, f"`oooi-controller rbac` printed no rules:\n{proc.stdout}"
+    return out
+
+
+HOSTED = {"rbac": {"hostedClusterNamespaces": ["clusters", "clusters-b"]}}
+
+
 def test_rbac_is_exactly_what_the_controller_uses():
-    exe = controller_bin()
-    # Default values, and controller.openshiftSCC (ALL_FEATURES) with the
-    # rules of `run --openshift-scc`.
-    for values, flags in (({}, []), (ALL_FEATURES, ["--openshift-scc"])):
-        proc = subprocess.run([exe, "rbac", *flags], capture_output=True, text=True, timeout=30)
-        assert proc.returncode == 0, f"`oooi-controller rbac` failed:\n{proc.stderr}"
-        wanted = set()
-        for doc in yaml.safe_load_all(proc.stdout):
-            if not doc:
-                continue
-            rules = doc["rules"] if isinstance(doc, dict) else doc
-            for r in rules:
-                names = tuple(sorted(r.get("resourceNames", [])))
-                for g in r["apiGroups"]:
-                    for res in r["resources"]:
-                        for v in r["verbs"]:
-                            wanted.add((g, res, v, names))
-        assert wanted, f"`oooi-controller rbac` printed no rules:\n{proc.stdout}"
-        have = rules_of(render(values)[0])
-        assert have == wanted, (
-            f"values {sorted(values)}: chart grants more than the code uses: {sorted(have - wanted)}\n"
-            f"code uses what the chart does not grant: {sorted(wanted - have)}"
-        )
+    # Each ClusterRole and Role of the chart equals the one the controller
+    # prints for the same settings: the defaults; ALL_FEATURES
+    # (controller.openshiftSCC, controller.watchNamespace); listed
+    # HostedCluster namespaces.
+    cases = (
+        ({}, []),
+        (ALL_FEATURES, ["--openshift-scc", "--watch-namespace", "hcp-infra"]),
+        (HOSTED, ["--hosted-cluster-namespace", "clusters", "--hosted-cluster-namespace", "clusters-b"]),
+    )
+    for values, flags in cases:
+        wanted = controller_rbac("--release-namespace", NAMESPACE, *flags)
+        have = rbac_roles(render(values)[0])
+        assert sorted(have, key=str) == sorted(wanted, key=str), f"values {sorted(values)}: roles {sorted(have, key=str)} != {sorted(wanted, key=str)}"
+        for key, rules in wanted.items():
+            assert have[key] == rules, (
+                f"values {sorted(values)}, {key}: chart grants more than the code uses: {sorted(have[key] - rules)}\n"
+                f"code uses what the chart does not grant: {sorted(rules - have[key])}"
+            )
     # The SCC grants exist only with the flag.
-    assert not {r for r in rules_of(render()[0]) if r[0] in ("rbac.authorization.k8s.io", "security.openshift.io")}
+    assert not {r for r in rules_of(render()[0]) if r[0] == "security.openshift.io"}
+
+
+def test_rbac_explain_gives_a_reason_for_every_rule():
+    exe = controller_bin()
+    for flags in ([], ["--openshift-scc", "--watch-namespace", "hcp-infra", "--hosted-cluster-namespace", "clusters"]):
+        plain = subprocess.run([exe, "rbac", *flags], capture_output=True, text=True, timeout=30, check=True).stdout
+        explained = subprocess.run([exe, "rbac", "--explain", *flags], capture_output=True, text=True, timeout=30, check=True).stdout
+        assert list(yaml.safe_load_all(plain)) == list(yaml.safe_load_all(explained))
+        lines = explained.splitlines()
+        starts = [i for i, line in enumerate(lines) if line.startswith("  - ")]
+        assert starts, explained
+        for i in starts:
+            assert lines[i - 1].startswith("  # "), f"rule without a reason in `rbac --explain`:\n{lines[i]}"
+
+
+def test_secrets_are_written_and_listed_only_in_the_watched_namespace():
+    roles = rbac_roles(render({"controller": {"watchNamespace": "hcp-infra"}})[0])
+    cluster = roles[("ClusterRole", None)]
+    assert {v for g, r, v, _ in cluster if r == "secrets"} == {"get"}, sorted(cluster)
+    watched = roles[("Role", "hcp-infra")]
+    assert {v for g, r, v, _ in watched if r == "secrets"} == {"get", "list", "watch", "create", "patch", "delete"}
+    # With the HostedCluster namespaces listed, no Secret rule is cluster-wide at all.
+    roles = rbac_roles(render({"controller": {"watchNamespace": "hcp-infra"}, **HOSTED})[0])
+    assert not {r for r in roles[("ClusterRole", None)] if r[1] == "secrets"}
+    for ns in ("clusters", "clusters-b"):
+        assert roles[("Role", ns)] == {("", "secrets", "get", ())}
+    objects, _ = render({"controller": {"watchNamespace": "hcp-infra"}, **HOSTED})
+    sa = find(objects, "ServiceAccount")["metadata"]["name"]
+    bindings = [o for o in objects if o["kind"] == "RoleBinding"]
+    assert {b["metadata"]["namespace"] for b in bindings} == {"hcp-infra", "clusters", "clusters-b", NAMESPACE}
+    for b in bindings:
+        assert b["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}], b
+        assert b["roleRef"]["name"] in {o["metadata"]["name"] for o in objects if o["kind"] == "Role" and o["metadata"]["namespace"] == b["metadata"]["namespace"]}
 
 
 def test_rbac_is_least_privilege():
@@ -458,15 +517,81 @@ def test_rbac_is_least_privilege():
             for r in o["rules"]:
                 assert "*" not in r["verbs"] and "*" not in r["resources"] and "*" not in r["apiGroups"], r
                 assert not {"escalate", "bind", "impersonate"} & set(r["verbs"]), r
-    # The Lease is reachable only in the release namespace.
+    # The leader-election Lease is written (patch) only in the release namespace.
     role = find(objects, "Role")
     assert role["metadata"]["namespace"] == NAMESPACE
     assert role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "patch"]}]
-    assert ("coordination.k8s.io", "leases") not in {(g, r) for g, r, *_ in rules_of([find(objects, "ClusterRole")])}
+    cluster_leases = {v for g, r, v, _ in rules_of([find(objects, "ClusterRole")]) if (g, r) == ("coordination.k8s.io", "leases")}
+    assert "patch" not in cluster_leases, cluster_leases
+    # What the address agent's Lease Role grants, the controller holds.
+    assert {"get", "create", "update"} <= cluster_leases, cluster_leases
     sa = find(objects, "ServiceAccount")["metadata"]["name"]
     for kind in ("ClusterRoleBinding", "RoleBinding"):
         b = find(objects, kind)
         assert b["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}], b["subjects"]
+
+
+def test_controller_replicas_have_a_disruption_budget_and_spread_over_nodes():
+    objects, _ = render()
+    dep = find(objects, "Deployment")
+    selector = dep["spec"]["selector"]["matchLabels"]
+    pdb = find(objects, "PodDisruptionBudget")
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": selector}}, pdb["spec"]
+    anti = dep["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    term = anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    assert term == {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": selector}}, term
+    hard = find(render({"podAntiAffinity": "hard"})[0], "Deployment")["spec"]["template"]["spec"]["affinity"]
+    assert hard["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == [term], hard
+    none = find(render({"podAntiAffinity": "none"})[0], "Deployment")["spec"]["template"]["spec"]
+    assert "affinity" not in none, none.get("affinity")
+    # The user's own podAntiAffinity replaces the default.
+    mine = find(render(ALL_FEATURES)[0], "Deployment")["spec"]["template"]["spec"]["affinity"]
+    assert mine == ALL_FEATURES["affinity"], mine
+    # One replica: neither a budget (it would block every drain) nor a spread.
+    single, _ = render({"replicaCount": 1})
+    assert not [o for o in single if o["kind"] == "PodDisruptionBudget"]
+    assert "affinity" not in find(single, "Deployment")["spec"]["template"]["spec"]
+    assert not [o for o in render({"podDisruptionBudget": {"enabled": False, "maxUnavailable": 1}})[0] if o["kind"] == "PodDisruptionBudget"]
+    expect_render_failure({"podAntiAffinity": "sometimes"}, "podAntiAffinity")
+
+
+def test_helm_test_pod_probes_the_controller_through_its_service():
+    objects, _ = render()
+    pod = find(objects, "Pod")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    container = pod["spec"]["containers"][0]
+    dep = find(objects, "Deployment")
+    assert container["image"] == dep["spec"]["template"]["spec"]["containers"][0]["image"]
+    svc = find(objects, "Service")
+    port = svc["spec"]["ports"][0]["port"]
+    base = f"http://{svc['metadata']['name']}.{NAMESPACE}.svc:{port}"
+    assert container["args"][:3] == ["probe", f"--url={base}/healthz", f"--url={base}/metrics"], container["args"]
+    # The image's entrypoint is oooi-controller: the arguments must parse.
+    proc = subprocess.run([controller_bin(), *container["args"], "--help"], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    # Restricted like the controller pod.
+    sc = container["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True and sc["capabilities"]["drop"] == ["ALL"]
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    # A NetworkPolicy limiting scrapers still lets the test pod in.
+    np = find(render(ALL_FEATURES)[0], "NetworkPolicy")
+    peers = np["spec"]["ingress"][0]["from"]
+    labels = find(render(ALL_FEATURES)[0], "Pod")["metadata"]["labels"]
+    assert any(
+        p.get("podSelector", {}).get("matchLabels", {}).items() <= labels.items() and "namespaceSelector" not in p
+        for p in peers
+    ), peers
+    assert not [o for o in render({"helmTest": {"enabled": False, "attempts": 1}})[0] if o["kind"] == "Pod"]
+
+
+def test_chart_readme_documents_every_value_with_its_default():
+    import test_docs
+
+    readme = chart_file("README.md")
+    assert readme, "the packaged chart has no README.md"
+    rows = test_docs.values_table(readme.decode())
+    assert rows == test_docs.values_table(), "charts/oooi/README.md and docs/installation.md list different values"
 
 
 def test_metrics_service_and_monitor_select_the_controller():
@@ -485,7 +610,8 @@ def test_metrics_service_and_monitor_select_the_controller():
     np = find(objects, "NetworkPolicy")
     assert np["spec"]["podSelector"]["matchLabels"] == svc["spec"]["selector"]
     assert np["spec"]["policyTypes"] == ["Ingress", "Egress"]
-    assert np["spec"]["ingress"][0]["from"] == ALL_FEATURES["networkPolicy"]["metricsFrom"]
+    peers = ALL_FEATURES["networkPolicy"]["metricsFrom"]
+    assert np["spec"]["ingress"][0]["from"][: len(peers)] == peers
 
 
 def test_filter_configmap_holds_the_built_module():
@@ -495,6 +621,12 @@ def test_filter_configmap_holds_the_built_module():
     built = os.environ.get("OOOI_FILTER_WASM")
     if built:
         assert Path(built).read_bytes() == data, f"files/{WASM_KEY} of the packaged chart differs from the build {built}"
+    # `tools/dev package` stamps the build id <version>-g<commit> into the
+    # module (the ProxyServers' FILTER column shows it).
+    marker = b"OOOI_BUILD_ID="
+    assert data.count(marker) == 1, "the module has no single build id slot"
+    slot = data[data.index(marker) + len(marker) :][:32].split(b"\0", 1)[0].decode()
+    assert re.fullmatch(rf"{re.escape(APP_VERSION)}-g[0-9a-f]{{10}}(-dirty)?", slot), f"the chart's module has build id {slot!r}, not the release's"
     assert len(data) <= MAX_WASM_BYTES, f"filter module is {len(data)} bytes, over the 512 KiB budget"
     for values, name, namespaces in (
         ({}, "oooi-sni-router", [NAMESPACE]),

@@ -26,9 +26,10 @@ RENDER_ONLY = ("ObservedCluster", "ObservedInfra")
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
 
 
-def values_table():
-    """{path: default cell} from the table under '## Values' in installation.md."""
-    text = (DOCS / "installation.md").read_text()
+def values_table(text=None):
+    """{path: default cell} from the table under '## Values' in installation.md
+    (or in `text`, e.g. the chart's README)."""
+    text = text if text is not None else (DOCS / "installation.md").read_text()
     section = text.split("\n## Values\n", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():

@@ -29,6 +29,7 @@ pub mod metrics;
 pub mod observe;
 pub mod olm;
 pub mod plan;
+pub mod probe;
 pub mod push;
 pub mod rbac;
 pub mod reconcile;

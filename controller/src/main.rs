@@ -5,7 +5,6 @@
 //! - `run`: the controller (in cluster, or with $KUBECONFIG).
 //! - `rbac`: the ClusterRole rules the controller needs.
 //! - `docs-reference`: write the CR reference pages of the docs site.
-//! - `bundle`: write the OLM bundle (and its file-based catalog).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,6 +22,73 @@ struct Cli {
     command: Command,
 }
 
+/// `oooi-controller render`.
+#[derive(clap::Args)]
+struct RenderArgs {
+    /// Multi-document YAML with Infra, InfraClusterAttachment, standalone
+    /// DHCPServer/DNSServer/ProxyServer and ObservedCluster/ObservedInfra
+    /// fixtures. Repeatable.
+    #[arg(short = 'f', long = "file", required = true)]
+    files: Vec<PathBuf>,
+    /// Write objects and config files under this directory instead of printing.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Push token to render into the Envoy config (default: a fixed,
+    /// clearly fake one; the controller generates the real one).
+    #[arg(
+        long,
+        env = "OOOI_PUSH_TOKEN",
+        hide_env_values = true,
+        conflicts_with = "gitops"
+    )]
+    push_token: Option<String>,
+    /// Print only what a GitOps tool can apply as it is: no PlanSummary
+    /// (its verdicts go to stderr) and no Secret, so no push token. The
+    /// running controller still writes each proxy's Envoy config Secret
+    /// from the push token Secret (which it creates unless it exists),
+    /// pushes the routing table and learns the workers' addresses.
+    #[arg(long)]
+    gitops: bool,
+    /// The filter module (the built `oooi_sni_router.wasm`). Render then
+    /// emits each proxy's `<proxy>-filter` ConfigMap as the controller's
+    /// filter rollout writes it on a fresh cluster (the module under its
+    /// versioned key `oooi-sni-router-<12 hex>.wasm`), and Envoy's config
+    /// names that module and its SHA-256. The module must first pass the
+    /// controller's wasmtime check against every rendered routing table;
+    /// a refused module fails the render, naming the check. Default:
+    /// $OOOI_FILTER_WASM when set. Without a module the output lacks the
+    /// filter ConfigMap (a note on stderr says so): its Envoy pods start
+    /// but load no filter, reset every TLS connection and answer the
+    /// table API (and readiness) with 500 until the ConfigMap exists.
+    #[arg(long, env = "OOOI_FILTER_WASM")]
+    filter_wasm: Option<PathBuf>,
+    /// Render the --filter-wasm module without the wasmtime check (the
+    /// controller never skips it).
+    #[arg(long, requires = "filter_wasm")]
+    skip_filter_check: bool,
+    /// Namespace the controller runs in: the proxies' push-API
+    /// NetworkPolicy admits only the controller pods there.
+    #[arg(long, default_value = oooi_controller::render::DEFAULT_CONTROLLER_NAMESPACE)]
+    controller_namespace: String,
+    /// Images of components whose Infra names none, as `run` takes them.
+    #[command(flatten)]
+    images: oooi_controller::plan::images::DefaultImages,
+    /// Placement of components whose Infra leaves it unset, as `run` takes it.
+    #[command(flatten)]
+    placement: oooi_controller::plan::placement::DefaultPlacement,
+    /// Print the output and exit 0 even when an Infra is invalid, an
+    /// attachment is excluded or its Infra is not in the input (the
+    /// problems still go to stderr). Without it, render exits 1 on any of
+    /// them, so it can gate a pipeline.
+    #[arg(long)]
+    allow_invalid: bool,
+    /// Refuse a document that is not an oooi kind (by default a
+    /// Namespace, NetworkAttachmentDefinition or any other kind in the
+    /// same files is skipped, with one line on stderr each).
+    #[arg(long)]
+    strict_kinds: bool,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Print every CRD as multi-document YAML (generated from the Rust types).
@@ -32,55 +98,7 @@ enum Command {
         out: Option<PathBuf>,
     },
     /// Plan offline from CR files and print (or write) every object and config.
-    Render {
-        /// Multi-document YAML with Infra, InfraClusterAttachment, standalone
-        /// DHCPServer/DNSServer/ProxyServer and ObservedCluster/ObservedInfra
-        /// fixtures. Repeatable.
-        #[arg(short = 'f', long = "file", required = true)]
-        files: Vec<PathBuf>,
-        /// Write objects and config files under this directory instead of printing.
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// Push token to render into the Envoy config (default: a fixed,
-        /// clearly fake one; the controller generates the real one).
-        #[arg(long, env = "OOOI_PUSH_TOKEN", hide_env_values = true)]
-        push_token: Option<String>,
-        /// The filter module (the built `oooi_sni_router.wasm`). Render then
-        /// emits each proxy's `<proxy>-filter` ConfigMap as the controller's
-        /// filter rollout writes it on a fresh cluster (the module under its
-        /// versioned key `oooi-sni-router-<12 hex>.wasm`), and Envoy's config
-        /// names that module and its SHA-256. The module must first pass the
-        /// controller's wasmtime check against every rendered routing table;
-        /// a refused module fails the render, naming the check. Default:
-        /// $OOOI_FILTER_WASM when set. Without a module the output lacks the
-        /// filter ConfigMap (a note on stderr says so): its Envoy pods start
-        /// but load no filter, reset every TLS connection and answer the
-        /// table API (and readiness) with 500 until the ConfigMap exists.
-        #[arg(long, env = "OOOI_FILTER_WASM")]
-        filter_wasm: Option<PathBuf>,
-        /// Render the --filter-wasm module without the wasmtime check (the
-        /// controller never skips it).
-        #[arg(long, requires = "filter_wasm")]
-        skip_filter_check: bool,
-        /// Namespace the controller runs in: the proxies' push-API
-        /// NetworkPolicy admits only the controller pods there.
-        #[arg(long, default_value = oooi_controller::render::DEFAULT_CONTROLLER_NAMESPACE)]
-        controller_namespace: String,
-        /// Images and placement of components whose Infra leaves them
-        /// unset, as `run` takes them.
-        #[command(flatten)]
-        defaults: ComponentDefaults,
-        /// Print the output and exit 0 even when an Infra is invalid or an
-        /// attachment is excluded (the problems still go to stderr). Without
-        /// it, render exits 1 on any of them, so it can gate a pipeline.
-        #[arg(long)]
-        allow_invalid: bool,
-        /// Refuse a document that is not an oooi kind (by default a
-        /// Namespace, NetworkAttachmentDefinition or any other kind in the
-        /// same files is skipped, with one line on stderr each).
-        #[arg(long)]
-        strict_kinds: bool,
-    },
+    Render(RenderArgs),
     /// Run the controller (in cluster, or with $KUBECONFIG).
     ///
     /// Serves /metrics, /healthz and /readyz, waits for the leader Lease
@@ -92,15 +110,32 @@ enum Command {
     /// (logging which are missing) when they do not. On SIGTERM or SIGINT it
     /// finishes in-flight reconciles, releases the Lease and exits 0.
     Run(oooi_controller::run::RunArgs),
-    /// Print the ClusterRole rules the controller needs (YAML list).
+    /// Print the ClusterRole and Roles the controller needs (YAML documents
+    /// `{kind, namespace, rules}`).
     ///
-    /// Exactly the API calls `run` makes; the chart's ClusterRole is tested
-    /// against this output.
+    /// Exactly the API calls `run` makes; the chart's ClusterRole and Roles
+    /// are tested against this output.
     Rbac {
         /// The rules of `run --openshift-scc` (adds Roles, RoleBindings and
         /// `use` of the SCCs the controller grants).
         #[arg(long)]
         openshift_scc: bool,
+        /// As `run --watch-namespace`: the rules for the watched namespace
+        /// (Secrets among them) become a Role there instead of ClusterRole
+        /// rules.
+        #[arg(long)]
+        watch_namespace: Option<String>,
+        /// The controller's namespace, where its leader-election Lease is.
+        #[arg(long, default_value = oooi_controller::render::DEFAULT_CONTROLLER_NAMESPACE)]
+        release_namespace: String,
+        /// A namespace of HostedClusters whose admin kubeconfig the
+        /// controller reads (apps ingress): `get` on Secrets becomes a Role
+        /// there instead of a ClusterRole rule. Repeatable.
+        #[arg(long = "hosted-cluster-namespace")]
+        hosted_cluster_namespaces: Vec<String>,
+        /// Precede every rule with a comment saying why the controller needs it.
+        #[arg(long)]
+        explain: bool,
         /// Print the SecurityContextConstraints that `run --openshift-scc`
         /// creates for pods with an address agent, instead of the rules.
         #[arg(long)]
@@ -142,6 +177,25 @@ enum Command {
         #[arg(long, requires = "catalog")]
         bundle_image: Option<String>,
     },
+    /// GET each URL (plain HTTP) and exit 0 only when every one answers 2xx.
+    ///
+    /// For checks from this image, which has no shell or HTTP client: the
+    /// chart's `helm test` pod probes the controller's /healthz and /metrics
+    /// through its Service.
+    Probe {
+        /// A URL to GET. Repeatable; probed in order.
+        #[arg(long = "url", required = true)]
+        urls: Vec<String>,
+        /// Bound on each request, in seconds.
+        #[arg(long, default_value_t = 5)]
+        timeout_seconds: u64,
+        /// Tries per URL before giving up.
+        #[arg(long, default_value_t = 6)]
+        attempts: u32,
+        /// Seconds between tries.
+        #[arg(long, default_value_t = 5)]
+        interval_seconds: u64,
+    },
     /// Write the CR reference pages of the docs site (from the CRD schemas).
     DocsReference {
         /// Directory of the pages (the docs site's `docs/reference`).
@@ -163,76 +217,34 @@ fn crds(out: Option<PathBuf>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What `render` gives components whose Infra leaves their image or
-/// placement unset (the flags `run` takes).
-#[derive(Debug, Clone, clap::Args)]
-struct ComponentDefaults {
-    #[command(flatten)]
-    images: oooi_controller::plan::images::DefaultImages,
-    #[command(flatten)]
-    placement: oooi_controller::plan::placement::DefaultPlacement,
-}
-
-fn render(
-    files: Vec<PathBuf>,
-    token: Option<String>,
-    filter_wasm: Option<PathBuf>,
-    skip_filter_check: bool,
-    controller_namespace: String,
-    defaults: ComponentDefaults,
-    strict_kinds: bool,
-) -> anyhow::Result<oooi_controller::render::Rendered> {
+fn render(a: RenderArgs) -> anyhow::Result<oooi_controller::render::Rendered> {
     use anyhow::Context;
     use oooi_controller::render;
     let mut input = render::RenderInput {
-        controller_namespace: Some(controller_namespace),
-        images: defaults.images,
-        placement: defaults.placement,
-        strict_kinds,
+        controller_namespace: Some(a.controller_namespace),
+        images: a.images,
+        placement: a.placement,
+        strict_kinds: a.strict_kinds,
+        gitops: a.gitops,
         ..render::RenderInput::default()
     };
-    if let Some(path) = filter_wasm {
+    if let Some(path) = a.filter_wasm {
         let module =
             std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
         let mut filter = render::FilterInput::new(module);
-        filter.check = !skip_filter_check;
+        filter.check = !a.skip_filter_check;
         input.filter = Some(filter);
     }
-    for f in &files {
+    for f in &a.files {
         input.add_file(f)?;
     }
     for line in &input.skipped {
         eprintln!("skipped: {line}");
     }
-    let token = token.unwrap_or_else(|| render::OFFLINE_PUSH_TOKEN.to_string());
+    let token = a
+        .push_token
+        .unwrap_or_else(|| render::OFFLINE_PUSH_TOKEN.to_string());
     render::render(&input, &token)
-}
-
-/// Prints (or writes) what render produced, after its notes and problems;
-/// fails on a problem unless `allow_invalid`.
-fn emit(
-    rendered: &oooi_controller::render::Rendered,
-    out: Option<PathBuf>,
-    allow_invalid: bool,
-) -> anyhow::Result<()> {
-    use oooi_controller::render;
-    for note in &rendered.notes {
-        eprintln!("note: {note}");
-    }
-    for problem in &rendered.problems {
-        eprintln!("invalid: {problem}");
-    }
-    if !rendered.problems.is_empty() && !allow_invalid {
-        anyhow::bail!(
-            "{} problem(s) in the input (listed above); --allow-invalid renders anyway",
-            rendered.problems.len()
-        );
-    }
-    match out {
-        None => print!("{}", render::to_yaml(rendered)?),
-        Some(dir) => render::write_out(rendered, &dir)?,
-    }
-    Ok(())
 }
 
 struct BundleArgs {
@@ -281,38 +293,77 @@ fn bundle(args: BundleArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn probe(urls: &[String], timeout: u64, attempts: u32, interval: u64) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let answers = rt.block_on(oooi_controller::probe::all(
+        urls,
+        std::time::Duration::from_secs(timeout),
+        attempts,
+        std::time::Duration::from_secs(interval),
+    ))?;
+    for a in answers {
+        println!("{} {} ({} bytes)", a.url, a.status, a.body_len);
+    }
+    Ok(())
+}
+
+/// Prints (or writes) what render produced, after its notes and problems;
+/// fails on a problem unless `allow_invalid`.
+fn emit(
+    rendered: &oooi_controller::render::Rendered,
+    out: Option<PathBuf>,
+    allow_invalid: bool,
+) -> anyhow::Result<()> {
+    use oooi_controller::render;
+    for note in &rendered.notes {
+        eprintln!("note: {note}");
+    }
+    for problem in &rendered.problems {
+        eprintln!("invalid: {problem}");
+    }
+    if !rendered.problems.is_empty() && !allow_invalid {
+        anyhow::bail!(
+            "{} problem(s) in the input (listed above); --allow-invalid renders anyway",
+            rendered.problems.len()
+        );
+    }
+    match out {
+        None => print!("{}", render::to_yaml(rendered)?),
+        Some(dir) => render::write_out(rendered, &dir)?,
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Crds { out } => crds(out),
-        Command::Render {
-            files,
-            out,
-            push_token,
-            filter_wasm,
-            skip_filter_check,
-            controller_namespace,
-            defaults,
-            allow_invalid,
-            strict_kinds,
-        } => render(
-            files,
-            push_token,
-            filter_wasm,
-            skip_filter_check,
-            controller_namespace,
-            defaults,
-            strict_kinds,
-        )
-        .and_then(|rendered| emit(&rendered, out, allow_invalid)),
+        Command::Render(a) => {
+            let (out, allow_invalid) = (a.out.clone(), a.allow_invalid);
+            render(a).and_then(|rendered| emit(&rendered, out, allow_invalid))
+        }
         Command::Run(args) => oooi_controller::run::main(args),
         Command::Rbac {
             openshift_scc,
+            watch_namespace,
+            release_namespace,
+            hosted_cluster_namespaces,
+            explain,
             sccs,
         } => if sccs {
             oooi_controller::rbac::sccs_yaml()
         } else {
-            oooi_controller::rbac::rules_yaml_for(openshift_scc)
+            oooi_controller::rbac::layout_yaml(
+                &oooi_controller::rbac::Layout {
+                    openshift_scc,
+                    watch_namespace,
+                    release_namespace,
+                    hosted_cluster_namespaces,
+                },
+                explain,
+            )
         }
         .map(|y| print!("{y}")),
         Command::Bundle {
@@ -337,6 +388,12 @@ fn main() -> ExitCode {
             },
             catalog: catalog.zip(bundle_image),
         }),
+        Command::Probe {
+            urls,
+            timeout_seconds,
+            attempts,
+            interval_seconds,
+        } => probe(&urls, timeout_seconds, attempts, interval_seconds),
         Command::DocsReference { out } => oooi_controller::docs_reference::write(&out),
     };
     match result {

@@ -38,6 +38,19 @@
 //! routing table, as in the controller; a refused module fails the render.
 //! Without one, Envoy's projected config volume names a ConfigMap the output
 //! lacks, and [`Rendered::notes`] says so.
+//!
+//! GitOps mode ([`RenderInput::gitops`], `render --gitops`) prints only what
+//! a cluster takes as it is, for a GitOps tool to apply: no `PlanSummary`
+//! (no such kind exists in the cluster; its verdicts go to the notes), and
+//! no Secret, so no push token, placeholder or real, lands in Git. The
+//! proxies' Envoy config Secrets (`<proxy>-envoy`, they hold the push
+//! token) are written by the running controller from the token Secret
+//! `<infra>-proxy-push-token`, which it creates unless it exists (the user
+//! may create it, e.g. from a secret store). The notes name each left-out
+//! Secret.
+//!
+//! An attachment whose Infra is not in the input is a problem (render
+//! exits non-zero unless told otherwise): nothing can be rendered for it.
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -88,6 +101,9 @@ pub struct RenderInput {
     pub strict_kinds: bool,
     /// The documents of other kinds that were skipped, one line each.
     pub skipped: Vec<String>,
+    /// GitOps output ([`render`] documents what changes): only objects a
+    /// cluster accepts as they are, and no secret value.
+    pub gitops: bool,
 }
 
 /// The controller's namespace when the input names none (the chart's
@@ -583,6 +599,20 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
             .filter(|c| c.status == crate::crd::status::TRUE)
             .map(|c| json!({"type": c.type_, "reason": c.reason, "message": c.message}))
             .collect();
+        if input.gitops {
+            for v in &attachments {
+                out.notes.push(format!(
+                    "InfraClusterAttachment {ns}/{}: {}",
+                    v["name"].as_str().unwrap_or_default(),
+                    if v["accepted"].as_bool() == Some(true) {
+                        "accepted"
+                    } else {
+                        "not accepted"
+                    }
+                ));
+            }
+            continue;
+        }
         out.objects.push(json!({
             "apiVersion": crate::crd::API_VERSION,
             "kind": "PlanSummary",
@@ -609,7 +639,45 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
     for p in &input.proxy_servers {
         render_children(&mut out, &dir, &[], &[], std::slice::from_ref(p), &common)?;
     }
+    out.problems.extend(attachments_without_infra(input));
+    if input.gitops {
+        let (secrets, kept): (Vec<Value>, Vec<Value>) = std::mem::take(&mut out.objects)
+            .into_iter()
+            .partition(|o| o["kind"] == "Secret");
+        out.objects = kept;
+        for s in &secrets {
+            out.notes.push(format!(
+                "--gitops: Secret {}/{} (Envoy's config with the push token) is left out: the controller writes it at run time from the push token Secret the ProxyServer names",
+                s["metadata"]["namespace"].as_str().unwrap_or_default(),
+                s["metadata"]["name"].as_str().unwrap_or_default(),
+            ));
+        }
+    }
     Ok(out)
+}
+
+/// One problem per attachment whose Infra (`spec.infraRef`, in the
+/// attachment's namespace) the input does not hold: render plans nothing
+/// for it, which would otherwise pass unnoticed.
+pub fn attachments_without_infra(input: &RenderInput) -> Vec<String> {
+    input
+        .attachments
+        .iter()
+        .filter(|a| {
+            !input.infras.iter().any(|i| {
+                i.metadata.namespace == a.metadata.namespace
+                    && i.metadata.name.as_deref() == Some(a.spec.infra_ref.name.as_str())
+            })
+        })
+        .map(|a| {
+            let ns = a.metadata.namespace.as_deref().unwrap_or_default();
+            format!(
+                "InfraClusterAttachment {ns}/{}: spec.infraRef.name: Infra {ns}/{} is not in the input, so nothing is rendered for this attachment (add the file that holds the Infra)",
+                a.metadata.name.as_deref().unwrap_or_default(),
+                a.spec.infra_ref.name
+            )
+        })
+        .collect()
 }
 
 /// Every object as multi-document YAML.
