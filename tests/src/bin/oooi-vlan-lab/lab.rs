@@ -250,7 +250,7 @@ impl Lab {
 
     /// Starts `argv`, logging to `<dir>/<log>.log` (appended to); records
     /// the pid and returns it.
-    fn spawn_argv(&mut self, log: &str, argv: &[&str]) -> Result<u32> {
+    pub fn spawn_argv(&mut self, log: &str, argv: &[&str]) -> Result<u32> {
         let logf = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

@@ -82,6 +82,7 @@ mod replicas;
 mod report;
 mod steady;
 mod steps;
+mod watch;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -172,6 +173,19 @@ enum Cmd {
         #[arg(long, default_value_t = 3000)]
         connect_timeout_ms: u64,
     },
+    /// (internal) Hold a long-lived TLS connection (SNI --sni) to each ADDR,
+    /// sending a line every --interval-ms and reading its echo, reopened
+    /// when it ends, until --stop exists; one JSON line per connection.
+    #[command(hide = true)]
+    Watch {
+        addrs: Vec<SocketAddr>,
+        #[arg(long)]
+        sni: String,
+        #[arg(long)]
+        stop: PathBuf,
+        #[arg(long, default_value_t = 250)]
+        interval_ms: u64,
+    },
     /// (internal) HTTP request: METHOD ADDR PATH [--token T] [--body FILE].
     #[command(hide = true)]
     Http {
@@ -204,6 +218,17 @@ fn main() -> Result<()> {
             &targets,
             std::time::Duration::from_millis(interval_ms),
             std::time::Duration::from_millis(connect_timeout_ms),
+            &stop,
+        ),
+        Some(Cmd::Watch {
+            addrs,
+            sni,
+            stop,
+            interval_ms,
+        }) => watch::run(
+            &addrs,
+            &sni,
+            std::time::Duration::from_millis(interval_ms),
             &stop,
         ),
         Some(Cmd::Connect { addr }) => {

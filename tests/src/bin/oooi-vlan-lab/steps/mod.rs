@@ -7,6 +7,7 @@
 mod changes;
 mod failover;
 mod infra;
+mod node_loss;
 mod pods;
 mod topology;
 mod workers;
@@ -73,6 +74,11 @@ pub fn run(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
         &booted,
         &mut report,
     )?;
+
+    // 8b. Node loss with floating addresses: the address agents beside
+    // every DNS and proxy replica move replica 1's addresses to replica 2
+    // and back.
+    node_loss::run(lab, args, &rendered, &ns, &plane, &booted, &mut report)?;
 
     // 9. MetalLB moves an apps VIP; 10. the last attachment is deleted;
     // 11. the remaining cluster's workers become known; 12. the Infra no
