@@ -172,6 +172,9 @@ enum Cmd {
         interval_ms: u64,
         #[arg(long, default_value_t = 3000)]
         connect_timeout_ms: u64,
+        /// Look up only, connect to nothing.
+        #[arg(long)]
+        lookup_only: bool,
     },
     /// (internal) Hold a long-lived TLS connection (SNI --sni) to each ADDR,
     /// sending a line every --interval-ms and reading its echo, reopened
@@ -214,10 +217,12 @@ fn main() -> Result<()> {
             stop,
             interval_ms,
             connect_timeout_ms,
+            lookup_only,
         }) => steady::run(
             &targets,
             std::time::Duration::from_millis(interval_ms),
             std::time::Duration::from_millis(connect_timeout_ms),
+            lookup_only,
             &stop,
         ),
         Some(Cmd::Watch {

@@ -25,7 +25,7 @@
 //! home. Printed: p50/p99/max per window and the Lease API load.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow, bail};
@@ -36,6 +36,7 @@ use super::infra::DataPlane;
 use super::topology::Namespaces;
 use super::workers::Booted;
 use crate::UpArgs;
+use crate::clients::Push;
 use crate::lab::{Lab, sibling};
 use crate::render::Rendered;
 use crate::report::Report;
@@ -58,23 +59,24 @@ const CONNECT_EXTRA_MS: f64 = 3000.0;
 /// A long-lived connection through the lost address must end this soon.
 const RESET_LIMIT_MS: f64 = 3000.0;
 /// How long each curl run lasts after its handshake: the backend echoes
-/// and never closes, so curl is ended by its low-speed limit (less than a
-/// byte per second for this long), which runs only after the connection is
-/// up; its connect keeps curl's defaults (300 s, addresses in order). The
-/// figure is its TLS handshake (`time_appconnect`).
+/// and never closes, so curl is ended by its low-speed limit (less than
+/// 1000 bytes per second for this long; the banner and the echo are about
+/// 100 bytes), which runs only after the connection is up; its connect
+/// keeps curl's defaults (300 s, addresses in order). The figure is its
+/// connect and TLS handshake (`time_appconnect` less its own lookup).
 const CURL_IDLE_S: u32 = 1;
 /// curl loops side by side (each run lasts about two seconds).
 const CURL_LOOPS: u32 = 4;
 
 /// A node-loss variant: how the node is cut and brought back (run in the
 /// replica's namespace).
-struct Loss {
-    name: &'static str,
-    cut: &'static str,
-    restore: &'static str,
+pub struct Loss {
+    pub name: &'static str,
+    pub cut: &'static str,
+    pub restore: &'static str,
 }
 
-const LOSSES: [Loss; 2] = [
+pub const LOSSES: [Loss; 2] = [
     Loss {
         name: "node loss, neighbour answers (every IP packet dropped)",
         cut: "iptables -A INPUT -i lo -j ACCEPT && iptables -A OUTPUT -o lo -j ACCEPT && iptables -P INPUT DROP && iptables -P OUTPUT DROP",
@@ -91,6 +93,8 @@ const LOSSES: [Loss; 2] = [
 struct Agent {
     ns: String,
     identity: String,
+    component: &'static str,
+    args: Vec<String>,
 }
 
 /// A window of the run (ms since the epoch).
@@ -99,22 +103,25 @@ struct Window {
     name: String,
     from: f64,
     to: f64,
-    /// A loss (the long-lived connections through it must be reset) or a
-    /// return (a hand-over: two MACs allowed).
+    /// A loss (the long-lived connections through it must be reset, no two
+    /// MACs) or else a return or a drain (hand-overs: two MACs allowed).
     loss: bool,
+    /// A drain: the long-lived connection through the drained proxy must be
+    /// reset as well.
+    drain: bool,
 }
 
-/// Runs the node-loss steps.
-#[allow(clippy::too_many_arguments)]
+/// Runs the node-loss steps; the agents' process ids (they keep running).
 pub fn run(
     lab: &mut Lab,
     args: &UpArgs,
     r: &Rendered,
     ns: &Namespaces,
-    plane: &DataPlane,
+    plane: &mut DataPlane,
+    (push, table): (&Push, &Path),
     booted: &[Booted],
     report: &mut Report,
-) -> Result<()> {
+) -> Result<Vec<u32>> {
     let Some((cluster, worker)) = booted.first().cloned() else {
         bail!("node loss: no booted worker");
     };
@@ -164,6 +171,7 @@ pub fn run(
     // One agent per replica, each with every address of its component.
     let launcher = args.launcher();
     let mut agents: Vec<Agent> = Vec::new();
+    let mut agent_pids: Vec<u32> = Vec::new();
     let components = [
         (
             "dns",
@@ -202,10 +210,13 @@ pub fn run(
             ]
             .map(String::from)
             .to_vec();
-            spawn_agent(lab, &launcher, rns, component, &kubeconfig, &agent_args)?;
+            let pid = spawn_agent(lab, &launcher, rns, component, &kubeconfig, &agent_args)?;
+            agent_pids.push(pid);
             agents.push(Agent {
                 ns: rns.clone(),
                 identity,
+                component,
+                args: agent_args,
             });
         }
     }
@@ -269,7 +280,7 @@ pub fn run(
     for k in 0..CURL_LOOPS {
         let script = format!(
             "sleep {delay}; while [ ! -e {stop_arg} ]; do t=$(date +%s%3N); \
-             r=$(curl -sk --http0.9 -o /dev/null -Y 1 -y {CURL_IDLE_S} -w '%{{time_namelookup}} %{{time_connect}} %{{time_appconnect}} %{{remote_ip}}' https://{fqdn}:6443/ 2>/dev/null); \
+             r=$(curl -sk --http0.9 -o /dev/null -Y 1000 -y {CURL_IDLE_S} -w '%{{time_namelookup}} %{{time_connect}} %{{time_appconnect}} %{{remote_ip}}' https://{fqdn}:6443/ 2>/dev/null); \
              echo \"$t $? $r\"; done",
             delay = f64::from(k) * 0.4,
         );
@@ -322,6 +333,7 @@ pub fn run(
         from,
         to: now_ms(),
         loss: false,
+        drain: false,
     });
     let stats_at_start = (now_ms(), lease_requests(&stats));
     let lost_ns = [ns.dns[0].clone(), ns.proxy[0].clone()];
@@ -357,6 +369,7 @@ pub fn run(
             from,
             to: now_ms(),
             loss: true,
+            drain: false,
         });
         println!("  return: the node is back, its addresses go home");
         let w = windows.len();
@@ -379,8 +392,106 @@ pub fn run(
             from,
             to: now_ms(),
             loss: false,
+            drain: false,
         });
     }
+    // A drain: replica 1's pods are deleted (each agent hands its address
+    // on, then the component stops and the address leaves with the pod),
+    // and replaced 3 s later with the same static address.
+    println!("  drain: replica 1 of DNS and proxy deleted, replaced 3 s later");
+    let w = windows.len();
+    start_arping(lab, w, &mut arpings);
+    from = now_ms();
+    let drained: Vec<usize> = agents
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.ns == ns.dns[0] || a.ns == ns.proxy[0])
+        .map(|(i, _)| i)
+        .collect();
+    for &i in &drained {
+        let _ = crate::lab::run(&["kill", "-TERM", &agent_pids[i].to_string()]);
+    }
+    let taken = poll(10, || {
+        (held(lab, &ns.dns[1], &dns1) && held(lab, &ns.proxy[1], &proxy1)).then(now_ms)
+    });
+    for &i in &drained {
+        lab.reap(agent_pids[i], Duration::from_secs(5))?;
+    }
+    let dns_started = plane.dns[0].1.clone();
+    let proxy_started = plane.proxies[0].1.clone();
+    lab.kill_9(&dns_started)?;
+    lab.kill_9(&proxy_started)?;
+    for (n, ip) in [(&ns.dns[0], &dns1), (&ns.proxy[0], &proxy1)] {
+        // Gone with the pod (its agent already removed it).
+        let _ = crate::lab::run(&[
+            "ip",
+            "-n",
+            n,
+            "addr",
+            "del",
+            &format!("{ip}/{}", r.plen),
+            "dev",
+            "net1",
+        ]);
+    }
+    std::thread::sleep(Duration::from_millis(3000));
+    // The replacement: the CNI gives it its static address, then its
+    // containers start; the controller pushes the table to the new proxy.
+    for (n, ip) in [(&ns.dns[0], &dns1), (&ns.proxy[0], &proxy1)] {
+        crate::lab::run(&[
+            "ip",
+            "-n",
+            n,
+            "addr",
+            "add",
+            &format!("{ip}/{}", r.plen),
+            "dev",
+            "net1",
+        ])?;
+    }
+    plane.dns[0].1 = lab.restart(&dns_started)?;
+    plane.proxies[0].1 = lab.restart(&proxy_started)?;
+    for &i in &drained {
+        let a = &agents[i];
+        agent_pids[i] = spawn_agent(lab, &launcher, &a.ns, a.component, &kubeconfig, &a.args)?;
+    }
+    let api0 = push
+        .apis
+        .first()
+        .cloned()
+        .ok_or_else(|| anyhow!("no table API"))?;
+    let pushed = poll(30, || {
+        let got = push.put_to(lab, &api0, table);
+        got.starts_with("200").then_some(got)
+    });
+    let home = poll(20, || {
+        (held(lab, &ns.dns[0], &dns1) && held(lab, &ns.proxy[0], &proxy1)).then(now_ms)
+    });
+    std::thread::sleep(SETTLE);
+    stop_arpings(lab, &arpings, w);
+    println!(
+        "  measured: drain: both addresses on replica 2 after {}; replacement pushed: {}; home again {} after the replacement started",
+        taken.map_or("never".to_string(), |t| format!(
+            "{:.2} s",
+            (t - from) / 1000.0
+        )),
+        if pushed.is_some() { "yes" } else { "no" },
+        home.map_or("never".to_string(), |t| format!(
+            "{:.2} s",
+            (t - from - 3000.0) / 1000.0
+        )),
+    );
+    returned.push(match home {
+        Some(t) => format!("{:.2} s", (t - from) / 1000.0),
+        None => "not home within 20 s".into(),
+    });
+    windows.push(Window {
+        name: "drain of replica 1 (replaced after 3 s)".into(),
+        from,
+        to: now_ms(),
+        loss: false,
+        drain: true,
+    });
     let stats_at_end = (now_ms(), lease_requests(&stats));
     std::fs::write(&stop, b"")?;
     for pid in pids {
@@ -590,7 +701,7 @@ pub fn run(
                 )
             },
         );
-        if w.loss {
+        if w.loss || w.drain {
             // The long-lived connection through the lost proxy address that
             // was open at the loss: how it ended.
             let through: Vec<&Value> = watches
@@ -667,7 +778,7 @@ pub fn run(
             .collect::<Vec<_>>()
             .join(", ")
     );
-    Ok(())
+    Ok(agent_pids)
 }
 
 /// Starts the agent of the replica in `rns`: the cargo-built binary, or
@@ -680,7 +791,7 @@ fn spawn_agent(
     component: &str,
     kubeconfig: &std::path::Path,
     args: &[String],
-) -> Result<()> {
+) -> Result<u32> {
     let log = format!(
         "agent-{}",
         rns.trim_start_matches(&format!("{}-", lab.prefix))
@@ -726,8 +837,7 @@ fn spawn_agent(
     };
     let mut all: Vec<&str> = argv.iter().map(String::as_str).collect();
     all.extend(args.iter().map(String::as_str));
-    lab.spawn_argv(&log, &all)?;
-    Ok(())
+    lab.spawn_argv(&log, &all)
 }
 
 /// Whether the agent in `rns` holds `ip` (its metric) and the address is
@@ -782,7 +892,7 @@ fn double_answers(out: &str) -> usize {
 }
 
 /// p50, p99 and max of `v` in ms.
-fn spread(v: &[f64]) -> String {
+pub fn spread(v: &[f64]) -> String {
     if v.is_empty() {
         return "none".to_string();
     }
@@ -799,7 +909,7 @@ fn spread(v: &[f64]) -> String {
 }
 
 /// Calls `f` every 50 ms until it gives a value or `secs` have passed.
-fn poll<T>(secs: u64, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+pub fn poll<T>(secs: u64, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
         if let Some(v) = f() {
