@@ -82,8 +82,7 @@ pub fn run(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
     let agents = node_loss::run(
         lab,
         args,
-        &rendered,
-        &ns,
+        (&rendered, &ns),
         &mut plane,
         (&push, &rendered.routes_file),
         &booted,

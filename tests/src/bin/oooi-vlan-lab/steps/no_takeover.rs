@@ -41,7 +41,6 @@ pub const RESOLVER_OPTIONS: &str = "options timeout:1 attempts:2 rotate";
 
 /// Runs the takeover-off steps; `agents` are the address agents' process
 /// ids (stopped here).
-#[allow(clippy::too_many_arguments)]
 pub fn run(
     lab: &mut Lab,
     r: &Rendered,

@@ -115,8 +115,7 @@ struct Window {
 pub fn run(
     lab: &mut Lab,
     args: &UpArgs,
-    r: &Rendered,
-    ns: &Namespaces,
+    (r, ns): (&Rendered, &Namespaces),
     plane: &mut DataPlane,
     (push, table): (&Push, &Path),
     booted: &[Booted],
