@@ -303,7 +303,9 @@ impl Lab {
 pub fn sibling(name: &str) -> Result<PathBuf> {
     let var = format!(
         "OOOI_{}_BIN",
-        name.trim_start_matches("oooi-").to_uppercase().replace('-', "_")
+        name.trim_start_matches("oooi-")
+            .to_uppercase()
+            .replace('-', "_")
     );
     if let Ok(p) = std::env::var(&var) {
         return Ok(PathBuf::from(p));

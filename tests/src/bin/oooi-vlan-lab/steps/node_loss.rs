@@ -156,14 +156,26 @@ pub fn run(
             .filter(|t| t.contains("listening on"))
     })
     .ok_or_else(|| anyhow!("oooi-kube-mock did not start: see {}", mock_log.display()))?;
+    // The API is plain HTTP, but the kube client builds its TLS settings
+    // anyway: without a CA in the kubeconfig it loads the system's, which a
+    // scratch image has none of (in a pod, the service account's CA is
+    // there). A CA of the lab's own, never used, stands in for it.
+    let ca = lab.dir.join("kube-ca.pem");
+    std::fs::write(
+        &ca,
+        rcgen::generate_simple_self_signed(vec!["oooi-kube-mock".to_string()])?
+            .cert
+            .pem(),
+    )?;
     let kubeconfig = lab.dir.join("kubeconfig");
     std::fs::write(
         &kubeconfig,
         format!(
             "apiVersion: v1\nkind: Config\ncurrent-context: lab\n\
-             clusters: [{{name: lab, cluster: {{server: \"http://{API}\"}}}}]\n\
+             clusters: [{{name: lab, cluster: {{server: \"http://{API}\", certificate-authority: \"{}\"}}}}]\n\
              contexts: [{{name: lab, context: {{cluster: lab, user: lab, namespace: oooi-system}}}}]\n\
-             users: [{{name: lab, user: {{}}}}]\n"
+             users: [{{name: lab, user: {{}}}}]\n",
+            ca.display()
         ),
     )?;
 
