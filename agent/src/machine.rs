@@ -16,7 +16,8 @@
 //!   holder has dropped the address `lease_duration - renew_deadline` before
 //!   anyone may take it.
 //! - **Only a ready replica holds.** Not ready: release the Lease (the
-//!   address stays until the next holder shows up or the renew deadline).
+//!   address stays until the renew deadline, so workers still sending here
+//!   are answered while the next holder's announcement reaches them).
 //! - **Home.** Each address has one home replica. A home that has been ready
 //!   for `home_ready_for` while another replica holds its address marks the
 //!   Lease as wanted; the holder hands the Lease over and keeps answering
@@ -407,23 +408,15 @@ impl Machine {
                 self.address = Address::Off;
                 Some(NetAction::Remove(DropReason::Lost))
             }
-            Address::Draining { version, until } => {
-                let moved_on = match &self.observed {
-                    Some((Observation::Found(r), _)) => r.version != *version,
-                    _ => true,
-                };
-                if moved_on && !mine {
-                    // The next holder wrote; it adds the address as soon as
-                    // its write is answered. Half a period more keeps the
-                    // move free of a gap.
-                    let linger = now + self.timing.retry_period / 2;
-                    self.address = Address::Draining {
-                        version: version.clone(),
-                        until: (*until).min(linger),
-                    };
-                }
-                None
-            }
+            // A draining address stays until the renew deadline (`fence`),
+            // also after the next holder wrote: that one adds the address
+            // and announces it, but a worker whose neighbour entry was
+            // refreshed less than its `locktime` (1 s on Linux) ago ignores
+            // the announcement and keeps sending here until the next one
+            // (`--announce-every`). Packets still arriving here then reach
+            // the sockets that own them instead of being dropped without a
+            // reset.
+            Address::Draining { .. } => None,
             _ => None,
         }
     }
@@ -801,7 +794,7 @@ mod tests {
     }
 
     #[test]
-    fn unready_holder_releases_and_keeps_answering_until_the_next_holder_shows() {
+    fn unready_holder_releases_and_keeps_answering_until_the_renew_deadline() {
         let t0 = Instant::now();
         let mut m = holding(t0, false);
         m.set_ready(t0 + ms(200), false);
@@ -821,11 +814,12 @@ mod tests {
         // Same version: still draining.
         assert_eq!(m.observe(t0 + ms(400), found(None, "3")), None);
         assert_eq!(m.next(t0 + ms(400)).request, Request::Read);
-        // The next holder wrote: gone half a period later.
+        // The next holder wrote: still here until the renew deadline (1 s
+        // after the release was sent), for workers still sending here.
         assert_eq!(m.observe(t0 + ms(600), found(Some(OTHER), "4")), None);
-        assert_eq!(m.fence(t0 + ms(849)), None);
+        assert_eq!(m.fence(t0 + ms(1199)), None);
         assert_eq!(
-            m.fence(t0 + ms(850)),
+            m.fence(t0 + ms(1200)),
             Some(NetAction::Remove(DropReason::Drained))
         );
         assert!(m.is_idle());
@@ -893,7 +887,7 @@ mod tests {
     }
 
     #[test]
-    fn holder_hands_a_wanted_address_to_its_home_and_drops_it_once_the_home_renews() {
+    fn holder_hands_a_wanted_address_to_its_home_and_drops_it_at_the_renew_deadline() {
         let t0 = Instant::now();
         let mut m = holding(t0, false);
         let mut wanted = record(Some(ME), "3");
@@ -919,8 +913,11 @@ mod tests {
         assert!(m.address_on(), "make before break: still answering");
         assert_eq!(m.observe(t0 + ms(500), found(Some(OTHER), "4")), None);
         assert_eq!(m.observe(t0 + ms(800), found(Some(OTHER), "5")), None);
+        // Kept until the renew deadline of the hand-over write (sent at
+        // 300 ms), for workers that still send here.
+        assert_eq!(m.fence(t0 + ms(1299)), None);
         assert_eq!(
-            m.fence(t0 + ms(1050)),
+            m.fence(t0 + ms(1300)),
             Some(NetAction::Remove(DropReason::Drained))
         );
     }

@@ -163,12 +163,13 @@ async fn a_holder_that_loses_the_api_drops_the_address_before_its_lease_can_expi
     // B was dns-1's? No: B is dns-2's home, untouched.
     assert_eq!(wire.holders(B), ["dns-2"]);
     // The API comes back: dns-1 sees it lost A, and as A's home asks for it
-    // back (a hand-back: both answer for at most half a period).
+    // back (a hand-back: both answer until the old holder's renew deadline,
+    // 400 ms here, so that workers still sending to it are answered).
     one.api.store(true, Ordering::SeqCst);
     wait_for(Duration::from_secs(3), || wire.holders(A) == ["dns-1"])
         .await
         .expect("A goes home once the API is back");
-    assert!(wire.longest_overlap(A) <= Duration::from_millis(100));
+    assert!(wire.longest_overlap(A) <= Duration::from_millis(450));
     assert!(cut.elapsed() < Duration::from_secs(5));
 }
 

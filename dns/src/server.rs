@@ -334,6 +334,40 @@ async fn udp_loop(sock: Arc<UdpSocket>, local: SocketAddr, engine: Arc<Engine>) 
     }
 }
 
+/// A non-blocking socket of type `ty` bound to `addr` (and listening, for
+/// TCP). With `freebind` the bind succeeds while `addr` is on no interface
+/// (IP_FREEBIND, no capability needed), and the socket receives for it as
+/// soon as it is added.
+fn bind_socket<S: From<socket2::Socket>>(
+    addr: SocketAddr,
+    ty: socket2::Type,
+    freebind: bool,
+) -> std::io::Result<S> {
+    let domain = socket2::Domain::for_address(addr);
+    let sock = socket2::Socket::new(domain, ty, None)?;
+    if addr.is_ipv6() {
+        sock.set_only_v6(true)?;
+    }
+    if ty == socket2::Type::STREAM {
+        // As tokio's TcpListener::bind: a restart binds while old
+        // connections are in TIME_WAIT.
+        sock.set_reuse_address(true)?;
+    }
+    if freebind {
+        if addr.is_ipv4() {
+            sock.set_freebind_v4(true)?;
+        } else {
+            sock.set_freebind_v6(true)?;
+        }
+    }
+    sock.set_nonblocking(true)?;
+    sock.bind(&addr.into())?;
+    if ty == socket2::Type::STREAM {
+        sock.listen(1024)?;
+    }
+    Ok(S::from(sock))
+}
+
 struct Listener {
     udp: JoinHandle<()>,
     tcp: hickory_server::Server<Handler>,
@@ -359,22 +393,31 @@ impl Listeners {
         self.open.keys().copied().collect()
     }
 
-    async fn bind(&self, addr: SocketAddr) -> std::io::Result<Listener> {
-        let udp = Arc::new(UdpSocket::bind(addr).await?);
-        let tcp = tokio::net::TcpListener::bind(addr).await?;
+    async fn bind(&self, addr: SocketAddr, freebind: bool) -> std::io::Result<Listener> {
+        let udp = Arc::new(UdpSocket::from_std(bind_socket(
+            addr,
+            socket2::Type::DGRAM,
+            freebind,
+        )?)?);
+        let tcp =
+            tokio::net::TcpListener::from_std(bind_socket(addr, socket2::Type::STREAM, freebind)?)?;
         let mut server = hickory_server::Server::new(self.engine.handler(addr));
         server.register_listener(tcp, Duration::from_secs(10), 64);
         let udp = tokio::spawn(udp_loop(udp, addr, self.engine.clone()));
         Ok(Listener { udp, tcp: server })
     }
 
-    /// Closes listeners not in `wanted` and opens the missing ones. Returns
-    /// the addresses that could not be bound, with the reason.
-    pub async fn apply(&mut self, wanted: &[SocketAddr]) -> Vec<(SocketAddr, std::io::Error)> {
+    /// Closes listeners not in `wanted` and opens the missing ones, each
+    /// with IP_FREEBIND when its flag is set. Returns the addresses that
+    /// could not be bound, with the reason.
+    pub async fn apply(
+        &mut self,
+        wanted: &[(SocketAddr, bool)],
+    ) -> Vec<(SocketAddr, std::io::Error)> {
         let gone: Vec<SocketAddr> = self
             .open
             .keys()
-            .filter(|a| !wanted.contains(a))
+            .filter(|a| !wanted.iter().any(|(w, _)| w == *a))
             .copied()
             .collect();
         for addr in gone {
@@ -390,13 +433,13 @@ impl Listeners {
             }
         }
         let mut failed = Vec::new();
-        for &addr in wanted {
+        for &(addr, freebind) in wanted {
             if self.open.contains_key(&addr) {
                 continue;
             }
-            match self.bind(addr).await {
+            match self.bind(addr, freebind).await {
                 Ok(l) => {
-                    tracing::info!(%addr, "listening on UDP and TCP");
+                    tracing::info!(%addr, freebind, "listening on UDP and TCP");
                     self.open.insert(addr, l);
                 }
                 Err(e) => {
@@ -426,7 +469,7 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let (addrs, http) = {
         let s = engine.config();
-        (s.config.listen_addresses(), metrics.or(s.config.http))
+        (s.config.listeners(), metrics.or(s.config.http))
     };
     if let Some(http) = http {
         let listener = tokio::net::TcpListener::bind(http).await?;
@@ -443,7 +486,7 @@ pub async fn serve(
     crate::metrics::READY.store(true, std::sync::atomic::Ordering::Relaxed);
     let _checks = crate::health_checks::spawn(engine.clone());
     while changed.changed().await.is_ok() {
-        let addrs = engine.config().config.listen_addresses();
+        let addrs = engine.config().config.listeners();
         listeners.apply(&addrs).await;
     }
     // The reload side is gone: keep serving what is open.

@@ -118,7 +118,12 @@ pub struct StaticCluster {
 pub struct ProxyConfig {
     /// Envoy admin interface; keep it on loopback.
     pub admin: SocketAddr,
-    /// Address the TLS listeners bind (the proxy's VLAN address).
+    /// Address the routing listeners bind (the proxy's VLAN address, or the
+    /// unspecified address for all of them). Routing listeners are rendered
+    /// with `freebind: true` (IP_FREEBIND, no capability needed): a listener
+    /// on an address that is not on an interface yet still binds, and a
+    /// floating VLAN address that an address agent adds later is answered
+    /// at once.
     pub listen_address: IpAddr,
     /// Routing listener ports, e.g. 6443 and 443: TLS passthrough by SNI or
     /// source, except [`HTTP_HOST_PORT`] (80), which is plain HTTP routed by
@@ -569,6 +574,7 @@ fn tls_listener(addr: IpAddr, port: u16, route: Value, refuse: Value) -> Value {
         "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
         "name": format!("tls_{port}"),
         "address": socket(addr, port),
+        "freebind": true,
         "listener_filters": [{
             "name": "envoy.filters.listener.tls_inspector",
             "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector"},
@@ -701,6 +707,7 @@ fn http_host_listener(addr: IpAddr, port: u16, filter: Value) -> Value {
         "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
         "name": format!("http_{port}"),
         "address": socket(addr, port),
+        "freebind": true,
         "filter_chains": [{"filters": [
             filter,
             {
@@ -1179,6 +1186,28 @@ mod tests {
                 .unwrap()
                 .contains("tls_inspector")
         );
+    }
+
+    /// A floating VLAN address is answered as soon as it is added: every
+    /// routing listener binds with IP_FREEBIND; the table API and metrics
+    /// listeners (pod network only) do not.
+    #[test]
+    fn routing_listeners_bind_with_freebind_for_floating_addresses() {
+        let mut c = cfg();
+        c.tls_ports = vec![443, 6443, HTTP_HOST_PORT];
+        c.metrics = Some("0.0.0.0:9102".parse().unwrap());
+        let r = render(&c, Path::new("/etc/envoy"));
+        let mut routing = 0;
+        for l in r.listeners["resources"].as_array().unwrap() {
+            let name = l["name"].as_str().unwrap();
+            if name == API_LISTENER || name == METRICS_LISTENER {
+                assert!(l.get("freebind").is_none(), "{name}");
+            } else {
+                assert_eq!(l["freebind"], true, "{name}");
+                routing += 1;
+            }
+        }
+        assert_eq!(routing, 3);
     }
 
     /// The filter leaves `envoy.upstream.dynamic_port` out when the upstream

@@ -5,14 +5,19 @@
 //! deletion, the aliases absent while no worker is known then present
 //! once a Machine reports its address, and the pod view of a management
 //! pod with `internalProxyService` then without it (each change a
-//! re-render, DNS ConfigMap swap and table push). Then
+//! re-render, DNS ConfigMap swap and table push), the crash of a replica of
+//! each, and node loss with floating addresses (the address agent from the
+//! images beside every DNS and proxy replica, Leases in `oooi-kube-mock`):
+//! two node losses, their returns and a drain, then the same losses with
+//! takeover off (health-checked DNS answers). Then
 //! the lab process is killed with SIGKILL (a crash) and `down` must remove
 //! everything it left.
 //!
 //! The data plane runs from the images (`tools/dev test` builds them first
 //! and sets `OOOI_IMAGE_VERSION` and podman's settings). Needs
-//! `oooi-controller` built beside the lab binary (`cargo test --workspace`
-//! builds it) or `OOOI_CONTROLLER_BIN`, the filter module
+//! `oooi-controller` and `oooi-kube-mock` built beside the lab binary
+//! (`cargo test --workspace` builds them) or `OOOI_CONTROLLER_BIN` and
+//! `OOOI_KUBE_MOCK_BIN`, the filter module
 //! (`OOOI_FILTER_WASM`), podman, busybox and dig (`tools/dev setup`).
 
 use std::io::{BufRead, BufReader};
@@ -349,6 +354,28 @@ fn two_clusters_on_a_simulated_vlan_then_down_after_a_crash() {
         "0",
     );
     step("connections that failed on every address", "0");
+    // Node loss with floating addresses, then takeover off.
+    step("every agent holds its home address", "yes");
+    for event in [
+        "node loss, neighbour answers (every IP packet dropped)",
+        "node loss, neighbour silent (links down)",
+    ] {
+        step(
+            &format!("{event}: long-lived connection through 192.0.2.4"),
+            "reset within 3 s",
+        );
+        step(&format!("{event}: failed lookups or connections"), "0");
+        step(&format!("{event}: arping probes answered by two MACs"), "0");
+    }
+    step(
+        "drain of replica 1 (replaced after 3 s): failed lookups or connections",
+        "0",
+    );
+    step("each address went home after each return", "yes");
+    step(
+        "takeover off, node loss, neighbour answers (every IP packet dropped): lookups from 2 s after the loss answering 192.0.2.4 first",
+        "0 of more than 0",
+    );
     assert!(
         lines
             .iter()

@@ -206,6 +206,13 @@ pub struct RawView {
     /// goes to the first view that lists its listener and matches its source.
     #[serde(default)]
     pub source_subnets: Vec<String>,
+    /// Bind these listeners even when the address is not (yet) on any
+    /// interface (IP_FREEBIND, an unprivileged socket option): a floating
+    /// address that an address agent adds later is answered at once. List
+    /// every address of the component in `listen`. Off: a listener whose
+    /// address is missing fails to bind (a typo shows at start).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub freebind: bool,
     /// Explicit zones.
     #[serde(default)]
     pub zones: Vec<RawZone>,

@@ -199,6 +199,31 @@ views:
     }
 
     #[test]
+    fn freebind_listeners_follow_the_view_that_asks_for_them() {
+        let text = r#"
+views:
+  - name: vlan
+    freebind: true
+    listen: ["192.0.2.3:53", "192.0.2.13:53"]
+  - name: pods
+    listen: ["10.128.0.3:5353", "192.0.2.3:53"]
+"#;
+        let c = Config::parse(text).expect("valid");
+        let a = |s: &str| s.parse::<SocketAddr>().expect("addr");
+        assert_eq!(
+            c.listeners(),
+            vec![
+                (a("192.0.2.3:53"), true),
+                (a("192.0.2.13:53"), true),
+                (a("10.128.0.3:5353"), false),
+            ]
+        );
+        let off =
+            Config::parse(r#"{"views":[{"name":"v","listen":["127.0.0.1:53"]}]}"#).expect("valid");
+        assert_eq!(off.listeners(), vec![(a("127.0.0.1:53"), false)]);
+    }
+
+    #[test]
     fn listen_addresses_are_distinct_in_order() {
         let text = r#"
 views:

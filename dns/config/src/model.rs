@@ -128,6 +128,9 @@ pub struct View {
     /// Ports listened on at the pod's own address (`$(POD_IP):port` in the
     /// file); [`Config::with_pod_ip`] turns them into `listen` addresses.
     pub pod_ip_ports: Vec<u16>,
+    /// Bind the listeners with IP_FREEBIND (addresses that may be added to
+    /// an interface later).
+    pub freebind: bool,
     /// Client subnets; empty matches any client.
     pub source_subnets: Vec<IpNet>,
     /// Owned zones, longest origin first.
@@ -227,6 +230,22 @@ impl Config {
             }),
             None => Ok(()),
         }
+    }
+
+    /// Every distinct listener address with whether it binds with
+    /// IP_FREEBIND (when any view listing it asks for it), in order of first
+    /// appearance.
+    pub fn listeners(&self) -> Vec<(SocketAddr, bool)> {
+        let mut out: Vec<(SocketAddr, bool)> = Vec::new();
+        for v in &self.views {
+            for a in &v.listen {
+                match out.iter_mut().find(|(b, _)| b == a) {
+                    Some((_, freebind)) => *freebind |= v.freebind,
+                    None => out.push((*a, v.freebind)),
+                }
+            }
+        }
+        out
     }
 
     /// Every distinct listener address, in order of first appearance.

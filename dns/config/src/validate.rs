@@ -376,6 +376,7 @@ fn view(f: &str, v: &RawView, clusters: &[Cluster], ttl: u32) -> Result<View, Co
         name: v.name.clone(),
         listen,
         pod_ip_ports,
+        freebind: v.freebind,
         source_subnets,
         zones,
         hosts,

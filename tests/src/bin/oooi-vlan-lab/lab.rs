@@ -250,7 +250,7 @@ impl Lab {
 
     /// Starts `argv`, logging to `<dir>/<log>.log` (appended to); records
     /// the pid and returns it.
-    fn spawn_argv(&mut self, log: &str, argv: &[&str]) -> Result<u32> {
+    pub fn spawn_argv(&mut self, log: &str, argv: &[&str]) -> Result<u32> {
         let logf = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -298,11 +298,14 @@ impl Lab {
 }
 
 /// A sibling binary of this one (cargo puts every workspace binary in the
-/// same directory), or `$OOOI_<NAME>_BIN`.
+/// same directory), or `$OOOI_<NAME>_BIN` (`oooi-kube-mock`:
+/// `OOOI_KUBE_MOCK_BIN`).
 pub fn sibling(name: &str) -> Result<PathBuf> {
     let var = format!(
         "OOOI_{}_BIN",
-        name.trim_start_matches("oooi-").to_uppercase()
+        name.trim_start_matches("oooi-")
+            .to_uppercase()
+            .replace('-', "_")
     );
     if let Ok(p) = std::env::var(&var) {
         return Ok(PathBuf::from(p));

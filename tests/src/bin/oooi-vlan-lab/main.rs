@@ -82,6 +82,7 @@ mod replicas;
 mod report;
 mod steady;
 mod steps;
+mod watch;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -171,6 +172,22 @@ enum Cmd {
         interval_ms: u64,
         #[arg(long, default_value_t = 3000)]
         connect_timeout_ms: u64,
+        /// Look up only, connect to nothing.
+        #[arg(long)]
+        lookup_only: bool,
+    },
+    /// (internal) Hold a long-lived TLS connection (SNI --sni) to each ADDR,
+    /// sending a line every --interval-ms and reading its echo, reopened
+    /// when it ends, until --stop exists; one JSON line per connection.
+    #[command(hide = true)]
+    Watch {
+        addrs: Vec<SocketAddr>,
+        #[arg(long)]
+        sni: String,
+        #[arg(long)]
+        stop: PathBuf,
+        #[arg(long, default_value_t = 250)]
+        interval_ms: u64,
     },
     /// (internal) HTTP request: METHOD ADDR PATH [--token T] [--body FILE].
     #[command(hide = true)]
@@ -200,10 +217,23 @@ fn main() -> Result<()> {
             stop,
             interval_ms,
             connect_timeout_ms,
+            lookup_only,
         }) => steady::run(
             &targets,
             std::time::Duration::from_millis(interval_ms),
             std::time::Duration::from_millis(connect_timeout_ms),
+            lookup_only,
+            &stop,
+        ),
+        Some(Cmd::Watch {
+            addrs,
+            sni,
+            stop,
+            interval_ms,
+        }) => watch::run(
+            &addrs,
+            &sni,
+            std::time::Duration::from_millis(interval_ms),
             &stop,
         ),
         Some(Cmd::Connect { addr }) => {

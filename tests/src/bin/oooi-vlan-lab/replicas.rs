@@ -2,7 +2,7 @@
 //! address, as the Infra's replicas run: DHCP hands out every DNS address
 //! (option 6, in order), the VLAN view answers the control-plane names and
 //! aliases with every proxy address (in order), and each DNS replica's VLAN
-//! view listens on its own address.
+//! view listens on every DNS address (freebind), as floating addresses need.
 //!
 //! `oooi-controller render` gives the replicas' addresses from the Infra's
 //! `serverIPs` (the lab's Infra lists two of each). Given a manifest with
@@ -77,20 +77,27 @@ impl Replicas {
     }
 
     /// The DNS config of replica `i`: every cluster's proxy is the list of
-    /// proxy replicas, and the VLAN view listens on the replica's address.
+    /// proxy replicas, and the VLAN view listens on every DNS replica's
+    /// address with `freebind` (an address the address agent moves here is
+    /// answered at once). Replica `i` only checks that `i` exists: every
+    /// replica runs the same config.
     pub fn dns_config(&self, text: &str, i: usize) -> Result<String> {
         let mut doc: Value = serde_saphyr::from_str(text).context("DNS config")?;
-        let own = self
-            .dns
-            .get(i)
-            .ok_or_else(|| anyhow!("no DNS replica {i}"))?;
+        if i >= self.dns.len() {
+            bail!("no DNS replica {i}");
+        }
         let proxies: Value = self.proxy.iter().cloned().map(Value::String).collect();
         for c in doc["clusters"].as_array_mut().into_iter().flatten() {
             c["proxy"] = proxies.clone();
         }
         for v in doc["views"].as_array_mut().into_iter().flatten() {
             if v["kind"] == "vlan" {
-                v["listen"] = Value::Array(vec![Value::String(format!("{own}:53"))]);
+                v["listen"] = self
+                    .dns
+                    .iter()
+                    .map(|a| Value::String(format!("{a}:53")))
+                    .collect();
+                v["freebind"] = Value::Bool(true);
             }
         }
         Ok(serde_saphyr::to_string(&doc)?)

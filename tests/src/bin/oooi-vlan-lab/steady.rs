@@ -26,10 +26,13 @@ pub fn now_ms() -> f64 {
 
 /// Runs until `stop` exists: every `interval`, one attempt per target
 /// (`host:port`, the host also the SNI).
+/// With `lookup_only`, each attempt is the lookup alone (its answer's
+/// addresses in order), no connection.
 pub fn run(
     targets: &[String],
     interval: Duration,
     connect_timeout: Duration,
+    lookup_only: bool,
     stop: &Path,
 ) -> Result<()> {
     let targets: Vec<(String, u16)> = targets
@@ -52,7 +55,7 @@ pub fn run(
     out.flush()?;
     while !stop.exists() {
         for (host, port) in &targets {
-            let line = rt.block_on(attempt(host, *port, connect_timeout));
+            let line = rt.block_on(attempt(host, *port, connect_timeout, lookup_only));
             writeln!(out, "{line}")?;
         }
         out.flush()?;
@@ -62,7 +65,12 @@ pub fn run(
 }
 
 /// One lookup and one new connection to `host:port`.
-async fn attempt(host: &str, port: u16, connect_timeout: Duration) -> serde_json::Value {
+async fn attempt(
+    host: &str,
+    port: u16,
+    connect_timeout: Duration,
+    lookup_only: bool,
+) -> serde_json::Value {
     let t = now_ms();
     let l0 = Instant::now();
     // getaddrinfo blocks; nothing else runs on this thread meanwhile.
@@ -75,6 +83,10 @@ async fn attempt(host: &str, port: u16, connect_timeout: Duration) -> serde_json
                 "lookup_error": e.to_string()});
         }
     };
+    if lookup_only {
+        return json!({"t": t, "target": host, "port": port, "lookup_ms": lookup_ms,
+            "addrs": addrs.iter().map(|a| a.ip().to_string()).collect::<Vec<_>>()});
+    }
     let c0 = Instant::now();
     let mut tries = Vec::new();
     let mut result = json!({"error": "no address connected"});

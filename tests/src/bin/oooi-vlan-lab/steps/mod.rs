@@ -7,6 +7,8 @@
 mod changes;
 mod failover;
 mod infra;
+mod no_takeover;
+mod node_loss;
 mod pods;
 mod topology;
 mod workers;
@@ -73,6 +75,21 @@ pub fn run(lab: &mut Lab, args: &UpArgs) -> Result<Report> {
         &booted,
         &mut report,
     )?;
+
+    // 8b. Node loss with floating addresses: the address agents beside
+    // every DNS and proxy replica move replica 1's addresses to replica 2
+    // and back.
+    let agents = node_loss::run(
+        lab,
+        args,
+        (&rendered, &ns),
+        &mut plane,
+        (&push, &rendered.routes_file),
+        &booted,
+        &mut report,
+    )?;
+    // 8c. The same losses with takeover off (the OVN-style mode).
+    no_takeover::run(lab, &rendered, &ns, &plane, &booted, &agents, &mut report)?;
 
     // 9. MetalLB moves an apps VIP; 10. the last attachment is deleted;
     // 11. the remaining cluster's workers become known; 12. the Infra no
