@@ -103,6 +103,24 @@ pub async fn run(
     stop: watch::Receiver<bool>,
     metrics: Metrics,
 ) -> anyhow::Result<()> {
+    // No address without its Lease: one the interface already has (the
+    // pod's static address, configured by the CNI before any container
+    // starts, while another replica may hold it; or one left by an earlier
+    // run of this container) goes before anything else, and comes back
+    // only through its Lease. A replaced pod so never answers beside the
+    // holder for the time the agent needs to start and read.
+    for net in plane.present()? {
+        if settings.addresses.iter().any(|a| a.addr() == net.addr()) {
+            match plane.remove(net) {
+                Ok(()) => {
+                    info!(address = %net, "address on the interface at start dropped until its Lease is held")
+                }
+                Err(e) => {
+                    warn!(address = %net, error = %e, "removing an address found at start failed")
+                }
+            }
+        }
+    }
     let present = plane.present()?;
     let api: Api<Lease> = Api::namespaced(client, &settings.namespace);
     let mut tasks = tokio::task::JoinSet::new();

@@ -130,6 +130,15 @@ fn with_takeover_every_dns_replica_listens_on_every_dns_address() {
         let cfg = dns.spec.config.0.validate().unwrap();
         let vlan = cfg.views.iter().find(|v| v.name == "vlan").unwrap();
         assert_eq!(vlan.listen, all);
+        let raw = dns
+            .spec
+            .config
+            .0
+            .views
+            .iter()
+            .find(|v| v.name == "vlan")
+            .unwrap();
+        assert!(raw.freebind, "binds the addresses it does not hold yet");
         let t = dns.spec.availability.address_takeover.as_ref().unwrap();
         assert_eq!(t.addresses, ["192.0.2.3/24", "192.0.2.6/24"]);
         assert_eq!(t.lease_prefix, "vlan-dns");
@@ -148,6 +157,15 @@ fn with_takeover_every_dns_replica_listens_on_every_dns_address() {
         let cfg = dns.spec.config.0.validate().unwrap();
         let vlan = cfg.views.iter().find(|v| v.name == "vlan").unwrap();
         assert_eq!(vlan.listen, [own.parse().unwrap()], "its own address");
+        let raw = dns
+            .spec
+            .config
+            .0
+            .views
+            .iter()
+            .find(|v| v.name == "vlan")
+            .unwrap();
+        assert!(!raw.freebind, "its own address is there at start");
         assert!(dns.spec.availability.address_takeover.is_none());
     }
 }

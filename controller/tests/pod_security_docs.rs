@@ -55,13 +55,17 @@ fn documented_level(row: &str) -> Level {
 
 fn has_net_admin(spec: &k8s_openapi::api::core::v1::PodSpec) -> bool {
     // The address agent is a native sidecar: an init container.
-    spec.init_containers.iter().flatten().chain(&spec.containers).any(|c| {
-        c.security_context
-            .as_ref()
-            .and_then(|s| s.capabilities.as_ref())
-            .and_then(|c| c.add.as_ref())
-            .is_some_and(|add| add.iter().any(|a| a == "NET_ADMIN"))
-    })
+    spec.init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .any(|c| {
+            c.security_context
+                .as_ref()
+                .and_then(|s| s.capabilities.as_ref())
+                .and_then(|c| c.add.as_ref())
+                .is_some_and(|add| add.iter().any(|a| a == "NET_ADMIN"))
+        })
 }
 
 #[test]

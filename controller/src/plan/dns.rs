@@ -170,6 +170,9 @@ pub fn config_for(
                 name: "vlan".to_string(),
                 kind: ViewKind::Vlan,
                 listen: listen.vlan.iter().map(|ip| format!("{ip}:53")).collect(),
+                // Several addresses: the ones this replica does not hold yet
+                // (its agent adds a taken one while the server runs).
+                freebind: listen.vlan.len() > 1,
                 ..RawView::default()
             },
             RawView {
