@@ -12,6 +12,7 @@ HTML comment on the line before it says why it cannot:
 - `<!-- docs-test: lab -->`: the local lab (root, network namespaces, minutes;
   tests/tests/vlan_lab.rs runs it).
 - `<!-- docs-test: suite -->`: the whole test suite, which runs this test.
+- `<!-- docs-test: opm -->`: it needs `opm`, which neither Debian nor PyPI ships.
 
 Other markers prepare a block: `<!-- docs-test: file NAME -->` before a YAML
 block writes it to NAME (a manifest the page tells the reader to save), and
@@ -52,6 +53,7 @@ SKIP = {
     "cluster": "needs a Kubernetes API server",
     "lab": "the local lab (root, network namespaces; tests/tests/vlan_lab.rs)",
     "suite": "the whole test suite, which runs this test",
+    "opm": "needs opm (the Operator Package Manager), which neither Debian nor PyPI ships",
 }
 PREPARE = {"file", "substitute"}
 NEEDS_CLUSTER = re.compile(r"(^|[;&|(]\s*|\s)(kubectl|helm|oc)\s", re.M)

@@ -197,6 +197,7 @@ pub struct PodPlacement {
     /// added to the replicas' own (never two replicas of a component on
     /// one node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "affinity_schema")]
     pub affinity: Option<Affinity>,
     /// PriorityClass of the pods (e.g. one that keeps the VLAN services
     /// scheduled before workloads on a full cluster).
@@ -207,6 +208,17 @@ pub struct PodPlacement {
     /// namespace) to pull the component image with.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub image_pull_secrets: Vec<LocalObjectReference>,
+}
+
+/// A Kubernetes `Affinity`, kept as written by the API server (its full
+/// schema would make every CRD carrying it several times larger; the
+/// controller reads it with Kubernetes' own type and the API server checks
+/// it again in the pod).
+fn affinity_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
 }
 
 impl PodPlacement {

@@ -223,6 +223,15 @@ pub fn deployment_spec(images: &BundleImages) -> Value {
                 }],
                 // The root filesystem is read-only; /tmp is the only writable path.
                 "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}}],
+                // The chart's default `podAntiAffinity: soft`: the two
+                // replicas on different nodes where the cluster has them.
+                "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": selector_labels()},
+                    },
+                }]}},
             },
         },
     })
