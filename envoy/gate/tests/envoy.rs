@@ -10,6 +10,10 @@ use std::time::{Duration, Instant};
 use oooi_tests::fixture::TwoClusters;
 use oooi_tests::{http_blocking, tls_probe};
 
+/// One test at a time: each checks that ports refuse connections, and a
+/// port released by one test's Envoy can be handed to the next test's.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn gate() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_oooi-envoy-gate"))
 }
@@ -45,6 +49,7 @@ fn wait_closed(addr: SocketAddr, within: Duration) -> Duration {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn routing_ports_refuse_connections_until_the_table_arrives() {
+    let _serial = SERIAL.lock().await;
     let lab = TwoClusters::start_gated(gate(), None)
         .await
         .expect("gated envoy starts");
@@ -91,6 +96,7 @@ async fn routing_ports_refuse_connections_until_the_table_arrives() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_reaches_envoy_and_the_gate_reports_its_exit() {
+    let _serial = SERIAL.lock().await;
     let mut lab = TwoClusters::start_gated(gate(), None)
         .await
         .expect("gated envoy starts");
@@ -111,6 +117,7 @@ async fn sigterm_reaches_envoy_and_the_gate_reports_its_exit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_does_not_outlive_a_killed_gate() {
+    let _serial = SERIAL.lock().await;
     let lab = TwoClusters::start_gated(gate(), None)
         .await
         .expect("gated envoy starts");
