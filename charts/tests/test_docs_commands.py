@@ -13,6 +13,7 @@ HTML comment on the line before it says why it cannot:
   tests/tests/vlan_lab.rs runs it).
 - `<!-- docs-test: suite -->`: the whole test suite, which runs this test.
 - `<!-- docs-test: opm -->`: it needs `opm`, which neither Debian nor PyPI ships.
+- `<!-- docs-test: mirror -->`: it needs `oc-mirror` and a mirror registry.
 
 Other markers prepare a block: `<!-- docs-test: file NAME -->` before a YAML
 block writes it to NAME (a manifest the page tells the reader to save), and
@@ -54,6 +55,7 @@ SKIP = {
     "lab": "the local lab (root, network namespaces; tests/tests/vlan_lab.rs)",
     "suite": "the whole test suite, which runs this test",
     "opm": "needs opm (the Operator Package Manager), which neither Debian nor PyPI ships",
+    "mirror": "needs oc-mirror and a cluster's mirror registry, which this machine has neither of",
 }
 PREPARE = {"file", "substitute"}
 NEEDS_CLUSTER = re.compile(r"(^|[;&|(]\s*|\s)(kubectl|helm|oc)\s", re.M)
