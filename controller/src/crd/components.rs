@@ -229,27 +229,31 @@ impl PodPlacement {
 
     /// Every field left unset here taken from `defaults`.
     pub fn or(&self, defaults: &PodPlacement) -> PodPlacement {
+        fn pick<T: Clone>(own: &T, default: &T, unset: bool) -> T {
+            if unset { default } else { own }.clone()
+        }
         PodPlacement {
-            node_selector: if self.node_selector.is_empty() {
-                defaults.node_selector.clone()
-            } else {
-                self.node_selector.clone()
-            },
-            tolerations: if self.tolerations.is_empty() {
-                defaults.tolerations.clone()
-            } else {
-                self.tolerations.clone()
-            },
-            affinity: self.affinity.clone().or_else(|| defaults.affinity.clone()),
-            priority_class_name: self
-                .priority_class_name
-                .clone()
-                .or_else(|| defaults.priority_class_name.clone()),
-            image_pull_secrets: if self.image_pull_secrets.is_empty() {
-                defaults.image_pull_secrets.clone()
-            } else {
-                self.image_pull_secrets.clone()
-            },
+            node_selector: pick(
+                &self.node_selector,
+                &defaults.node_selector,
+                self.node_selector.is_empty(),
+            ),
+            tolerations: pick(
+                &self.tolerations,
+                &defaults.tolerations,
+                self.tolerations.is_empty(),
+            ),
+            affinity: pick(&self.affinity, &defaults.affinity, self.affinity.is_none()),
+            priority_class_name: pick(
+                &self.priority_class_name,
+                &defaults.priority_class_name,
+                self.priority_class_name.is_none(),
+            ),
+            image_pull_secrets: pick(
+                &self.image_pull_secrets,
+                &defaults.image_pull_secrets,
+                self.image_pull_secrets.is_empty(),
+            ),
         }
     }
 }
