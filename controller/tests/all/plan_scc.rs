@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
 
-mod plan_support;
+use crate::plan_support;
 
 use oooi_controller::plan::scc::{self, BUILT_IN, least_privileged, scc_rbac};
 use oooi_controller::plan::{Children, Observed, dhcp, dns, plan_infra, proxy};

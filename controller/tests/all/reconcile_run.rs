@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
 
-mod mock_api;
+use crate::mock_api;
 
 use std::io::Read;
 use std::net::SocketAddr;

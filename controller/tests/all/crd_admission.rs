@@ -11,7 +11,7 @@
 
 #![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
 
-mod plan_support;
+use crate::plan_support;
 
 use oooi_controller::crd;
 use oooi_controller::plan::{Observed, plan_infra};

@@ -9,7 +9,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod plan_support;
+use crate::plan_support;
 
 use std::net::Ipv4Addr;
 

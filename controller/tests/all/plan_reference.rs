@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod plan_support;
+use crate::plan_support;
 
 use std::process::Command;
 

@@ -2,7 +2,7 @@
 //! attachment, in the attachment's control-plane namespace, and none for an
 //! excluded attachment or an invalid Infra.
 
-mod plan_support;
+use crate::plan_support;
 
 use oooi_controller::plan::network_policy::{
     ATTACHMENT_LABEL, OWNER_NAMESPACE_LABEL, control_plane_policy,

@@ -2,7 +2,7 @@
 //! absent, taken by the first replica, refused to a second while held, and
 //! handed over when the holder releases it on shutdown.
 
-mod mock_api;
+use crate::mock_api;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
 
-mod plan_support;
+use crate::plan_support;
 
 use std::net::IpAddr;
 

@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
 
-mod plan_support;
+use crate::plan_support;
 
 use oooi_controller::plan::{Observed, plan_infra};
 use oooi_controller::render::{self, RenderInput};

@@ -2,7 +2,7 @@
 //! that judge them: the controller's Infra check, `render`, and the DHCP
 //! server's config loading. All three must agree on every case.
 
-mod plan_support;
+use crate::plan_support;
 
 use oooi_controller::plan::{Observed, plan_infra};
 use oooi_controller::render::{self, RenderInput};

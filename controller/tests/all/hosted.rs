@@ -7,8 +7,8 @@
 
 #![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
 
-mod mock_api;
-mod reconcile_support;
+use crate::mock_api;
+use crate::reconcile_support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

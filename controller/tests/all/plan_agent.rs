@@ -6,7 +6,6 @@
 
 #![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
 
-mod plan_support;
 
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use oooi_controller::crd::Infra;

@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod plan_support;
+use crate::plan_support;
 
 use oooi_controller::plan::{self, HostedClusterKey, Observed, plan_infra};
 use plan_support::*;

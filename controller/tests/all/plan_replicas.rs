@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod plan_support;
+use crate::plan_support;
 
 use std::collections::BTreeMap;
 

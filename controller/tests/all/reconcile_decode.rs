@@ -8,7 +8,7 @@
 
 #![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
 
-mod mock_api;
+use crate::mock_api;
 
 use std::time::{Duration, Instant};
 
