@@ -97,7 +97,7 @@ def oooi_manifests():
                 continue
             for doc in yaml.safe_load_all(body):
                 # ObservedCluster/ObservedInfra are render-only fixtures (never
-                # applied, no CRD); controller/tests/docs_examples.rs renders them.
+                # applied, no CRD); controller/tests/all/docs_examples.rs renders them.
                 if doc and doc.get("kind") in RENDER_ONLY:
                     continue
                 if doc and str(doc.get("apiVersion", "")).startswith(GROUP + "/"):

@@ -36,6 +36,8 @@ mod mac;
 mod subnet;
 mod validated;
 
+pub use oooi_vocabulary::FieldError;
+
 pub use file::{
     RawConfig, RawKnownClient, RawPeer, RawRange, RawReservation, RawRoute, Role, UnknownClients,
 };
@@ -43,24 +45,8 @@ pub use mac::Mac;
 pub use subnet::{MAX_PREFIX_LEN, Subnet};
 pub use validated::{Config, DEFAULT_PROBE_TIMEOUT_MS, MAX_PROBE_TIMEOUT_MS, Peer, Reservation};
 
-/// A parse or validation error. `field` is the dotted path of the offending
-/// field (for example `reservations[2].mac`); `message` says what is wrong
-/// with which value.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("config field `{field}`: {message}")]
-pub struct ConfigError {
-    /// Dotted path of the field at fault (`file` for I/O and YAML syntax errors).
-    pub field: String,
-    /// What is wrong, including the bad value.
-    pub message: String,
-}
-
-impl ConfigError {
-    /// An error on `field`.
-    pub fn new(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
-        ConfigError {
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-}
+/// A parse or validation error: the shared [`FieldError`]. `field` is the
+/// dotted path of the offending field (for example `reservations[2].mac`,
+/// `file` for I/O and YAML syntax); `message` says what is wrong with which
+/// value.
+pub type ConfigError = FieldError;

@@ -1,85 +1,72 @@
-//! The served subnet and the rules for the addresses inside it.
-//!
-//! One rule for what a subnet may be, used by the server when it loads its
-//! file and by the controller when it checks an `Infra`:
-//! - written in network form: `192.0.2.0/24`, not `192.0.2.7/24`. A CIDR
-//!   with host bits is a typo either of the network or of the prefix;
-//!   truncating it would serve a network its writer may not have meant,
-//!   so it is refused with the network it would have been;
-//! - prefix `/29` or shorter ([`MAX_PREFIX_LEN`]): six host addresses, the
-//!   least that holds a gateway, the DHCP, DNS and proxy addresses and one
-//!   worker. A `/30` has two host addresses: not even a gateway, a server
-//!   and one client.
+//! The served subnet: the VLAN's network ([`VlanNetwork`], whose one rule
+//! every part applies) seen as the IPv4 network DHCPv4 serves.
 //!
 //! A host address is one inside the subnet other than its network and
 //! broadcast addresses; a pool is two host addresses in order.
 
 use std::borrow::Cow;
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::str::FromStr;
 
-use ipnet::Ipv4Net;
-use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use ipnet::{IpNet, Ipv4Net};
+use oooi_vocabulary::VlanNetwork;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::ConfigError;
 
-/// The longest prefix a served subnet may have (see the module docs).
-pub const MAX_PREFIX_LEN: u8 = 29;
+/// The longest prefix a served subnet may have (the VLAN rule's).
+pub const MAX_PREFIX_LEN: u8 = oooi_vocabulary::MAX_PREFIX_LEN_V4;
 
-/// A subnet that passed the subnet rule.
+/// A subnet that passed the VLAN rule, IPv4.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Subnet(Ipv4Net);
+pub struct Subnet {
+    vlan: VlanNetwork,
+    v4: Ipv4Net,
+}
 
 impl Subnet {
     /// Parses `a.b.c.d/n` and applies the rule. The error says what is
     /// wrong with the value (the caller names the field).
     pub fn parse(s: &str) -> Result<Subnet, String> {
-        let net: Ipv4Net = s
-            .trim()
-            .parse()
-            .map_err(|_| format!("`{s}` is not an IPv4 CIDR"))?;
-        Subnet::new(net)
+        Subnet::from_vlan(VlanNetwork::parse(s)?)
     }
 
     /// Applies the rule to a parsed network.
     pub fn new(net: Ipv4Net) -> Result<Subnet, String> {
-        if net != net.trunc() {
-            return Err(format!(
-                "{net} has host bits set (the network is {})",
-                net.trunc()
-            ));
+        Subnet::from_vlan(VlanNetwork::new(IpNet::V4(net))?)
+    }
+
+    /// The VLAN's network as DHCPv4 serves it; an IPv6 network is refused.
+    pub fn from_vlan(vlan: VlanNetwork) -> Result<Subnet, String> {
+        match vlan.v4() {
+            Some(v4) => Ok(Subnet { vlan, v4 }),
+            None => Err(format!(
+                "{vlan} is not an IPv4 network (DHCPv4 serves IPv4)"
+            )),
         }
-        if net.prefix_len() > MAX_PREFIX_LEN {
-            return Err(format!(
-                "{net} is too small: the prefix must be /{MAX_PREFIX_LEN} or shorter (a gateway, the servers and a pool)"
-            ));
-        }
-        Ok(Subnet(net))
     }
 
     /// The network.
     pub fn net(&self) -> Ipv4Net {
-        self.0
+        self.v4
+    }
+
+    /// The VLAN network this subnet is.
+    pub fn vlan(&self) -> VlanNetwork {
+        self.vlan
     }
 
     /// Whether `a` is a host address of the subnet (inside it, neither the
     /// network nor the broadcast address).
     pub fn is_host(&self, a: Ipv4Addr) -> bool {
-        self.0.contains(&a) && a != self.0.network() && a != self.0.broadcast()
+        self.vlan.is_host(IpAddr::V4(a))
     }
 
     /// [`Subnet::is_host`] as a check of `field`.
     pub fn check_host(&self, field: &str, a: Ipv4Addr) -> Result<(), ConfigError> {
-        if self.is_host(a) {
-            Ok(())
-        } else {
-            Err(ConfigError::new(
-                field,
-                format!("{a} is not a host address of subnet {}", self.0),
-            ))
-        }
+        self.vlan.check_host(field, IpAddr::V4(a))
     }
 
     /// The pool rule: both ends are host addresses and `end` is not before
@@ -92,24 +79,14 @@ impl Subnet {
         end_field: &str,
         end: Ipv4Addr,
     ) -> Result<(), ConfigError> {
-        self.check_host(start_field, start)?;
-        self.check_host(end_field, end)?;
-        if end < start {
-            return Err(ConfigError::new(
-                end_field,
-                format!(
-                    "{end} is before {} {start}",
-                    start_field.rsplit('.').next().unwrap_or(start_field)
-                ),
-            ));
-        }
-        Ok(())
+        self.vlan
+            .check_pool(start_field, IpAddr::V4(start), end_field, IpAddr::V4(end))
     }
 }
 
 impl fmt::Display for Subnet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
+        self.v4.fmt(f)
     }
 }
 
@@ -122,13 +99,13 @@ impl FromStr for Subnet {
 
 impl From<Subnet> for Ipv4Net {
     fn from(s: Subnet) -> Ipv4Net {
-        s.0
+        s.v4
     }
 }
 
 impl Serialize for Subnet {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(&self.0)
+        s.collect_str(&self.v4)
     }
 }
 
@@ -139,19 +116,17 @@ impl<'de> Deserialize<'de> for Subnet {
     }
 }
 
+/// The VLAN network's schema: the same pattern and CEL rule wherever a
+/// subnet is written.
 impl JsonSchema for Subnet {
     fn schema_name() -> Cow<'static, str> {
-        "Subnet".into()
+        VlanNetwork::schema_name()
     }
     fn inline_schema() -> bool {
         true
     }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "type": "string",
-            "description": "IPv4 subnet in network form (no host bits), prefix /29 or shorter, e.g. `192.0.2.0/24`.",
-            "pattern": r"^([0-9]{1,3}\.){3}[0-9]{1,3}/([0-9]|[12][0-9])$",
-        })
+    fn json_schema(g: &mut SchemaGenerator) -> Schema {
+        VlanNetwork::json_schema(g)
     }
 }
 

@@ -19,7 +19,9 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::table::{Cidr, Route, RouteMatch, RouteTable, Upstream};
+use oooi_vocabulary::Cidr;
+
+use crate::table::{Route, RouteMatch, RouteTable, Upstream};
 
 const MAGIC: &[u8; 8] = b"OOOIRT\x01\0";
 

@@ -26,9 +26,10 @@ mod readiness;
 mod table;
 
 pub use matcher::{Decision, MatchKind, Refusal, Router};
+pub use oooi_vocabulary::{Cidr, KUBERNETES_ALIASES, is_kubernetes_alias};
 pub use readiness::{Expected, Readiness};
 pub use table::{
-    Cidr, KUBERNETES_ALIASES, MAX_DOCUMENT_BYTES, MAX_GENERATION, MAX_ROUTE_SOURCES, MAX_ROUTES,
-    Route, RouteMatch, RouteTable, TableError, Upstream, generation_is_newer, is_kubernetes_alias,
-    is_valid_hostname, newest_generation, next_generation, normalize_sni,
+    MAX_DOCUMENT_BYTES, MAX_GENERATION, MAX_ROUTE_SOURCES, MAX_ROUTES, Route, RouteMatch,
+    RouteTable, TableError, Upstream, generation_is_newer, is_valid_hostname, newest_generation,
+    next_generation,
 };

@@ -4,10 +4,9 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::net::IpAddr;
 
-use crate::table::{
-    Cidr, Route, RouteMatch, RouteTable, Upstream, addr_bits, canonical_sources,
-    is_kubernetes_alias, is_valid_hostname, mask, normalize_sni,
-};
+use oooi_vocabulary::{Cidr, addr_bits, is_kubernetes_alias, mask_bits, normalize_name};
+
+use crate::table::{Route, RouteMatch, RouteTable, Upstream, canonical_sources, is_valid_hostname};
 
 /// How a forwarded connection matched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,7 +156,7 @@ impl SourceIndex {
         let bits = addr_bits(ip);
         by_len
             .iter()
-            .find_map(|(prefix, map)| map.get(&mask(bits, ip.is_ipv4(), *prefix)).copied())
+            .find_map(|(prefix, map)| map.get(&mask_bits(bits, ip.is_ipv4(), *prefix)).copied())
     }
 }
 
@@ -327,7 +326,7 @@ impl Router {
         };
         // An empty SNI is none at all; anything else must be a host name
         // some route could hold, or a wildcard might catch it.
-        let sni = sni.filter(|s| !s.is_empty()).map(normalize_sni);
+        let sni = sni.filter(|s| !s.is_empty()).map(normalize_name);
         if let Some(name) = &sni
             && !is_valid_hostname(name)
         {

@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
-use std::str::FromStr;
 
+use oooi_vocabulary::{Cidr, is_kubernetes_alias, normalize_name};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -71,31 +71,6 @@ pub fn newest_generation(generations: impl IntoIterator<Item = u64>) -> u64 {
             newest
         }
     })
-}
-
-/// Names a worker uses for the in-cluster Kubernetes service. They are the same
-/// in every hosted cluster, so they can only be routed by source address.
-pub const KUBERNETES_ALIASES: [&str; 4] = [
-    "kubernetes",
-    "kubernetes.default",
-    "kubernetes.default.svc",
-    "kubernetes.default.svc.cluster.local",
-];
-
-/// True when `name` (already normalised) is one of [`KUBERNETES_ALIASES`].
-pub fn is_kubernetes_alias(name: &str) -> bool {
-    KUBERNETES_ALIASES.contains(&name)
-}
-
-/// Lower-cases and strips one trailing dot, the forms in which SNI and DNS
-/// names compare equal.
-pub fn normalize_sni(name: &str) -> std::borrow::Cow<'_, str> {
-    let trimmed = name.strip_suffix('.').unwrap_or(name);
-    if trimmed.bytes().any(|b| b.is_ascii_uppercase()) {
-        std::borrow::Cow::Owned(trimmed.to_ascii_lowercase())
-    } else {
-        std::borrow::Cow::Borrowed(trimmed)
-    }
 }
 
 /// The versioned routing document the controller pushes to every Envoy.
@@ -321,124 +296,6 @@ impl fmt::Display for Upstream {
             Upstream::Address { host, port } if host.contains(':') => write!(f, "[{host}]:{port}"),
             Upstream::Address { host, port } => write!(f, "{host}:{port}"),
         }
-    }
-}
-
-/// An IP network in CIDR form with no host bits set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Cidr {
-    addr: IpAddr,
-    prefix: u8,
-}
-
-#[cfg(feature = "schema")]
-impl schemars::JsonSchema for Cidr {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "Cidr".into()
-    }
-    fn inline_schema() -> bool {
-        true
-    }
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "type": "string",
-            "description": "An IP network in CIDR form (`192.0.2.10/32`), no host bits set.",
-        })
-    }
-}
-
-impl Cidr {
-    /// Builds a CIDR, refusing host bits and out-of-range prefixes.
-    pub fn new(addr: IpAddr, prefix: u8) -> Result<Self, String> {
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        if prefix > max {
-            return Err(format!("prefix /{prefix} is longer than /{max}"));
-        }
-        let cidr = Cidr { addr, prefix };
-        if cidr.network_bits() != addr_bits(addr) {
-            return Err(format!("{addr}/{prefix} has host bits set"));
-        }
-        Ok(cidr)
-    }
-
-    /// The network address.
-    pub fn addr(&self) -> IpAddr {
-        self.addr
-    }
-
-    /// The prefix length.
-    pub fn prefix(&self) -> u8 {
-        self.prefix
-    }
-
-    /// The address as a 128-bit number with the host bits cleared (IPv4 in the low 32 bits).
-    pub(crate) fn network_bits(&self) -> u128 {
-        mask(addr_bits(self.addr), self.addr.is_ipv4(), self.prefix)
-    }
-
-    /// True when `ip` lies inside this network.
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        ip.is_ipv4() == self.addr.is_ipv4()
-            && mask(addr_bits(ip), ip.is_ipv4(), self.prefix) == self.network_bits()
-    }
-}
-
-pub(crate) fn addr_bits(ip: IpAddr) -> u128 {
-    match ip {
-        IpAddr::V4(v4) => u32::from(v4) as u128,
-        IpAddr::V6(v6) => u128::from(v6),
-    }
-}
-
-pub(crate) fn mask(bits: u128, v4: bool, prefix: u8) -> u128 {
-    let width = if v4 { 32 } else { 128 };
-    if prefix == 0 {
-        0
-    } else {
-        let host = width - prefix as u32;
-        let m = if host >= 128 { 0 } else { u128::MAX << host };
-        let m = if v4 { m & 0xffff_ffff } else { m };
-        bits & m
-    }
-}
-
-impl fmt::Display for Cidr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.prefix)
-    }
-}
-
-impl FromStr for Cidr {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (addr, prefix) = match s.split_once('/') {
-            Some((a, p)) => (a, Some(p)),
-            None => (s, None),
-        };
-        let addr: IpAddr = addr
-            .parse()
-            .map_err(|_| format!("{s:?} is not an IP address or CIDR"))?;
-        let prefix = match prefix {
-            Some(p) => p
-                .parse::<u8>()
-                .map_err(|_| format!("{s:?} has a bad prefix length"))?,
-            None if addr.is_ipv4() => 32,
-            None => 128,
-        };
-        Cidr::new(addr, prefix)
-    }
-}
-
-impl Serialize for Cidr {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for Cidr {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -682,7 +539,7 @@ fn locate(bytes: &[u8], e: serde_json::Error) -> TableError {
 }
 
 fn validate_sni(name: &str) -> Result<(), String> {
-    if normalize_sni(name) != name {
+    if normalize_name(name) != name {
         return Err(format!(
             "{name:?} must be lower case without a trailing dot"
         ));
