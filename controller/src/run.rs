@@ -186,7 +186,10 @@ pub async fn shutdown_signal() {
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn,hyper=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    // Colour only on a terminal: container logs are read as plain text.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()));
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

@@ -3,6 +3,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use oooi_dns::config::Config;
@@ -38,6 +39,15 @@ enum Command {
         /// variable from the downward API (`status.podIP`).
         #[arg(long, env = "POD_IP")]
         pod_ip: Option<IpAddr>,
+        /// After SIGTERM or SIGINT, keep answering DNS for this many seconds
+        /// while `/healthz` answers 503 `draining`, then exit 0 (a second
+        /// signal exits at once). In a pod this is the hand-over window: the
+        /// address agent sees the replica is not ready and hands its VLAN
+        /// addresses to a live replica (about 2 s with its defaults) while
+        /// this one still answers, and the pod leaves its Services. Keep it
+        /// below the pod's terminationGracePeriodSeconds. 0: exit at once.
+        #[arg(long, env = "OOOI_DNS_DRAIN_SECONDS", default_value_t = 5)]
+        drain_seconds: u64,
     },
     /// Validate CONFIG and print what each view would answer.
     Check {
@@ -80,6 +90,30 @@ fn warn_without_upstreams(c: &Config) {
     }
 }
 
+/// Waits for SIGTERM or SIGINT, then drains: `/healthz` says `draining`
+/// while the listeners keep answering for `period` (or until a second
+/// signal). Returns when the server should exit.
+async fn drain(period: Duration) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    metrics::set_health(metrics::Health::Draining);
+    tracing::info!(
+        seconds = period.as_secs(),
+        "draining: /healthz answers 503 so the address agent hands the VLAN addresses on; still answering DNS until the period ends"
+    );
+    tokio::select! {
+        _ = tokio::time::sleep(period) => tracing::info!("drained, exiting"),
+        _ = term.recv() => tracing::info!("second signal, exiting now"),
+        _ = int.recv() => tracing::info!("second signal, exiting now"),
+    }
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -87,6 +121,8 @@ async fn main() -> anyhow::Result<()> {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,hickory_server=warn")),
         )
+        // Colour only on a terminal: container logs are read as plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
     match Cli::parse().command {
         Command::Check { config } => match Config::load(&config) {
@@ -103,6 +139,7 @@ async fn main() -> anyhow::Result<()> {
             config,
             metrics_addr,
             pod_ip,
+            drain_seconds,
         } => {
             let (c, reloader) =
                 Reloader::start(&config, Settings::default(), move |text: &str| {
@@ -121,7 +158,10 @@ async fn main() -> anyhow::Result<()> {
                 }
                 Outcome::Rejected(_) => metrics::count_reload("rejected"),
             });
-            serve(engine, rx, metrics_addr).await
+            tokio::select! {
+                r = serve(engine, rx, metrics_addr) => r,
+                r = drain(Duration::from_secs(drain_seconds)) => r,
+            }
         }
     }
 }

@@ -331,15 +331,48 @@ pub fn render() -> String {
     out
 }
 
-/// Set once every listener of the first config is bound: `/healthz`
-/// answers 503 before.
-pub static READY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// What `/healthz` says: 503 `starting` until every listener of the first
+/// config is bound, 200 `ok` while serving, 503 `draining` after SIGTERM
+/// (the server still answers DNS then, see `oooi-dns serve --drain-seconds`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    /// Listeners not bound yet.
+    Starting,
+    /// Serving.
+    Ready,
+    /// Told to stop: still answering while the address agent hands the
+    /// VLAN addresses on and the pod leaves its Services.
+    Draining,
+}
+
+static HEALTH: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Sets what `/healthz` says. Draining is final: a late "ready" (a reload
+/// finishing after SIGTERM) does not undo it.
+pub fn set_health(h: Health) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let v = match h {
+        Health::Starting => 0,
+        Health::Ready => 1,
+        Health::Draining => 2,
+    };
+    let _ = HEALTH.fetch_update(SeqCst, SeqCst, |old| (old != 2).then_some(v));
+}
+
+/// What `/healthz` says now.
+pub fn health() -> Health {
+    match HEALTH.load(std::sync::atomic::Ordering::SeqCst) {
+        0 => Health::Starting,
+        1 => Health::Ready,
+        _ => Health::Draining,
+    }
+}
 
 async fn healthz() -> (axum::http::StatusCode, &'static str) {
-    if READY.load(std::sync::atomic::Ordering::Relaxed) {
-        (axum::http::StatusCode::OK, "ok")
-    } else {
-        (axum::http::StatusCode::SERVICE_UNAVAILABLE, "starting")
+    match health() {
+        Health::Ready => (axum::http::StatusCode::OK, "ok"),
+        Health::Starting => (axum::http::StatusCode::SERVICE_UNAVAILABLE, "starting"),
+        Health::Draining => (axum::http::StatusCode::SERVICE_UNAVAILABLE, "draining"),
     }
 }
 

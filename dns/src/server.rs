@@ -483,7 +483,7 @@ pub async fn serve(
     if let Some((addr, e)) = listeners.apply(&addrs).await.into_iter().next() {
         anyhow::bail!("cannot listen on {addr}: {e}");
     }
-    crate::metrics::READY.store(true, std::sync::atomic::Ordering::Relaxed);
+    crate::metrics::set_health(crate::metrics::Health::Ready);
     let _checks = crate::health_checks::spawn(engine.clone());
     while changed.changed().await.is_ok() {
         let addrs = engine.config().config.listeners();
