@@ -16,9 +16,9 @@
 
 #![allow(clippy::unwrap_used)] // a benchmark that cannot set up has nothing to say
 
-#[path = "../tests/mock_api/mod.rs"]
+#[path = "../tests/all/mock_api/mod.rs"]
 mod mock_api;
-#[path = "../tests/reconcile_support/mod.rs"]
+#[path = "../tests/all/reconcile_support/mod.rs"]
 mod reconcile_support;
 
 use std::net::IpAddr;

@@ -6,7 +6,6 @@
 
 #![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
 
-
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use oooi_controller::crd::Infra;
 use oooi_controller::plan::pod_security::{Level, level};
