@@ -159,6 +159,8 @@ class Crate:
         self.sources: dict[Path, str] = {}
         # file -> the module that owns it (first declaration wins).
         self.file_modules: dict[Path, Module] = {}
+        # `mod x;` declarations whose file is not there: (file, name, #[path]).
+        self.missing: list[tuple[Path, str, str | None]] = []
         self._load(self.root)
 
     def _read(self, path: Path) -> list[Token]:
@@ -180,6 +182,7 @@ class Crate:
                 continue
             child_file = resolve_mod_file(current, decl, path_attr, module.file)
             if child_file is None:
+                self.missing.append((module.file, decl, path_attr))
                 continue
             child = Module(decl, child_file, current, child_dir_of(child_file))
             current.children[decl] = child
@@ -494,13 +497,16 @@ class Circle:
     edges: list[Edge]
 
 
-def circles_of_roots(roots: list[Path]) -> list[Circle]:
+def circles_of_roots(roots: list[Path], missing: list | None = None) -> list[Circle]:
     """The import circles of the crates rooted at `roots`; a file shared by
-    two crates is reported once."""
+    two crates is reported once. `mod x;` declarations whose file is not
+    there are appended to `missing` (they hide part of the graph)."""
     found: dict[tuple, Circle] = {}
     parsed: dict[Path, tuple[str, list[Token]]] = {}
     for root in roots:
         crate = Crate(root.resolve(), parsed)
+        if missing is not None:
+            missing.extend(m for m in crate.missing if m not in missing)
         edges = crate.edges()
         graph: dict[Path, set[Path]] = {}
         for e in edges:
@@ -555,7 +561,13 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     workspace = args.workspace.resolve()
     roots = crate_roots(workspace)
-    circles = circles_of_roots(roots)
+    missing: list = []
+    circles = circles_of_roots(roots, missing)
+    for file, name, path_attr in missing:
+        where = f' (#[path = "{path_attr}"])' if path_attr else ""
+        print(f"{file.relative_to(workspace)}: no file for `mod {name};`{where}", file=sys.stderr)
+    if missing:
+        return 1
     if circles:
         print(report(circles, workspace))
         print(

@@ -234,6 +234,27 @@ class CircleTest(unittest.TestCase):
         self.assertEqual(len(circles), 1)
         self.assertEqual(self.files_of(circles[0]), ["benches/local.rs", "tests/support/mock.rs"])
 
+    def test_a_module_without_its_file_fails_the_command(self):
+        write_tree(
+            self.dir,
+            {
+                "Cargo.toml": """
+                    [package]
+                    name = "fixture"
+                    version = "0.1.0"
+                    edition = "2024"
+                    """,
+                "src/lib.rs": "mod a;\n",
+                "src/a.rs": '#[path = "../moved/support.rs"]\nmod support;\nmod gone;\n',
+            },
+        )
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            code = import_circles.main(["--workspace", str(self.dir)])
+        self.assertEqual(code, 1)
+        self.assertIn('src/a.rs: no file for `mod support;` (#[path = "../moved/support.rs"])', err.getvalue())
+        self.assertIn("src/a.rs: no file for `mod gone;`", err.getvalue())
+
     def test_command_prints_each_circle_and_fails(self):
         write_tree(
             self.dir,
