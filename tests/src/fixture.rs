@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use anyhow::Result;
 use oooi_routes::{Cidr, Route, RouteMatch, RouteTable, Upstream};
 
-use crate::{Backend, Envoy, EnvoyOptions, free_port};
+use crate::backend::Backend;
+use crate::envoy::{Envoy, EnvoyOptions};
+use crate::ports::free_port;
 
 /// Worker source address of hosted cluster c1 (loopback stands in for the VLAN).
 pub const WORKER_C1: &str = "127.0.0.11";
