@@ -233,6 +233,26 @@ pub fn listeners_before_table(lds: &Value) -> Value {
         .unwrap_or_default();
     json!({"version_info": format!("before-table-{}", digest(&kept)), "resources": kept})
 }
+/// The listeners of a draining replica: every rendered listener but the
+/// table API. The routing listeners keep serving while the API's port
+/// refuses connections, so the replica's `GET /ready` fails: the address
+/// agent hands its VLAN addresses on, the DNS servers' checks drop its
+/// address, and pushes go to the live replicas.
+pub fn listeners_while_draining(lds: &Value) -> Value {
+    let kept: Vec<Value> = lds
+        .get("resources")
+        .and_then(Value::as_array)
+        .map(|resources| {
+            resources
+                .iter()
+                .filter(|l| l.get("name").and_then(Value::as_str) != Some(API_LISTENER))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    json!({"version_info": format!("draining-{}", digest(&kept)), "resources": kept})
+}
+
 /// Clusters file name inside the config directory.
 pub const CDS_FILE: &str = "cds.json";
 /// ECDS resource (and filter) name of the network filter on `port`.

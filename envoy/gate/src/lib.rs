@@ -82,6 +82,9 @@ pub enum Phase {
     BeforeTable,
     /// The replica held a table: every listener.
     Open,
+    /// Told to stop: every listener but the table API, whose refused port
+    /// makes `GET /ready` fail while the routing listeners still serve.
+    Draining,
 }
 
 /// The listener file Envoy reads, kept in step with the rendered one and
@@ -90,6 +93,9 @@ pub enum Phase {
 pub struct Gate {
     out: PathBuf,
     phase: Phase,
+    /// Whether the routing listeners were ever opened (a drain before the
+    /// table keeps them closed).
+    opened: bool,
     source: Value,
     written: Option<Value>,
 }
@@ -106,6 +112,7 @@ impl Gate {
         let mut gate = Gate {
             out: out_dir.to_path_buf(),
             phase: Phase::BeforeTable,
+            opened: false,
             source,
             written: None,
         };
@@ -128,13 +135,27 @@ impl Gate {
         match self.phase {
             Phase::BeforeTable => oooi_envoy::listeners_before_table(&self.source),
             Phase::Open => self.source.clone(),
+            Phase::Draining if self.opened => oooi_envoy::listeners_while_draining(&self.source),
+            Phase::Draining => oooi_envoy::listeners_while_draining(
+                &oooi_envoy::listeners_before_table(&self.source),
+            ),
         }
     }
 
     /// The table arrived: opens every listener. Returns whether the file
-    /// changed.
+    /// changed. A draining gate stays draining.
     pub fn open(&mut self) -> Result<bool, Error> {
-        self.phase = Phase::Open;
+        if self.phase != Phase::Draining {
+            self.phase = Phase::Open;
+            self.opened = true;
+        }
+        self.publish()
+    }
+
+    /// Starts draining (final): closes the table API's listener and keeps
+    /// the others. Returns whether the file changed.
+    pub fn drain(&mut self) -> Result<bool, Error> {
+        self.phase = Phase::Draining;
         self.publish()
     }
 
@@ -310,6 +331,27 @@ mod tests {
         assert_eq!(on_disk(&gate), lds());
         assert!(!gate.open().unwrap(), "opening twice writes nothing");
         assert!(!dir.path().join(".lds.json.tmp").exists());
+    }
+
+    #[test]
+    fn draining_closes_the_table_api_alone_and_is_final() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut gate = Gate::new(lds(), dir.path()).unwrap();
+        assert!(gate.open().unwrap());
+        assert!(gate.drain().unwrap());
+        assert_eq!(gate.phase(), Phase::Draining);
+        assert_eq!(names(&on_disk(&gate)), ["tls_6443", "metrics", "tls_443"]);
+        // A table that arrives late, or a new rendered file, does not reopen it.
+        assert!(!gate.open().unwrap());
+        let mut next = lds();
+        next["version_info"] = json!("v2");
+        gate.update(next).unwrap();
+        assert!(!names(&on_disk(&gate)).contains(&"table_api".to_string()));
+        // Draining before any table: the metrics listener alone.
+        let dir = tempfile::tempdir().unwrap();
+        let mut early = Gate::new(lds(), dir.path()).unwrap();
+        early.drain().unwrap();
+        assert_eq!(names(&on_disk(&early)), ["metrics"]);
     }
 
     #[test]

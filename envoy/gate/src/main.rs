@@ -23,9 +23,13 @@ use oooi_reload::{Outcome, Reloader, Settings};
 /// kernel, so a client moves on to the next proxy address instead of being
 /// reset. Changes of the rendered file are carried over as they come.
 ///
-/// SIGTERM, SIGINT, SIGHUP and SIGQUIT are passed on to the command; the
-/// command is killed if the gate dies; the gate exits with the command's
-/// exit code (128 + signal if a signal ended it).
+/// SIGTERM or SIGINT drains first: the table API's listener closes (so
+/// `GET READY` fails: the address agent hands the replica's VLAN addresses
+/// to a live replica, the DNS servers stop naming it) while the routing
+/// listeners keep serving for --drain; then the signal is passed on to the
+/// command. A second SIGTERM or SIGINT is passed on at once, as are SIGHUP
+/// and SIGQUIT. The command is killed if the gate dies; the gate exits with
+/// the command's exit code (128 + signal if a signal ended it).
 #[derive(Debug, Parser)]
 #[command(name = "oooi-envoy-gate", version)]
 struct Args {
@@ -43,22 +47,33 @@ struct Args {
     /// How often to ask READY until it answers 200.
     #[arg(long, default_value = "100ms", value_parser = parse_duration)]
     poll: Duration,
+    /// After SIGTERM or SIGINT, how long the routing listeners keep serving
+    /// with the table API closed before the signal reaches the command (0s:
+    /// at once). Keep it below the pod's terminationGracePeriodSeconds.
+    #[arg(long, env = "OOOI_GATE_DRAIN", default_value = "5s", value_parser = duration)]
+    drain: Duration,
     /// The command to run (Envoy and its arguments), after `--`.
     #[arg(last = true, required = true, num_args = 1..)]
     command: Vec<String>,
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
+/// `N ms` or `N s` (no space), zero allowed.
+fn duration(s: &str) -> Result<Duration, String> {
     let (n, unit) = s
         .find(|c: char| !c.is_ascii_digit())
         .map(|i| s.split_at(i))
         .ok_or_else(|| format!("{s:?}: give a unit (ms or s)"))?;
     let n: u64 = n.parse().map_err(|_| format!("{s:?}: not a duration"))?;
-    let d = match unit {
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        _ => return Err(format!("{s:?}: the unit must be ms or s")),
-    };
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        _ => Err(format!("{s:?}: the unit must be ms or s")),
+    }
+}
+
+/// A [`duration`] above zero.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = duration(s)?;
     if d.is_zero() {
         return Err("the interval must be above zero".into());
     }
@@ -172,16 +187,42 @@ fn run(args: Args) -> Result<i32> {
     let pid = child.id() as libc::pid_t;
     tracing::info!(pid, command = ?args.command, "started");
 
-    std::thread::spawn(move || {
-        loop {
-            let mut signal: libc::c_int = 0;
-            // SAFETY: waits for one of the blocked signals of `set`.
-            if unsafe { libc::sigwait(&set, &mut signal) } != 0 {
-                continue;
+    std::thread::spawn({
+        let gate = Arc::clone(&gate);
+        let drain = args.drain;
+        move || {
+            let mut draining = false;
+            loop {
+                let mut signal: libc::c_int = 0;
+                // SAFETY: waits for one of the blocked signals of `set`.
+                if unsafe { libc::sigwait(&set, &mut signal) } != 0 {
+                    continue;
+                }
+                let stop = signal == libc::SIGTERM || signal == libc::SIGINT;
+                if stop && !draining && !drain.is_zero() {
+                    draining = true;
+                    let mut g = gate.lock().unwrap_or_else(|p| p.into_inner());
+                    match g.drain() {
+                        Ok(_) => tracing::info!(
+                            signal,
+                            drain_ms = drain.as_millis() as u64,
+                            "draining: the table API is closed, the routing listeners serve until the drain ends"
+                        ),
+                        Err(e) => tracing::error!("{e}"),
+                    }
+                    drop(g);
+                    std::thread::spawn(move || {
+                        std::thread::sleep(drain);
+                        tracing::info!(signal, pid, "drained: passing the signal on");
+                        // SAFETY: sends a signal to our own child.
+                        unsafe { libc::kill(pid, signal) };
+                    });
+                    continue;
+                }
+                tracing::info!(signal, pid, "passing the signal on");
+                // SAFETY: sends a signal to our own child.
+                unsafe { libc::kill(pid, signal) };
             }
-            tracing::info!(signal, pid, "passing the signal on");
-            // SAFETY: sends a signal to our own child.
-            unsafe { libc::kill(pid, signal) };
         }
     });
 

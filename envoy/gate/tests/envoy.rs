@@ -1,7 +1,8 @@
 //! The gate in front of a real Envoy (the `envoy` on PATH, as `tools/dev
 //! setup` installs it): the routing ports refuse connections until the
-//! table is pushed, then route; signals reach Envoy; Envoy does not outlive
-//! the gate.
+//! table is pushed, then route; SIGTERM drains (the table API closes, the
+//! routing ports serve on for the drain) before it reaches Envoy; Envoy does
+//! not outlive the gate.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::path::PathBuf;
@@ -112,6 +113,57 @@ async fn sigterm_reaches_envoy_and_the_gate_reports_its_exit() {
     };
     eprintln!("table API closed {closed:?} after SIGTERM; gate exited with {exit}");
     // Envoy exits 0 on SIGTERM; the gate passes its code on.
+    assert_eq!(exit.code(), Some(0), "{}", lab.envoy.log_text());
+}
+
+/// The fixture runs the gate with `--drain 2s`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_closes_the_table_api_and_routes_on_until_the_drain_ends() {
+    let _serial = SERIAL.lock().await;
+    let mut lab = TwoClusters::start_gated(gate(), None)
+        .await
+        .expect("gated envoy starts");
+    lab.envoy.push_table(&lab.table).expect("push");
+    let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tls_probe(lab.https, Some("oauth.c1.example.com"), Some(lo))
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "443 never served");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let sent = Instant::now();
+    signal(lab.envoy.pid(), "-TERM");
+    // The table API (and with it GET /ready) goes first.
+    let api_closed = wait_closed(lab.envoy.api, Duration::from_secs(2));
+    // The routing listeners still route, with the API closed.
+    let got = tls_probe(lab.https, Some("oauth.c1.example.com"), Some(lo))
+        .await
+        .unwrap_or_else(|e| format!("refused ({e})"));
+    assert_eq!(got, "c1-oauth");
+    let still = sent.elapsed();
+    assert!(
+        still < Duration::from_secs(2),
+        "checked too late: {still:?}"
+    );
+    // Then Envoy gets the signal and exits 0.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let exit = loop {
+        if let Some(s) = lab.envoy.exit_status() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the gate did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = sent.elapsed();
+    eprintln!(
+        "table API closed {api_closed:?} after SIGTERM, routed at {still:?}, exit {exit} at {took:?}"
+    );
+    assert!(
+        took >= Duration::from_secs(2),
+        "exited before the drain ended: {took:?}"
+    );
     assert_eq!(exit.code(), Some(0), "{}", lab.envoy.log_text());
 }
 

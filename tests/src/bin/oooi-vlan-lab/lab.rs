@@ -210,6 +210,56 @@ impl Lab {
         Ok(())
     }
 
+    /// Sends SIGTERM to a started program, as the kubelet does to a deleted
+    /// pod's containers.
+    pub fn signal_term(&self, s: &Started) -> Result<()> {
+        match &s.launcher {
+            Launcher::Build => run(&["kill", "-TERM", &s.pid.to_string()])?,
+            Launcher::Images { .. } => run(&["podman", "kill", "--signal", "TERM", &s.ns])?,
+        };
+        Ok(())
+    }
+
+    /// Waits up to `within` for a program sent SIGTERM at `sent` to exit
+    /// (killed then). Returns how long it took from `sent`, or None when it
+    /// had to be killed.
+    pub fn await_exit(
+        &mut self,
+        s: &Started,
+        sent: std::time::Instant,
+        within: Duration,
+    ) -> Result<Option<Duration>> {
+        let exited = self.wait_exit(s.pid, within)?;
+        let took = sent.elapsed();
+        if !exited {
+            self.kill_9(s)?;
+        } else if matches!(s.launcher, Launcher::Images { .. }) {
+            let _ = Command::new("podman")
+                .args(["rm", "--force", "--time", "0", "--ignore", &s.ns])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+        Ok(exited.then_some(took))
+    }
+
+    /// Waits up to `timeout` for the child `pid` to exit on its own; true
+    /// (and forgotten) when it did, false (still tracked) when not.
+    fn wait_exit(&mut self, pid: u32, timeout: Duration) -> Result<bool> {
+        let Some(i) = self.children.iter().position(|c| c.id() == pid) else {
+            return Ok(true);
+        };
+        let deadline = std::time::Instant::now() + timeout;
+        while self.children[i].try_wait()?.is_none() {
+            if std::time::Instant::now() > deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.children.remove(i);
+        Ok(true)
+    }
+
     /// Starts a killed program again, as its pod's restart does: same
     /// namespace, same arguments and mounts, the log appended to.
     pub fn restart(&mut self, s: &Started) -> Result<Started> {

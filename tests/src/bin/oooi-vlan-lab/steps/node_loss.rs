@@ -406,10 +406,13 @@ pub fn run(
             drain: false,
         });
     }
-    // A drain: replica 1's pods are deleted (each agent hands its address
-    // on, then the component stops and the address leaves with the pod),
-    // and replaced 3 s later with the same static address.
-    println!("  drain: replica 1 of DNS and proxy deleted, replaced 3 s later");
+    // A drain: replica 1's pods are deleted, in the kubelet's order: the
+    // components get SIGTERM first (DNS and the proxy's gate drain: /ready
+    // and /healthz fail while they still answer, so each agent hands its
+    // address to replica 2), and the agents, native sidecars, only once the
+    // components have exited. The address leaves with the pod; the
+    // replacement comes 3 s later with the same static address.
+    println!("  drain: replica 1 of DNS and proxy deleted (kubelet order), replaced 3 s later");
     let w = windows.len();
     start_arping(lab, w, &mut arpings);
     from = now_ms();
@@ -419,19 +422,33 @@ pub fn run(
         .filter(|(_, a)| a.ns == ns.dns[0] || a.ns == ns.proxy[0])
         .map(|(i, _)| i)
         .collect();
-    for &i in &drained {
-        let _ = crate::lab::run(&["kill", "-TERM", &agent_pids[i].to_string()]);
-    }
+    let dns_started = plane.dns[0].1.clone();
+    let proxy_started = plane.proxies[0].1.clone();
+    let sent = std::time::Instant::now();
+    lab.signal_term(&dns_started)?;
+    lab.signal_term(&proxy_started)?;
     let taken = poll(10, || {
         (held(lab, &ns.dns[1], &dns1) && held(lab, &ns.proxy[1], &proxy1)).then(now_ms)
     });
+    let dns_exit = lab.await_exit(&dns_started, sent, Duration::from_secs(15))?;
+    let proxy_exit = lab.await_exit(&proxy_started, sent, Duration::from_secs(15))?;
+    println!(
+        "  measured: drain: DNS exited {} and the proxy {} after SIGTERM",
+        dns_exit.map_or("only when killed after 15 s".into(), |d| format!(
+            "{:.2} s",
+            d.as_secs_f64()
+        )),
+        proxy_exit.map_or("only when killed after 15 s".into(), |d| format!(
+            "{:.2} s",
+            d.as_secs_f64()
+        )),
+    );
+    for &i in &drained {
+        let _ = crate::lab::run(&["kill", "-TERM", &agent_pids[i].to_string()]);
+    }
     for &i in &drained {
         lab.reap(agent_pids[i], Duration::from_secs(5))?;
     }
-    let dns_started = plane.dns[0].1.clone();
-    let proxy_started = plane.proxies[0].1.clone();
-    lab.kill_9(&dns_started)?;
-    lab.kill_9(&proxy_started)?;
     for (n, ip) in [(&ns.dns[0], &dns1), (&ns.proxy[0], &proxy1)] {
         // Gone with the pod (its agent already removed it).
         let _ = crate::lab::run(&[
