@@ -8,8 +8,9 @@
 //! [`config`] is the config file (the `oooi-dhcp-config` crate,
 //! re-exported; reloaded by `oooi-reload`), [`metrics`] the Prometheus
 //! endpoint, [`pair`], [`peer`] and [`replication`] a pair of servers sharing
-//! one pool, [`probe`] the ICMP echo sent before offering an address that
-//! has no binding of its client.
+//! one pool, [`request`] the classified request the pipeline, the lease
+//! table and the pair's scope rule read, [`probe`] the ICMP echo sent before
+//! offering an address that has no binding of its client.
 
 pub mod commit;
 pub mod lease_store;
@@ -20,6 +21,7 @@ pub mod peer;
 pub mod pipeline;
 pub mod probe;
 pub mod replication;
+pub mod request;
 pub mod server;
 
 /// The config file format and its rules (the `oooi-dhcp-config` crate).
