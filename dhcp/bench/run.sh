@@ -345,9 +345,10 @@ if probes or g("oooi_dhcp_probe_errors_total"):
           % (probes, g("oooi_dhcp_probe_conflicts_total"), g("oooi_dhcp_probe_errors_total"),
              waited, 1000 * g("oooi_dhcp_probe_delay_seconds_sum") / max(waited, 1)))
 if sys.argv[1] == "pair":
-    print("   pair: state %d (1 load balancing); %d lease records sent, %d received, %d unsent, %d update errors, %d takeovers"
+    print("   pair: state %d (1 load balancing); %d lease records sent, %d received, %d unsent, %d update errors, %d takeovers; %d renewals ACKed lazily"
           % (g("oooi_dhcp_pair_state"), g("oooi_dhcp_pair_updates_sent_total"), g("oooi_dhcp_pair_updates_received_total"),
-             g("oooi_dhcp_pair_updates_unsent_total"), g("oooi_dhcp_pair_update_errors_total"), g("oooi_dhcp_pair_takeovers_total")))
+             g("oooi_dhcp_pair_updates_unsent_total"), g("oooi_dhcp_pair_update_errors_total"), g("oooi_dhcp_pair_takeovers_total"),
+             g("oooi_dhcp_pair_lazy_acks_total")))
 P
 }
 

@@ -8,7 +8,8 @@
 //! [`config`] is the config file (the `oooi-dhcp-config` crate,
 //! re-exported; reloaded by `oooi-reload`), [`metrics`] the Prometheus
 //! endpoint, [`pair`], [`peer`] and [`replication`] a pair of servers sharing
-//! one pool, [`request`] the classified request the pipeline, the lease
+//! one pool ([`peer_holds`]: which renewals may be ACKed before the
+//! other server has them), [`request`] the classified request the pipeline, the lease
 //! table and the pair's scope rule read, [`probe`] the ICMP echo sent before
 //! offering an address that has no binding of its client.
 
@@ -18,6 +19,7 @@ pub mod leases;
 pub mod metrics;
 pub mod pair;
 pub mod peer;
+pub mod peer_holds;
 pub mod pipeline;
 pub mod probe;
 pub mod replication;

@@ -49,9 +49,23 @@ impl Replication {
     }
 }
 
-/// What a replication worker reports: a new watermark, and the addresses
-/// whose commit the other server refused (their ACKs are not sent).
-pub type Replicated = (Seq, Vec<Ipv4Addr>);
+/// What a replication worker reports.
+#[derive(Debug, Default)]
+pub struct Replicated {
+    /// A new watermark: every batch up to it is stored there (0: none).
+    pub through: Seq,
+    /// Addresses whose commit the other server refused (their ACKs are
+    /// not sent).
+    pub refused: Vec<Ipv4Addr>,
+    /// Updates were abandoned (the other server counts as down): nothing
+    /// sent to it counts as held any more (see [`crate::peer_holds`]).
+    pub holds_lost: bool,
+    /// A new stream was opened (the first one, or after a failure: the
+    /// other server may have restarted): what it acknowledged earlier no
+    /// longer counts as held; what is still to be acknowledged goes on the
+    /// new stream and counts once acknowledged there.
+    pub new_stream: bool,
+}
 
 /// A replication worker (run [`REPLICATION_IN_FLIGHT`] of them): takes the
 /// next request the window allows, POSTs it on its kept-alive connection
@@ -81,7 +95,11 @@ pub fn replication_worker(
                     m.pair_updates_unsent.inc_by((dropped / RECORD_LEN) as u64);
                     drop(w);
                     rep.moved.notify_all();
-                    replicated((t, Vec::new()));
+                    replicated(Replicated {
+                        through: t,
+                        holds_lost: true,
+                        ..Replicated::default()
+                    });
                     break None;
                 }
                 if w.needs_stream() && !rep.opening.swap(true, Ordering::SeqCst) {
@@ -92,7 +110,16 @@ pub fn replication_worker(
                     };
                     rep.opening.store(false, Ordering::SeqCst);
                     match opened {
-                        Some(s) if w2.needs_stream() => w2.set_stream(s),
+                        Some(s) if w2.needs_stream() => {
+                            w2.set_stream(s);
+                            drop(w2);
+                            replicated(Replicated {
+                                new_stream: true,
+                                ..Replicated::default()
+                            });
+                            rep.moved.notify_all();
+                            break None;
+                        }
                         Some(_) => {}
                         None => {
                             m.pair_update_errors.inc();
@@ -142,10 +169,12 @@ pub fn replication_worker(
                 drop(w);
                 rep.moved.notify_all();
                 let refused = refused_commits.unwrap_or_default();
-                if let Some(t) = t {
-                    replicated((t, refused));
-                } else if !refused.is_empty() {
-                    replicated((0, refused));
+                if t.is_some() || !refused.is_empty() {
+                    replicated(Replicated {
+                        through: t.unwrap_or(0),
+                        refused,
+                        ..Replicated::default()
+                    });
                 }
             }
             (other, _) => {

@@ -11,9 +11,10 @@ use std::time::Instant;
 
 use super::socket::Sender4;
 use crate::commit::{AckGate, Seq};
-use crate::lease_store::LeaseStore;
+use crate::lease_store::{LeaseStore, StoredLease, decode_records, encode_record, is_commit};
 use crate::metrics::metrics;
 use crate::peer::MergeReport;
+use crate::peer_holds::{PeerHolds, for_peer};
 use crate::pipeline::{Destination, StoreOp};
 
 /// When an ACK may leave, relative to its lease record (`serve
@@ -64,6 +65,10 @@ pub enum Pending {
 pub(super) struct Durable {
     pub(super) records: Vec<StoreOp>,
     pub(super) replies: Vec<Pending>,
+    /// ACKs of one lease each: in a pair, sent once the lease is durable
+    /// here when the other server already holds it that long (a lazy
+    /// update, see [`crate::peer_holds`]), else they wait like `replies`.
+    pub(super) renewals: Vec<(StoredLease, Pending)>,
     /// Whether the records go to the other server of a pair (not when they
     /// came from it). Its replies then also wait for the other server's
     /// acknowledgement, unless that server counts as down.
@@ -103,6 +108,10 @@ pub(super) struct CommitState {
     /// ACK released for each is not sent (the gate releases in decision
     /// order, so that is the refused one).
     pub(super) withheld: std::collections::HashSet<Ipv4Addr>,
+    /// What the other server of a pair holds (lazy updates).
+    pub(super) holds: PeerHolds,
+    /// The lead added to expiries sent to the other server (seconds).
+    pub(super) lead: u64,
 }
 
 /// The address an encoded reply gives (BOOTP `yiaddr`).
@@ -250,6 +259,31 @@ fn start_compaction(
     Ok(())
 }
 
+/// The records written for the other server of a pair, as it is sent them
+/// (each client's expiry `lead` seconds later, see
+/// [`crate::peer_holds::for_peer`]), the bindings among them, and the
+/// addresses they release.
+fn for_peer_records(written: &[u8], lead: u64) -> (Vec<u8>, Vec<StoredLease>, Vec<Ipv4Addr>) {
+    let Some(decoded) = decode_records(written) else {
+        // Cannot happen (this process encoded them); sent as written, and
+        // nothing counts as held.
+        return (written.to_vec(), Vec::new(), Vec::new());
+    };
+    let mut out = Vec::with_capacity(written.len());
+    let mut bindings = Vec::new();
+    let mut released = Vec::new();
+    for (op, l) in decoded {
+        let sent = for_peer(&l, lead);
+        out.extend_from_slice(&encode_record(is_commit(op), &sent));
+        if is_commit(op) {
+            bindings.push(sent);
+        } else {
+            released.push(l.ip);
+        }
+    }
+    (out, bindings, released)
+}
+
 /// Writes a decided batch's records (decision order), holds its ACKs in the
 /// gate and starts syncs the gate allows. Compacts the log when it grew.
 pub(super) fn write_batch(
@@ -272,9 +306,9 @@ pub(super) fn write_batch(
         .map_err(|e| anyhow::anyhow!("lease store write failed: {e}"))?;
     }
     let replication = d.replication.clone().filter(|_| batch.replicate);
-    let records = match &replication {
-        Some(_) if !d.store.unwritten().is_empty() => d.store.unwritten().to_vec(),
-        _ => Vec::new(),
+    let (records, bindings, released_ips) = match &replication {
+        Some(_) if !d.store.unwritten().is_empty() => for_peer_records(d.store.unwritten(), d.lead),
+        _ => (Vec::new(), Vec::new(), Vec::new()),
     };
     d.store
         .write_out()
@@ -286,13 +320,33 @@ pub(super) fn write_batch(
         // sync; the replies wait for both while the other server is up
         // (once it counts as down, the local sync alone releases them).
         Some(rep) if !records.is_empty() => {
-            let seq = d.gate.written_replicated(batch.replies);
+            // Renewals the other server already holds: ACKed after the
+            // local sync alone, their update goes along unwaited.
+            let mut wait = batch.replies;
+            let mut lazy = Vec::new();
+            for (l, reply) in batch.renewals {
+                if d.holds.covers(&l) {
+                    lazy.push(reply);
+                } else {
+                    wait.push(reply);
+                }
+            }
+            if !lazy.is_empty() {
+                metrics().pair_lazy_acks.inc_by(lazy.len() as u64);
+                d.gate.written(lazy);
+            }
+            let seq = d.gate.written_replicated(wait);
+            d.holds.sent(seq, bindings, &released_ips);
             if let Some(t) = rep.push(seq, &records) {
                 released.extend(d.gate.replicated_through(t));
             }
             seq
         }
-        _ => d.gate.written(batch.replies),
+        _ => {
+            let mut replies = batch.replies;
+            replies.extend(batch.renewals.into_iter().map(|(_, r)| r));
+            d.gate.written(replies)
+        }
     };
     if d.durability == Durability::Write {
         // The records are in the page cache: Kea memfile's guarantee.
@@ -311,4 +365,45 @@ pub(super) fn write_batch(
     drop(d);
     deliver(released, out);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Mac;
+    use crate::lease_store::DECLINED_MAC;
+
+    fn lease(ip: u8, mac: [u8; 6], expires_unix: u64) -> StoredLease {
+        StoredLease {
+            ip: Ipv4Addr::new(192, 0, 2, ip),
+            mac: Mac(mac),
+            expires_unix,
+        }
+    }
+
+    #[test]
+    fn the_other_server_is_sent_each_client_expiry_plus_the_lead_and_the_releases() {
+        let client = lease(100, [2, 0, 0, 0, 0, 1], 5000);
+        let quarantine = lease(101, DECLINED_MAC.0, 5000);
+        let gone = lease(102, [2, 0, 0, 0, 0, 2], 4000);
+        let mut written = encode_record(true, &client);
+        written.extend(encode_record(true, &quarantine));
+        written.extend(encode_record(false, &gone));
+        let (sent, bindings, released) = for_peer_records(&written, 60);
+        let decoded = decode_records(&sent).expect("whole records");
+        let expiries: Vec<_> = decoded
+            .iter()
+            .map(|(op, l)| (is_commit(*op), l.ip, l.expires_unix))
+            .collect();
+        assert_eq!(
+            expiries,
+            vec![
+                (true, client.ip, 5060),
+                (true, quarantine.ip, 5000),
+                (false, gone.ip, 4060),
+            ]
+        );
+        assert_eq!(bindings.len(), 2);
+        assert_eq!(released, vec![gone.ip]);
+    }
 }

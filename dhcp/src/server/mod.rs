@@ -56,6 +56,7 @@ use crate::lease_store::{LeaseStore, Recovery, encode_leases, is_commit};
 use crate::leases::LeaseTable;
 use crate::metrics::{self, metrics};
 use crate::peer::{Inbox, Pair};
+use crate::peer_holds::{PeerHolds, lead};
 use crate::pipeline::{Dropped, StoreOp};
 
 pub use decide::{Decisions, Step};
@@ -215,6 +216,8 @@ impl Server {
             durability: self.durability,
             failed: None,
             withheld: std::collections::HashSet::new(),
+            holds: PeerHolds::default(),
+            lead: lead(self.decisions.table.config().lease_seconds),
         }));
         if let (Some(p), Some(rep)) = (&self.pair, &replication) {
             for i in 0..crate::peer::REPLICATION_IN_FLIGHT {
@@ -223,12 +226,22 @@ impl Server {
                 std::thread::Builder::new()
                     .name(format!("dhcp-pair-repl-{i}"))
                     .spawn(move || {
-                        crate::peer::replication_worker(pair, rep, |(t, refused)| {
+                        crate::peer::replication_worker(pair, rep, |r| {
                             let released = match commit.lock() {
                                 Ok(mut d) if d.failed.is_none() => {
+                                    if r.holds_lost {
+                                        d.holds.forget();
+                                    } else {
+                                        if r.new_stream {
+                                            d.holds.forget_acknowledged();
+                                        }
+                                        d.holds.acknowledged_through(r.through);
+                                    }
+                                    d.holds.refused(&r.refused);
                                     // The other server refused these commits:
                                     // their ACKs are not sent.
-                                    d.withheld.extend(refused);
+                                    d.withheld.extend(r.refused);
+                                    let t = r.through;
                                     let r = if t > 0 {
                                         d.gate.replicated_through(t)
                                     } else {
@@ -298,6 +311,7 @@ impl Server {
                 let batch = Durable {
                     records: released.into_iter().map(StoreOp::Release).collect(),
                     replies: Vec::new(),
+                    renewals: Vec::new(),
                     replicate: true,
                 };
                 write_batch(shared, jobs, batch, out)?;
@@ -323,6 +337,7 @@ impl Server {
             let mut durable = Durable {
                 records: Vec::new(),
                 replies: Vec::new(),
+                renewals: Vec::new(),
                 replicate: true,
             };
             for _ in 0..BATCH {
@@ -343,10 +358,15 @@ impl Server {
                     Step::Dropped(_) | Step::Held | Step::SendNow(None) => {}
                     Step::SendNow(Some((bytes, dest, kind))) => out.send(&bytes, dest, kind),
                     Step::Durable(records, reply) => {
-                        durable.records.extend(records);
-                        if let Some(reply) = reply {
-                            durable.replies.push(Pending::Reply(reply));
+                        match (records.as_slice(), reply) {
+                            // One lease, ACKed: may go as a lazy update.
+                            ([StoreOp::Commit(l)], Some(reply)) if reply.2 == "ack" => {
+                                durable.renewals.push((*l, Pending::Reply(reply)));
+                            }
+                            (_, Some(reply)) => durable.replies.push(Pending::Reply(reply)),
+                            (_, None) => {}
                         }
+                        durable.records.extend(records);
                     }
                 }
             }
@@ -437,6 +457,7 @@ impl Server {
                         let batch = Durable {
                             records: ops,
                             replies: vec![Pending::PeerAck(done, report)],
+                            renewals: Vec::new(),
                             replicate: false,
                         };
                         write_batch(shared, jobs, batch, out)?;
