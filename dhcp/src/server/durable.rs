@@ -278,6 +278,8 @@ fn for_peer_records(written: &[u8], lead: u64) -> (Vec<u8>, Vec<StoredLease>, Ve
         if is_commit(op) {
             bindings.push(sent);
         } else {
+            // A release after a commit of the same batch ends that hold too.
+            bindings.retain(|b: &StoredLease| b.ip != l.ip);
             released.push(l.ip);
         }
     }
@@ -405,5 +407,15 @@ mod tests {
         );
         assert_eq!(bindings.len(), 2);
         assert_eq!(released, vec![gone.ip]);
+    }
+
+    #[test]
+    fn a_commit_released_in_the_same_batch_counts_as_no_binding() {
+        let client = lease(100, [2, 0, 0, 0, 0, 1], 5000);
+        let mut written = encode_record(true, &client);
+        written.extend(encode_record(false, &client));
+        let (_, bindings, released) = for_peer_records(&written, 60);
+        assert!(bindings.is_empty());
+        assert_eq!(released, vec![client.ip]);
     }
 }
