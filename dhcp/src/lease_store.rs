@@ -248,6 +248,13 @@ pub fn inspect(buf: &[u8]) -> Inspection {
 }
 
 /// Encodes leases as commit records (the pair API's snapshot body).
+/// One record in the log layout: `commit` true for a commit, else a
+/// release.
+pub fn encode_record(commit: bool, l: &StoredLease) -> Vec<u8> {
+    encode(if commit { OP_COMMIT } else { OP_RELEASE }, l)
+}
+
+/// Commit records of `leases`, in the log layout.
 pub fn encode_leases<'a>(leases: impl IntoIterator<Item = &'a StoredLease>) -> Vec<u8> {
     let mut out = Vec::new();
     for l in leases {

@@ -690,9 +690,12 @@ impl LeaseTable {
                 "outside the pool"
             });
         }
-        let most = u64::from(c.lease_seconds) + PEER_EXPIRY_SLACK;
+        // A lease plus the lead of lazy updates (see crate::peer_holds).
+        let most = u64::from(c.lease_seconds)
+            + crate::peer_holds::lead(c.lease_seconds)
+            + PEER_EXPIRY_SLACK;
         if l.expires_unix > now.saturating_add(most) {
-            return Err("expiry later than a full lease from now");
+            return Err("expiry later than two lease times from now");
         }
         Ok(())
     }
@@ -1345,8 +1348,10 @@ reservations:
                 mac: Mac([0xff; 6]),
                 ..ok
             }, // broadcast MAC
+            // Later than a lease plus the lead of lazy updates (one more
+            // lease time, see crate::peer_holds).
             StoredLease {
-                expires_unix: now + 600 + PEER_EXPIRY_SLACK + 1,
+                expires_unix: now + 600 + 600 + PEER_EXPIRY_SLACK + 1,
                 ..ok
             },
             StoredLease {
@@ -1364,6 +1369,12 @@ reservations:
             ..ok
         };
         assert_eq!(t.check_peer_record(&r, now), Ok(()));
+        // A binding sent with the lead: the client's lease plus one lease time.
+        let lazy = StoredLease {
+            expires_unix: now + 600 + 600 + PEER_EXPIRY_SLACK,
+            ..ok
+        };
+        assert_eq!(t.check_peer_record(&lazy, now), Ok(()));
     }
 
     #[test]

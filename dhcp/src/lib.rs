@@ -8,8 +8,10 @@
 //! [`config`] is the config file (the `oooi-dhcp-config` crate,
 //! re-exported; reloaded by `oooi-reload`), [`metrics`] the Prometheus
 //! endpoint, [`pair`], [`peer`] and [`replication`] a pair of servers sharing
-//! one pool, [`probe`] the ICMP echo sent before offering an address that
-//! has no binding of its client.
+//! one pool ([`peer_holds`]: which renewals may be ACKed before the
+//! other server has them), [`request`] the classified request the pipeline, the lease
+//! table and the pair's scope rule read, [`probe`] the ICMP echo sent before
+//! offering an address that has no binding of its client.
 
 pub mod commit;
 pub mod lease_store;
@@ -17,9 +19,11 @@ pub mod leases;
 pub mod metrics;
 pub mod pair;
 pub mod peer;
+pub mod peer_holds;
 pub mod pipeline;
 pub mod probe;
 pub mod replication;
+pub mod request;
 pub mod server;
 
 /// The config file format and its rules (the `oooi-dhcp-config` crate).

@@ -84,6 +84,9 @@ pub struct Metrics {
     pub pair_updates_sent: Counter,
     /// Lease records not sent because the other server was down (it pulls them when it returns).
     pub pair_updates_unsent: Counter,
+    /// Renewals ACKed before their update reached the other server, which
+    /// already held them that long (lazy updates).
+    pub pair_lazy_acks: Counter,
     /// Failed attempts to send lease records to the other server.
     pub pair_update_errors: Counter,
     /// Lease records received from the other server.
@@ -157,6 +160,7 @@ pub fn metrics() -> &'static Metrics {
             pair_state: Gauge::default(),
             pair_updates_sent: Counter::default(),
             pair_updates_unsent: Counter::default(),
+            pair_lazy_acks: Counter::default(),
             pair_update_errors: Counter::default(),
             pair_updates_received: Counter::default(),
             pair_conflicts: Counter::default(),
@@ -288,6 +292,11 @@ pub fn metrics() -> &'static Metrics {
             "oooi_dhcp_pair_updates_unsent",
             "Lease records not sent because the other server was down (it pulls them when it returns)",
             m.pair_updates_unsent.clone(),
+        );
+        r.register(
+            "oooi_dhcp_pair_lazy_acks",
+            "Renewals ACKed once durable here, because the other server already held them that long (their update follows unwaited)",
+            m.pair_lazy_acks.clone(),
         );
         r.register(
             "oooi_dhcp_pair_update_errors",

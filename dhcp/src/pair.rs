@@ -41,7 +41,7 @@ use std::ops::Bound;
 use dhcproto::v4::{DhcpOption, MessageType, OptionCode};
 
 use crate::config::{Config, Role};
-use crate::pipeline::Request;
+use crate::request::Request;
 
 /// The "mixing table" of RFC 3074 section 6.
 const MIX: [u8; 256] = [

@@ -15,6 +15,7 @@ use ipnet::Ipv4Net;
 use crate::config::{Config, Mac};
 use crate::lease_store::StoredLease;
 use crate::leases::{LeaseTable, Refusal};
+pub use crate::request::Request;
 
 /// Why a packet was dropped without a reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,33 +140,6 @@ pub fn sanitize(buf: &[u8]) -> Option<Vec<u8>> {
 pub fn parse(buf: &[u8]) -> Result<Message, Dropped> {
     let clean = sanitize(buf).ok_or(Dropped::Malformed)?;
     Message::decode(&mut Decoder::new(&clean)).map_err(|_| Dropped::Malformed)
-}
-
-/// A client request the server acts on.
-#[derive(Debug, Clone)]
-pub struct Request {
-    /// The decoded message.
-    pub msg: Message,
-    /// Its DHCP message type (option 53).
-    pub kind: MessageType,
-    /// The client's hardware address (chaddr).
-    pub mac: Mac,
-}
-
-impl Request {
-    fn requested_ip(&self) -> Option<Ipv4Addr> {
-        match self.msg.opts().get(OptionCode::RequestedIpAddress) {
-            Some(DhcpOption::RequestedIpAddress(ip)) => Some(*ip),
-            _ => None,
-        }
-    }
-
-    fn server_id(&self) -> Option<Ipv4Addr> {
-        match self.msg.opts().get(OptionCode::ServerIdentifier) {
-            Some(DhcpOption::ServerIdentifier(ip)) => Some(*ip),
-            _ => None,
-        }
-    }
 }
 
 /// Stage 2: keeps requests from Ethernet clients, names the message type.

@@ -1,7 +1,9 @@
 //! The pair with real clients (busybox `udhcpc`) in network namespaces,
 //! short leases (60 s; busybox renews at half the lease, 30 s, whatever
-//! option 58 says): renewals through each server reach the other store with
-//! the same expiry, and a server whose clock is an hour off (`faketime`) is
+//! option 58 says): renewals through each server reach the other store one
+//! lease time ahead (lazy updates with a bounded lead), a `kill -9` right
+//! after renewals ACKed before their update arrived leaves the survivor
+//! holding every renewed address past its client's expiry, and a server whose clock is an hour off (`faketime`) is
 //! warned about, never takes over and NAKs no live client. Needs root and
 //! `faketime`.
 
@@ -40,17 +42,29 @@ fn renewals(events: &std::path::Path) -> usize {
         .count()
 }
 
+/// The lab's lease time (seconds), and so the lead of lazy updates: the
+/// other server holds each binding until the client's expiry plus one
+/// lease time.
+const LEASE: u64 = 60;
+
 #[test]
-fn a_renewal_through_either_server_reaches_the_other_store_with_the_same_expiry() {
+fn a_renewal_through_either_server_reaches_the_other_store_one_lease_time_ahead() {
     let mut p = PairLab::new();
     p.lab.start_server();
     p.start_b();
     p.both_balancing();
-    let mut clients = bound_clients(&mut p, true, &[1, 2]);
-    clients.extend(bound_clients(&mut p, false, &[3, 4]));
-    let first = p.expiries(true);
+    let mut clients: Vec<_> = bound_clients(&mut p, true, &[1, 2])
+        .into_iter()
+        .map(|c| (c, true))
+        .collect();
+    clients.extend(
+        bound_clients(&mut p, false, &[3, 4])
+            .into_iter()
+            .map(|c| (c, false)),
+    );
+    let first = (p.expiries(true), p.expiries(false));
     // Each client renews at T1 with the server that gave its lease.
-    for (events, _, _) in &clients {
+    for ((events, _, _), _) in &clients {
         p.wait(45, "a renewal at T1", || renewals(events) >= 1);
     }
     // Read both stores between two renewals: A, B, then A again unchanged.
@@ -63,7 +77,7 @@ fn a_renewal_through_either_server_reaches_the_other_store_with_the_same_expiry(
             break (a, b);
         }
     };
-    for (_, ip, _) in &clients {
+    for ((_, ip, _), primary) in &clients {
         let (mac_a, ea) = a
             .get(ip)
             .unwrap_or_else(|| panic!("{ip} not in A\n{}", p.logs()));
@@ -71,19 +85,84 @@ fn a_renewal_through_either_server_reaches_the_other_store_with_the_same_expiry(
             .get(ip)
             .unwrap_or_else(|| panic!("{ip} not in B\n{}", p.logs()));
         assert_eq!(mac_a, mac_b, "{ip}");
+        // The server that ACKed stores the client's expiry; the other one
+        // holds the address longer: every binding is sent with a lead of
+        // one lease time (the failover protocol's potential expiration),
+        // so a renewal whose new expiry it already holds is ACKed before
+        // its update arrives (a lazy update, sent at once and not waited
+        // for). What the other store holds must never be earlier than the
+        // client's expiry, and once the lazy update has arrived it is that
+        // expiry plus the lead.
+        let (own, other) = if *primary { (ea, eb) } else { (eb, ea) };
         assert!(
-            ea.abs_diff(*eb) <= 1,
-            "{ip}: A expires {ea}, B {eb}\n{}",
+            other >= own,
+            "{ip}: the other server holds it until {other}, before the client's expiry {own}\n{}",
             p.logs()
         );
+        assert!(
+            other.abs_diff(own + LEASE) <= 1,
+            "{ip}: ACKing server {own}, other {other} (expected {own} + {LEASE})\n{}",
+            p.logs()
+        );
+        let first = if *primary { &first.0 } else { &first.1 };
         let before = first.get(ip).map(|(_, e)| *e).unwrap_or(0);
         assert!(
-            *ea > before,
-            "{ip}: the renewal moved the expiry ({before} → {ea})"
+            *own > before,
+            "{ip}: the renewal moved the expiry ({before} → {own})"
         );
     }
+    // The renewals were lazy updates.
+    assert!(p.metric(true, "oooi_dhcp_pair_lazy_acks_total") >= 2.0);
+    assert!(p.metric(false, "oooi_dhcp_pair_lazy_acks_total") >= 2.0);
     assert_eq!(p.metric(true, "oooi_dhcp_naks_total"), 0.0);
     assert_eq!(p.metric(false, "oooi_dhcp_naks_total"), 0.0);
+    p.duplicate_scan();
+}
+
+#[test]
+fn kill_9_right_after_lazily_acked_renewals_leaves_the_survivor_holding_each_address_past_its_clients_expiry()
+ {
+    let mut p = PairLab::new();
+    p.lab.start_server();
+    p.start_b();
+    p.both_balancing();
+    let seeds = [21, 22, 23];
+    let clients = bound_clients(&mut p, false, &seeds);
+    for (events, _, _) in &clients {
+        p.wait(45, "a renewal at T1", || renewals(events) >= 1);
+    }
+    let lazy = p.metric(false, "oooi_dhcp_pair_lazy_acks_total");
+    // Every renewal ended its client's lease at most a lease time after
+    // this moment.
+    let seen = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    p.kill9_b();
+    assert!(
+        lazy >= clients.len() as f64,
+        "B ACKed {lazy} renewals lazily\n{}",
+        p.logs()
+    );
+    // The survivor holds each renewed address for its client until at
+    // least the client's expiry (renewal + 60 s ≤ seen + 60 s), whether
+    // or not the lazy update reached it before the kill.
+    let a = p.expiries(true);
+    for ((_, ip, _), seed) in clients.iter().zip(seeds) {
+        let (held_for, until) = a
+            .get(ip)
+            .unwrap_or_else(|| panic!("{ip} not in the survivor's store\n{}", p.logs()));
+        assert!(
+            held_for.eq_ignore_ascii_case(&mac_for(false, seed, true)),
+            "{ip} held for {held_for}"
+        );
+        assert!(
+            *until >= seen + LEASE,
+            "{ip} ({held_for}): the survivor holds it until {until}, the client until up to {}\n{}",
+            seen + LEASE,
+            p.logs()
+        );
+    }
     p.duplicate_scan();
 }
 
@@ -439,12 +518,18 @@ fn a_30_s_partition_of_the_pair_link_never_gives_one_address_to_two_live_clients
     lab::sh(&["ip", "-n", &p.lab.server_ns, "link", "set", "pa", "up"]);
     p.both_balancing();
     let healed = Instant::now();
+    // Agree: the same client per address, and the same expiry, or one lease
+    // time apart where a renewal after the heal was replicated with the
+    // lead of lazy updates (the ACKing server stores the client's expiry,
+    // the other one that plus one lease time).
     let stores_agree = || {
         let (a, b) = (p.expiries(true), p.expiries(false));
         a.len() == b.len()
             && a.iter().all(|(ip, (mac, e))| {
-                b.get(ip)
-                    .is_some_and(|(m, f)| m == mac && e.abs_diff(*f) <= 2)
+                b.get(ip).is_some_and(|(m, f)| {
+                    let d = e.abs_diff(*f);
+                    m == mac && (d <= 2 || d.abs_diff(LEASE) <= 2)
+                })
             })
     };
     while !stores_agree() {
