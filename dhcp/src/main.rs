@@ -169,7 +169,29 @@ async fn serve(
         r = dhcp => r?,
         r = serve_http(metrics_addr) => r,
         r = pair_api => r,
+        r = terminated() => r,
     }
+}
+
+/// Waits for SIGTERM or SIGINT. Stopping then is as safe as a crash, which
+/// the store is built for: an ACK leaves only after its lease is written
+/// (and, with `--durability fsync`, synced), so nothing acknowledged is
+/// lost and a request in flight is retried by its client. Without a
+/// handler the server, PID 1 in its container, ignored SIGTERM and held its
+/// pod in Terminating for the whole grace period.
+async fn terminated() -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let name = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
+    tracing::info!(
+        signal = name,
+        "stopping: every acknowledged lease is already in the lease log"
+    );
+    Ok(())
 }
 
 #[tokio::main]
@@ -197,4 +219,7 @@ async fn main() {
         eprintln!("oooi-dhcp: {e}");
         std::process::exit(1);
     }
+    // The decision loop runs on a blocking thread the runtime would wait
+    // for: leave now.
+    std::process::exit(0);
 }

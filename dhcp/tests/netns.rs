@@ -216,6 +216,43 @@ fn server_restart_keeps_every_lease_and_renewal_still_acks() {
     assert_ne!(last_event(&ev2, "bound").expect("bound").get("ip"), ip);
 }
 
+/// SIGTERM (a pod deletion) stops the server at once with status 0; every
+/// acknowledged lease is still there after the restart. Before the server
+/// handled it, SIGTERM was ignored (PID 1 in its container) until SIGKILL
+/// at the end of the grace period.
+#[test]
+fn sigterm_stops_the_server_at_once_and_keeps_every_lease() {
+    let mut lab = Lab::new(&config(150, 50));
+    let ns1 = lab.add_client("02:00:00:00:02:11");
+    lab.start_server();
+    let (events, idx) = lab.udhcpc(&ns1, &[]);
+    lab.wait_for(10, "bound", || last_event(&events, "bound").is_some());
+    let ip = last_event(&events, "bound")
+        .expect("bound")
+        .get("ip")
+        .to_string();
+
+    let (status, took) = lab
+        .terminate_server(5)
+        .expect("still running 5 s after SIGTERM");
+    println!("exited {took:?} after SIGTERM: {status}");
+    assert!(status.success(), "{status}\n{}", lab.log());
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(lab.log().contains("stopping"), "{}", lab.log());
+
+    lab.start_server();
+    assert!(
+        lab.leases()
+            .iter()
+            .any(|(a, m, s)| a.to_string() == ip && m == "02:00:00:00:02:11" && s == "active")
+    );
+    lab.signal(idx, libc::SIGUSR1);
+    lab.wait_for(10, "renew after restart", || {
+        count_events(&events, "renew") >= 1
+    });
+    assert_eq!(last_event(&events, "renew").expect("renew").get("ip"), ip);
+}
+
 // ---- relay-style client (the path perfdhcp uses) ----
 
 const RELAY: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 9);

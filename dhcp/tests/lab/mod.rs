@@ -260,6 +260,25 @@ impl Lab {
         }
     }
 
+    /// Sends SIGTERM to the server (as the kubelet does) and waits up to
+    /// `secs` for it to exit: its exit status and how long it took, or
+    /// None (then killed) when it did not exit.
+    pub fn terminate_server(&mut self, secs: u64) -> Option<(std::process::ExitStatus, Duration)> {
+        let mut c = self.server.take()?;
+        let sent = Instant::now();
+        // SAFETY: sends a signal to our own child (`ip netns exec` execs the server).
+        unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
+        while sent.elapsed() < Duration::from_secs(secs) {
+            if let Ok(Some(status)) = c.try_wait() {
+                return Some((status, sent.elapsed()));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+        None
+    }
+
     /// Whether the server process is still running.
     pub fn server_alive(&mut self) -> bool {
         self.server

@@ -256,7 +256,8 @@ impl Lab {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        self.children.remove(i);
+        // Already reaped by try_wait; wait() returns its status at once.
+        let _ = self.children.remove(i).wait();
         Ok(true)
     }
 
