@@ -60,9 +60,12 @@
 # Usage: dhcp/bench/run.sh [path/to/release/oooi-dhcp] [--client-rcvbuf BYTES|system]
 #                          [seconds] [offered rate/s]
 #        BYTES takes K, M suffixes (1024-based); 0 is the same as `system`.
-# Env:   MODES="fsync write probe pair"  oooi-dhcp modes to run (durability
-#                              modes of one server, one server probing, and
-#                              the pair)
+# Env:   MODES="fsync write probe pair pair-write"  oooi-dhcp modes to run
+#                              (durability modes of one server, one server
+#                              probing, the pair syncing and the pair
+#                              writing: the last is Kea memfile's guarantee
+#                              and more, since every ACKed lease is on both
+#                              servers)
 #        RENEW_RATE=N          renewals per second perfdhcp sends (0: none)
 #        PAIR_CPUS="A B"       CPUs of the two pair servers (default: both
 #                              on the server CPU)
@@ -95,7 +98,7 @@ case $CLIENT_RCVBUF in
   *) RCVBUF_BYTES=$(numfmt --from=iec "$CLIENT_RCVBUF" 2>/dev/null) && [ "$RCVBUF_BYTES" -ge 4608 ] 2>/dev/null || {
        echo "--client-rcvbuf: '$CLIENT_RCVBUF' is not a size of at least 4608 bytes (e.g. 4194304, 4M) or system" >&2; exit 2; } ;;
 esac
-MODES=${MODES:-fsync write probe pair}
+MODES=${MODES:-fsync write probe pair pair-write}
 RENEW_RATE=${RENEW_RATE:-$((RATE / 5))}
 for t in perfdhcp kea-dhcp4 taskset setsid ip; do
   command -v "$t" >/dev/null || { echo "missing $t (tools/dev setup installs it)" >&2; exit 1; }
@@ -365,19 +368,25 @@ peer:
 Y
 }
 
-# run_pair: the pair (see the top), perfdhcp broadcasting on the bridge.
+# run_pair DURABILITY: the pair (see the top), perfdhcp broadcasting on the
+# bridge, both servers with --durability DURABILITY (fsync or write).
 run_pair() {
-  local guarantee="ACK after fdatasync on both servers: survives kill -9 and power loss of either"
-  local a_cpu b_cpu da="${OOOI_BENCH_DATA_DIR:-$W/oooi-data}-pair-a" db="${OOOI_BENCH_DATA_DIR:-$W/oooi-data}-pair-b"
+  local durability=$1 guarantee row="oooi-dhcp pair"
+  case $durability in
+    fsync) guarantee="ACK after fdatasync on both servers: survives kill -9 and power loss of either" ;;
+    write) guarantee="ACK after write() on both servers: survives kill -9 of either and power loss of one (the other holds every ACKed lease)"
+           row="oooi pair write" ;;
+  esac
+  local a_cpu b_cpu da="${OOOI_BENCH_DATA_DIR:-$W/oooi-data}-pair-$durability-a" db="${OOOI_BENCH_DATA_DIR:-$W/oooi-data}-pair-$durability-b"
   read -r a_cpu b_cpu <<<"${PAIR_CPUS:-$SERVER_CPU $SERVER_CPU}"
-  echo "== oooi-dhcp pair (--durability fsync, servers on CPUs $a_cpu and $b_cpu): $guarantee"
+  echo "== oooi-dhcp pair (--durability $durability, servers on CPUs $a_cpu and $b_cpu): $guarantee"
   head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$W/etc/pair-token"
   pair_config 10.20.0.1 10.20.0.4 primary 10.30.0.2:9068 > "$W/etc/pair-a.yaml"
   pair_config 10.20.0.4 10.20.0.1 secondary 10.30.0.1:9068 > "$W/etc/pair-b.yaml"
   RUST_LOG=warn prio "$W/server.pid" taskset -c "$a_cpu" ip netns exec "$PA" "$BIN" serve --config "$W/etc/pair-a.yaml" \
-    --data-dir "$da" --metrics-addr 127.0.0.1:9067 --pair-listen 10.30.0.1:9068 > "$W/out/oooi-pair-a.log" 2>&1 &
+    --data-dir "$da" --durability "$durability" --metrics-addr 127.0.0.1:9067 --pair-listen 10.30.0.1:9068 > "$W/out/oooi-pair-a.log" 2>&1 &
   RUST_LOG=warn prio "$W/server-b.pid" taskset -c "$b_cpu" ip netns exec "$PB" "$BIN" serve --config "$W/etc/pair-b.yaml" \
-    --data-dir "$db" --metrics-addr 127.0.0.1:9067 --pair-listen 10.30.0.2:9068 > "$W/out/oooi-pair-b.log" 2>&1 &
+    --data-dir "$db" --durability "$durability" --metrics-addr 127.0.0.1:9067 --pair-listen 10.30.0.2:9068 > "$W/out/oooi-pair-b.log" 2>&1 &
   # Both must be load balancing (synced with each other) before the burst.
   # (`|| true`: a server not listening yet fails curl, and set -e would end
   # the run silently.)
@@ -389,7 +398,7 @@ run_pair() {
     sleep 0.1
   done
   [ "$state_a" = 1 ] && [ "$state_b" = 1 ] || { echo "the pair did not reach load balancing (states: ${state_a:-?} ${state_b:-?})" >&2; cat "$W"/out/oooi-pair-*.log >&2; exit 1; }
-  SERVER_PIDFILES="$W/server.pid $W/server-b.pid" run_perfdhcp "oooi-dhcp pair" "$guarantee"
+  SERVER_PIDFILES="$W/server.pid $W/server-b.pid" run_perfdhcp "$row" "$guarantee"
   echo "   server A (primary):"; server_metrics "$PA" pair
   echo "   server B (secondary):"; server_metrics "$PB" pair
   stop "$W/server.pid"; stop "$W/server-b.pid"
@@ -425,7 +434,8 @@ for mode in $MODES; do
            conf="$W/etc/oooi-probe.yaml"; durability=fsync
            ip netns exec "$PA" sysctl -q -w net.ipv4.ping_group_range="0 2147483647" ;;
     write) guarantee="ACK after write(): survives kill -9, not power loss (= Kea memfile)" ;;
-    pair) run_pair; continue ;;
+    pair) run_pair fsync; continue ;;
+    pair-write) run_pair write; continue ;;
     *) echo "unknown mode $mode" >&2; exit 1 ;;
   esac
   echo "== oooi-dhcp $mode (--durability $durability): $guarantee"
