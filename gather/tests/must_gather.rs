@@ -426,7 +426,7 @@ async fn serve_endpoints(
 ) {
     let config = oooi_dns::config::Config::parse(dns_config).unwrap();
     oooi_dns::metrics::prime(&config);
-    oooi_dns::metrics::READY.store(true, std::sync::atomic::Ordering::Relaxed);
+    oooi_dns::metrics::set_health(oooi_dns::metrics::Health::Ready);
     let dns_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let dns_addr = dns_listener.local_addr().unwrap();
     tokio::spawn(oooi_dns::metrics::serve_http(dns_listener));
