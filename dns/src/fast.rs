@@ -6,8 +6,8 @@
 //! one question of class IN and type A or AAAA, at most an EDNS(0) OPT record,
 //! for a name the view owns, whose answer fits the client's buffer. Anything
 //! else (other types, forwarded names, truncation, odd packets) returns
-//! [`Fast::Slow`] and goes through the hickory [`crate::handler::Handler`],
-//! which stays the reference for every DNS semantic. The tables are derived
+//! [`Fast::Slow`] and goes through the hickory handler (the `handler`
+//! module), which stays the reference for every DNS semantic. The tables are derived
 //! from [`crate::answer::answer`] itself, and tests compare both paths.
 
 use std::collections::HashMap;
@@ -22,6 +22,7 @@ use crate::answer::{Answer, SOA_MNAME, SOA_RNAME, SOA_TIMERS, answer, from_set, 
 use crate::config::{Config, View};
 use crate::forward::Forwarder;
 use crate::metrics::{qtype_label, query_counter};
+use crate::wire::wire_name;
 
 /// Largest reply the fast path writes: the EDNS buffer we advertise.
 pub const MAX_REPLY: usize = 1232;
@@ -88,18 +89,6 @@ struct FastView {
 #[derive(Debug, Default)]
 pub struct FastTables {
     views: Vec<FastView>,
-}
-
-/// Lowercase wire format of a name (labels with length bytes, root last).
-pub fn wire_name(name: &LowerName) -> Box<[u8]> {
-    let name = Name::from(name);
-    let mut out = Vec::with_capacity(name.len() + 2);
-    for label in name.iter() {
-        out.push(label.len() as u8);
-        out.extend(label.iter().map(u8::to_ascii_lowercase));
-    }
-    out.push(0);
-    out.into_boxed_slice()
 }
 
 fn push_name(out: &mut Vec<u8>, name: &str) {

@@ -44,7 +44,7 @@ type Key = Box<[u8]>;
 
 /// The cache key of `name` and `qtype`.
 pub fn cache_key(name: &LowerName, qtype: u16) -> Box<[u8]> {
-    let mut k = crate::fast::wire_name(name).into_vec();
+    let mut k = crate::wire::wire_name(name).into_vec();
     k.extend_from_slice(&qtype.to_be_bytes());
     k.into_boxed_slice()
 }

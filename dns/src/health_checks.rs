@@ -13,8 +13,8 @@ use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
 use crate::config::CheckTarget;
+use crate::engine::Engine;
 use crate::health::{Board, Transition};
-use crate::server::Engine;
 
 /// How often the loop looks at the config again while it has no checks.
 const IDLE: Duration = Duration::from_secs(1);

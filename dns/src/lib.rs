@@ -11,14 +11,18 @@
 //! - [`health`]: health-aware answers (which checked addresses are down,
 //!   and the config as answered); [`health_checks`]: running the checks.
 //! - [`spread`]: the order of several addresses in an answer.
+//! - [`wire`]: names in wire form, the key of the fast path's tables and of
+//!   the forwarding cache.
 //! - [`handler`]: the hickory `RequestHandler`, the reference for answers.
-//! - [`server`]: sockets, dispatch between the fast path and the handler,
-//!   listeners that follow the config.
+//! - [`engine`]: the config in force and the dispatch of one query between
+//!   the fast path and the handler (no sockets).
+//! - [`server`]: sockets and listeners that follow the config.
 //! - [`metrics`]: Prometheus metrics and the health endpoint.
 
 pub mod answer;
 pub mod check;
 pub use oooi_dns_config as config;
+pub mod engine;
 pub mod fast;
 pub mod forward;
 pub mod handler;
@@ -29,3 +33,4 @@ pub mod server;
 pub mod spread;
 pub mod upstream_health;
 pub mod views;
+pub mod wire;

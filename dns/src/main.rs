@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use oooi_dns::config::Config;
+use oooi_dns::engine::Engine;
 use oooi_dns::metrics;
-use oooi_dns::server::{Engine, serve};
+use oooi_dns::server::serve;
 use oooi_reload::{Outcome, Reloader, Settings};
 
 /// Split-horizon DNS server for oooi.

@@ -10,7 +10,7 @@ use crate::config::{Config, View};
 pub fn matches(view: &View, local: SocketAddr, client: IpAddr) -> bool {
     view.listen.contains(&local)
         && (view.source_subnets.is_empty()
-            || view.source_subnets.iter().any(|n| n.contains(&client)))
+            || view.source_subnets.iter().any(|n| n.contains(client)))
 }
 
 /// The view for a query that arrived on `local` from `client`: the first

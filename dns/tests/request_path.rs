@@ -10,8 +10,8 @@ use std::net::SocketAddr;
 use hickory_proto::op::{Message, ResponseCode};
 use hickory_server::net::xfer::Protocol;
 use oooi_dns::config::Config;
+use oooi_dns::engine::Engine;
 use oooi_dns::fast::{Fast, MAX_REPLY};
-use oooi_dns::server::Engine;
 use proptest::prelude::*;
 
 /// Every kind of owned name: cluster names, the apps wildcard, aliases,

@@ -14,14 +14,15 @@
 //! makes the pod view's Service, which selects every replica.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Service, ServicePort, ServiceSpec, Volume,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use oooi_dns_config::{
-    RawCluster, RawConfig, RawHealth, RawHealthCheck, RawUpstreams, RawView, ViewKind,
+    Addresses, HttpUrl, IpPort, ListenAddress, RawCluster, RawConfig, RawHealth, RawHealthCheck,
+    RawUpstreams, RawView, ViewKind,
 };
 
 use super::attachments::AttachmentOutcome;
@@ -41,7 +42,9 @@ pub const CONFIG_FILE: &str = "config.yaml";
 /// Health and metrics port (`serve --metrics-addr`, on the pod address).
 pub const HTTP_PORT: i32 = 9153;
 /// Port of the pod view inside the pod (the Service maps 53 to it).
-pub const POD_VIEW_PORT: i32 = 5353;
+pub const POD_VIEW_PORT: u16 = 5353;
+/// The VLAN view's port.
+const VLAN_VIEW_PORT: u16 = 53;
 
 /// The DNS config for an Infra and its accepted attachments.
 /// `internal_proxy` is the proxy's address on the pod network, when the
@@ -90,12 +93,16 @@ pub fn proxy_checks(
         .iter()
         .enumerate()
         .map(|(i, ip)| RawHealthCheck {
-            address: ip.to_string(),
+            address: IpAddr::V4(*ip),
             tcp: None,
-            http: Some(format!(
-                "http://{}.{namespace}.svc:{push_port}/ready",
-                super::proxy::push_service_name(&Component::Proxy.replica_name(infra_name, i))
-            )),
+            http: Some(HttpUrl {
+                host: format!(
+                    "{}.{namespace}.svc",
+                    super::proxy::push_service_name(&Component::Proxy.replica_name(infra_name, i))
+                ),
+                port: Some(push_port),
+                path: "/ready".to_string(),
+            }),
         })
         .collect()
 }
@@ -122,7 +129,7 @@ pub fn config_for(
     internal_proxy: Option<Ipv4Addr>,
     listen: &Listen,
 ) -> Option<RawConfig> {
-    let proxies: Vec<String> = network.proxy.iter().map(|a| a.to_string()).collect();
+    let proxies: Vec<IpAddr> = network.proxy.iter().copied().map(IpAddr::V4).collect();
     let clusters = match proxies.is_empty() {
         false => attachments
             .iter()
@@ -132,9 +139,9 @@ pub fn config_for(
                 Some(RawCluster {
                     name: name.to_string(),
                     base_domain: base.to_string(),
-                    proxy: proxies.clone().into(),
-                    internal_proxy: internal_proxy.map(|a| a.to_string()),
-                    apps_vip: a.apps_vip.map(|v| v.to_string()),
+                    proxy: Addresses(proxies.clone()),
+                    internal_proxy: internal_proxy.map(IpAddr::V4),
+                    apps_vip: a.apps_vip.map(IpAddr::V4),
                     // The pod view can only point at a proxy it knows.
                     apps_to_pods: a.apps_to_pods && internal_proxy.is_some(),
                     // As the proxy's alias routes: only from known workers.
@@ -160,7 +167,12 @@ pub fn config_for(
         chaos: None,
         health: health(listen.proxy_checks.clone()),
         upstreams: RawUpstreams {
-            servers: network.upstreams.iter().map(|a| a.to_string()).collect(),
+            servers: network
+                .upstreams
+                .iter()
+                .copied()
+                .map(IpPort::from)
+                .collect(),
             resolv_conf: network.resolv_conf,
             ..RawUpstreams::default()
         },
@@ -169,7 +181,11 @@ pub fn config_for(
             RawView {
                 name: "vlan".to_string(),
                 kind: ViewKind::Vlan,
-                listen: listen.vlan.iter().map(|ip| format!("{ip}:53")).collect(),
+                listen: listen
+                    .vlan
+                    .iter()
+                    .map(|ip| ListenAddress::Ip(IpPort::new(*ip, VLAN_VIEW_PORT)))
+                    .collect(),
                 // Several addresses: the ones this replica does not hold yet
                 // (its agent adds a taken one while the server runs).
                 freebind: listen.vlan.len() > 1,
@@ -180,7 +196,7 @@ pub fn config_for(
                 kind: ViewKind::Pod,
                 // The pod's own address only: on 0.0.0.0 the pod view would
                 // also answer on the VLAN address.
-                listen: vec![format!("{}:{POD_VIEW_PORT}", oooi_dns_config::POD_IP)],
+                listen: vec![ListenAddress::PodIp(Some(POD_VIEW_PORT))],
                 ..RawView::default()
             },
         ],
@@ -257,26 +273,13 @@ pub fn specs(
         .collect()
 }
 
-/// The DNSServer spec of the first DNS address (None when DNS is disabled).
-pub fn spec(
-    infra: &Infra,
-    network: &Network,
-    attachments: &[AttachmentOutcome],
-    internal_proxy: Option<Ipv4Addr>,
-) -> Option<DNSServerSpec> {
-    specs(infra, network, attachments, internal_proxy)
-        .into_iter()
-        .next()
-        .map(|(_, s)| s)
-}
-
 /// The children of a DNSServer: ServiceAccount, ConfigMap, the ClusterIP
 /// Service for the pod view, Deployment.
 pub fn children(server: &DNSServer) -> anyhow::Result<Children> {
     let name = server.metadata.name.clone().unwrap_or_default();
     let instance = instance_of(&server.metadata);
     let c = Component::Dns;
-    let text = serde_saphyr::to_string(&server.spec.config.0)?;
+    let text = server.spec.config.0.to_yaml()?;
     let config_map = ConfigMap {
         metadata: child_meta(server, format!("{name}-config"), &instance, c),
         data: Some(BTreeMap::from([(CONFIG_FILE.to_string(), text)])),
@@ -286,7 +289,7 @@ pub fn children(server: &DNSServer) -> anyhow::Result<Children> {
         name: Some(n.to_string()),
         port: 53,
         protocol: Some(proto.to_string()),
-        target_port: Some(IntOrString::Int(POD_VIEW_PORT)),
+        target_port: Some(IntOrString::Int(i32::from(POD_VIEW_PORT))),
         ..ServicePort::default()
     };
     // The pod view's Service selects every replica of the instance; with
@@ -328,10 +331,10 @@ pub fn children(server: &DNSServer) -> anyhow::Result<Children> {
                 pod_address(HTTP_PORT),
             ],
             ports: vec![
-                port("dns-udp", 53, "UDP"),
-                port("dns-tcp", 53, "TCP"),
-                port("pod-dns-udp", POD_VIEW_PORT, "UDP"),
-                port("pod-dns-tcp", POD_VIEW_PORT, "TCP"),
+                port("dns-udp", i32::from(VLAN_VIEW_PORT), "UDP"),
+                port("dns-tcp", i32::from(VLAN_VIEW_PORT), "TCP"),
+                port("pod-dns-udp", i32::from(POD_VIEW_PORT), "UDP"),
+                port("pod-dns-tcp", i32::from(POD_VIEW_PORT), "TCP"),
                 port("http", HTTP_PORT, "TCP"),
             ],
             volumes,

@@ -179,10 +179,10 @@ pub fn plan_infra(
             }
         }
         for (name, s) in &dns_specs {
-            if let Err(e) = s.config.0.validate() {
+            if let Err(e) = oooi_dns_config::Config::from_raw(&s.config.0) {
                 errors.push(field_error(
-                    format!("derived DNS config of {name}"),
-                    e.to_string(),
+                    format!("derived DNS config of {name} {}", e.field),
+                    e.message,
                 ));
             }
         }

@@ -314,7 +314,7 @@ fn resolv_conf_upstream_means_the_dns_pods_own_resolvers() {
     let p = plan_of(&text);
     assert!(p.errors.is_empty(), "{:?}", p.errors);
     let up = &dns_config(&p).upstreams;
-    assert_eq!(up.servers, vec!["203.0.113.53:53".to_string()]);
+    assert_eq!(up.servers, vec!["203.0.113.53:53".parse().unwrap()]);
     assert!(up.resolv_conf);
     assert_eq!(notice(&p, "NoUpstreams").status, status::FALSE);
 

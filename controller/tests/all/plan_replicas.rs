@@ -127,7 +127,7 @@ fn with_takeover_every_dns_replica_listens_on_every_dns_address() {
         "192.0.2.6:53".parse().unwrap(),
     ];
     for dns in &ha().dns {
-        let cfg = dns.spec.config.0.validate().unwrap();
+        let cfg = oooi_dns_config::Config::from_raw(&dns.spec.config.0).unwrap();
         let vlan = cfg.views.iter().find(|v| v.name == "vlan").unwrap();
         assert_eq!(vlan.listen, all);
         let raw = dns
@@ -154,7 +154,7 @@ fn with_takeover_every_dns_replica_listens_on_every_dns_address() {
     .desired
     .unwrap();
     for (dns, own) in off.dns.iter().zip(["192.0.2.3:53", "192.0.2.6:53"]) {
-        let cfg = dns.spec.config.0.validate().unwrap();
+        let cfg = oooi_dns_config::Config::from_raw(&dns.spec.config.0).unwrap();
         let vlan = cfg.views.iter().find(|v| v.name == "vlan").unwrap();
         assert_eq!(vlan.listen, [own.parse().unwrap()], "its own address");
         let raw = dns
@@ -178,7 +178,12 @@ fn every_dns_replica_checks_every_proxy_replica_over_the_pod_network() {
         let checks: Vec<(String, Option<String>)> = health
             .checks
             .iter()
-            .map(|c| (c.address.clone(), c.http.clone()))
+            .map(|c| {
+                (
+                    c.address.to_string(),
+                    c.http.as_ref().map(|u| u.to_string()),
+                )
+            })
             .collect();
         assert_eq!(
             checks,
@@ -192,11 +197,7 @@ fn every_dns_replica_checks_every_proxy_replica_over_the_pod_network() {
                 Some(format!("http://{svc}.oooi.svc:9445/ready"))
             ))
         );
-        dns.spec
-            .config
-            .0
-            .validate()
-            .expect("the DNS server takes it");
+        oooi_dns_config::Config::from_raw(&dns.spec.config.0).expect("the DNS server takes it");
     }
     // One proxy: nothing to choose between, no checks.
     let one = plan_of(
@@ -213,7 +214,7 @@ fn the_vlan_view_of_every_dns_replica_answers_with_every_proxy() {
     let d = ha();
     let want = [ip("192.0.2.4"), ip("192.0.2.7"), ip("192.0.2.8")];
     for dns in &d.dns {
-        let cfg = dns.spec.config.0.validate().unwrap();
+        let cfg = oooi_dns_config::Config::from_raw(&dns.spec.config.0).unwrap();
         let vlan = cfg.views.iter().find(|v| v.name == "vlan").unwrap();
         let api = vlan.zones[0]
             .records

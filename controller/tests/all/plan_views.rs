@@ -63,9 +63,7 @@ fn answer(view: &oooi_dns_config::View, name: &str) -> Option<Ipv4Addr> {
 }
 
 fn views(p: &oooi_controller::plan::InfraPlan) -> oooi_dns_config::Config {
-    dns_config(p)
-        .validate()
-        .expect("oooi-dns accepts the planned config")
+    oooi_dns_config::Config::from_raw(dns_config(p)).expect("oooi-dns accepts the planned config")
 }
 
 fn apps_published() -> &'static str {

@@ -13,10 +13,10 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use hickory_proto::rr::{LowerName, Name};
-use oooi_routes::KUBERNETES_ALIASES;
+use oooi_vocabulary::KUBERNETES_ALIASES;
 
 use crate::error::{ConfigError, invalid};
-use crate::fields::{add_record, ip, join, many, name, single};
+use crate::fields::{add_record, join, many, name, single};
 use crate::file::{RawCluster, ViewKind};
 use crate::model::{RecordSet, Zone};
 
@@ -51,23 +51,8 @@ impl Cluster {
         if c.proxy.0.is_empty() {
             return Err(invalid(format!("{f}.proxy"), "needs at least one address"));
         }
-        let proxy = c
-            .proxy
-            .0
-            .iter()
-            .enumerate()
-            .map(|(j, s)| ip(&format!("{f}.proxy[{j}]"), s))
-            .collect::<Result<Vec<_>, _>>()?;
-        let internal_proxy = c
-            .internal_proxy
-            .as_deref()
-            .map(|s| ip(&format!("{f}.internal_proxy"), s))
-            .transpose()?;
-        let apps_vip = c
-            .apps_vip
-            .as_deref()
-            .map(|s| ip(&format!("{f}.apps_vip"), s))
-            .transpose()?;
+        let proxy = c.proxy.0.clone();
+        let (internal_proxy, apps_vip) = (c.internal_proxy, c.apps_vip);
         let names = match &c.names {
             Some(n) => n.clone(),
             None => DEFAULT_CONTROL_PLANE_NAMES

@@ -1,36 +1,14 @@
-//! Parsing single fields into typed values. Every error names the field and
-//! quotes the bad value.
+//! DNS names from the file's strings, and the record sets they own. Every
+//! error names the field and quotes the bad value.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::IpAddr;
 use std::str::FromStr;
 
 use hickory_proto::rr::{LowerName, Name};
 
 use crate::error::{ConfigError, invalid};
 use crate::model::RecordSet;
-
-pub(crate) fn socket(field: &str, s: &str, default_port: u16) -> Result<SocketAddr, ConfigError> {
-    if let Ok(a) = SocketAddr::from_str(s) {
-        return Ok(a);
-    }
-    if let Ok(ip) = IpAddr::from_str(s) {
-        return Ok(SocketAddr::new(ip, default_port));
-    }
-    Err(invalid(field, format!("`{s}` is not an ip:port address")))
-}
-
-pub(crate) fn v4(field: &str, s: &str) -> Result<Ipv4Addr, ConfigError> {
-    Ipv4Addr::from_str(s).map_err(|_| invalid(field, format!("`{s}` is not an IPv4 address")))
-}
-
-pub(crate) fn v6(field: &str, s: &str) -> Result<Ipv6Addr, ConfigError> {
-    Ipv6Addr::from_str(s).map_err(|_| invalid(field, format!("`{s}` is not an IPv6 address")))
-}
-
-pub(crate) fn ip(field: &str, s: &str) -> Result<IpAddr, ConfigError> {
-    IpAddr::from_str(s).map_err(|_| invalid(field, format!("`{s}` is not an IP address")))
-}
 
 /// A fully qualified name.
 pub(crate) fn name(field: &str, s: &str) -> Result<Name, ConfigError> {

@@ -1,9 +1,18 @@
-//! The config file as written (YAML or JSON): plain strings and numbers,
-//! checked by [`RawConfig::validate`](crate::RawConfig::validate). The JSON
-//! schema of these types is what the `DNSServer` CRD embeds.
+//! The config file as written (YAML or JSON): each field parsed to its type
+//! by serde ([`RawConfig::parse`]), nothing checked across fields yet
+//! ([`crate::Config::from_raw`] does that). The JSON schema of these types
+//! is what the `DNSServer` CRD embeds.
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::Path;
+
+use oooi_vocabulary::Cidr;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+use crate::addresses::{Addresses, IpPort, ListenAddress, quoted};
+use crate::error::ConfigError;
+use crate::targets::{HostPort, HttpUrl};
 
 /// The config file as written (YAML or JSON). Unknown fields are rejected.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
@@ -12,7 +21,7 @@ pub struct RawConfig {
     /// Address (`ip:port`) of the HTTP server for `/healthz` and `/metrics`.
     /// Unset: off, unless the `--metrics-addr` flag names one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub http: Option<String>,
+    pub http: Option<IpPort>,
     /// TTL in seconds of static answers (default 30, at most 86400).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl: Option<u32>,
@@ -42,7 +51,7 @@ pub struct RawConfig {
 pub struct RawUpstreams {
     /// `ip:port` (or `ip`, port 53) of each resolver, tried in order.
     #[serde(default)]
-    pub servers: Vec<String>,
+    pub servers: Vec<IpPort>,
     /// Then the `nameserver` entries of the server's own `/etc/resolv.conf`
     /// (in a pod: the cluster's DNS), read when the config is loaded.
     /// Default false.
@@ -97,18 +106,20 @@ pub struct RawHealth {
 }
 
 /// The check of one answered address: exactly one of `tcp` and `http`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawHealthCheck {
     /// The address as it appears in answers (e.g. a proxy replica's VLAN
     /// address).
-    pub address: String,
+    #[serde(deserialize_with = "quoted::one")]
+    #[schemars(with = "String")]
+    pub address: IpAddr,
     /// Passes when a TCP connection to `ip:port` or `host:port` opens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tcp: Option<String>,
+    pub tcp: Option<HostPort>,
     /// Passes when `GET` of this `http://host[:port]/path` URL answers 200.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub http: Option<String>,
+    pub http: Option<HttpUrl>,
 }
 
 /// The strings answered to CHAOS-class TXT identity queries. A name left
@@ -150,8 +161,13 @@ pub struct RawCluster {
     /// Address of the proxy reachable from the pod network. When set, the
     /// pod view answers the control-plane names (`names`) with it; unset,
     /// the pod view answers none of this cluster's names (they forward).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub internal_proxy: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "quoted::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(with = "Option<String>")]
+    pub internal_proxy: Option<IpAddr>,
     /// Publish the `kubernetes[.default[.svc[.cluster.local]]]` aliases in
     /// the vlan view (default true). The proxy routes them by worker source
     /// address, so the controller sets false while no worker address of the
@@ -160,8 +176,13 @@ pub struct RawCluster {
     #[serde(default = "default_true", skip_serializing_if = "is_true")]
     pub aliases: bool,
     /// Apps ingress VIP for `*.apps.<name>.<base_domain>`. Unset: no wildcard.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub apps_vip: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "quoted::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(with = "Option<String>")]
+    pub apps_vip: Option<IpAddr>,
     /// Also publish `*.apps.<name>.<base_domain>` in the pod view, answered
     /// with `internal_proxy` (which forwards to the VIP). Needs both
     /// `apps_vip` and `internal_proxy`; default false.
@@ -201,11 +222,12 @@ pub struct RawView {
     /// `$(POD_IP):port` is the pod's own address (the server's `--pod-ip`,
     /// or its `POD_IP` environment variable), so that a pod-network view
     /// never answers on the pod's other interfaces.
-    pub listen: Vec<String>,
-    /// Client subnets (CIDR). Empty: any client on these listeners. A query
-    /// goes to the first view that lists its listener and matches its source.
-    #[serde(default)]
-    pub source_subnets: Vec<String>,
+    pub listen: Vec<ListenAddress>,
+    /// Client subnets (CIDR, no host bits; a bare address is that one
+    /// address). Empty: any client on these listeners. A query goes to the
+    /// first view that lists its listener and matches its source.
+    #[serde(default, deserialize_with = "quoted::list")]
+    pub source_subnets: Vec<Cidr>,
     /// Bind these listeners even when the address is not (yet) on any
     /// interface (IP_FREEBIND, an unprivileged socket option): a floating
     /// address that an address agent adds later is answered at once. List
@@ -238,79 +260,67 @@ pub struct RawRecord {
     /// Owner name.
     pub name: String,
     /// IPv4 addresses.
-    #[serde(default)]
-    pub a: Vec<String>,
+    #[serde(default, deserialize_with = "quoted::list")]
+    pub a: Vec<Ipv4Addr>,
     /// IPv6 addresses.
-    #[serde(default)]
-    pub aaaa: Vec<String>,
+    #[serde(default, deserialize_with = "quoted::list")]
+    pub aaaa: Vec<Ipv6Addr>,
     /// TTL in seconds (default: the top-level `ttl`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl: Option<u32>,
 }
 
-/// One address or a list of addresses: `proxy: 192.0.2.10` or
-/// `proxy: [192.0.2.10, 192.0.2.11]`. Written back as a plain string when
-/// there is one, so single-replica files look as they always did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Addresses(pub Vec<String>);
-
-impl From<String> for Addresses {
-    fn from(one: String) -> Self {
-        Addresses(vec![one])
-    }
-}
-
-impl From<Vec<String>> for Addresses {
-    fn from(list: Vec<String>) -> Self {
-        Addresses(list)
-    }
-}
-
-impl Serialize for Addresses {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self.0.as_slice() {
-            [one] => s.serialize_str(one),
-            list => list.serialize(s),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Addresses {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = Addresses;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("an IP address or a list of IP addresses")
+impl RawConfig {
+    /// Parses YAML (which includes JSON) into typed fields, checking no rule
+    /// across fields. A field that does not parse is named by its path
+    /// (`views[1].listen[0]`); a syntax error names `file`.
+    pub fn parse(text: &str) -> Result<RawConfig, ConfigError> {
+        let mut at_path = None;
+        let parsed = serde_saphyr::with_deserializer_from_str(text, |de| {
+            let mut track = serde_path_to_error::Track::new();
+            let r = RawConfig::deserialize(serde_path_to_error::Deserializer::new(de, &mut track));
+            if r.is_err() {
+                at_path = Some(track.path());
             }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Addresses, E> {
-                Ok(Addresses(vec![v.to_string()]))
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> Result<Addresses, A::Error> {
-                let mut list = Vec::new();
-                while let Some(one) = seq.next_element::<String>()? {
-                    list.push(one);
+            r
+        });
+        parsed.map_err(|e| {
+            let at = e
+                .location()
+                .filter(|l| l.line() > 0)
+                .map(|l| format!(" (line {}, column {})", l.line(), l.column()))
+                .unwrap_or_default();
+            match e.without_snippet() {
+                // A value refused by its type (or a missing, unknown or
+                // mistyped field): the path names the field.
+                serde_saphyr::Error::Message { msg, .. } => ConfigError::new(
+                    at_path
+                        .map(|p| p.to_string())
+                        .filter(|p| p != "." && !p.is_empty())
+                        .unwrap_or_else(|| "file".to_string()),
+                    format!("{msg}{at}"),
+                ),
+                // The YAML itself is broken.
+                other => {
+                    let text = other.to_string();
+                    let text = text.strip_prefix("error: ").unwrap_or(&text);
+                    ConfigError::new("file", format!("invalid YAML: {text}"))
                 }
-                Ok(Addresses(list))
             }
-        }
-        d.deserialize_any(Visit)
-    }
-}
-
-impl JsonSchema for Addresses {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "Addresses".into()
-    }
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "anyOf": [
-                { "type": "string" },
-                { "type": "array", "items": { "type": "string" }, "minItems": 1 }
-            ]
         })
+    }
+
+    /// Reads and parses a file (YAML or JSON).
+    pub fn load(path: &Path) -> Result<RawConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError::new("file", format!("cannot read {}: {e}", path.display()))
+        })?;
+        RawConfig::parse(&text)
+    }
+
+    /// The document as YAML (what the controller puts in the ConfigMap).
+    pub fn to_yaml(&self) -> Result<String, ConfigError> {
+        serde_saphyr::to_string(self)
+            .map_err(|e| ConfigError::new("file", format!("cannot write YAML: {e}")))
     }
 }

@@ -1,10 +1,16 @@
 //! The `oooi-dns` config file: its format ([`RawConfig`], YAML or JSON, with a
 //! JSON schema for the `DNSServer` CRD) and the validated model ([`Config`])
 //! that the answer logic runs on. The server and the controller both check a
-//! config with [`RawConfig::validate`], so they agree on what is valid.
+//! config with [`Config::from_raw`], so they agree on what is valid.
 //!
-//! The file is parsed once, at the edge, into typed values. Every error names
-//! the field path (for example `views[1].listen[0]`) and the bad value.
+//! The file is parsed once, at the edge: serde turns each field into its type
+//! ([`RawConfig::parse`]: addresses, `ip:port` pairs, listeners, CIDRs as
+//! [`oooi_vocabulary::Cidr`], health-check targets), then
+//! [`Config::from_raw`] checks the rules across fields. The controller builds
+//! the same typed [`RawConfig`] from its own typed values. Every error is a
+//! [`ConfigError`] (the shared [`oooi_vocabulary::FieldError`]) naming the
+//! field path (for example `views[1].listen[0]`, `file` for I/O and syntax)
+//! and the bad value.
 //!
 //! Two ways to describe static answers, which can be mixed:
 //! - `clusters`: one entry per hosted cluster. It expands, per view `kind`,
@@ -29,25 +35,30 @@
 //!     listen: ["10.128.0.5:53"]
 //! ```
 
+#[macro_use]
+mod text_serde;
+
+mod addresses;
 pub mod clusters;
 mod error;
 mod fields;
 mod file;
 mod model;
+mod targets;
 mod validate;
 
+pub use addresses::{Addresses, IpPort, ListenAddress, POD_IP};
 pub use clusters::DEFAULT_CONTROL_PLANE_NAMES;
-pub use error::ConfigError;
+pub use error::{ConfigError, FieldError};
 pub use file::{
-    Addresses, RawChaos, RawCluster, RawConfig, RawHealth, RawHealthCheck, RawRecord, RawUpstreams,
-    RawView, RawZone, ViewKind,
+    RawChaos, RawCluster, RawConfig, RawHealth, RawHealthCheck, RawRecord, RawUpstreams, RawView,
+    RawZone, ViewKind,
 };
 pub use model::{
     Chaos, CheckTarget, Config, Health, HealthCheck, RecordSet, Upstreams, View, Zone,
 };
-pub use validate::{
-    DEFAULT_HTTP_PORT, DEFAULT_TTL, MAX_CHAOS_BYTES, MAX_TTL, POD_IP, upstream_server,
-};
+pub use targets::{HostPort, HttpUrl};
+pub use validate::{DEFAULT_HTTP_PORT, DEFAULT_TTL, MAX_CHAOS_BYTES, MAX_TTL, upstream_server};
 
 #[cfg(test)]
 mod tests {
@@ -93,7 +104,7 @@ views:
     fn the_aliases_are_the_routing_tables_aliases() {
         let c = Config::parse(SAMPLE).expect("valid");
         let names: Vec<String> = c.views[0].hosts.keys().map(|n| n.to_string()).collect();
-        for alias in oooi_routes::KUBERNETES_ALIASES {
+        for alias in oooi_vocabulary::KUBERNETES_ALIASES {
             assert!(names.contains(&format!("{alias}.")), "{alias} in {names:?}");
         }
     }
@@ -111,6 +122,194 @@ views:
         let err = Config::parse(&text).expect_err("invalid").to_string();
         assert!(err.starts_with("views[1].listen[0]"), "{err}");
         assert!(err.contains("nope"), "{err}");
+    }
+
+    /// Every kind of typed field of the file, once.
+    const TYPED: &str = r#"
+http: 10.1.2.3:9153
+upstreams:
+  servers: ["127.0.0.1:5399", "10.0.0.10"]
+health:
+  checks:
+    - address: 192.0.2.4
+      tcp: "10.128.0.7:8443"
+    - address: 192.0.2.5
+      http: "http://p.oooi.svc:9901/ready"
+clusters:
+  - name: c1
+    base_domain: example.com
+    proxy: [192.0.2.4, 192.0.2.5]
+    internal_proxy: 10.0.0.4
+    apps_vip: 192.0.2.200
+views:
+  - name: vlan
+    kind: vlan
+    listen: ["127.0.0.2:5353", "$(POD_IP):5353"]
+    source_subnets: ["127.0.0.0/8"]
+    zones:
+      - origin: lab.test
+        records:
+          - { name: www, a: ["192.0.2.10"], aaaa: ["2001:db8::10"] }
+"#;
+
+    #[test]
+    fn a_bad_value_in_each_typed_field_names_the_field_and_the_value() {
+        assert!(RawConfig::parse(TYPED).is_ok());
+        // (text in the sample, bad text, field, the bad value quoted)
+        let cases = [
+            (
+                "http: 10.1.2.3:9153",
+                "http: 10.1.2.3:port",
+                "http",
+                "10.1.2.3:port",
+            ),
+            (
+                "\"10.0.0.10\"",
+                "\"resolver.example\"",
+                "upstreams.servers[1]",
+                "resolver.example",
+            ),
+            (
+                "\"127.0.0.2:5353\"",
+                "\"127.0.0.2:99999\"",
+                "views[0].listen[0]",
+                "127.0.0.2:99999",
+            ),
+            (
+                "\"$(POD_IP):5353\"",
+                "\"$(POD_IP):0\"",
+                "views[0].listen[1]",
+                "$(POD_IP):0",
+            ),
+            (
+                "\"127.0.0.0/8\"",
+                "\"127.0.0.1/8\"",
+                "views[0].source_subnets[0]",
+                "127.0.0.1/8",
+            ),
+            (
+                "\"127.0.0.0/8\"",
+                "\"127.0.0.0/33\"",
+                "views[0].source_subnets[0]",
+                "127.0.0.0/33",
+            ),
+            (
+                "\"127.0.0.0/8\"",
+                "\"loopback\"",
+                "views[0].source_subnets[0]",
+                "loopback",
+            ),
+            (
+                "proxy: [192.0.2.4, 192.0.2.5]",
+                "proxy: 192.0.2.450",
+                "clusters[0].proxy",
+                "192.0.2.450",
+            ),
+            (
+                "proxy: [192.0.2.4, 192.0.2.5]",
+                "proxy: [192.0.2.4, \"2001:db8::g\"]",
+                "clusters[0].proxy[1]",
+                "2001:db8::g",
+            ),
+            (
+                "internal_proxy: 10.0.0.4",
+                "internal_proxy: 10.0.0",
+                "clusters[0].internal_proxy",
+                "10.0.0",
+            ),
+            (
+                "apps_vip: 192.0.2.200",
+                "apps_vip: vip",
+                "clusters[0].apps_vip",
+                "vip",
+            ),
+            (
+                "a: [\"192.0.2.10\"]",
+                "a: [\"2001:db8::10\"]",
+                "views[0].zones[0].records[0].a[0]",
+                "2001:db8::10",
+            ),
+            (
+                "aaaa: [\"2001:db8::10\"]",
+                "aaaa: [\"192.0.2.10\"]",
+                "views[0].zones[0].records[0].aaaa[0]",
+                "192.0.2.10",
+            ),
+            (
+                "address: 192.0.2.5",
+                "address: 192.0.2.x",
+                "health.checks[1].address",
+                "192.0.2.x",
+            ),
+            (
+                "tcp: \"10.128.0.7:8443\"",
+                "tcp: \"10.128.0.7:http\"",
+                "health.checks[0].tcp",
+                "10.128.0.7:http",
+            ),
+            (
+                "http: \"http://p.oooi.svc:9901/ready\"",
+                "http: \"ftp://p/ready\"",
+                "health.checks[1].http",
+                "ftp://p/ready",
+            ),
+        ];
+        for (from, to, field, value) in cases {
+            let text = TYPED.replacen(from, to, 1);
+            assert_ne!(text, TYPED, "{from} is in the sample");
+            let err = Config::parse(&text).expect_err(to);
+            assert_eq!(err.field, field, "{to}: {err}");
+            assert!(err.message.contains(&format!("`{value}`")), "{to}: {err}");
+        }
+    }
+
+    #[test]
+    fn typed_fields_are_written_back_as_read() {
+        let raw = RawConfig::parse(TYPED).expect("valid");
+        let back = RawConfig::parse(&raw.to_yaml().expect("yaml")).expect("reparsed");
+        assert_eq!(back, raw);
+        let json = serde_json::to_value(&raw).expect("json");
+        assert_eq!(json["http"], "10.1.2.3:9153");
+        assert_eq!(
+            json["upstreams"]["servers"],
+            serde_json::json!(["127.0.0.1:5399", "10.0.0.10"])
+        );
+        assert_eq!(
+            json["views"][0]["listen"],
+            serde_json::json!(["127.0.0.2:5353", "$(POD_IP):5353"])
+        );
+        assert_eq!(json["views"][0]["source_subnets"][0], "127.0.0.0/8");
+        assert_eq!(
+            json["health"]["checks"][1]["http"],
+            "http://p.oooi.svc:9901/ready"
+        );
+        // The defaults apply in the validated config, not in the file.
+        let c = Config::from_raw(&raw).expect("valid");
+        assert_eq!(c.upstreams.servers[1].to_string(), "10.0.0.10:53");
+    }
+
+    #[test]
+    fn syntax_and_read_errors_name_the_file() {
+        let err = RawConfig::parse("views: [").expect_err("syntax");
+        assert_eq!(err.field, "file", "{err}");
+        let err =
+            Config::load(std::path::Path::new("/nonexistent/oooi-dns.yaml")).expect_err("missing");
+        assert_eq!(err.field, "file", "{err}");
+        assert!(err.message.contains("/nonexistent/oooi-dns.yaml"), "{err}");
+    }
+
+    #[test]
+    fn source_subnets_are_networks_without_host_bits() {
+        let c = Config::parse(TYPED).expect("valid");
+        let net = c.views[0].source_subnets[0];
+        assert!(net.contains("127.9.9.9".parse().expect("ip")));
+        assert!(!net.contains("10.0.0.1".parse().expect("ip")));
+        let one = TYPED.replace("\"127.0.0.0/8\"", "\"127.0.0.7\"");
+        let c = Config::parse(&one).expect("a bare address is that address");
+        assert_eq!(c.views[0].source_subnets[0].to_string(), "127.0.0.7/32");
+        let err =
+            Config::parse(&TYPED.replace("127.0.0.0/8", "127.0.0.1/8")).expect_err("host bits");
+        assert!(err.message.contains("host bits"), "{err}");
     }
 
     #[test]
@@ -145,11 +344,12 @@ views:
         let one: RawCluster =
             serde_saphyr::from_str("{name: c, base_domain: example.com, proxy: 192.0.2.4}")
                 .expect("one");
-        assert_eq!(one.proxy, Addresses(vec!["192.0.2.4".into()]));
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().expect("ip");
+        assert_eq!(one.proxy, Addresses(vec![ip("192.0.2.4")]));
         let json = serde_json::to_value(&one).expect("json");
         assert_eq!(json["proxy"], "192.0.2.4");
         let two = RawCluster {
-            proxy: Addresses(vec!["192.0.2.4".into(), "192.0.2.5".into()]),
+            proxy: Addresses(vec![ip("192.0.2.4"), ip("192.0.2.5")]),
             ..one
         };
         let json = serde_json::to_value(&two).expect("json");

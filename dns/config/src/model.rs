@@ -6,9 +6,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use hickory_proto::rr::LowerName;
-use ipnet::IpNet;
+use oooi_vocabulary::Cidr;
 
-use crate::error::ConfigError;
+use crate::error::{ConfigError, invalid};
 use crate::file::RawConfig;
 
 /// A validated config.
@@ -132,7 +132,7 @@ pub struct View {
     /// an interface later).
     pub freebind: bool,
     /// Client subnets; empty matches any client.
-    pub source_subnets: Vec<IpNet>,
+    pub source_subnets: Vec<Cidr>,
     /// Owned zones, longest origin first.
     pub zones: Vec<Zone>,
     /// Names answered exactly without owning a zone (the kubernetes aliases),
@@ -163,16 +163,12 @@ pub struct RecordSet {
 impl Config {
     /// Reads and validates a file (YAML, which includes JSON).
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        Self::parse(&text)
+        Config::from_raw(&RawConfig::load(path)?)
     }
 
     /// Parses YAML (which includes JSON) and validates it.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        RawConfig::parse(text)?.validate()
+        Config::from_raw(&RawConfig::parse(text)?)
     }
 
     /// With `upstreams.resolv_conf` set, appends the `nameserver` entries of
@@ -221,13 +217,13 @@ impl Config {
     /// was given), as an error naming it.
     pub fn unbound_pod_ip(&self) -> Result<(), ConfigError> {
         match self.views.iter().position(|v| !v.pod_ip_ports.is_empty()) {
-            Some(i) => Err(ConfigError::Invalid {
-                field: format!("views[{i}].listen"),
-                message: format!(
+            Some(i) => Err(invalid(
+                format!("views[{i}].listen"),
+                format!(
                     "`$(POD_IP):{}` needs the pod's address: pass --pod-ip or set POD_IP",
                     self.views[i].pod_ip_ports[0]
                 ),
-            }),
+            )),
             None => Ok(()),
         }
     }
@@ -259,12 +255,5 @@ impl Config {
             }
         }
         out
-    }
-}
-
-impl RawConfig {
-    /// Parses YAML (which includes JSON) without validating the values.
-    pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        serde_saphyr::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))
     }
 }

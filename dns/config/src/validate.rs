@@ -1,16 +1,16 @@
-//! [`RawConfig::validate`]: the rules a config must meet, applied once.
+//! [`Config::from_raw`]: the rules across fields a config must meet,
+//! applied once to the typed fields of the file.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr};
-use std::str::FromStr;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use hickory_proto::rr::LowerName;
-use ipnet::IpNet;
 
+use crate::addresses::{IpPort, ListenAddress};
 use crate::clusters::Cluster;
 use crate::error::{ConfigError, invalid};
-use crate::fields::{add_record, ip, join, name, socket, v4, v6};
+use crate::fields::{add_record, join, name};
 use crate::file::{RawChaos, RawConfig, RawHealth, RawHealthCheck, RawUpstreams, RawView};
 use crate::model::{
     Chaos, CheckTarget, Config, Health, HealthCheck, RecordSet, Upstreams, View, Zone,
@@ -24,35 +24,30 @@ pub const MAX_TTL: u32 = 86_400;
 pub const DEFAULT_HTTP_PORT: u16 = 9153;
 /// Longest CHAOS identity string (one TXT character-string).
 pub const MAX_CHAOS_BYTES: usize = 255;
-/// The host part of a listener on the pod's own address: `$(POD_IP):5353`.
-pub const POD_IP: &str = "$(POD_IP)";
-
-impl RawConfig {
-    /// Validates into a [`Config`]. Errors name the field and the bad value.
-    pub fn validate(&self) -> Result<Config, ConfigError> {
-        let ttl = self.ttl.unwrap_or(DEFAULT_TTL);
+impl Config {
+    /// Checks the rules across fields of a parsed file and builds the
+    /// config the server answers from. Errors name the field and the bad
+    /// value.
+    pub fn from_raw(raw: &RawConfig) -> Result<Config, ConfigError> {
+        let ttl = raw.ttl.unwrap_or(DEFAULT_TTL);
         if ttl > MAX_TTL {
             return Err(invalid("ttl", format!("{ttl} is above {MAX_TTL}")));
         }
-        let http = self
-            .http
-            .as_deref()
-            .map(|s| socket("http", s, DEFAULT_HTTP_PORT))
-            .transpose()?;
-        let upstreams = upstreams(&self.upstreams)?;
-        let chaos = chaos(self.chaos.as_ref())?;
-        let health = self.health.as_ref().map(health).transpose()?;
-        let clusters = self
+        let http = raw.http.map(|a| a.or_port(DEFAULT_HTTP_PORT));
+        let upstreams = upstreams(&raw.upstreams)?;
+        let chaos = chaos(raw.chaos.as_ref())?;
+        let health = raw.health.as_ref().map(health).transpose()?;
+        let clusters = raw
             .clusters
             .iter()
             .enumerate()
             .map(|(i, c)| Cluster::parse(i, c))
             .collect::<Result<Vec<_>, _>>()?;
-        if self.views.is_empty() {
+        if raw.views.is_empty() {
             return Err(invalid("views", "at least one view is required"));
         }
         let mut views: Vec<View> = Vec::new();
-        for (i, v) in self.views.iter().enumerate() {
+        for (i, v) in raw.views.iter().enumerate() {
             let f = format!("views[{i}]");
             if views.iter().any(|o| o.name == v.name) {
                 return Err(invalid(
@@ -77,17 +72,25 @@ impl RawConfig {
 /// an Infra's resolvers with this same rule.
 /// The error is the message for the field.
 pub fn upstream_server(s: &str) -> Result<SocketAddr, String> {
-    match socket("", s.trim(), 53) {
-        Ok(a) if a.port() != 0 => Ok(a),
-        _ => Err(format!("`{s}` is not an `ip` or `ip:port`")),
+    s.parse::<IpPort>()
+        .ok()
+        .and_then(|a| upstream_port(&a).ok())
+        .ok_or_else(|| format!("`{s}` is not an `ip` or `ip:port`"))
+}
+
+/// The socket address of an upstream: port 53 when none is written, port 0
+/// refused (nothing answers there).
+fn upstream_port(a: &IpPort) -> Result<SocketAddr, String> {
+    match a.or_port(53) {
+        s if s.port() == 0 => Err(format!("`{a}` is not an `ip` or `ip:port`: port 0")),
+        s => Ok(s),
     }
 }
 
 fn upstreams(u: &RawUpstreams) -> Result<Upstreams, ConfigError> {
     let mut servers = Vec::new();
-    for (i, s) in u.servers.iter().enumerate() {
-        servers
-            .push(upstream_server(s).map_err(|m| invalid(format!("upstreams.servers[{i}]"), m))?);
+    for (i, a) in u.servers.iter().enumerate() {
+        servers.push(upstream_port(a).map_err(|m| invalid(format!("upstreams.servers[{i}]"), m))?);
     }
     let timeout_ms = u.timeout_ms.unwrap_or(800);
     if timeout_ms == 0 || timeout_ms > 30_000 {
@@ -171,95 +174,21 @@ fn health(h: &RawHealth) -> Result<Health, ConfigError> {
 }
 
 fn health_check(f: &str, c: &RawHealthCheck) -> Result<HealthCheck, ConfigError> {
-    let address = ip(&format!("{f}.address"), c.address.trim())?;
     let target = match (&c.tcp, &c.http) {
-        (Some(t), None) => {
-            let field = format!("{f}.tcp");
-            let (host, port) = host_port(&field, t.trim(), None)?;
-            CheckTarget::Tcp { host, port }
-        }
-        (None, Some(u)) => http_target(&format!("{f}.http"), u.trim())?,
+        (Some(t), None) => CheckTarget::Tcp {
+            host: t.host.clone(),
+            port: t.port,
+        },
+        (None, Some(u)) => CheckTarget::Http {
+            host: u.host.clone(),
+            port: u.port_or_default(),
+            path: u.path.clone(),
+        },
         _ => return Err(invalid(f, "needs exactly one of `tcp` and `http`")),
     };
-    Ok(HealthCheck { address, target })
-}
-
-/// `host:port` (host an IP, `[v6]`, or a DNS name); the port may be left out
-/// only when `default_port` is given.
-fn host_port(
-    field: &str,
-    s: &str,
-    default_port: Option<u16>,
-) -> Result<(String, u16), ConfigError> {
-    let bad = |why: &str| invalid(field, format!("`{s}` is not a `host:port`: {why}"));
-    if let Ok(a) = SocketAddr::from_str(s) {
-        if a.port() == 0 {
-            return Err(bad("port 0"));
-        }
-        return Ok((a.ip().to_string(), a.port()));
-    }
-    let (host, port) = match (s.rsplit_once(':'), default_port) {
-        (Some((h, p)), _) if !h.contains(':') || h.ends_with(']') => {
-            let port = p
-                .parse::<u16>()
-                .ok()
-                .filter(|p| *p != 0)
-                .ok_or_else(|| bad("the port must be within 1..=65535"))?;
-            (h, port)
-        }
-        (_, Some(port)) => (s, port),
-        _ => return Err(bad("no port")),
-    };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    if IpAddr::from_str(host).is_ok() {
-        return Ok((host.to_string(), port));
-    }
-    let label_ok = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-    };
-    let trimmed = host.strip_suffix('.').unwrap_or(host);
-    if trimmed.is_empty() || trimmed.len() > 253 || !trimmed.split('.').all(label_ok) {
-        return Err(bad("the host is neither an IP address nor a DNS name"));
-    }
-    Ok((host.to_string(), port))
-}
-
-/// `http://host[:port][/path]`.
-fn http_target(field: &str, s: &str) -> Result<CheckTarget, ConfigError> {
-    let Some(rest) = s.strip_prefix("http://") else {
-        return Err(invalid(
-            field,
-            format!("`{s}` is not an `http://host[:port]/path` URL (only plain http is checked)"),
-        ));
-    };
-    let (authority, path) = match rest.find('/') {
-        Some(at) => (&rest[..at], &rest[at..]),
-        None => (rest, "/"),
-    };
-    if authority.contains('@') {
-        return Err(invalid(
-            field,
-            format!("`{s}`: credentials are not allowed"),
-        ));
-    }
-    if path
-        .bytes()
-        .any(|b| b.is_ascii_whitespace() || b.is_ascii_control() || b == b'#')
-    {
-        return Err(invalid(
-            field,
-            format!("`{s}`: the path has a bad character"),
-        ));
-    }
-    let (host, port) = host_port(field, authority, Some(80))?;
-    Ok(CheckTarget::Http {
-        host,
-        port,
-        path: path.to_string(),
+    Ok(HealthCheck {
+        address: c.address,
+        target,
     })
 }
 
@@ -289,38 +218,16 @@ fn view(f: &str, v: &RawView, clusters: &[Cluster], ttl: u32) -> Result<View, Co
     }
     let mut listen = Vec::new();
     let mut pod_ip_ports = Vec::new();
-    for (j, s) in v.listen.iter().enumerate() {
-        let field = format!("{f}.listen[{j}]");
-        match s.trim().strip_prefix(POD_IP) {
-            Some(rest) => {
-                let port = match rest.strip_prefix(':') {
-                    None if rest.is_empty() => 53,
-                    Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
-                        invalid(&field, format!("`{s}`: the port must be within 1..=65535"))
-                    })?,
-                    None => {
-                        return Err(invalid(
-                            &field,
-                            format!("`{s}` is not `{POD_IP}` or `{POD_IP}:port`"),
-                        ));
-                    }
-                };
+    for a in &v.listen {
+        match a {
+            ListenAddress::PodIp(port) => {
+                let port = port.unwrap_or(53);
                 if !pod_ip_ports.contains(&port) {
                     pod_ip_ports.push(port);
                 }
             }
-            None => listen.push(socket(&field, s, 53)?),
+            ListenAddress::Ip(a) => listen.push(a.or_port(53)),
         }
-    }
-    let mut source_subnets = Vec::new();
-    for (j, s) in v.source_subnets.iter().enumerate() {
-        let net = IpNet::from_str(s).map_err(|_| {
-            invalid(
-                format!("{f}.source_subnets[{j}]"),
-                format!("`{s}` is not a CIDR subnet"),
-            )
-        })?;
-        source_subnets.push(net);
     }
     let mut zones: Vec<Zone> = Vec::new();
     let mut hosts = BTreeMap::new();
@@ -350,12 +257,8 @@ fn view(f: &str, v: &RawView, clusters: &[Cluster], ttl: u32) -> Result<View, Co
                 ttl: r.ttl.unwrap_or(ttl),
                 ..RecordSet::default()
             };
-            for (m, s) in r.a.iter().enumerate() {
-                set.a.push(v4(&format!("{rf}.a[{m}]"), s)?);
-            }
-            for (m, s) in r.aaaa.iter().enumerate() {
-                set.aaaa.push(v6(&format!("{rf}.aaaa[{m}]"), s)?);
-            }
+            set.a.clone_from(&r.a);
+            set.aaaa.clone_from(&r.aaaa);
             if set.a.is_empty() && set.aaaa.is_empty() {
                 return Err(invalid(&rf, "a record needs `a` or `aaaa` addresses"));
             }
@@ -377,7 +280,7 @@ fn view(f: &str, v: &RawView, clusters: &[Cluster], ttl: u32) -> Result<View, Co
         listen,
         pod_ip_ports,
         freebind: v.freebind,
-        source_subnets,
+        source_subnets: v.source_subnets.clone(),
         zones,
         hosts,
     })

@@ -12,7 +12,7 @@ use hickory_server::net::xfer::Protocol;
 use libfuzzer_sys::fuzz_target;
 use oooi_dns::config::Config;
 use oooi_dns::fast::{Fast, MAX_REPLY};
-use oooi_dns::server::Engine;
+use oooi_dns::engine::Engine;
 
 /// Owned names of every kind, and no upstream: forwarded names get SERVFAIL
 /// without network traffic.
