@@ -212,13 +212,9 @@ mod tests {
 
     #[test]
     fn one_public_service_per_name_of_the_accepted_attachments_of_the_infra() {
-        let infra: Infra = serde_json::from_value(json!({
-            "apiVersion": "hostedcluster.densityops.com/v1alpha1", "kind": "Infra",
-            "metadata": {"name": "vlan200", "namespace": "oooi", "uid": "u1"},
-            "spec": {"networkConfig": {"cidr": "192.0.2.0/24", "networkAttachmentDefinition": "v"},
-                     "infraComponents": {}}
-        }))
-        .unwrap();
+        // Infra `vlan200` in `oooi`, the one the fixtures' attachments name.
+        let mut infra = crate::plan::fixtures::infra();
+        infra.metadata.name = Some("vlan200".into());
         let shared_a = public("a", "alpha", Some("shared"), false);
         let shared_b = public("b", "beta", Some("shared"), true);
         let own = public("c", "gamma", None, false);
@@ -242,7 +238,10 @@ mod tests {
             "api.beta.example.com,oauth.alpha.example.com,oauth.beta.example.com"
         );
         let owner = &shared.metadata.owner_references.as_ref().unwrap()[0];
-        assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("Infra", "u1"));
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("Infra", "uid-infra")
+        );
         assert!(public_services(&infra, all, |_| false).is_empty());
     }
 }

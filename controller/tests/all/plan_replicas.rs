@@ -86,7 +86,7 @@ fn each_address_is_one_replica_named_and_placed_in_order() {
     assert_eq!(
         d.dns
             .iter()
-            .map(|s| s.spec.vlan.address.clone())
+            .map(|s| s.spec.vlan.address)
             .collect::<Vec<_>>(),
         [addr("192.0.2.3/24"), addr("192.0.2.6/24")]
     );
