@@ -16,11 +16,11 @@ use crate::metrics::Metrics;
 
 /// The annotation a home replica sets to ask for its address back; its
 /// value is the home's identity.
-pub const WANTED_BY: &str = "hostedcluster.densityops.com/wanted-by";
+pub const WANTED_BY: &str = oooi_vocabulary::labels::WANTED_BY;
 /// Label with the address a Lease fences.
-pub const ADDRESS_LABEL: &str = "hostedcluster.densityops.com/address";
+pub const ADDRESS_LABEL: &str = oooi_vocabulary::labels::ADDRESS;
 /// Label naming the writer.
-pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY: &str = oooi_vocabulary::labels::APP_MANAGED_BY;
 /// The writer.
 pub const AGENT: &str = "oooi-addr-agent";
 

@@ -63,7 +63,11 @@ pub fn proxy_of_pod(
     pod: &Pod,
 ) -> Vec<ObjectRef<Decoded<ProxyServer>>> {
     let ns = pod.namespace().unwrap_or_default();
-    let Some(instance) = pod.labels().get("app.kubernetes.io/instance").cloned() else {
+    let Some(instance) = pod
+        .labels()
+        .get(oooi_vocabulary::labels::APP_INSTANCE)
+        .cloned()
+    else {
         return Vec::new();
     };
     store
@@ -83,7 +87,7 @@ fn infra_of<K: Resource>(obj: &K) -> Option<ObjectRef<Infra>> {
         .meta()
         .labels
         .as_ref()?
-        .get("app.kubernetes.io/managed-by")?
+        .get(oooi_vocabulary::labels::APP_MANAGED_BY)?
         != MANAGED_BY
     {
         return None;

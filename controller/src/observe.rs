@@ -278,7 +278,7 @@ fn foreign_node_pools(
 
 /// Label CAPI puts on the Machines of a MachineDeployment; HyperShift names
 /// the MachineDeployment after the NodePool.
-pub const DEPLOYMENT_LABEL: &str = "cluster.x-k8s.io/deployment-name";
+pub const DEPLOYMENT_LABEL: &str = oooi_vocabulary::labels::CAPI_DEPLOYMENT_NAME;
 
 impl Observations {
     /// The planner's view of the hosted clusters of `attachments`, from the

@@ -24,11 +24,18 @@
 //! internalProxyIP: 172.30.0.10
 //! ```
 //!
-//! Output: the derived objects and their children, then one `PlanSummary`
-//! document per Infra (verdict per attachment, the routing table digest).
+//! Output: the derived objects and their children, the attachments'
+//! control-plane NetworkPolicies and public DNS Services, then one
+//! `PlanSummary` document per Infra (verdict per attachment, the routing
+//! table digest), then one `HostedClusterObjects` document per attachment
+//! with apps ingress: the objects the controller applies in that
+//! attachment's hosted cluster (MetalLB's install in `Managed` mode, the
+//! `IPAddressPool`, the `L2Advertisement`, the apps Service), kept apart
+//! because they are never applied to the management cluster.
 //! With `--out DIR` every object is a file, and the component configs are
 //! written as plain files too (`<ns>/<infra>/dhcp.yaml`, `dns.yaml`,
-//! `routes.json`, `envoy/*.json`), for the lab.
+//! `routes.json`, `envoy/*.json`), for the lab; the hosted clusters'
+//! objects go under `hosted/<namespace>-<attachment>/`.
 //!
 //! With a filter module ([`RenderInput::filter`], `--filter-wasm`) each
 //! proxy also gets its `<proxy>-filter` ConfigMap as the filter rollout
@@ -163,6 +170,20 @@ struct DocMeta {
     namespace: Option<String>,
 }
 
+/// Decodes one document, the error naming the field at fault
+/// (`spec.networkConfig.cidr: 192.0.2.7/24 has host bits set …`): the
+/// typed fields (networks, addresses) apply their rules here, once.
+fn decode<K: serde::de::DeserializeOwned>(doc: Value) -> anyhow::Result<K> {
+    serde_path_to_error::deserialize(doc).map_err(|e| {
+        let path = e.path().to_string();
+        if path.is_empty() || path == "." {
+            anyhow::anyhow!("{}", e.into_inner())
+        } else {
+            anyhow::anyhow!("{path}: {}", e.into_inner())
+        }
+    })
+}
+
 fn defaulted_namespace<K: kube::Resource>(mut obj: K) -> K {
     if obj.meta().namespace.is_none() {
         obj.meta_mut().namespace = Some("default".to_string());
@@ -216,21 +237,21 @@ impl RenderInput {
                 );
             }
             match kind.as_str() {
-                "Infra" => self.infras.push(defaulted_namespace(
-                    serde_json::from_value(doc).with_context(at)?,
-                )),
-                "InfraClusterAttachment" => self.attachments.push(defaulted_namespace(
-                    serde_json::from_value(doc).with_context(at)?,
-                )),
-                "DHCPServer" => self.dhcp_servers.push(defaulted_namespace(
-                    serde_json::from_value(doc).with_context(at)?,
-                )),
-                "DNSServer" => self.dns_servers.push(defaulted_namespace(
-                    serde_json::from_value(doc).with_context(at)?,
-                )),
-                "ProxyServer" => self.proxy_servers.push(defaulted_namespace(
-                    serde_json::from_value(doc).with_context(at)?,
-                )),
+                "Infra" => self
+                    .infras
+                    .push(defaulted_namespace(decode(doc).with_context(at)?)),
+                "InfraClusterAttachment" => self
+                    .attachments
+                    .push(defaulted_namespace(decode(doc).with_context(at)?)),
+                "DHCPServer" => self
+                    .dhcp_servers
+                    .push(defaulted_namespace(decode(doc).with_context(at)?)),
+                "DNSServer" => self
+                    .dns_servers
+                    .push(defaulted_namespace(decode(doc).with_context(at)?)),
+                "ProxyServer" => self
+                    .proxy_servers
+                    .push(defaulted_namespace(decode(doc).with_context(at)?)),
                 "ObservedCluster" => {
                     let d: ObservedClusterDoc = serde_json::from_value(doc).with_context(at)?;
                     if self
@@ -267,11 +288,56 @@ impl RenderInput {
     }
 }
 
+/// The objects the controller would apply in one attachment's hosted
+/// cluster (through the HostedCluster's admin kubeconfig), never in the
+/// management cluster.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostedSection {
+    /// The attachment's namespace.
+    pub attachment_namespace: String,
+    /// The attachment's name.
+    pub attachment: String,
+    /// Its HostedCluster (`namespace/name`).
+    pub hosted_cluster: String,
+    /// The objects, in apply order.
+    pub objects: Vec<Value>,
+}
+
+/// The render-only kind that wraps a [`HostedSection`] in the YAML output:
+/// no cluster has it, so applying the whole output fails on it instead of
+/// writing hosted-cluster objects into the management cluster.
+pub const HOSTED_SECTION_KIND: &str = "HostedClusterObjects";
+
+impl HostedSection {
+    /// The section as one render-only document ([`HOSTED_SECTION_KIND`]).
+    pub fn to_document(&self) -> Value {
+        json!({
+            "apiVersion": crate::crd::API_VERSION,
+            "kind": HOSTED_SECTION_KIND,
+            "metadata": {"name": self.attachment, "namespace": self.attachment_namespace},
+            "hostedCluster": self.hosted_cluster,
+            "appliedIn": format!(
+                "the hosted cluster of HostedCluster {}, through its admin kubeconfig; not the management cluster",
+                self.hosted_cluster
+            ),
+            "objects": self.objects,
+        })
+    }
+}
+
 /// What `render` produces.
 #[derive(Debug, Clone, Default)]
 pub struct Rendered {
-    /// Every object, in apply order per Infra, then the summaries.
+    /// Every object of the management cluster, in apply order per Infra,
+    /// then the summaries.
     pub objects: Vec<Value>,
+    /// Per attachment with apps ingress, the objects of its hosted cluster
+    /// (kept apart from [`Rendered::objects`]: they are applied elsewhere).
+    pub hosted: Vec<HostedSection>,
+    /// GitOps output: the YAML stream holds only objects a cluster takes,
+    /// so no [`HOSTED_SECTION_KIND`] document (`--out` still writes the
+    /// hosted objects, under `hosted/`).
+    pub gitops: bool,
     /// Plain config files (relative path, content).
     pub files: Vec<(PathBuf, String)>,
     /// What the output lacks or did not check, for the user (stderr).
@@ -538,9 +604,20 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
         // One NetworkPolicy per accepted attachment in its control-plane
         // namespace, as the attachment reconciler applies it.
         for a in &p.attachments {
-            if let Some(np) = plan::network_policy::control_plane_policy(p, &a.name, ns, name) {
+            if let Some(np) =
+                plan::network_policy::control_plane_policy(p.verdict(&a.name), ns, name)
+            {
                 out.objects.push(object_of(&np)?);
             }
+        }
+        if let Some(infra) = find_infra(input, ns, name) {
+            // The public DNS Services, as the attachment reconciler plans them.
+            for svc in plan::public_dns::public_services(infra, &input.attachments, |a| {
+                p.verdict(a).is_some_and(|o| o.accepted())
+            }) {
+                out.objects.push(object_of(&svc)?);
+            }
+            render_hosted(&mut out, input, p, ns, name)?;
         }
         let routes_digest = p
             .desired
@@ -641,6 +718,16 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
     }
     out.problems.extend(attachments_without_infra(input));
     if input.gitops {
+        out.gitops = true;
+        for h in &out.hosted {
+            out.notes.push(format!(
+                "--gitops: the {} object(s) of the hosted cluster of HostedCluster {} (InfraClusterAttachment {}/{}) are not in the stream: the controller applies them there; `--out DIR` writes them under hosted/",
+                h.objects.len(),
+                h.hosted_cluster,
+                h.attachment_namespace,
+                h.attachment
+            ));
+        }
         let (secrets, kept): (Vec<Value>, Vec<Value>) = std::mem::take(&mut out.objects)
             .into_iter()
             .partition(|o| o["kind"] == "Secret");
@@ -654,6 +741,66 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
         }
     }
     Ok(out)
+}
+
+/// The Infra `ns/name` of the input.
+fn find_infra<'a>(input: &'a RenderInput, ns: &str, name: &str) -> Option<&'a Infra> {
+    input.infras.iter().find(|i| {
+        i.metadata.namespace.as_deref() == Some(ns) && i.metadata.name.as_deref() == Some(name)
+    })
+}
+
+/// The hosted-cluster objects of every attachment of the planned Infra
+/// `ns/name` with apps ingress, as the attachment reconciler converges them
+/// ([`plan::apps_ingress`]): in `Managed` mode MetalLB's OLM install and its
+/// `MetalLB` CR (the controller writes the CR once OLM serves its CRD),
+/// then the pool, its L2 advertisement and the apps Service. Apps ingress
+/// that would not be applied (attachment not accepted, a pool conflict, no
+/// addresses) is a note with the status it would report.
+fn render_hosted(
+    out: &mut Rendered,
+    input: &RenderInput,
+    p: &plan::InfraPlan,
+    ns: &str,
+    name: &str,
+) -> anyhow::Result<()> {
+    let mut attachments: Vec<&InfraClusterAttachment> = input
+        .attachments
+        .iter()
+        .filter(|a| a.metadata.namespace.as_deref() == Some(ns) && a.spec.infra_ref.name == name)
+        .collect();
+    attachments.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    for att in attachments {
+        let att_name = att.metadata.name.clone().unwrap_or_default();
+        let r = match plan::apps_ingress::gate(att, p.verdict(&att_name)) {
+            plan::apps_ingress::Gate::Disabled => continue,
+            plan::apps_ingress::Gate::Blocked(st) => {
+                out.notes.push(format!(
+                    "InfraClusterAttachment {ns}/{att_name}: apps ingress is not applied in the hosted cluster ({} {}): {}",
+                    st.phase,
+                    st.reason.unwrap_or_default(),
+                    st.message.unwrap_or_default()
+                ));
+                continue;
+            }
+            plan::apps_ingress::Gate::Go(r) => r,
+        };
+        let objects = plan::apps_ingress::install_objects(&r, true)
+            .into_iter()
+            .chain(plan::apps_ingress::pool_objects(&r))
+            .map(|o| object_of(&o.object))
+            .collect::<anyhow::Result<Vec<Value>>>()?;
+        out.hosted.push(HostedSection {
+            attachment_namespace: ns.to_string(),
+            attachment: att_name,
+            hosted_cluster: format!(
+                "{}/{}",
+                att.spec.hosted_cluster_ref.namespace, att.spec.hosted_cluster_ref.name
+            ),
+            objects,
+        });
+    }
+    Ok(())
 }
 
 /// One problem per attachment whose Infra (`spec.infraRef`, in the
@@ -680,12 +827,18 @@ pub fn attachments_without_infra(input: &RenderInput) -> Vec<String> {
         .collect()
 }
 
-/// Every object as multi-document YAML.
+/// Every object as multi-document YAML: the management cluster's, then
+/// one [`HOSTED_SECTION_KIND`] document per hosted section.
 pub fn to_yaml(rendered: &Rendered) -> anyhow::Result<String> {
     let mut s = String::new();
-    for o in &rendered.objects {
+    let hosted = rendered
+        .hosted
+        .iter()
+        .filter(|_| !rendered.gitops)
+        .map(HostedSection::to_document);
+    for o in rendered.objects.iter().cloned().chain(hosted) {
         s.push_str("---\n");
-        s.push_str(&serde_saphyr::to_string(o)?);
+        s.push_str(&serde_saphyr::to_string(&o)?);
     }
     Ok(s)
 }
@@ -703,6 +856,23 @@ pub fn write_out(rendered: &Rendered, dir: &Path) -> anyhow::Result<()> {
         let path = objects.join(format!("{i:03}-{kind}-{ns}-{name}.yaml"));
         std::fs::write(&path, serde_saphyr::to_string(o)?)
             .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    // Hosted clusters' objects apart: `hosted/<namespace>-<attachment>/`.
+    for section in &rendered.hosted {
+        let sub = dir.join("hosted").join(format!(
+            "{}-{}",
+            section.attachment_namespace, section.attachment
+        ));
+        std::fs::create_dir_all(&sub)
+            .with_context(|| format!("cannot create {}", sub.display()))?;
+        for (i, o) in section.objects.iter().enumerate() {
+            let kind = o["kind"].as_str().unwrap_or("object").to_ascii_lowercase();
+            let ns = o["metadata"]["namespace"].as_str().unwrap_or("cluster");
+            let name = o["metadata"]["name"].as_str().unwrap_or("unnamed");
+            let path = sub.join(format!("{i:03}-{kind}-{ns}-{name}.yaml"));
+            std::fs::write(&path, serde_saphyr::to_string(o)?)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
     }
     for (rel, text) in &rendered.files {
         let path = dir.join("files").join(rel);

@@ -56,7 +56,7 @@ pub fn endpoints(component: &str) -> &'static [Endpoint] {
 
 /// The `app.kubernetes.io/component` label of an object.
 pub fn component_of(object: &Value) -> Option<&str> {
-    object["metadata"]["labels"]["app.kubernetes.io/component"].as_str()
+    object["metadata"]["labels"][oooi_vocabulary::labels::APP_COMPONENT].as_str()
 }
 
 /// The number of the container port named `name` in a pod.

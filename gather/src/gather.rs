@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use http_body_util::BodyExt as _;
 use kube::Client;
+use oooi_vocabulary::labels as keys;
 use serde_json::{Value, json};
 
 use crate::components::{self, component_of};
@@ -258,10 +259,10 @@ fn namespace_of(o: &Value) -> Option<&str> {
 /// agent's.
 pub fn is_oooi_lease(lease: &Value) -> bool {
     let labels = &lease["metadata"]["labels"];
-    let managed = labels["app.kubernetes.io/managed-by"].as_str();
-    name_of(lease) == "oooi-controller"
-        || labels["app.kubernetes.io/name"] == "oooi"
-        || matches!(managed, Some("oooi-controller" | "oooi-addr-agent"))
+    let managed = labels[keys::APP_MANAGED_BY].as_str();
+    name_of(lease) == keys::MANAGED_BY_VALUE
+        || labels[keys::APP_NAME] == keys::APP_NAME_VALUE
+        || managed.is_some_and(|m| m == keys::MANAGED_BY_VALUE || m == "oooi-addr-agent")
 }
 
 /// A Machine as its name, phase, node and addresses only.

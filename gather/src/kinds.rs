@@ -167,7 +167,7 @@ pub const OPTIONAL: [(FixedRes, &str); 6] = [
 pub const APP_SELECTOR: &str = "app.kubernetes.io/name=oooi";
 /// The label naming an object's Infra (NetworkPolicies in control-plane
 /// namespaces, ClusterUserDefinedNetworks).
-pub const INFRA_LABEL: &str = "hostedcluster.densityops.com/infra";
+pub const INFRA_LABEL: &str = oooi_vocabulary::labels::INFRA;
 
 #[cfg(test)]
 mod tests {

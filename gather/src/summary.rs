@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use oooi_vocabulary::labels as keys;
 use serde_json::Value;
 
 use crate::components;
@@ -126,12 +127,12 @@ fn pods_of<'a>(g: &'a Gathered, server: &Value, component: &str) -> Vec<&'a Valu
         .pods
         .iter()
         .filter(in_ns)
-        .filter(|p| p["metadata"]["labels"]["hostedcluster.densityops.com/server"] == name)
+        .filter(|p| p["metadata"]["labels"][keys::SERVER] == name)
         .collect();
     if !by_server.is_empty() {
         return by_server;
     }
-    let instance = server["metadata"]["labels"]["hostedcluster.densityops.com/infra"]
+    let instance = server["metadata"]["labels"][keys::INFRA]
         .as_str()
         .unwrap_or(name);
     g.pods
@@ -139,8 +140,7 @@ fn pods_of<'a>(g: &'a Gathered, server: &Value, component: &str) -> Vec<&'a Valu
         .filter(in_ns)
         .filter(|p| {
             let l = &p["metadata"]["labels"];
-            l["app.kubernetes.io/component"] == component
-                && l["app.kubernetes.io/instance"] == instance
+            l[keys::APP_COMPONENT] == component && l[keys::APP_INSTANCE] == instance
         })
         .collect()
 }

@@ -17,10 +17,14 @@
 mod aliases;
 mod cidr;
 mod error;
+mod interface;
 pub mod labels;
 mod network;
 
 pub use aliases::{KUBERNETES_ALIASES, is_kubernetes_alias, normalize_name};
 pub use cidr::{Cidr, addr_bits, mask_bits};
 pub use error::FieldError;
+#[cfg(feature = "schema")]
+pub use interface::INTERFACE_ADDRESS_V4_PATTERN;
+pub use interface::InterfaceAddress;
 pub use network::{MAX_PREFIX_LEN_V4, VLAN_NETWORK_CEL_RULE, VlanNetwork};

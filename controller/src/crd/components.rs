@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
+use oooi_vocabulary::InterfaceAddress;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -28,8 +29,7 @@ pub struct VlanInterface {
     #[schemars(length(min = 1, max = 63), pattern(concat!("^", dns_label_re!(), "$")))]
     pub network_attachment_namespace: String,
     /// Static address with the VLAN's prefix length, e.g. `192.0.2.2/24`.
-    #[schemars(pattern(concat!("^", ipv4_re!(), "/([0-9]|[12][0-9]|3[0-2])$")))]
-    pub address: String,
+    pub address: InterfaceAddress,
     /// Interface name inside the pod. Default `net1`.
     #[serde(default = "default_interface")]
     #[schemars(length(min = 1, max = 15))]

@@ -3,6 +3,7 @@
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
+use oooi_vocabulary::VlanNetwork;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -116,9 +117,9 @@ impl Availability {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NetworkConfig {
-    /// IPv4 network of the VLAN in CIDR form, e.g. `192.0.2.0/24`.
-    #[schemars(pattern(concat!("^", ipv4_re!(), "/([0-9]|[12][0-9]|3[0-2])$")))]
-    pub cidr: String,
+    /// IPv4 network of the VLAN in CIDR form, in network form (no host
+    /// bits) with a prefix of /29 or shorter, e.g. `192.0.2.0/24`.
+    pub cidr: VlanNetwork,
     /// Default gateway of the VLAN, handed out by DHCP; must lie inside
     /// `cidr`. Default: the first host of `cidr` (`.1` of a /24).
     #[serde(default, skip_serializing_if = "Option::is_none")]

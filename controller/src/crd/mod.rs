@@ -60,7 +60,7 @@ pub const VERSION: &str = "v1alpha1";
 /// `apiVersion` of every oooi object.
 pub const API_VERSION: &str = "hostedcluster.densityops.com/v1alpha1";
 /// Finalizer on Infras and attachments, for cleanup garbage collection cannot do.
-pub const FINALIZER: &str = "hostedcluster.densityops.com/cleanup";
+pub const FINALIZER: &str = oooi_vocabulary::labels::FINALIZER;
 /// Field manager of every server-side apply.
 pub const FIELD_MANAGER: &str = "oooi-controller";
 

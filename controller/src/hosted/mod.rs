@@ -1,16 +1,15 @@
-//! The hosted-cluster side of an attachment.
+//! The hosted-cluster side of an attachment at run time: clients, watches
+//! and what they observed. Nothing here plans: the objects oooi makes in a
+//! hosted cluster are planned with the other planners (pure, shared with
+//! `render`): [`crate::plan::apps_ingress`] (MetalLB, its pool, the L2
+//! advertisement, the apps Service), [`crate::plan::hosted_objects`] (their
+//! kinds and labels) and [`crate::plan::public_dns`] (the management-side
+//! public Services).
 //!
 //! - [`client`]: a kube client for the hosted cluster, from the admin
 //!   kubeconfig the HostedCluster's status names, pointed at the
 //!   control-plane API Service inside the management cluster while keeping
 //!   the kubeconfig's TLS server name.
-//! - [`metallb`]: pure planner of apps ingress: the hosted objects (OLM
-//!   install of MetalLB in `Managed` mode, the `IPAddressPool`, the
-//!   `L2Advertisement`, the apps LoadBalancer Service) and its status.
-//! - [`public_dns`]: pure planner of the management-side public Service for
-//!   ExternalDNS.
-//! - [`kinds`]: the API kinds written in a hosted cluster and the labels of
-//!   everything written there.
 //! - The I/O lives with the reconcilers ([`crate::reconcile::hosted`]),
 //!   called from the attachment reconciler. Hosted cluster errors never fail
 //!   that reconcile: they land in `status.appsIngress` and the rest of the
@@ -19,11 +18,10 @@
 //!   cluster; a new or changed VIP goes into [`Hosted::vip`] (which
 //!   [`crate::observe::Observations::observed`] reads) and triggers the
 //!   Infra reconcile at once.
+//! - [`Hosted`]: the cached clients, running watches, observed VIPs and
+//!   reconcile triggers.
 
 pub mod client;
-pub mod kinds;
-pub mod metallb;
-pub mod public_dns;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -37,12 +35,6 @@ use kube::Client;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::crd::{Infra, InfraClusterAttachment};
-
-/// Label naming the attachment an object in the hosted cluster (or a
-/// management-side public Service) belongs to.
-pub const ATTACHMENT_LABEL: &str = "hostedcluster.densityops.com/attachment";
-/// Label naming that attachment's namespace.
-pub const ATTACHMENT_NAMESPACE_LABEL: &str = "hostedcluster.densityops.com/attachment-namespace";
 
 /// Identifies an attachment: (namespace, name).
 pub type AttachmentKey = (String, String);
@@ -289,10 +281,7 @@ impl Hosted {
 
 /// (namespace, name) of an attachment.
 pub fn key_of(att: &InfraClusterAttachment) -> AttachmentKey {
-    (
-        att.metadata.namespace.clone().unwrap_or_default(),
-        att.metadata.name.clone().unwrap_or_default(),
-    )
+    crate::plan::hosted_objects::attachment_key(att)
 }
 
 #[cfg(test)]

@@ -14,8 +14,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tracing::{debug, warn};
 
 use super::Hosted;
-use super::metallb::vip_of;
 use crate::crd::InfraClusterAttachment;
+use crate::plan::apps_ingress::vip_of;
 
 /// What one watch event means for the VIP: `Some(vip)` to record (`None`
 /// inside: no VIP), or no change to make.

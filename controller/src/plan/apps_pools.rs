@@ -3,8 +3,10 @@
 //! other attachments' ranges. A bad pool is reported on its attachment (it
 //! does not exclude the attachment).
 
+use oooi_vocabulary::FieldError;
+
 use super::attachments::AttachmentOutcome;
-use super::network::{Ipv4Range, Network, field_error};
+use super::network::{Ipv4Range, Network};
 use super::observed::Observed;
 use crate::crd::InfraClusterAttachment;
 
@@ -30,11 +32,14 @@ pub fn check_apps_pools(
         for (j, s) in apps.metallb.addresses.iter().enumerate() {
             let field = format!("spec.appsIngress.metallb.addresses[{j}]");
             let Some(range) = Ipv4Range::parse(s) else {
-                errors.push(field_error(field, format!("`{s}` is not a range or CIDR")));
+                errors.push(FieldError::new(
+                    field,
+                    format!("`{s}` is not a range or CIDR"),
+                ));
                 continue;
             };
             if !network.is_host(range.start) || !network.is_host(range.end) {
-                errors.push(field_error(
+                errors.push(FieldError::new(
                     field,
                     format!("{range} is not inside {}", network.cidr),
                 ));
@@ -43,7 +48,7 @@ pub fn check_apps_pools(
             if let Some((_, pool)) = &network.dhcp
                 && pool.overlaps(&range)
             {
-                errors.push(field_error(
+                errors.push(FieldError::new(
                     field,
                     format!("{range} overlaps the DHCP pool {pool}"),
                 ));
@@ -54,7 +59,7 @@ pub fn check_apps_pools(
                 .into_iter()
                 .find(|a| range.contains(*a))
             {
-                errors.push(field_error(
+                errors.push(FieldError::new(
                     field,
                     format!("{range} contains the infra address {a}"),
                 ));
@@ -62,7 +67,7 @@ pub fn check_apps_pools(
             }
             if let Some((k, _, other)) = taken.iter().find(|(_, r, _)| r.overlaps(&range)) {
                 let other_name = outcomes[*k].name.clone();
-                errors.push(field_error(
+                errors.push(FieldError::new(
                     field,
                     format!("{range} overlaps {other} of attachment {other_name}"),
                 ));

@@ -8,8 +8,10 @@ use std::net::Ipv4Addr;
 
 use oooi_routes::{Route, RouteMatch, RouteTable, Upstream};
 
+use oooi_vocabulary::FieldError;
+
 use super::conditions::PlannedCondition;
-use super::network::{FieldError, field_error};
+use super::names::is_dns_label;
 use super::observed::HostedClusterKey;
 use super::reservations::{KnownClient, Reservation};
 use crate::crd::{InfraClusterAttachment, Isolation, condition};
@@ -231,16 +233,6 @@ impl AttachmentOutcome {
     }
 }
 
-/// True for a DNS label: 1-63 of `[a-z0-9-]`, not starting or ending with `-`.
-pub(crate) fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
 /// Checks a name with the routing table's own validator, by validating a
 /// one-route table, so the controller never accepts an SNI the proxy refuses.
 fn check_route(route: &Route) -> Result<(), String> {
@@ -267,19 +259,22 @@ fn resolve_services(
     for (i, s) in spec.services_or_default().iter().enumerate() {
         let f = format!("{field}[{i}]");
         if !is_dns_label(&s.name) {
-            return Err(field_error(
+            return Err(FieldError::new(
                 format!("{f}.name"),
                 format!("`{}` is not a DNS label", s.name),
             ));
         }
         if !is_dns_label(&s.target_service) {
-            return Err(field_error(
+            return Err(FieldError::new(
                 format!("{f}.targetService"),
                 format!("`{}` is not a Service name", s.target_service),
             ));
         }
         if s.port == 0 || s.target_port == 0 {
-            return Err(field_error(format!("{f}.port"), "ports must be 1-65535"));
+            return Err(FieldError::new(
+                format!("{f}.port"),
+                "ports must be 1-65535",
+            ));
         }
         let (sni, in_domain) = match &s.sni {
             Some(n) => {
@@ -300,7 +295,7 @@ fn resolve_services(
             owner: None,
         };
         check_route(&route).map_err(|m| {
-            field_error(
+            FieldError::new(
                 if s.sni.is_some() {
                     format!("{f}.sni")
                 } else {
@@ -310,13 +305,13 @@ fn resolve_services(
             )
         })?;
         if let Some(j) = out.iter().position(|o| o.name == s.name) {
-            return Err(field_error(
+            return Err(FieldError::new(
                 format!("{f}.name"),
                 format!("`{}` is also {field}[{j}]", s.name),
             ));
         }
         if let Some(j) = out.iter().position(|o| o.sni == sni && o.port == s.port) {
-            return Err(field_error(
+            return Err(FieldError::new(
                 format!("{f}.sni"),
                 format!("{sni} on port {} is also {field}[{j}]", s.port),
             ));
@@ -344,13 +339,13 @@ pub fn resolve(att: &InfraClusterAttachment) -> (AttachmentOutcome, Option<Field
     );
     let check = || -> Result<Vec<ResolvedService>, FieldError> {
         if !is_dns_label(&outcome.hosted_cluster.name) {
-            return Err(field_error(
+            return Err(FieldError::new(
                 "spec.hostedClusterRef.name",
                 format!("`{}` is not a DNS label", outcome.hosted_cluster.name),
             ));
         }
         if !is_dns_label(&outcome.hosted_cluster.namespace) {
-            return Err(field_error(
+            return Err(FieldError::new(
                 "spec.hostedClusterRef.namespace",
                 format!("`{}` is not a DNS label", outcome.hosted_cluster.namespace),
             ));
@@ -361,13 +356,13 @@ pub fn resolve(att: &InfraClusterAttachment) -> (AttachmentOutcome, Option<Field
             } else {
                 "spec.controlPlaneNamespace (default <hc-namespace>-<hc-name>)"
             };
-            return Err(field_error(
+            return Err(FieldError::new(
                 field,
                 format!("`{cpns}` is not a namespace name (DNS label of at most 63)"),
             ));
         }
         if !is_dns_label(&spec.dns.cluster_name) {
-            return Err(field_error(
+            return Err(FieldError::new(
                 "spec.dns.clusterName",
                 format!("`{}` is not a DNS label", spec.dns.cluster_name),
             ));
@@ -380,7 +375,7 @@ pub fn resolve(att: &InfraClusterAttachment) -> (AttachmentOutcome, Option<Field
                 .split('.')
                 .all(|l| is_dns_label(&l.to_ascii_lowercase()));
         if !base_ok {
-            return Err(field_error(
+            return Err(FieldError::new(
                 "spec.dns.baseDomain",
                 format!("`{}` is not a domain name", spec.dns.base_domain),
             ));
@@ -467,15 +462,6 @@ mod tests {
         assert_eq!(error(&cp), "");
         let cp = attachment("a", "c1", json!({"controlPlaneNamespace": "x".repeat(64)}));
         assert!(error(&cp).starts_with("spec.controlPlaneNamespace: "));
-    }
-
-    #[test]
-    fn dns_labels_are_lower_case_and_at_most_63_bytes() {
-        assert!(is_dns_label("a-1"));
-        assert!(is_dns_label(&"a".repeat(63)));
-        for bad in ["", "-a", "a-", "A", "a.b", &"a".repeat(64)] {
-            assert!(!is_dns_label(bad), "{bad:?}");
-        }
     }
 
     #[test]

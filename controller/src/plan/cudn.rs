@@ -25,6 +25,8 @@ use kube::core::{GroupVersionKind, ObjectMeta};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use oooi_vocabulary::labels as keys;
+
 use super::labels::{APP_NAME, INFRA_LABEL, MANAGED_BY};
 use super::network_policy::OWNER_NAMESPACE_LABEL;
 use crate::crd::Infra;
@@ -47,12 +49,9 @@ pub fn api_resource() -> ApiResource {
 pub fn owner_labels(infra: &Infra) -> BTreeMap<String, String> {
     let name = infra.name_any();
     BTreeMap::from([
-        ("app.kubernetes.io/name".to_string(), APP_NAME.to_string()),
-        ("app.kubernetes.io/instance".to_string(), name.clone()),
-        (
-            "app.kubernetes.io/managed-by".to_string(),
-            MANAGED_BY.to_string(),
-        ),
+        (keys::APP_NAME.to_string(), APP_NAME.to_string()),
+        (keys::APP_INSTANCE.to_string(), name.clone()),
+        (keys::APP_MANAGED_BY.to_string(), MANAGED_BY.to_string()),
         (INFRA_LABEL.to_string(), name),
         (
             OWNER_NAMESPACE_LABEL.to_string(),

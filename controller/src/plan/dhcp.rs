@@ -12,7 +12,9 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use oooi_dhcp_config::{Mac, RawConfig, RawKnownClient, RawPeer, RawRange, RawReservation, Role};
+use oooi_dhcp_config::{
+    Mac, RawConfig, RawKnownClient, RawPeer, RawRange, RawReservation, Role, Subnet,
+};
 
 use super::attachments::AttachmentOutcome;
 use super::labels::{
@@ -128,10 +130,14 @@ pub fn configs(
         })
         .collect();
     let nc = &infra.spec.network_config;
+    // A VLAN DHCPv4 cannot serve is refused by `parse_network`.
+    let Ok(subnet) = Subnet::from_vlan(network.cidr) else {
+        return Vec::new();
+    };
     let base = RawConfig {
         interface: Some(default_interface()),
         server_ip: servers.first().copied().unwrap_or(network.gateway),
-        subnet: network.cidr,
+        subnet,
         gateway: Some(network.gateway),
         range: RawRange {
             start: pool.start,
@@ -222,7 +228,7 @@ pub fn specs(
                 vlan: VlanInterface {
                     network_attachment_definition: network.nad.clone(),
                     network_attachment_namespace: network.nad_namespace.clone(),
-                    address: network.with_prefix(cfg.server_ip),
+                    address: network.interface_address(cfg.server_ip),
                     interface: default_interface(),
                 },
                 // Set: plan_infra reports an unset image instead of planning.
@@ -243,18 +249,6 @@ pub fn specs(
             (name, spec)
         })
         .collect()
-}
-
-/// The first DHCPServer spec derived from an Infra (see [`specs`]).
-pub fn spec(
-    infra: &Infra,
-    network: &Network,
-    attachments: &[AttachmentOutcome],
-) -> Option<DHCPServerSpec> {
-    specs(infra, network, attachments)
-        .into_iter()
-        .next()
-        .map(|(_, s)| s)
 }
 
 /// The children of a DHCPServer: ServiceAccount, ConfigMap, PVC, Deployment.

@@ -243,7 +243,7 @@ pub fn specs(
                 vlan: VlanInterface {
                     network_attachment_definition: network.nad.clone(),
                     network_attachment_namespace: network.nad_namespace.clone(),
-                    address: network.with_prefix(*dns_ip),
+                    address: network.interface_address(*dns_ip),
                     interface: "net1".to_string(),
                 },
                 // Set: plan_infra reports an unset image instead of planning.

@@ -15,11 +15,11 @@ use super::labels::{Component, child_meta, instance_of};
 use crate::crd::{ProxyServer, ProxyServerStatus};
 
 /// Annotation of the derived ConfigMap: SHA-256 (hex) of the active module.
-pub const ACTIVE_ANNOTATION: &str = "hostedcluster.densityops.com/filter-digest";
+pub const ACTIVE_ANNOTATION: &str = oooi_vocabulary::labels::FILTER_DIGEST;
 /// Annotation of the derived ConfigMap: SHA-256 (hex) of the previous module.
-pub const PREVIOUS_ANNOTATION: &str = "hostedcluster.densityops.com/filter-previous-digest";
+pub const PREVIOUS_ANNOTATION: &str = oooi_vocabulary::labels::FILTER_PREVIOUS_DIGEST;
 /// Annotation of the derived ConfigMap: build id of the active module.
-pub const BUILD_ANNOTATION: &str = "hostedcluster.densityops.com/filter-build-id";
+pub const BUILD_ANNOTATION: &str = oooi_vocabulary::labels::FILTER_BUILD_ID;
 /// Condition type: `True` when a module was refused (the reason names the
 /// failed check) and the running filter stays.
 pub const FILTER_REJECTED: &str = "FilterRejected";

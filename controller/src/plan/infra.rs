@@ -5,12 +5,13 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use oooi_vocabulary::FieldError;
 
 use super::aggregate::aggregate;
 use super::attachments::AttachmentOutcome;
 use super::conditions::{PlannedCondition, merge_conditions};
 use super::labels::{Component, INFRA_LABEL, owner_refs};
-use super::network::{FieldError, field_error, parse_network};
+use super::network::parse_network;
 use super::observed::Observed;
 use super::{dhcp, dns, proxy};
 use crate::crd::{
@@ -109,6 +110,15 @@ impl InfraPlan {
         vec![legacy, upstreams]
     }
 
+    /// The verdict on attachment `name` of this Infra, when the Infra's spec
+    /// is valid: with an invalid spec no attachment is accepted, so what
+    /// follows from acceptance (the control-plane policy, apps ingress,
+    /// public DNS) is planned from no verdict at all.
+    pub fn verdict(&self, name: &str) -> Option<&AttachmentOutcome> {
+        self.desired.as_ref()?;
+        self.attachments.iter().find(|a| a.name == name)
+    }
+
     /// The planned conditions of one attachment of this Infra, by name.
     pub fn attachment_conditions(&self, name: &str) -> Option<Vec<PlannedCondition>> {
         self.attachments
@@ -116,6 +126,18 @@ impl InfraPlan {
             .find(|a| a.name == name)
             .map(|a| a.conditions(self.desired.is_some()))
     }
+}
+
+/// A derived component config its own validator refused, as an error of
+/// the Infra: `derived <config> <field>` (`derived DHCP config of
+/// vlan-dhcp range.start`), with the validator's message.
+fn derived_config_error(config: &str, e: FieldError) -> FieldError {
+    FieldError::new(format!("derived {config} {}", e.field), e.message)
+}
+
+/// [`FieldError::new`] under a short name.
+fn field_error(field: impl Into<String>, message: impl Into<String>) -> FieldError {
+    FieldError::new(field, message)
 }
 
 fn derived_meta_named(infra: &Infra, component: Component, name: String) -> ObjectMeta {
@@ -145,7 +167,7 @@ pub fn plan_infra(
         Err(e) => (None, e),
     };
     for (field, message) in super::images::missing(infra) {
-        errors.push(field_error(field, message));
+        errors.push(FieldError::new(field, message));
     }
     errors.extend(super::legacy::refused(infra));
     let no_upstreams = infra.spec.infra_components.dns.enabled
@@ -172,10 +194,7 @@ pub fn plan_infra(
             let mut cfg = s.config.0.clone();
             cfg.peer = None;
             if let Err(e) = oooi_dhcp_config::Config::from_raw(&cfg) {
-                errors.push(field_error(
-                    format!("derived DHCP config of {name} {}", e.field),
-                    e.message,
-                ));
+                errors.push(derived_config_error(&format!("DHCP config of {name}"), e));
             }
         }
         for (name, s) in &dns_specs {
@@ -190,7 +209,7 @@ pub fn plan_infra(
         if let Some((_, s)) = proxy_specs.first()
             && let Err(e) = proxy::validate(s)
         {
-            errors.push(field_error("derived routing table", e));
+            errors.push(FieldError::new("derived routing table", e));
         }
         if !errors.is_empty() {
             return None;

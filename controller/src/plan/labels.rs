@@ -4,13 +4,14 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
+use oooi_vocabulary::labels as keys;
 
 /// Label with the Infra an object belongs to.
-pub const INFRA_LABEL: &str = "hostedcluster.densityops.com/infra";
+pub const INFRA_LABEL: &str = keys::INFRA;
 /// Value of `app.kubernetes.io/name` on every child.
-pub const APP_NAME: &str = "oooi";
+pub const APP_NAME: &str = keys::APP_NAME_VALUE;
 /// Value of `app.kubernetes.io/managed-by` on every child.
-pub const MANAGED_BY: &str = "oooi-controller";
+pub const MANAGED_BY: &str = keys::MANAGED_BY_VALUE;
 
 /// The three components.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -53,7 +54,7 @@ impl Component {
 
 /// Label naming the one server a pod runs, on the pods of components with
 /// one server per address (selects a server's own peer Service).
-pub const SERVER_LABEL: &str = "hostedcluster.densityops.com/server";
+pub const SERVER_LABEL: &str = keys::SERVER;
 
 /// Name of the Secret (key `token`) the two DHCP servers of an Infra's pair
 /// authenticate each other with.
@@ -82,19 +83,13 @@ pub fn instance_of(meta: &ObjectMeta) -> String {
 /// The labels every child carries.
 pub fn labels(instance: &str, component: Component) -> BTreeMap<String, String> {
     BTreeMap::from([
-        ("app.kubernetes.io/name".to_string(), APP_NAME.to_string()),
+        (keys::APP_NAME.to_string(), APP_NAME.to_string()),
         (
-            "app.kubernetes.io/component".to_string(),
+            keys::APP_COMPONENT.to_string(),
             component.as_str().to_string(),
         ),
-        (
-            "app.kubernetes.io/instance".to_string(),
-            instance.to_string(),
-        ),
-        (
-            "app.kubernetes.io/managed-by".to_string(),
-            MANAGED_BY.to_string(),
-        ),
+        (keys::APP_INSTANCE.to_string(), instance.to_string()),
+        (keys::APP_MANAGED_BY.to_string(), MANAGED_BY.to_string()),
         (INFRA_LABEL.to_string(), instance.to_string()),
     ])
 }
@@ -102,15 +97,12 @@ pub fn labels(instance: &str, component: Component) -> BTreeMap<String, String> 
 /// The pod selector of a component instance.
 pub fn selector(instance: &str, component: Component) -> BTreeMap<String, String> {
     BTreeMap::from([
-        ("app.kubernetes.io/name".to_string(), APP_NAME.to_string()),
+        (keys::APP_NAME.to_string(), APP_NAME.to_string()),
         (
-            "app.kubernetes.io/component".to_string(),
+            keys::APP_COMPONENT.to_string(),
             component.as_str().to_string(),
         ),
-        (
-            "app.kubernetes.io/instance".to_string(),
-            instance.to_string(),
-        ),
+        (keys::APP_INSTANCE.to_string(), instance.to_string()),
     ])
 }
 

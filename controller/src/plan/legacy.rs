@@ -2,7 +2,8 @@
 //! attachment carries what they said), and reported so they are not silently
 //! dropped; the rest are refused, naming what to write instead.
 
-use super::network::{FieldError, field_error};
+use oooi_vocabulary::FieldError;
+
 use crate::crd::Infra;
 
 /// The set fields oooi ignores, each with where its meaning lives now, for
@@ -46,13 +47,13 @@ pub fn ignored(infra: &Infra) -> Vec<String> {
 pub fn refused(infra: &Infra) -> Vec<FieldError> {
     let mut out = Vec::new();
     if infra.spec.apps_ingress.is_some() {
-        out.push(field_error(
+        out.push(FieldError::new(
             "spec.appsIngress",
             "apps ingress is per hosted cluster: move it to the spec.appsIngress of that cluster's InfraClusterAttachment",
         ));
     }
     if let Some(image) = &infra.spec.infra_components.proxy.proxy_image {
-        out.push(field_error(
+        out.push(FieldError::new(
             "spec.infraComponents.proxy.proxyImage",
             format!(
                 "`{image}`: not supported, since the proxy needs Envoy 1.40 with the V8 wasm runtime: remove proxyImage, and write spec.infraComponents.proxy.image (the oooi-proxy image: Envoy 1.40 and oooi-envoy-gate) or leave it unset for the chart's"

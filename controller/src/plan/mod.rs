@@ -13,6 +13,7 @@
 //!    take a change that restarts its pod now.
 
 pub mod aggregate;
+pub mod apps_ingress;
 pub mod apps_pools;
 pub mod attachments;
 pub mod availability;
@@ -23,20 +24,24 @@ pub mod dns;
 pub mod filter;
 #[cfg(test)]
 pub(crate) mod fixtures;
+pub mod hosted_objects;
 pub mod images;
 pub mod infra;
 pub mod labels;
 pub mod legacy;
+pub mod names;
 pub mod network;
 pub mod network_policy;
 pub mod observed;
 pub mod placement;
 pub mod pod_security;
 pub mod proxy;
+pub mod public_dns;
 pub mod readiness;
 pub mod reservations;
 pub mod rolling;
 pub mod scc;
+pub mod template_hash;
 pub mod workers;
 pub mod workload;
 

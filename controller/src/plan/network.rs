@@ -2,34 +2,13 @@
 //! cannot express. Every problem names the field (`spec.…`) and the value.
 
 use std::fmt;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use ipnet::Ipv4Net;
 use oooi_dhcp_config::Subnet;
+use oooi_vocabulary::{FieldError, InterfaceAddress, VlanNetwork};
 
 use crate::crd::Infra;
-
-/// A bad field: its path in the object and what is wrong.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldError {
-    /// Path, e.g. `spec.infraComponents.dhcp.rangeStart`.
-    pub field: String,
-    /// What is wrong, with the bad value.
-    pub message: String,
-}
-
-impl fmt::Display for FieldError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.field, self.message)
-    }
-}
-
-pub(crate) fn field_error(field: impl Into<String>, message: impl Into<String>) -> FieldError {
-    FieldError {
-        field: field.into(),
-        message: message.into(),
-    }
-}
 
 /// An inclusive IPv4 range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,7 +62,7 @@ impl fmt::Display for Ipv4Range {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Network {
     /// The VLAN.
-    pub cidr: Subnet,
+    pub cidr: VlanNetwork,
     /// Its gateway.
     pub gateway: Ipv4Addr,
     /// NetworkAttachmentDefinition name.
@@ -108,7 +87,15 @@ pub struct Network {
 impl Network {
     /// `ip/prefix` with the VLAN's own prefix length, for the Multus annotation.
     pub fn with_prefix(&self, ip: Ipv4Addr) -> String {
-        format!("{ip}/{}", self.cidr.net().prefix_len())
+        self.interface_address(ip).to_string()
+    }
+
+    /// `ip` with the VLAN's own prefix length: a server's VLAN interface.
+    pub fn interface_address(&self, ip: Ipv4Addr) -> InterfaceAddress {
+        // An IPv4 VLAN's prefix is at most /29 (the rule): never the
+        // fallback.
+        InterfaceAddress::new(IpAddr::V4(ip), self.cidr.prefix_len())
+            .unwrap_or_else(|_| InterfaceAddress::host(IpAddr::V4(ip)))
     }
 
     /// Every infra address: gateway and the enabled components.
@@ -122,21 +109,12 @@ impl Network {
 
     /// True when `a` is a host address of the VLAN (not network, not broadcast).
     pub fn is_host(&self, a: Ipv4Addr) -> bool {
-        self.cidr.is_host(a)
+        self.cidr.is_host(IpAddr::V4(a))
     }
 }
 
 /// The `dnsServers` entry that stands for the DNS pod's own resolvers.
 pub const RESOLV_CONF: &str = "resolv.conf";
-
-/// The first host of a network (its `.1` for a /24; the network address
-/// itself for /31 and /32, which have no network address).
-fn first_host(net: Ipv4Net) -> Ipv4Addr {
-    if net.prefix_len() >= 31 {
-        return net.network();
-    }
-    Ipv4Addr::from(u32::from(net.network()) + 1)
-}
 
 /// Most DHCP servers one Infra runs: a pair shares one pool.
 pub const MAX_DHCP_SERVERS: usize = 2;
@@ -155,16 +133,16 @@ pub fn server_addresses(
     max: usize,
 ) -> Result<Vec<(String, String)>, FieldError> {
     match (one, many.is_empty()) {
-        (Some(_), false) => Err(field_error(
+        (Some(_), false) => Err(FieldError::new(
             format!("{base}.serverIPs"),
             "set serverIP or serverIPs, not both",
         )),
-        (None, true) => Err(field_error(
+        (None, true) => Err(FieldError::new(
             format!("{base}.serverIPs"),
             "set serverIP (one server) or serverIPs (one address per server)",
         )),
         (Some(a), true) => Ok(vec![(format!("{base}.serverIP"), a.to_string())]),
-        (None, false) if many.len() > max => Err(field_error(
+        (None, false) if many.len() > max => Err(FieldError::new(
             format!("{base}.serverIPs"),
             format!("{} addresses given, at most {max}", many.len()),
         )),
@@ -183,14 +161,14 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
     let nc = &infra.spec.network_config;
     let comps = &infra.spec.infra_components;
 
-    // The subnet rule is the DHCP server's own (oooi-dhcp-config).
-    let cidr = match Subnet::parse(&nc.cidr) {
-        Ok(net) => Some(net),
-        Err(message) => {
-            errors.push(field_error("spec.networkConfig.cidr", message));
-            None
-        }
-    };
+    // The subnet rule (the one of every part) held when the Infra was read.
+    let cidr = nc.cidr;
+    // DHCPv4 serves an IPv4 VLAN only.
+    if comps.dhcp.enabled
+        && let Err(message) = Subnet::from_vlan(nc.cidr)
+    {
+        errors.push(FieldError::new("spec.networkConfig.cidr", message));
+    }
 
     let dhcp_fields = if comps.dhcp.enabled {
         match server_addresses(
@@ -232,16 +210,17 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
     let mut addr = |field: &str, s: &str| -> Option<Ipv4Addr> {
         match s.trim().parse::<Ipv4Addr>() {
             Ok(a) => {
-                if let Some(c) = &cidr
-                    && let Err(e) = c.check_host(field, a)
-                {
-                    errors.push(field_error(e.field, e.message));
+                if let Err(e) = cidr.check_host(field, IpAddr::V4(a)) {
+                    errors.push(e);
                     return None;
                 }
                 Some(a)
             }
             Err(_) => {
-                errors.push(field_error(field, format!("`{s}` is not an IPv4 address")));
+                errors.push(FieldError::new(
+                    field,
+                    format!("`{s}` is not an IPv4 address"),
+                ));
                 None
             }
         }
@@ -255,7 +234,10 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
         ),
         None => (
             "spec.networkConfig.gateway (unset: the first host of the CIDR)",
-            cidr.map(|c| first_host(c.net())),
+            match cidr.first_host() {
+                IpAddr::V4(a) => Some(a),
+                IpAddr::V6(_) => None,
+            },
         ),
     };
     let dhcp_ips: Vec<(String, Option<Ipv4Addr>)> = dhcp_fields
@@ -304,7 +286,7 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
     for (i, (field, a)) in named.iter().enumerate() {
         let Some(a) = a else { continue };
         if let Some((other, _)) = named[..i].iter().find(|(_, b)| *b == Some(*a)) {
-            errors.push(field_error(
+            errors.push(FieldError::new(
                 field.clone(),
                 format!("{a} is already used by {other}"),
             ));
@@ -312,21 +294,21 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
     }
 
     let mut pool = None;
-    if let (Some(cidr), Some(start), Some(end)) = (cidr, range_start, range_end) {
+    if let (Some(start), Some(end)) = (range_start, range_end) {
         if let Err(e) = cidr.check_pool(
             "spec.infraComponents.dhcp.rangeStart",
-            start,
+            IpAddr::V4(start),
             "spec.infraComponents.dhcp.rangeEnd",
-            end,
+            IpAddr::V4(end),
         ) {
-            errors.push(field_error(e.field, e.message));
+            errors.push(e);
         } else {
             let range = Ipv4Range { start, end };
             for (field, a) in &named {
                 if let Some(a) = *a
                     && range.contains(a)
                 {
-                    errors.push(field_error(
+                    errors.push(FieldError::new(
                         "spec.infraComponents.dhcp.rangeStart",
                         format!("the pool {range} contains {a} ({field}); the pool must exclude infra addresses"),
                     ));
@@ -339,7 +321,10 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
     if comps.dhcp.enabled
         && let Err(message) = comps.dhcp.lease_time.seconds()
     {
-        errors.push(field_error("spec.infraComponents.dhcp.leaseTime", message));
+        errors.push(FieldError::new(
+            "spec.infraComponents.dhcp.leaseTime",
+            message,
+        ));
     }
 
     let mut upstreams = Vec::new();
@@ -352,7 +337,7 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
         // The DNS server's own rule for an upstream.
         match oooi_dns_config::upstream_server(s) {
             Ok(a) => upstreams.push(a),
-            Err(message) => errors.push(field_error(
+            Err(message) => errors.push(FieldError::new(
                 format!("spec.networkConfig.dnsServers[{i}]"),
                 format!("{message}, nor `{RESOLV_CONF}`"),
             )),
@@ -374,7 +359,7 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
         // namespace after the ClusterUserDefinedNetwork.
         (None, Some(cudn)) => {
             if let Some(other) = &nc.network_attachment_namespace {
-                errors.push(field_error(
+                errors.push(FieldError::new(
                     "spec.networkConfig.networkAttachmentNamespace",
                     format!(
                         "`{other}` cannot be set with clusterUserDefinedNetwork: its NetworkAttachmentDefinition is in the Infra's namespace"
@@ -384,14 +369,14 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
             Some((cudn.name.clone(), infra_ns.clone()))
         }
         (Some(_), Some(_)) => {
-            errors.push(field_error(
+            errors.push(FieldError::new(
                 "spec.networkConfig.clusterUserDefinedNetwork",
                 "set either networkAttachmentDefinition or clusterUserDefinedNetwork, not both",
             ));
             None
         }
         (None, None) => {
-            errors.push(field_error(
+            errors.push(FieldError::new(
                 "spec.networkConfig.networkAttachmentDefinition",
                 "unset: name the VLAN with networkAttachmentDefinition or clusterUserDefinedNetwork",
             ));
@@ -403,9 +388,8 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
         return Err(errors);
     }
     // Every value below was checked above; an absent one means a disabled component.
-    let (Some(cidr), Some(gateway), Some((nad, nad_namespace))) = (cidr, gateway, attachment)
-    else {
-        return Err(vec![field_error("spec.networkConfig", "incomplete")]);
+    let (Some(gateway), Some((nad, nad_namespace))) = (gateway, attachment) else {
+        return Err(vec![FieldError::new("spec.networkConfig", "incomplete")]);
     };
     Ok(Network {
         cidr,

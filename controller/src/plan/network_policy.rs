@@ -20,8 +20,9 @@ use k8s_openapi::api::networking::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use oooi_vocabulary::labels as keys;
 
-use super::infra::InfraPlan;
+use super::attachments::AttachmentOutcome;
 use super::labels::{Component, child_meta, instance_of, labels, selector};
 use crate::crd::ProxyServer;
 
@@ -82,7 +83,7 @@ pub fn push_api_policy(server: &ProxyServer, controller_namespace: &str) -> Netw
                             }),
                             pod_selector: Some(LabelSelector {
                                 match_labels: Some(BTreeMap::from([(
-                                    "app.kubernetes.io/component".to_string(),
+                                    keys::APP_COMPONENT.to_string(),
                                     CONTROLLER_COMPONENT.to_string(),
                                 )])),
                                 ..LabelSelector::default()
@@ -106,10 +107,10 @@ pub fn push_api_policy(server: &ProxyServer, controller_namespace: &str) -> Netw
 }
 
 /// Label naming the attachment a cross-namespace object belongs to.
-pub const ATTACHMENT_LABEL: &str = "hostedcluster.densityops.com/attachment";
+pub const ATTACHMENT_LABEL: &str = keys::ATTACHMENT;
 /// Label naming the namespace of the Infra a cross-namespace object belongs
 /// to (the Infra label alone is ambiguous across namespaces).
-pub const OWNER_NAMESPACE_LABEL: &str = "hostedcluster.densityops.com/infra-namespace";
+pub const OWNER_NAMESPACE_LABEL: &str = keys::INFRA_NAMESPACE;
 
 /// Name of the NetworkPolicy an attachment keeps in its control-plane
 /// namespace (one per Infra, so two Infras never share it).
@@ -170,26 +171,23 @@ pub fn proxy_ingress_policy(
     }
 }
 
-/// The control-plane policy attachment `attachment` of the planned Infra
-/// `infra_ns/infra` should have: one while the attachment is accepted and
-/// the Infra's spec is valid, none otherwise (an excluded attachment, or an
-/// Infra that is missing or invalid, opens nothing).
+/// The control-plane policy of an attachment of Infra `infra_ns/infra`,
+/// from the planner's verdict on it ([`crate::plan::InfraPlan::verdict`]:
+/// none when the Infra is missing or invalid): one while the attachment is
+/// accepted, none otherwise (an excluded attachment, or an Infra that is
+/// missing or invalid, opens nothing).
 pub fn control_plane_policy(
-    plan: &InfraPlan,
-    attachment: &str,
+    verdict: Option<&AttachmentOutcome>,
     infra_ns: &str,
     infra: &str,
 ) -> Option<NetworkPolicy> {
-    plan.desired.as_ref()?;
-    let outcome = plan.attachments.iter().find(|o| o.name == attachment)?;
-    outcome.accepted().then(|| {
-        proxy_ingress_policy(
-            attachment,
-            infra_ns,
-            infra,
-            &outcome.control_plane_namespace,
-        )
-    })
+    let outcome = verdict.filter(|o| o.accepted())?;
+    Some(proxy_ingress_policy(
+        &outcome.name,
+        infra_ns,
+        infra,
+        &outcome.control_plane_namespace,
+    ))
 }
 
 #[cfg(test)]

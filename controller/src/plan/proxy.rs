@@ -146,7 +146,7 @@ pub fn strict_sources(network: &Network, a: &AttachmentOutcome) -> Vec<Cidr> {
     a.worker_addresses
         .iter()
         .filter_map(|w| Cidr::new(IpAddr::V4(*w), 32).ok())
-        .chain(outside(network.cidr.net()))
+        .chain(network.cidr.v4().map(outside).unwrap_or_default())
         .collect()
 }
 
@@ -306,7 +306,7 @@ pub fn specs(
                 vlan: VlanInterface {
                     network_attachment_definition: network.nad.clone(),
                     network_attachment_namespace: network.nad_namespace.clone(),
-                    address: network.with_prefix(*proxy_ip),
+                    address: network.interface_address(*proxy_ip),
                     interface: "net1".to_string(),
                 },
                 // Set: plan_infra reports an unset image instead of planning.
@@ -336,20 +336,6 @@ pub fn specs(
             (Component::Proxy.replica_name(&infra_name, i), spec)
         })
         .collect()
-}
-
-/// The ProxyServer spec of the first proxy address (None when the proxy
-/// is disabled).
-pub fn spec(
-    infra: &Infra,
-    network: &Network,
-    attachments: &[AttachmentOutcome],
-    filter_sha256: Option<&str>,
-) -> Option<ProxyServerSpec> {
-    specs(infra, network, attachments, filter_sha256)
-        .into_iter()
-        .next()
-        .map(|(_, s)| s)
 }
 
 /// Whether `internalProxyService` names the proxy's own Service
@@ -398,15 +384,10 @@ pub fn envoy_config(spec: &ProxyServerSpec, push_token: &str) -> oooi_envoy::Pro
         api: SocketAddr::new(any, spec.push_port),
         // The table API listens on all addresses (the controller reaches
         // the pod IP) but refuses everything from or to the VLAN leg.
-        vlan: spec
-            .vlan
-            .address
-            .parse::<Ipv4Net>()
-            .ok()
-            .map(|n| oooi_envoy::VlanLeg {
-                address: IpAddr::V4(n.addr()),
-                prefix_len: n.prefix_len(),
-            }),
+        vlan: Some(oooi_envoy::VlanLeg {
+            address: spec.vlan.address.addr(),
+            prefix_len: spec.vlan.address.prefix_len(),
+        }),
         push_token: push_token.to_string(),
         // Through `..data` of the config mount, which projects the derived
         // filter ConfigMap beside the ECDS files: the module and the files

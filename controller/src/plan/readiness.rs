@@ -5,10 +5,8 @@
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use sha2::{Digest, Sha256};
 
 use super::conditions::{PlannedCondition, merge_conditions};
-use super::workload::Children;
 use crate::crd::{ServerStatus, condition};
 
 /// What a Deployment's status says about its rollout.
@@ -102,17 +100,6 @@ pub fn invalid_conditions(e: &anyhow::Error) -> Vec<PlannedCondition> {
         PlannedCondition::no(condition::READY, "InvalidSpec", format!("{e:#}")),
         PlannedCondition::yes(condition::DEGRADED, "InvalidSpec", format!("{e:#}")),
     ]
-}
-
-/// Digest (`sha256:…`) of the config the children carry (ConfigMap data,
-/// else Secret data).
-pub fn config_digest(c: &Children) -> Option<String> {
-    let data = match (&c.config_map, &c.secret) {
-        (Some(cm), _) => serde_json::to_vec(&cm.data).ok()?,
-        (None, Some(s)) => serde_json::to_vec(&s.data).ok()?,
-        (None, None) => return None,
-    };
-    Some(format!("sha256:{}", hex::encode(Sha256::digest(&data))))
 }
 
 /// Status of a DHCP or DNS server: the planned conditions merged into the

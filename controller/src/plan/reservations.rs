@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
-use super::attachments::is_dns_label;
+use super::names::is_dns_label;
 use super::network::Network;
 use super::observed::{HostedClusterKey, Observed};
 

@@ -45,7 +45,7 @@ use super::labels::{Component, child_meta, labels, selector};
 use crate::crd::VlanInterface;
 
 /// Multus annotation naming the pod's extra networks.
-pub const MULTUS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/networks";
+pub const MULTUS_ANNOTATION: &str = oooi_vocabulary::labels::MULTUS_NETWORKS;
 /// UID of components that need no capability.
 pub const NON_ROOT_UID: i64 = 65532;
 
@@ -148,6 +148,18 @@ impl Children {
         out.extend(self.pdb.iter().map(to_value));
         out.push(to_value(&self.deployment));
         out
+    }
+
+    /// Digest (`sha256:…`) of the config the children carry (ConfigMap
+    /// data, else Secret data): what a server's status reports.
+    pub fn config_digest(&self) -> Option<String> {
+        use sha2::{Digest, Sha256};
+        let data = match (&self.config_map, &self.secret) {
+            (Some(cm), _) => serde_json::to_vec(&cm.data).ok()?,
+            (None, Some(s)) => serde_json::to_vec(&s.data).ok()?,
+            (None, None) => return None,
+        };
+        Some(format!("sha256:{}", hex::encode(Sha256::digest(&data))))
     }
 }
 
@@ -294,7 +306,7 @@ pub(crate) struct AgentPlan {
 /// after it (the component goes first, the agent sees it not ready and
 /// hands its addresses on).
 fn agent_container(image: &str, vlan: &VlanInterface, agent: &AgentPlan) -> Container {
-    let home = vlan.address.split('/').next().unwrap_or_default();
+    let home = vlan.address.addr();
     let args = vec![
         "--identity".to_string(),
         "$(POD_NAME)".to_string(),
@@ -573,7 +585,7 @@ where
         }),
         ..Deployment::default()
     };
-    super::rolling::stamp(&mut d);
+    super::template_hash::stamp_template_hash(&mut d);
     d
 }
 

@@ -25,7 +25,7 @@ use sha2::{Digest, Sha256};
 use crate::crd::FIELD_MANAGER;
 
 /// Annotation holding the hash of the last applied configuration.
-pub const APPLIED_HASH: &str = "hostedcluster.densityops.com/applied-hash";
+pub const APPLIED_HASH: &str = oooi_vocabulary::labels::APPLIED_HASH;
 
 /// What [`apply`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

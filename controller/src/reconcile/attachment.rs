@@ -114,7 +114,7 @@ async fn apply_attachment(att: &InfraClusterAttachment, ctx: &Context) -> Result
 
     // The control-plane NetworkPolicy, while accepted (planned in
     // `plan::network_policy`; applied or deleted here).
-    let desired = control_plane_policy(&plan, &att.name_any(), &ns, infra_name);
+    let desired = control_plane_policy(plan.verdict(&att.name_any()), &ns, infra_name);
     for p in policies_of(ctx, att) {
         let keep = desired.as_ref().is_some_and(|d| {
             d.metadata.name == p.metadata.name && d.metadata.namespace == p.metadata.namespace

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
@@ -21,7 +22,7 @@ use serde::de::DeserializeOwned;
 use tracing::info;
 
 use super::apply::{Applied, apply};
-use super::step::{Announce, namespace, write_status};
+use super::step::{Announce, Conditions, namespace, write_status};
 use super::{Context, Error, Result};
 use crate::cache::{Decoded, cached};
 use crate::crd::{
@@ -31,9 +32,10 @@ use crate::crd::{
 use crate::plan::labels::{SERVER_LABEL, instance_of};
 use crate::plan::proxy::next_table;
 use crate::plan::readiness::{
-    Rollout, config_digest, invalid_conditions, rollout, rollout_conditions, server_status,
+    Rollout, invalid_conditions, rollout, rollout_conditions, server_status,
 };
 use crate::plan::rolling::{self, Gate, ReplicaState};
+use crate::plan::template_hash::template_hash;
 use crate::plan::{Children, PlannedCondition, merge_conditions};
 use crate::push::{Outcome, Replica};
 
@@ -194,7 +196,7 @@ pub async fn reconcile_dhcp(obj: Arc<Decoded<DHCPServer>>, ctx: Arc<Context>) ->
             )
             .await
         }
-        Err(e) => reconcile_undecodable(&obj, e, "DHCPServer", &ctx).await,
+        Err(e) => reconcile_undecodable(&obj, e, &ctx).await,
     }
 }
 
@@ -212,57 +214,109 @@ pub async fn reconcile_dns(obj: Arc<Decoded<DNSServer>>, ctx: Arc<Context>) -> R
             )
             .await
         }
-        Err(e) => reconcile_undecodable(&obj, e, "DNSServer", &ctx).await,
+        Err(e) => reconcile_undecodable(&obj, e, &ctx).await,
+    }
+}
+
+/// The status a derived kind reports while its object cannot be decoded:
+/// the planned conditions (`InvalidSpec`) merged into the stored ones, the
+/// rest of the stored status kept.
+pub(crate) trait UndecodableStatus {
+    /// The kind's status.
+    type Status: Serialize + DeserializeOwned + PartialEq + Conditions;
+
+    /// The status of an object whose spec cannot be read.
+    fn invalid_status(
+        existing: Option<&Self::Status>,
+        generation: Option<i64>,
+        planned: &[PlannedCondition],
+        now: &Time,
+    ) -> Self::Status;
+}
+
+fn invalid_server_status(
+    existing: Option<&ServerStatus>,
+    generation: Option<i64>,
+    planned: &[PlannedCondition],
+    now: &Time,
+) -> ServerStatus {
+    server_status(
+        existing,
+        generation,
+        planned,
+        &Rollout::default(),
+        None,
+        now,
+    )
+}
+
+impl UndecodableStatus for DHCPServer {
+    type Status = ServerStatus;
+    fn invalid_status(
+        existing: Option<&ServerStatus>,
+        generation: Option<i64>,
+        planned: &[PlannedCondition],
+        now: &Time,
+    ) -> ServerStatus {
+        invalid_server_status(existing, generation, planned, now)
+    }
+}
+
+impl UndecodableStatus for DNSServer {
+    type Status = ServerStatus;
+    fn invalid_status(
+        existing: Option<&ServerStatus>,
+        generation: Option<i64>,
+        planned: &[PlannedCondition],
+        now: &Time,
+    ) -> ServerStatus {
+        invalid_server_status(existing, generation, planned, now)
+    }
+}
+
+impl UndecodableStatus for ProxyServer {
+    type Status = ProxyServerStatus;
+    fn invalid_status(
+        existing: Option<&ProxyServerStatus>,
+        generation: Option<i64>,
+        planned: &[PlannedCondition],
+        now: &Time,
+    ) -> ProxyServerStatus {
+        let old = existing.cloned().unwrap_or_default();
+        ProxyServerStatus {
+            observed_generation: generation,
+            conditions: merge_conditions(&old.conditions, planned, generation, now),
+            ..old
+        }
     }
 }
 
 /// A derived object whose body does not fit its type: its children stay as
 /// they are (last good config) and its status says why (`InvalidSpec`,
 /// naming the field); the other objects of the kind reconcile as usual.
-async fn reconcile_undecodable<K>(
-    obj: &Decoded<K>,
-    error: &str,
-    kind: &'static str,
-    ctx: &Context,
-) -> Result<Action>
+async fn reconcile_undecodable<K>(obj: &Decoded<K>, error: &str, ctx: &Context) -> Result<Action>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + UndecodableStatus
         + DeserializeOwned
         + Clone
         + std::fmt::Debug,
 {
     let started = Instant::now();
+    let kind = K::kind(&());
     let generation = obj.metadata.generation;
     let planned = invalid_conditions(&anyhow::anyhow!("{kind} {error}"));
     let now = (ctx.now)();
     tracing::warn!(
-        kind,
+        kind = %kind,
         name = %obj.name_any(),
         namespace = obj.namespace().unwrap_or_default(),
         "cannot decode: {error}"
     );
-    if kind == "ProxyServer" {
-        let existing: Option<ProxyServerStatus> = decode_status(obj);
-        let old = existing.clone().unwrap_or_default();
-        let st = ProxyServerStatus {
-            observed_generation: generation,
-            conditions: merge_conditions(&old.conditions, &planned, generation, &now),
-            ..old
-        };
-        write_status(ctx, obj, existing.as_ref(), &st, None).await?;
-    } else {
-        let existing: Option<ServerStatus> = decode_status(obj);
-        let st = server_status(
-            existing.as_ref(),
-            generation,
-            &planned,
-            &Rollout::default(),
-            None,
-            &now,
-        );
-        write_status(ctx, obj, existing.as_ref(), &st, None).await?;
-    }
-    ctx.metrics.reconciled(kind, started.elapsed());
+    let existing: Option<K::Status> = decode_status(obj);
+    let st = K::invalid_status(existing.as_ref(), generation, &planned, &now);
+    write_status(ctx, obj, existing.as_ref(), &st, None).await?;
+    ctx.metrics.reconciled(&kind, started.elapsed());
     Ok(Action::requeue(RESYNC))
 }
 
@@ -300,7 +354,7 @@ where
                 planned = waiting_conditions(&r, why);
                 again = RETRY_PUSH;
             }
-            (planned, config_digest(&children), r)
+            (planned, children.config_digest(), r)
         }
         Err(e) => (invalid_conditions(&e), None, Rollout::default()),
     };
@@ -352,7 +406,7 @@ where
     let me_state = ReplicaState {
         name: name.clone(),
         index: mine.index,
-        desired: rolling::template_hash(desired),
+        desired: template_hash(desired),
         live: live(&name, true),
     };
     let others: Vec<ReplicaState> = store
@@ -394,7 +448,7 @@ fn dns_gate(ctx: &Context, me: &DNSServer, desired: &Deployment) -> Gate {
             let planned = crate::plan::dns::children(d).ok();
             Some((
                 d.spec.replica?,
-                planned.map(|c| rolling::template_hash(&c.deployment)),
+                planned.map(|c| template_hash(&c.deployment)),
                 true,
             ))
         },
@@ -412,7 +466,7 @@ fn proxy_gate(ctx: &Context, me: &ProxyServer, desired: &Deployment, token: &str
             let planned = crate::plan::proxy::children(p, token).ok();
             Some((
                 p.spec.replica?,
-                planned.map(|c| rolling::template_hash(&c.deployment)),
+                planned.map(|c| template_hash(&c.deployment)),
                 routes_synced(p),
             ))
         },
@@ -443,9 +497,9 @@ pub fn replicas(ctx: &Context, proxy: &ProxyServer) -> Vec<Replica> {
         .pods
         .state_filter(|p| {
             p.namespace().as_deref() == Some(ns.as_str())
-                && p.labels().get("app.kubernetes.io/instance") == Some(&instance)
+                && p.labels().get(oooi_vocabulary::labels::APP_INSTANCE) == Some(&instance)
                 && p.labels()
-                    .get("app.kubernetes.io/component")
+                    .get(oooi_vocabulary::labels::APP_COMPONENT)
                     .map(String::as_str)
                     == Some("proxy")
                 && own
@@ -507,7 +561,7 @@ pub async fn reconcile_proxy(
 ) -> Result<Action> {
     let obj = match &decoded.object {
         Ok(p) => p,
-        Err(e) => return reconcile_undecodable(&decoded, e, "ProxyServer", &ctx).await,
+        Err(e) => return reconcile_undecodable(&decoded, e, &ctx).await,
     };
     let started = Instant::now();
     let ns = namespace(obj)?;

@@ -12,7 +12,7 @@
 //! `oooi-controller` (only the fields oooi sets are owned: a foreign
 //! annotation on the apps Service stays), skipped when the live object
 //! already matches. Everything created carries the attachment's labels
-//! ([`kinds::hosted_labels`]), so cleanup finds it even after a rename.
+//! ([`hosted_objects::hosted_labels`]), so cleanup finds it even after a rename.
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
@@ -28,12 +28,14 @@ use super::step::observe_infra;
 use super::{Context, Error, Result};
 use crate::cache::cached;
 use crate::crd::{AppsIngressStatus, Infra, InfraClusterAttachment, InfraClusterAttachmentStatus};
-use crate::hosted::kinds::{self, HostedObject};
-use crate::hosted::metallb::{self, Gate, Resolved, phase, reason};
-use crate::hosted::public_dns;
-use crate::hosted::{ATTACHMENT_LABEL, ATTACHMENT_NAMESPACE_LABEL, CachedClient, key_of};
+use crate::hosted::{CachedClient, key_of};
+use crate::plan::apps_ingress::{self, Gate, Resolved, phase, reason};
+use crate::plan::hosted_objects::{
+    self, ATTACHMENT_LABEL, ATTACHMENT_NAMESPACE_LABEL, HostedObject,
+};
 use crate::plan::infra::InfraPlan;
-use crate::plan::labels::{INFRA_LABEL, owner_refs};
+use crate::plan::labels::INFRA_LABEL;
+use crate::plan::public_dns;
 
 /// Delay before retrying an attachment whose hosted cluster failed.
 pub const RETRY: Duration = Duration::from_secs(20);
@@ -46,10 +48,7 @@ pub async fn apply(
     plan: &InfraPlan,
     mut st: InfraClusterAttachmentStatus,
 ) -> InfraClusterAttachmentStatus {
-    let outcome = plan
-        .desired
-        .as_ref()
-        .and_then(|_| plan.attachments.iter().find(|o| o.name == att.name_any()));
+    let outcome = plan.verdict(&att.name_any());
     st.apps_ingress = apps_ingress(ctx, att, outcome).await;
     if let Err(e) = public_dns(ctx, att, Some(plan)).await {
         warn!(attachment = %att.name_any(), "public DNS Service: {e}");
@@ -64,7 +63,7 @@ pub async fn apply(
 /// attachment out of its public DNS Service. Errors only while the hosted
 /// cluster still exists and cannot be reached, so the finalizer retries.
 pub async fn cleanup(ctx: &Context, att: &InfraClusterAttachment) -> Result<()> {
-    let enabled = metallb::resolve(att).is_some();
+    let enabled = apps_ingress::resolve(att).is_some();
     let had = att
         .status
         .as_ref()
@@ -79,7 +78,7 @@ pub async fn cleanup(ctx: &Context, att: &InfraClusterAttachment) -> Result<()> 
                 e.clone(),
             )
             .await;
-            return Err(retry_error(e));
+            return Err(Error::HostedCleanup(e));
         }
     } else {
         ctx.observations.hosted.forget(att);
@@ -99,20 +98,13 @@ pub async fn cleanup(ctx: &Context, att: &InfraClusterAttachment) -> Result<()> 
     Ok(())
 }
 
-/// A cleanup failure the finalizer retries, as a reconcile error.
-fn retry_error(msg: String) -> Error {
-    Error::Kube(kube::Error::Service(Box::new(std::io::Error::other(
-        format!("hosted cluster cleanup: {msg}"),
-    ))))
-}
-
 async fn apps_ingress(
     ctx: &Context,
     att: &InfraClusterAttachment,
     outcome: Option<&crate::plan::AttachmentOutcome>,
 ) -> Option<AppsIngressStatus> {
     let old = att.status.as_ref().and_then(|s| s.apps_ingress.clone());
-    let st = match metallb::gate(att, outcome) {
+    let st = match apps_ingress::gate(att, outcome) {
         Gate::Disabled => {
             let key = key_of(att);
             if old.is_none() && !ctx.observations.hosted.watching(&key.0, &key.1) {
@@ -122,7 +114,7 @@ async fn apps_ingress(
                 Ok(()) => return None,
                 Err(e) => {
                     ctx.observations.hosted.retry(att, RETRY);
-                    metallb::apps_status(
+                    apps_ingress::apps_status(
                         phase::DEGRADED,
                         reason::HOSTED_API_UNREACHABLE,
                         format!("apps ingress is disabled but its objects cannot be removed: {e}"),
@@ -165,16 +157,16 @@ impl Unavailable {
     fn status(&self) -> AppsIngressStatus {
         match self {
             Unavailable::NoCluster(m) => {
-                metallb::apps_status(phase::PENDING, reason::HOSTED_CLUSTER_NOT_FOUND, m, None)
+                apps_ingress::apps_status(phase::PENDING, reason::HOSTED_CLUSTER_NOT_FOUND, m, None)
             }
             Unavailable::NoKubeconfig(m) => {
-                metallb::apps_status(phase::PENDING, reason::KUBECONFIG_NOT_READY, m, None)
+                apps_ingress::apps_status(phase::PENDING, reason::KUBECONFIG_NOT_READY, m, None)
             }
             Unavailable::Invalid(m) => {
-                metallb::apps_status(phase::DEGRADED, reason::KUBECONFIG_INVALID, m, None)
+                apps_ingress::apps_status(phase::DEGRADED, reason::KUBECONFIG_INVALID, m, None)
             }
             Unavailable::Api(m) => {
-                metallb::apps_status(phase::DEGRADED, reason::HOSTED_API_UNREACHABLE, m, None)
+                apps_ingress::apps_status(phase::DEGRADED, reason::HOSTED_API_UNREACHABLE, m, None)
             }
         }
     }
@@ -281,13 +273,13 @@ async fn hosted_client(ctx: &Context, att: &InfraClusterAttachment) -> Result<Cl
 /// an answer refusing the request is "rejected".
 fn hosted_error(what: &str, e: &kube::Error) -> AppsIngressStatus {
     match e {
-        kube::Error::Api(s) => metallb::apps_status(
+        kube::Error::Api(s) => apps_ingress::apps_status(
             phase::DEGRADED,
             reason::HOSTED_API_REJECTED,
             format!("{what}: {} ({})", s.message, s.code),
             None,
         ),
-        other => metallb::apps_status(
+        other => apps_ingress::apps_status(
             phase::DEGRADED,
             reason::HOSTED_API_UNREACHABLE,
             format!("{what}: {other}"),
@@ -344,11 +336,11 @@ async fn install_plan(
     r: &Resolved,
     operator_crd: bool,
 ) -> Result<Vec<HostedObject>, AppsIngressStatus> {
-    let mut objects = metallb::install_objects(r, operator_crd);
+    let mut objects = apps_ingress::install_objects(r, operator_crd);
     if objects.is_empty() {
         return Ok(objects);
     }
-    let ns = dynamic_api(client, &kinds::namespaces(), None)
+    let ns = dynamic_api(client, &hosted_objects::namespaces(), None)
         .get_opt(&r.metallb_namespace)
         .await
         .map_err(|e| hosted_error("reading the MetalLB namespace", &e))?;
@@ -358,7 +350,7 @@ async fn install_plan(
     if ns.is_some() {
         let groups = dynamic_api(
             client,
-            &kinds::operator_groups(),
+            &hosted_objects::operator_groups(),
             Some(&r.metallb_namespace),
         )
         .list(&ListParams::default())
@@ -407,16 +399,16 @@ async fn converge(
 ) -> Result<AppsIngressStatus, AppsIngressStatus> {
     let client = hosted_client(ctx, att).await.map_err(|u| u.status())?;
     let managed = r.mode == crate::crd::MetalLbMode::Managed;
-    let operator_crd = managed && crd_served(&client, kinds::OPERATOR_CRD).await?;
+    let operator_crd = managed && crd_served(&client, hosted_objects::OPERATOR_CRD).await?;
     for o in install_plan(&client, r, operator_crd).await? {
         put(&client, &o).await?;
     }
-    let pools_crd = crd_served(&client, kinds::POOLS_CRD).await?
-        && crd_served(&client, kinds::ADVERTISEMENTS_CRD).await?;
-    if let Some(s) = metallb::crds_missing(r, pools_crd) {
+    let pools_crd = crd_served(&client, hosted_objects::POOLS_CRD).await?
+        && crd_served(&client, hosted_objects::ADVERTISEMENTS_CRD).await?;
+    if let Some(s) = apps_ingress::crds_missing(r, pools_crd) {
         return if managed { Ok(s) } else { Err(s) };
     }
-    let objects = metallb::pool_objects(r);
+    let objects = apps_ingress::pool_objects(r);
     let mut live_service = None;
     for o in &objects {
         let live = put(&client, o).await?;
@@ -424,11 +416,11 @@ async fn converge(
             live_service = live;
         }
     }
-    let selector = kinds::hosted_selector(&r.attachment);
+    let selector = hosted_objects::hosted_selector(&r.attachment);
     for ar in [
-        kinds::services(),
-        kinds::l2_advertisements(),
-        kinds::ip_address_pools(),
+        hosted_objects::services(),
+        hosted_objects::l2_advertisements(),
+        hosted_objects::ip_address_pools(),
     ] {
         let keep: Vec<(Option<String>, String)> = objects
             .iter()
@@ -441,7 +433,7 @@ async fn converge(
     }
     let vip: Option<Ipv4Addr> = live_service
         .as_ref()
-        .and_then(|s| metallb::vip_of(&serde_json::to_value(s).unwrap_or_default()));
+        .and_then(|s| apps_ingress::vip_of(&serde_json::to_value(s).unwrap_or_default()));
     let hosted = &ctx.observations.hosted;
     hosted.set_vip(att, vip);
     let key = key_of(att);
@@ -474,22 +466,22 @@ async fn converge(
             .iter()
             .filter_map(|n| serde_json::to_value(n).ok())
             .collect();
-        metallb::ready_nodes(&values)
+        apps_ingress::ready_nodes(&values)
     };
-    Ok(metallb::status(r, vip, ready))
+    Ok(apps_ingress::status(r, vip, ready))
 }
 
 /// Kinds oooi creates in the hosted cluster, in deletion order: the
 /// Service first (MetalLB releases the VIP), the MetalLB namespace last.
 fn owned_kinds() -> [ApiResource; 7] {
     [
-        kinds::services(),
-        kinds::l2_advertisements(),
-        kinds::ip_address_pools(),
-        kinds::metallbs(),
-        kinds::subscriptions(),
-        kinds::operator_groups(),
-        kinds::namespaces(),
+        hosted_objects::services(),
+        hosted_objects::l2_advertisements(),
+        hosted_objects::ip_address_pools(),
+        hosted_objects::metallbs(),
+        hosted_objects::subscriptions(),
+        hosted_objects::operator_groups(),
+        hosted_objects::namespaces(),
     ]
 }
 
@@ -522,7 +514,7 @@ async fn remove_all(ctx: &Context, att: &InfraClusterAttachment) -> Result<(), S
             return Ok(());
         }
     };
-    let selector = kinds::hosted_selector(&key);
+    let selector = hosted_objects::hosted_selector(&key);
     for ar in owned_kinds() {
         if let Err(e) = prune(&client, &ar, &selector, &[]).await {
             // A hosted cluster being torn down takes its objects with it.
@@ -554,10 +546,11 @@ fn public_services(ctx: &Context, ns: &str, infra: &str) -> Vec<std::sync::Arc<S
     })
 }
 
-/// Converges the public DNS Services of the attachment's Infra: one per
-/// Service name that accepted attachments with `publicDns` name; a Service
-/// no attachment names any longer is deleted. Every member computes the
-/// same object, so whichever reconciles first writes it, once.
+/// Converges the public DNS Services of the attachment's Infra, as
+/// [`public_dns::public_services`] plans them from the Infra's plan (none
+/// when the Infra is missing or invalid); a Service no attachment names any
+/// longer is deleted. Every member computes the same objects, so whichever
+/// reconciles first writes them, once.
 async fn public_dns(
     ctx: &Context,
     att: &InfraClusterAttachment,
@@ -566,43 +559,26 @@ async fn public_dns(
     let ns = att.namespace().unwrap_or_default();
     let infra_name = att.spec.infra_ref.name.clone();
     let infra = cached::<Infra>(&ctx.stores.infras, &ns, &infra_name);
-    let accepted: Vec<&str> = match plan {
-        Some(p) if p.desired.is_some() => p
-            .attachments
-            .iter()
-            .filter(|o| o.accepted())
-            .map(|o| o.name.as_str())
-            .collect(),
+    let attachments = ctx.stores.attachments.state();
+    let wanted = match (&infra, plan) {
+        (Some(infra), Some(plan)) => {
+            public_dns::public_services(infra, attachments.iter().map(|a| &**a), |name| {
+                plan.verdict(name).is_some_and(|o| o.accepted())
+            })
+        }
         _ => Vec::new(),
     };
-    let members: Vec<std::sync::Arc<InfraClusterAttachment>> =
-        ctx.stores.attachments.state_filter(|a| {
-            a.namespace().as_deref() == Some(ns.as_str())
-                && a.spec.infra_ref.name == infra_name
-                && a.metadata.deletion_timestamp.is_none()
-                && accepted.contains(&a.name_any().as_str())
-                && public_dns::public_service_name(a).is_some()
-        });
-    let mut wanted: std::collections::BTreeMap<String, Vec<&InfraClusterAttachment>> =
-        Default::default();
-    for m in &members {
-        if let Some(name) = public_dns::public_service_name(m) {
-            wanted.entry(name).or_default().push(m);
-        }
-    }
     let live = public_services(ctx, &ns, &infra_name);
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
     for s in &live {
-        if !wanted.contains_key(&s.name_any())
+        if !wanted.iter().any(|w| w.metadata.name == s.metadata.name)
             && super::apply::delete_if_present(&api, &s.name_any()).await?
         {
             info!(service = %s.name_any(), "public DNS Service deleted");
         }
     }
-    let Some(infra) = infra else {
-        return Ok(());
-    };
-    for (name, members) in wanted {
+    for desired in wanted {
+        let name = desired.name_any();
         let live = cached::<Service>(&ctx.stores.services, &ns, &name);
         if let Some(other) = live
             .as_ref()
@@ -619,8 +595,6 @@ async fn public_dns(
             .await;
             continue;
         }
-        let desired =
-            public_dns::public_service(&ns, &infra_name, owner_refs(&*infra), &name, &members);
         apply_object(&api, live.as_deref(), desired).await?;
     }
     Ok(())

@@ -86,6 +86,10 @@ pub enum Error {
     /// `--openshift-scc`: no SCC the controller may grant admits the pod.
     #[error("no SecurityContextConstraints admits the pods of Deployment {0}")]
     NoAdmittingScc(String),
+    /// What oooi made in a hosted cluster could not be removed while that
+    /// cluster still exists (the finalizer retries).
+    #[error("hosted cluster cleanup: {0}")]
+    HostedCleanup(String),
 }
 
 impl Error {
@@ -97,6 +101,7 @@ impl Error {
             Error::MissingField(_) => "MissingField",
             Error::PushToken(_) => "PushToken",
             Error::NoAdmittingScc(_) => "NoAdmittingScc",
+            Error::HostedCleanup(_) => "HostedCleanup",
         }
     }
 }

@@ -283,3 +283,107 @@ fn a_typo_or_a_wrong_type_in_an_embedded_config_is_refused_at_admission() {
         );
     }
 }
+
+/// Networks on both sides of every part of the VLAN rule: host bits, the
+/// /29 bound, the whole range of prefixes, IPv6, junk and odd spellings.
+const VLAN_NETWORKS: &[&str] = &[
+    "192.0.2.0/24",
+    "10.0.0.0/8",
+    "0.0.0.0/0",
+    "192.0.2.8/29",
+    "192.0.2.0/28",
+    "192.0.2.7/24",
+    "192.0.2.1/29",
+    "10.0.0.1/8",
+    "1.0.0.0/0",
+    "192.0.2.0/30",
+    "192.0.2.0/31",
+    "192.0.2.0/32",
+    "192.0.2.0/33",
+    "192.0.2.0/99",
+    "192.0.2.0",
+    "192.0.2.0/",
+    "192.0.2/24",
+    "256.0.2.0/24",
+    "0192.0.2.0/24",
+    "192.0.2.0/024",
+    "192.0.2.0/08",
+    "2001:db8::/64",
+    "::/0",
+    "::ffff:192.0.2.0/120",
+    "fe80::/10",
+    "nope",
+    "",
+    "192.0.2.0/-1",
+    "192.0.2.0/+24",
+    "192.0.2.0/24/24",
+];
+
+/// Spellings of valid networks other than their canonical form: admission
+/// refuses them, the controller's parser reads them as the network they
+/// spell.
+const NON_CANONICAL: &[&str] = &["192.000.2.0/24", " 192.0.2.0/24", "192.0.2.0/24 "];
+
+/// The Infra CRD's schema of `spec.networkConfig.cidr`.
+fn cidr_schema() -> Value {
+    schema_of("Infra")["properties"]["spec"]["properties"]["networkConfig"]["properties"]["cidr"]
+        .clone()
+}
+
+/// Admission of a `cidr` value: the structural checks ([`admit`]: type,
+/// pattern, length), then the CEL rules of `x-kubernetes-validations` as the
+/// API server runs them (Kubernetes' CEL libraries, by `kube-cel`).
+fn admit_cidr(validator: &kube_cel::Validator, value: &str) -> (bool, bool) {
+    let schema = cidr_schema();
+    let structural = admit(&schema, &json!(value)).is_empty();
+    let cel = validator.validate(&schema, &json!(value), None).is_ok();
+    (structural, cel)
+}
+
+#[test]
+fn admission_accepts_exactly_the_vlan_networks_the_controller_accepts() {
+    let schema = cidr_schema();
+    let rules = schema["x-kubernetes-validations"].as_array().unwrap();
+    assert_eq!(
+        rules[0]["rule"],
+        oooi_vocabulary::VLAN_NETWORK_CEL_RULE,
+        "the CRD carries the vocabulary's rule"
+    );
+    let validator = kube_cel::Validator::new();
+    let mut differ = Vec::new();
+    for network in VLAN_NETWORKS.iter().chain(NON_CANONICAL) {
+        let (structural, cel) = admit_cidr(&validator, network);
+        let controller = oooi_vocabulary::VlanNetwork::parse(network);
+        if structural && cel != controller.is_ok() {
+            differ.push(format!(
+                "{network:?}: pattern and length {structural}, CEL rule {cel}, controller {controller:?}"
+            ));
+        } else if !structural && controller.is_ok() {
+            differ.push(format!(
+                "{network:?}: refused by the pattern, controller {controller:?}"
+            ));
+        }
+    }
+    // Admission is stricter on one point only: a network written other than
+    // in its one canonical form (leading zeros, surrounding blanks), which
+    // the controller's parser reads as the network it spells. The API server
+    // never stores such a value, so the controller never meets one.
+    let expected: Vec<&str> = NON_CANONICAL.to_vec();
+    let found: Vec<&str> = differ
+        .iter()
+        .map(|d| d.split('"').nth(1).unwrap_or_default())
+        .collect();
+    assert_eq!(found, expected, "{differ:#?}");
+    // Each half does its share: the CEL rule refuses host bits and IPv6 the
+    // pattern alone would not (it is really evaluated), the pattern the
+    // prefixes past /29 the CEL rule alone would admit.
+    assert_eq!(admit_cidr(&validator, "192.0.2.7/24"), (true, false));
+    assert_eq!(admit_cidr(&validator, "192.0.2.0/30"), (false, true));
+    let v6 = validator.validate(&schema, &json!("2001:db8::/64"), None);
+    assert!(v6.is_err(), "the CEL rule refuses IPv6 on its own");
+    assert!(
+        validator
+            .validate(&schema, &json!("192.0.2.0/24"), None)
+            .is_ok()
+    );
+}

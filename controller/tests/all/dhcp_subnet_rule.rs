@@ -139,10 +139,12 @@ const CASES: &[Case] = &[
     ),
 ];
 
-fn infra_of(c: &Case) -> oooi_controller::crd::Infra {
+/// The Infra of a case as the API server holds it (JSON), decoded as the
+/// controller decodes what it reads: the subnet rule applies there (the
+/// field is a `VlanNetwork`), the error naming the field.
+fn infra_of(c: &Case) -> Result<oooi_controller::crd::Infra, String> {
     let mut i = infra("oooi", "vlan");
     let [gw, dhcp, dns, proxy] = c.infra;
-    i.spec.network_config.cidr = c.cidr.into();
     i.spec.network_config.gateway = Some(gw.into());
     let comps = &mut i.spec.infra_components;
     comps.dhcp.server_ip = Some(dhcp.into());
@@ -150,7 +152,18 @@ fn infra_of(c: &Case) -> oooi_controller::crd::Infra {
     comps.proxy.server_ip = Some(proxy.into());
     comps.dhcp.range_start = c.range.0.into();
     comps.dhcp.range_end = c.range.1.into();
-    i
+    let mut v = serde_json::to_value(&i).expect("an Infra is JSON");
+    v["spec"]["networkConfig"]["cidr"] = c.cidr.into();
+    oooi_controller::cache::Decoded::<oooi_controller::crd::Infra>::from_value(v)
+        .expect("metadata decodes")
+        .object
+}
+
+/// The same Infra as a manifest `render` reads.
+fn infra_yaml(c: &Case) -> String {
+    let mut v = serde_json::to_value(infra("oooi", "vlan")).expect("an Infra is JSON");
+    v["spec"]["networkConfig"]["cidr"] = c.cidr.into();
+    serde_json::to_string(&v).expect("JSON")
 }
 
 /// The DHCP server's file for the same case, written by hand.
@@ -165,8 +178,33 @@ fn server_yaml(c: &Case) -> String {
 #[test]
 fn controller_render_and_server_agree_on_every_case() {
     for c in CASES {
-        let i = infra_of(c);
         let label = format!("{} {:?} {:?}", c.cidr, c.infra, c.range);
+        let i = match (infra_of(c), c.verdict) {
+            (Ok(i), _) => i,
+            // The subnet rule: the controller cannot read such an Infra
+            // (and admission refuses it: `crd_admission`), and `render`
+            // refuses the manifest, both naming the field.
+            (Err(e), Some(Bad::Subnet)) => {
+                assert!(
+                    e.starts_with(&format!("{}: ", Bad::Subnet.infra_field())),
+                    "{label}: {e}"
+                );
+                let mut input = RenderInput::default();
+                let e = input
+                    .add_yaml("infra.yaml", &infra_yaml(c))
+                    .expect_err(&label);
+                assert!(
+                    format!("{e:#}").contains(&format!("{}: ", Bad::Subnet.infra_field())),
+                    "{label}: {e:#}"
+                );
+                let e = oooi_dhcp_config::Config::from_yaml(&server_yaml(c)).expect_err(&label);
+                assert_eq!(e.field, Bad::Subnet.server_field(), "{label}: {e}");
+                continue;
+            }
+            (Err(e), verdict) => {
+                panic!("{label}: expected {verdict:?}, the Infra is unreadable: {e}")
+            }
+        };
 
         // The controller's Infra check.
         let plan = plan_infra(&i, &[], &Observed::default());

@@ -36,4 +36,5 @@ mod reconcile_leader;
 mod reconcile_run;
 mod render_filter;
 mod render_gitops;
+mod render_hosted;
 mod rollout;

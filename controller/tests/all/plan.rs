@@ -197,17 +197,28 @@ fn a_reversed_range_and_shared_infra_addresses_are_reported() {
     assert!(e.iter().any(|m| m.starts_with("spec.infraComponents.proxy.serverIP: 192.0.2.3 is already used by spec.infraComponents.dns.serverIP")), "{e:?}");
 }
 
+/// An Infra as the API server holds it, with `cidr`, decoded as the
+/// controller decodes what it reads: the CIDR rule applies then (the field
+/// is a `VlanNetwork`), and the error names the field.
+fn decode_with_cidr(cidr: &str) -> Result<crd::Infra, String> {
+    let mut v = serde_json::to_value(infra("oooi", "vlan")).unwrap();
+    v["spec"]["networkConfig"]["cidr"] = cidr.into();
+    oooi_controller::cache::Decoded::<crd::Infra>::from_value(v)
+        .unwrap()
+        .object
+}
+
 #[test]
 fn cidr_with_host_bits_and_bad_upstreams_are_reported() {
-    let mut i = infra("oooi", "vlan");
-    i.spec.network_config.cidr = "192.0.2.7/24".into();
-    i.spec.network_config.dns_servers = vec!["resolver".into()];
-    let e = errors_of(&i);
+    let e = decode_with_cidr("192.0.2.7/24").unwrap_err();
     assert!(
-        e.iter()
-            .any(|m| m.starts_with("spec.networkConfig.cidr: 192.0.2.7/24 has host bits set")),
+        e.starts_with("spec.networkConfig.cidr: 192.0.2.7/24 has host bits set"),
         "{e:?}"
     );
+    assert!(decode_with_cidr("192.0.2.0/24").is_ok());
+    let mut i = infra("oooi", "vlan");
+    i.spec.network_config.dns_servers = vec!["resolver".into()];
+    let e = errors_of(&i);
     assert!(
         e.iter()
             .any(|m| m.starts_with("spec.networkConfig.dnsServers[0]")),

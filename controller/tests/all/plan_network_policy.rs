@@ -25,13 +25,13 @@ fn an_accepted_attachment_gets_a_policy_in_its_control_plane_namespace() {
         ),
     ];
     let p = plan_infra(&i, &atts, &Observed::default());
-    let c1 = control_plane_policy(&p, "c1", "oooi", "vlan").expect("accepted");
+    let c1 = control_plane_policy(p.verdict("c1"), "oooi", "vlan").expect("accepted");
     assert_eq!(c1.metadata.namespace.as_deref(), Some("clusters-c1"));
     assert_eq!(c1.metadata.name.as_deref(), Some("oooi-proxy-oooi-vlan"));
     let labels = c1.metadata.labels.unwrap();
     assert_eq!(labels[ATTACHMENT_LABEL], "c1");
     assert_eq!(labels[OWNER_NAMESPACE_LABEL], "oooi");
-    let c2 = control_plane_policy(&p, "c2", "oooi", "vlan").expect("accepted");
+    let c2 = control_plane_policy(p.verdict("c2"), "oooi", "vlan").expect("accepted");
     assert_eq!(c2.metadata.namespace.as_deref(), Some("hcp-c2"));
 }
 
@@ -44,9 +44,9 @@ fn excluded_or_unknown_attachments_and_invalid_infras_get_no_policy() {
         attachment_yaml("oooi", "b", "vlan", "c1", "other", ""),
     ];
     let p = plan_infra(&i, &atts, &Observed::default());
-    assert!(control_plane_policy(&p, "a", "oooi", "vlan").is_none());
-    assert!(control_plane_policy(&p, "b", "oooi", "vlan").is_none());
-    assert!(control_plane_policy(&p, "nope", "oooi", "vlan").is_none());
+    assert!(control_plane_policy(p.verdict("a"), "oooi", "vlan").is_none());
+    assert!(control_plane_policy(p.verdict("b"), "oooi", "vlan").is_none());
+    assert!(control_plane_policy(p.verdict("nope"), "oooi", "vlan").is_none());
 
     let mut bad = infra("oooi", "vlan");
     bad.spec.network_config.gateway = Some("bad".into());
@@ -57,7 +57,7 @@ fn excluded_or_unknown_attachments_and_invalid_infras_get_no_policy() {
     );
     assert!(p.desired.is_none());
     assert!(
-        control_plane_policy(&p, "c1", "oooi", "vlan").is_none(),
+        control_plane_policy(p.verdict("c1"), "oooi", "vlan").is_none(),
         "an invalid Infra opens nothing"
     );
 }

@@ -44,10 +44,12 @@ fn every_example_renders_and_plans_cleanly() {
                 f.display()
             );
         }
-        // The YAML round-trips.
+        // The YAML round-trips: every object, then one document per
+        // hosted cluster's objects.
         let yaml = render::to_yaml(&out).unwrap();
         let back: Vec<Value> = serde_saphyr::from_multiple(&yaml).unwrap();
-        assert_eq!(back.len(), out.objects.len());
+        assert_eq!(back.len(), out.objects.len() + out.hosted.len());
+        assert_eq!(back[..out.objects.len()], out.objects[..]);
     }
 }
 

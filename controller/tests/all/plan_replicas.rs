@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use oooi_controller::crd::{DNSServer, Infra, ProxyServer, ReplicaOf};
 use oooi_controller::plan::labels::SERVER_LABEL;
-use oooi_controller::plan::rolling::{TEMPLATE_HASH_ANNOTATION, template_hash};
+use oooi_controller::plan::template_hash::{TEMPLATE_HASH_ANNOTATION, template_hash};
 use oooi_controller::plan::{self, Children, Observed, plan_infra};
 use plan_support::{attachment, ip, observed};
 
@@ -86,7 +86,7 @@ fn each_address_is_one_replica_named_and_placed_in_order() {
     assert_eq!(
         d.dns
             .iter()
-            .map(|s| s.spec.vlan.address.clone())
+            .map(|s| s.spec.vlan.address)
             .collect::<Vec<_>>(),
         [addr("192.0.2.3/24"), addr("192.0.2.6/24")]
     );

@@ -4,10 +4,26 @@
 use std::collections::BTreeMap;
 
 use kube::api::{ApiResource, DynamicObject};
+use oooi_vocabulary::labels as keys;
 use serde_json::Value;
 
-use super::{ATTACHMENT_LABEL, ATTACHMENT_NAMESPACE_LABEL};
-use crate::plan::labels::{APP_NAME, MANAGED_BY};
+use super::labels::{APP_NAME, MANAGED_BY};
+use crate::crd::InfraClusterAttachment;
+
+/// Label naming the attachment an object in the hosted cluster (or a
+/// management-side public Service) belongs to.
+pub const ATTACHMENT_LABEL: &str = keys::ATTACHMENT;
+/// Label naming that attachment's namespace.
+pub const ATTACHMENT_NAMESPACE_LABEL: &str = keys::ATTACHMENT_NAMESPACE;
+
+/// (namespace, name) of an attachment: what the objects made for it in its
+/// hosted cluster are labelled with.
+pub fn attachment_key(att: &InfraClusterAttachment) -> (String, String) {
+    (
+        att.metadata.namespace.clone().unwrap_or_default(),
+        att.metadata.name.clone().unwrap_or_default(),
+    )
+}
 
 /// CRD of MetalLB's address pools.
 pub const POOLS_CRD: &str = "ipaddresspools.metallb.io";
@@ -98,15 +114,9 @@ pub fn l2_advertisements() -> ApiResource {
 /// Labels of everything oooi creates in the hosted cluster for one attachment.
 pub fn hosted_labels(attachment: &(String, String)) -> BTreeMap<String, String> {
     BTreeMap::from([
-        ("app.kubernetes.io/name".to_string(), APP_NAME.to_string()),
-        (
-            "app.kubernetes.io/component".to_string(),
-            "apps-ingress".to_string(),
-        ),
-        (
-            "app.kubernetes.io/managed-by".to_string(),
-            MANAGED_BY.to_string(),
-        ),
+        (keys::APP_NAME.to_string(), APP_NAME.to_string()),
+        (keys::APP_COMPONENT.to_string(), "apps-ingress".to_string()),
+        (keys::APP_MANAGED_BY.to_string(), MANAGED_BY.to_string()),
         (ATTACHMENT_LABEL.to_string(), attachment.1.clone()),
         (ATTACHMENT_NAMESPACE_LABEL.to_string(), attachment.0.clone()),
     ])
@@ -115,8 +125,10 @@ pub fn hosted_labels(attachment: &(String, String)) -> BTreeMap<String, String> 
 /// Label selector of [`hosted_labels`] (what cleanup lists by).
 pub fn hosted_selector(attachment: &(String, String)) -> String {
     format!(
-        "app.kubernetes.io/managed-by={MANAGED_BY},{ATTACHMENT_LABEL}={},{ATTACHMENT_NAMESPACE_LABEL}={}",
-        attachment.1, attachment.0
+        "{}={MANAGED_BY},{ATTACHMENT_LABEL}={},{ATTACHMENT_NAMESPACE_LABEL}={}",
+        keys::APP_MANAGED_BY,
+        attachment.1,
+        attachment.0
     )
 }
 

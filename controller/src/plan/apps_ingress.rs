@@ -22,16 +22,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Value, json};
 
-use super::kinds::{
-    ADVERTISEMENTS_CRD, HostedObject, POOLS_CRD, hosted_labels, ip_address_pools,
+use super::attachments::AttachmentOutcome;
+use super::hosted_objects::{
+    ADVERTISEMENTS_CRD, HostedObject, POOLS_CRD, attachment_key, hosted_labels, ip_address_pools,
     l2_advertisements, metallbs, namespaces, object, operator_groups, services, subscriptions,
 };
 use super::public_dns::EXTERNAL_DNS_HOSTNAME;
 use crate::crd::{AppsIngressStatus, InfraClusterAttachment, MetalLbMode};
-use crate::plan::attachments::AttachmentOutcome;
 
 /// MetalLB's annotation choosing the pool of a LoadBalancer Service.
-pub const POOL_ANNOTATION: &str = "metallb.universe.tf/address-pool";
+pub const POOL_ANNOTATION: &str = oooi_vocabulary::labels::METALLB_ADDRESS_POOL;
 /// Label of an IngressController's router pods.
 pub const ROUTER_LABEL: &str =
     "ingresscontroller.operator.openshift.io/deployment-ingresscontroller";
@@ -162,7 +162,7 @@ pub fn resolve(att: &InfraClusterAttachment) -> Option<Resolved> {
         _ => vec![("http".into(), 80, 80), ("https".into(), 443, 443)],
     };
     Some(Resolved {
-        attachment: super::key_of(att),
+        attachment: attachment_key(att),
         domain: att.spec.domain(),
         mode: m.mode,
         addresses: m.addresses.iter().map(|a| a.trim().to_string()).collect(),
@@ -449,8 +449,8 @@ pub fn status(r: &Resolved, vip: Option<Ipv4Addr>, ready_nodes: usize) -> AppsIn
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hosted::ATTACHMENT_LABEL;
     use crate::plan::attachments::Exclusion;
+    use crate::plan::hosted_objects::ATTACHMENT_LABEL;
     use crate::plan::labels::MANAGED_BY;
     use kube::ResourceExt;
 
@@ -547,11 +547,10 @@ mod tests {
     fn a_pool_conflict_or_no_addresses_is_degraded_and_not_applied() {
         let a = enabled("External");
         let mut o = outcome(&a);
-        o.apps_ingress_errors
-            .push(crate::plan::network::field_error(
-                "spec.appsIngress.metallb.addresses[0]",
-                "198.51.100.50-198.51.100.59 overlaps the DHCP pool",
-            ));
+        o.apps_ingress_errors.push(oooi_vocabulary::FieldError::new(
+            "spec.appsIngress.metallb.addresses[0]",
+            "198.51.100.50-198.51.100.59 overlaps the DHCP pool",
+        ));
         let s = blocked(gate(&a, Some(&o)));
         assert_eq!(
             (s.phase.as_str(), s.reason.as_deref()),

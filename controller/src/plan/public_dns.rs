@@ -7,14 +7,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use oooi_vocabulary::labels as keys;
 
-use crate::crd::InfraClusterAttachment;
-use crate::plan::labels::{APP_NAME, Component, INFRA_LABEL, MANAGED_BY, selector};
+use super::labels::{APP_NAME, Component, INFRA_LABEL, MANAGED_BY, owner_refs, selector};
+use crate::crd::{Infra, InfraClusterAttachment};
 
 /// ExternalDNS's hostname annotation.
-pub const EXTERNAL_DNS_HOSTNAME: &str = "external-dns.alpha.kubernetes.io/hostname";
+pub const EXTERNAL_DNS_HOSTNAME: &str = keys::EXTERNAL_DNS_HOSTNAME;
 /// Label marking a management-side public DNS Service.
-pub const PUBLIC_DNS_LABEL: &str = "hostedcluster.densityops.com/public-dns";
+pub const PUBLIC_DNS_LABEL: &str = keys::PUBLIC_DNS;
 /// The public Service name of an attachment with public DNS enabled.
 pub fn public_service_name(att: &InfraClusterAttachment) -> Option<String> {
     let p = att.spec.public_dns.as_ref().filter(|p| p.enabled)?;
@@ -73,16 +74,10 @@ pub fn public_service(
         }
     }
     labels.extend([
-        ("app.kubernetes.io/name".to_string(), APP_NAME.to_string()),
-        (
-            "app.kubernetes.io/component".to_string(),
-            "public-dns".to_string(),
-        ),
-        ("app.kubernetes.io/instance".to_string(), infra.to_string()),
-        (
-            "app.kubernetes.io/managed-by".to_string(),
-            MANAGED_BY.to_string(),
-        ),
+        (keys::APP_NAME.to_string(), APP_NAME.to_string()),
+        (keys::APP_COMPONENT.to_string(), "public-dns".to_string()),
+        (keys::APP_INSTANCE.to_string(), infra.to_string()),
+        (keys::APP_MANAGED_BY.to_string(), MANAGED_BY.to_string()),
         (INFRA_LABEL.to_string(), infra.to_string()),
         (PUBLIC_DNS_LABEL.to_string(), "true".to_string()),
     ]);
@@ -113,6 +108,38 @@ pub fn public_service(
         }),
         status: None,
     }
+}
+
+/// The public DNS Services of `infra`: one per Service name that its
+/// attachments with public DNS enabled name, counting only those that are
+/// `accepted` (by name) and not being deleted; in name order, owned by the
+/// Infra. What the attachment reconciler converges (a Service no longer
+/// planned is deleted) and `render` prints.
+pub fn public_services<'a>(
+    infra: &Infra,
+    attachments: impl IntoIterator<Item = &'a InfraClusterAttachment>,
+    accepted: impl Fn(&str) -> bool,
+) -> Vec<Service> {
+    let ns = infra.metadata.namespace.as_deref().unwrap_or_default();
+    let infra_name = infra.metadata.name.as_deref().unwrap_or_default();
+    let mut wanted: BTreeMap<String, Vec<&InfraClusterAttachment>> = BTreeMap::new();
+    for a in attachments {
+        let name = a.metadata.name.as_deref().unwrap_or_default();
+        if a.metadata.namespace.as_deref().unwrap_or_default() != ns
+            || a.spec.infra_ref.name != infra_name
+            || a.metadata.deletion_timestamp.is_some()
+            || !accepted(name)
+        {
+            continue;
+        }
+        if let Some(service) = public_service_name(a) {
+            wanted.entry(service).or_default().push(a);
+        }
+    }
+    wanted
+        .into_iter()
+        .map(|(name, members)| public_service(ns, infra_name, owner_refs(infra), &name, &members))
+        .collect()
 }
 
 #[cfg(test)]
@@ -181,5 +208,40 @@ mod tests {
         let mut off = public("d", "d", None, false);
         off.spec.public_dns.as_mut().unwrap().enabled = false;
         assert_eq!(public_service_name(&off), None);
+    }
+
+    #[test]
+    fn one_public_service_per_name_of_the_accepted_attachments_of_the_infra() {
+        // Infra `vlan200` in `oooi`, the one the fixtures' attachments name.
+        let mut infra = crate::plan::fixtures::infra();
+        infra.metadata.name = Some("vlan200".into());
+        let shared_a = public("a", "alpha", Some("shared"), false);
+        let shared_b = public("b", "beta", Some("shared"), true);
+        let own = public("c", "gamma", None, false);
+        let excluded = public("d", "delta", Some("other"), false);
+        let mut elsewhere = public("e", "eps", Some("elsewhere"), false);
+        elsewhere.spec.infra_ref.name = "vlan300".into();
+        let mut going = public("f", "phi", Some("going"), false);
+        going.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()),
+        );
+        let all = [&shared_a, &shared_b, &own, &excluded, &elsewhere, &going];
+        let services = public_services(&infra, all, |n| n != "d");
+        let names: Vec<&str> = services
+            .iter()
+            .map(|s| s.metadata.name.as_deref().unwrap())
+            .collect();
+        assert_eq!(names, ["oooi-public-c", "shared"]);
+        let shared = &services[1];
+        assert_eq!(
+            shared.metadata.annotations.as_ref().unwrap()[EXTERNAL_DNS_HOSTNAME],
+            "api.beta.example.com,oauth.alpha.example.com,oauth.beta.example.com"
+        );
+        let owner = &shared.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("Infra", "uid-infra")
+        );
+        assert!(public_services(&infra, all, |_| false).is_empty());
     }
 }
