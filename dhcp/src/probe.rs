@@ -35,6 +35,46 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 /// hold offers back during a burst of new clients.
 pub const MAX_IN_FLIGHT: usize = 256;
 
+/// How long the kernel keeps a neighbour entry for an address nobody
+/// answers ARP for: three solicitations a second apart (the defaults of
+/// `mcast_solicit` and `retrans_time_ms`), long after the probe's own
+/// timeout.
+pub const NEIGHBOUR_HOLD: Duration = Duration::from_secs(3);
+
+/// Most echoes started within [`NEIGHBOUR_HOLD`]. Each echo to a free
+/// address leaves an unresolved entry in the neighbour table, which the
+/// node's pods share (`gc_thresh3`, 1,024 entries by default): bounding
+/// only the probes in flight (500 ms each) let a burst of new clients start
+/// about 1,500 such entries in 3 s, and the kernel logged "neighbor table
+/// overflow" and dropped other traffic of the node. A quarter of the
+/// default table; beyond it the address is offered unprobed (counted).
+pub const MAX_UNRESOLVED: usize = 256;
+
+/// The echoes started within [`NEIGHBOUR_HOLD`], oldest first.
+#[derive(Debug, Default)]
+pub struct EchoBudget {
+    started: VecDeque<Instant>,
+}
+
+impl EchoBudget {
+    /// Takes one echo at `now` if fewer than [`MAX_UNRESOLVED`] started in
+    /// the [`NEIGHBOUR_HOLD`] before it.
+    pub fn try_take(&mut self, now: Instant) -> bool {
+        while self
+            .started
+            .front()
+            .is_some_and(|t| now.saturating_duration_since(*t) >= NEIGHBOUR_HOLD)
+        {
+            self.started.pop_front();
+        }
+        if self.started.len() >= MAX_UNRESOLVED {
+            return false;
+        }
+        self.started.push_back(now);
+        true
+    }
+}
+
 /// What a probe found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Found {
@@ -57,6 +97,7 @@ pub struct Prober {
     in_flight: Arc<Mutex<InFlight>>,
     timeout: Duration,
     seq: u16,
+    budget: EchoBudget,
     /// Each finished probe, once.
     pub results: Receiver<(Ipv4Addr, Found)>,
     /// Readable when `results` has something.
@@ -132,6 +173,7 @@ impl Prober {
             in_flight,
             timeout,
             seq: 0,
+            budget: EchoBudget::default(),
             results,
             wake,
         })
@@ -140,7 +182,8 @@ impl Prober {
     /// Sends an echo to `ip`; its result comes through `results` within the
     /// timeout. False (nothing to wait for) when `ip` is already being
     /// probed; an error when the echo could not be sent now (the socket's
-    /// buffer is full, [`MAX_IN_FLIGHT`] probes run).
+    /// buffer is full, [`MAX_IN_FLIGHT`] probes run, or [`MAX_UNRESOLVED`]
+    /// echoes started within [`NEIGHBOUR_HOLD`]).
     pub fn start_probe(&mut self, ip: Ipv4Addr) -> Result<bool, std::io::Error> {
         let Ok(mut f) = self.in_flight.lock() else {
             return Err(std::io::Error::other("probe thread panicked"));
@@ -152,6 +195,15 @@ impl Prober {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::WouldBlock,
                 format!("{MAX_IN_FLIGHT} probes in flight"),
+            ));
+        }
+        if !self.budget.try_take(Instant::now()) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::WouldBlock,
+                format!(
+                    "{MAX_UNRESOLVED} echoes started within {} s (the node's neighbour table)",
+                    NEIGHBOUR_HOLD.as_secs()
+                ),
             ));
         }
         self.seq = self.seq.wrapping_add(1);
@@ -254,5 +306,26 @@ mod tests {
         assert_eq!(u16::from_be_bytes([b[6], b[7]]), 7);
         // Summing a packet with its checksum in place gives zero.
         assert_eq!(checksum(&b), 0);
+    }
+
+    #[test]
+    fn echoes_are_bounded_per_neighbour_hold_not_per_timeout() {
+        let mut budget = EchoBudget::default();
+        let t0 = Instant::now();
+        // A burst: the budget, then nothing more...
+        assert!((0..MAX_UNRESOLVED).all(|_| budget.try_take(t0)));
+        assert!(!budget.try_take(t0));
+        // ...even after the probes' own 500 ms timeout: their neighbour
+        // entries are still there.
+        assert!(!budget.try_take(t0 + Duration::from_millis(500)));
+        assert!(!budget.try_take(t0 + NEIGHBOUR_HOLD - Duration::from_millis(1)));
+        // Once the entries are gone, the whole budget again.
+        let t1 = t0 + NEIGHBOUR_HOLD;
+        assert!((0..MAX_UNRESOLVED).all(|_| budget.try_take(t1)));
+        assert!(!budget.try_take(t1));
+        // Spread out, a steady rate of budget / hold goes through forever.
+        let mut budget = EchoBudget::default();
+        let step = NEIGHBOUR_HOLD / MAX_UNRESOLVED as u32;
+        assert!((0..4 * MAX_UNRESOLVED as u32).all(|i| budget.try_take(t0 + step * i)));
     }
 }
