@@ -35,12 +35,20 @@ pub struct VlanNetwork(IpNet);
 impl VlanNetwork {
     /// Parses `a.b.c.d/n` and applies the rule. The error says what is
     /// wrong with the value; the caller names the field.
+    /// Only the canonical spelling is accepted (no leading zeros, no
+    /// blanks), as the API server's CEL rule accepts it: what one part
+    /// admits, every part admits.
     pub fn parse(s: &str) -> Result<VlanNetwork, String> {
         let net: IpNet = s
-            .trim()
             .parse()
             .map_err(|_| format!("`{s}` is not an IPv4 CIDR"))?;
-        VlanNetwork::new(net)
+        let vlan = VlanNetwork::new(net)?;
+        if net.to_string() != s {
+            return Err(format!(
+                "`{s}` is not written as the network it names: write `{net}`"
+            ));
+        }
+        Ok(vlan)
     }
 
     /// Applies the rule to a parsed network.
@@ -219,6 +227,11 @@ mod tests {
         assert!(e.contains("192.0.2.0/30") && e.contains("/29"), "{e}");
         let e = VlanNetwork::parse("nope").unwrap_err();
         assert!(e.contains("`nope`"), "{e}");
+        // Only the canonical spelling, as admission.
+        for spelling in [" 192.0.2.0/24", "192.0.2.0/24 ", "192.000.2.0/24"] {
+            let e = VlanNetwork::parse(spelling).unwrap_err();
+            assert!(e.contains(&format!("`{spelling}`")), "{e}");
+        }
         let e = VlanNetwork::parse("2001:db8::/64").unwrap_err();
         assert!(e.contains("2001:db8::/64") && e.contains("IPv4"), "{e}");
     }
