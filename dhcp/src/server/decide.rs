@@ -332,7 +332,7 @@ impl Decisions {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::config::Config;
     use dhcproto::v4::{DhcpOption, Message, MessageType};
@@ -347,9 +347,11 @@ range: { start: 192.0.2.100, end: 192.0.2.109 }
 dns_servers: [192.0.2.3]
 lease_seconds: 3600
 "#;
-    const NOW: u64 = 1_000_000;
+    /// The tests' clock (also the merge tests').
+    pub(in crate::server) const NOW: u64 = 1_000_000;
 
-    fn decisions() -> Decisions {
+    /// Decisions over a ten-address pool (also the merge tests').
+    pub(in crate::server) fn decisions() -> Decisions {
         Decisions::new(LeaseTable::new(Arc::new(Config::from_yaml(YAML).unwrap())))
     }
 

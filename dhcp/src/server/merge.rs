@@ -127,24 +127,8 @@ impl Decisions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
     use crate::lease_store::{StoredLease, encode_leases};
-    use crate::leases::LeaseTable;
-    use std::sync::Arc;
-
-    const YAML: &str = r#"
-server_ip: 192.0.2.2
-subnet: 192.0.2.0/24
-gateway: 192.0.2.1
-range: { start: 192.0.2.100, end: 192.0.2.109 }
-dns_servers: [192.0.2.3]
-lease_seconds: 3600
-"#;
-    const NOW: u64 = 1_000_000;
-
-    fn decisions() -> Decisions {
-        Decisions::new(LeaseTable::new(Arc::new(Config::from_yaml(YAML).unwrap())))
-    }
+    use crate::server::decide::tests::{NOW, decisions};
 
     fn lease(ip: u8, mac: u8, expires_unix: u64) -> StoredLease {
         StoredLease {
