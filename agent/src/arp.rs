@@ -1,6 +1,6 @@
 //! Gratuitous ARP: an ARP request whose sender and target address are the
-//! address just taken (an RFC 5227 announcement), broadcast through an
-//! AF_PACKET socket (CAP_NET_RAW). Linux neighbours take it even within
+//! address just taken (an RFC 5227 announcement), sent through an
+//! AF_PACKET socket (CAP_NET_RAW): broadcast, or to one requester. Linux neighbours take it even within
 //! their lock time (it is a gratuitous ARP), and so do switches' MAC tables.
 
 use std::io;
@@ -27,43 +27,59 @@ pub fn announcement(mac: [u8; 6], ip: Ipv4Addr) -> [u8; 28] {
     p
 }
 
-/// A packet socket on one interface for announcements.
-pub struct Announcer {
+/// A packet socket on one interface: announcements out, and (opened with
+/// `receive`) the interface's ARP traffic in, for [`crate::defend`].
+pub struct ArpSocket {
     fd: OwnedFd,
     link: Link,
 }
 
-impl Announcer {
-    /// Opens the socket (fails without CAP_NET_RAW).
-    pub fn open(link: &Link) -> io::Result<Announcer> {
+/// `sll_pkttype` of a frame this host sent.
+const PACKET_OUTGOING: u8 = 4;
+
+impl ArpSocket {
+    /// Opens the socket on `link` (fails without CAP_NET_RAW). With
+    /// `receive` it gets every ARP frame of the interface and does not
+    /// block (for an async reader); without, it only sends.
+    pub fn open(link: &Link, receive: bool) -> io::Result<ArpSocket> {
+        let protocol = if receive { ETH_P_ARP.to_be() } else { 0 };
+        let flags =
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | if receive { libc::SOCK_NONBLOCK } else { 0 };
         // SAFETY: plain socket call; the fd is owned right away.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-                i32::from(ETH_P_ARP.to_be()),
-            )
-        };
+        let fd = unsafe { libc::socket(libc::AF_PACKET, flags, i32::from(protocol)) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok(Announcer {
-            // SAFETY: fd is a fresh socket.
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        // SAFETY: fd is a fresh socket.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let mut at = sockaddr(link, protocol, None);
+        at.sll_halen = 0;
+        // SAFETY: `at` is a valid sockaddr_ll for its length.
+        let rc = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&at as *const libc::sockaddr_ll).cast(),
+                size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(ArpSocket {
+            fd,
             link: link.clone(),
         })
     }
 
-    /// Broadcasts one announcement of `ip`.
-    pub fn announce(&self, ip: Ipv4Addr) -> io::Result<()> {
+    /// The interface's MAC.
+    pub fn mac(&self) -> [u8; 6] {
+        self.link.mac
+    }
+
+    /// Sends one announcement of `ip`: broadcast, or to `to` alone.
+    pub fn announce(&self, ip: Ipv4Addr, to: Option<[u8; 6]>) -> io::Result<()> {
         let payload = announcement(self.link.mac, ip);
-        // SAFETY: sockaddr_ll is plain old data.
-        let mut to: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        to.sll_family = libc::AF_PACKET as u16;
-        to.sll_protocol = ETH_P_ARP.to_be();
-        to.sll_ifindex = self.link.index as i32;
-        to.sll_halen = 6;
-        to.sll_addr[..6].copy_from_slice(&[0xff; 6]);
+        let to = sockaddr(&self.link, ETH_P_ARP.to_be(), Some(to.unwrap_or([0xff; 6])));
         // SAFETY: payload and `to` are valid for the given lengths.
         let n = unsafe {
             libc::sendto(
@@ -80,6 +96,48 @@ impl Announcer {
         }
         Ok(())
     }
+
+    /// Reads one ARP payload into `buf`: its length, or `None` for a frame
+    /// this host sent. `WouldBlock` when nothing is queued.
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        // SAFETY: sockaddr_ll is plain old data.
+        let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        let mut len = size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+        // SAFETY: buf and `from` are valid for the given lengths.
+        let n = unsafe {
+            libc::recvfrom(
+                self.fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                0,
+                (&mut from as *mut libc::sockaddr_ll).cast(),
+                &mut len,
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((from.sll_pkttype != PACKET_OUTGOING).then_some(n as usize))
+    }
+}
+
+impl AsRawFd for ArpSocket {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+fn sockaddr(link: &Link, protocol: u16, mac: Option<[u8; 6]>) -> libc::sockaddr_ll {
+    // SAFETY: sockaddr_ll is plain old data.
+    let mut a: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    a.sll_family = libc::AF_PACKET as u16;
+    a.sll_protocol = protocol;
+    a.sll_ifindex = link.index as i32;
+    if let Some(mac) = mac {
+        a.sll_halen = 6;
+        a.sll_addr[..6].copy_from_slice(&mac);
+    }
+    a
 }
 
 #[cfg(test)]

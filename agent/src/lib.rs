@@ -9,12 +9,14 @@
 //!
 //! - [`machine`]: the decision logic (pure, injected time);
 //! - [`lease`]: the Lease API; [`netlink`], [`arp`], [`plane`]: the
-//!   interface; [`run`]: the driver; [`metrics`]: `oooi_agent_*`.
+//!   interface; [`defend`]: the holder's answer to other hosts claiming
+//!   its addresses; [`run`]: the driver; [`metrics`]: `oooi_agent_*`.
 //!
 //! docs/failover.md explains the design, the fencing window and the
 //! settings.
 
 pub mod arp;
+pub mod defend;
 pub mod lease;
 pub mod machine;
 pub mod metrics;

@@ -8,6 +8,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use ipnet::Ipv4Net;
+use oooi_addr_agent::arp::ArpSocket;
+use oooi_addr_agent::defend::{self, Held};
 use oooi_addr_agent::lease::check_prefix;
 use oooi_addr_agent::machine::Timing;
 use oooi_addr_agent::metrics::{self, Metrics};
@@ -40,6 +42,10 @@ use tracing::{error, info};
 /// Lease wanted (annotation hostedcluster.densityops.com/wanted-by), the
 /// holder hands the Lease over and drops the address once the home has
 /// renewed it.
+///
+/// The holder defends its addresses (RFC 5227): another host's claim to a
+/// held address is answered by an announcement at once, and a request for
+/// one by an announcement to the requester; --no-defend turns this off.
 ///
 /// SIGTERM or SIGINT: release every Lease, wait until each address has a
 /// new holder (at most the renew deadline), remove them, exit 0.
@@ -109,6 +115,13 @@ struct Args {
     /// While an address is held, one more gratuitous ARP this often.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     announce_every: Duration,
+    /// Do not defend held addresses: by default the holder answers another
+    /// host's claim to a held address with an announcement at once, and
+    /// follows every request for one with an announcement to the
+    /// requester, so a replacement pod that still has its static address
+    /// cannot keep workers' ARP caches (docs/failover.md).
+    #[arg(long)]
+    no_defend: bool,
     /// Address of the HTTP server for /metrics and /healthz.
     #[arg(
         long,
@@ -179,16 +192,20 @@ fn settings(args: &Args) -> Result<Settings> {
             spacing: args.announce_spacing,
             every: args.announce_every,
         },
+        held: Held::default(),
     })
 }
 
 async fn run_agent(args: Args) -> Result<()> {
     let settings = settings(&args)?;
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let plane: Arc<dyn Plane> = Arc::new(
-        LinuxPlane::open(&args.interface, settings.timing.renew_deadline)
-            .with_context(|| format!("--interface {}", args.interface))?,
-    );
+    let linux = LinuxPlane::open(&args.interface, settings.timing.renew_deadline)
+        .with_context(|| format!("--interface {}", args.interface))?;
+    let defence = (!args.no_defend)
+        .then(|| ArpSocket::open(linux.link(), true))
+        .transpose()
+        .with_context(|| format!("--interface {}: ARP socket for the defence", args.interface))?;
+    let plane: Arc<dyn Plane> = Arc::new(linux);
     let client = kube::Client::try_default()
         .await
         .context("Kubernetes client (in-cluster or KUBECONFIG)")?;
@@ -197,6 +214,14 @@ async fn run_agent(args: Args) -> Result<()> {
         .await
         .with_context(|| format!("--metrics-addr {}: cannot bind", args.metrics_addr))?;
     tokio::spawn(metrics::serve(listener, metrics.clone()));
+    if let Some(socket) = defence {
+        let (held, metrics) = (settings.held.clone(), metrics.clone());
+        tokio::spawn(async move {
+            if let Err(e) = defend::serve(socket, held, metrics).await {
+                error!(error = %e, "the ARP defence stopped: held addresses are announced every --announce-every only");
+            }
+        });
+    }
     let (ready_tx, ready_rx) = watch::channel(false);
     tokio::spawn(run::poll_ready(
         args.ready_url.clone(),

@@ -25,6 +25,15 @@ pub struct DropLabels {
     pub reason: String,
 }
 
+/// Labels of `oooi_agent_arp_defences_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DefenceLabels {
+    /// The address.
+    pub address: String,
+    /// `conflict` (another host claimed it) or `answer` (a request for it).
+    pub kind: String,
+}
+
 /// Labels of `oooi_agent_lease_requests_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -41,6 +50,7 @@ struct Inner {
     drops: Family<DropLabels, Counter>,
     renew_failures: Family<AddressLabels, Counter>,
     requests: Family<RequestLabels, Counter>,
+    defences: Family<DefenceLabels, Counter>,
     ready: Gauge,
 }
 
@@ -63,6 +73,7 @@ impl Metrics {
         let drops = Family::<DropLabels, Counter>::default();
         let renew_failures = Family::<AddressLabels, Counter>::default();
         let requests = Family::<RequestLabels, Counter>::default();
+        let defences = Family::<DefenceLabels, Counter>::default();
         let ready = Gauge::default();
         registry.register(
             "addresses_held",
@@ -90,6 +101,11 @@ impl Metrics {
             requests.clone(),
         );
         registry.register(
+            "arp_defences",
+            "ARP packets about a held address this replica answered: conflict (another host claimed it; a broadcast announcement) or answer (a request; an announcement to the requester)",
+            defences.clone(),
+        );
+        registry.register(
             "replica_ready",
             "1 while the component beside the agent answers its readiness URL",
             ready.clone(),
@@ -101,6 +117,7 @@ impl Metrics {
             drops,
             renew_failures,
             requests,
+            defences,
             ready,
         }))
     }
@@ -153,6 +170,17 @@ impl Metrics {
             .get_or_create(&RequestLabels {
                 verb: verb.to_string(),
                 code,
+            })
+            .inc();
+    }
+
+    /// An ARP packet about a held address was answered.
+    pub fn defended(&self, address: &str, kind: &str) {
+        self.0
+            .defences
+            .get_or_create(&DefenceLabels {
+                address: address.to_string(),
+                kind: kind.to_string(),
             })
             .inc();
     }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use ipnet::Ipv4Net;
 
-use crate::arp::Announcer;
+use crate::arp::ArpSocket;
 use crate::netlink::{self, Link};
 
 /// Where floating addresses go on and off.
@@ -29,7 +29,7 @@ pub trait Plane: Send + Sync + 'static {
 /// The VLAN interface of the pod, through rtnetlink and AF_PACKET.
 pub struct LinuxPlane {
     link: Link,
-    announcer: Announcer,
+    announcer: ArpSocket,
     lifetime: Duration,
     /// Removal and the put-back of lost secondaries are one step.
     lock: Mutex<()>,
@@ -40,7 +40,7 @@ impl LinuxPlane {
     /// `lifetime` is given to addresses put back after a removal.
     pub fn open(interface: &str, lifetime: Duration) -> io::Result<LinuxPlane> {
         let link = Link::by_name(interface)?;
-        let announcer = Announcer::open(&link).map_err(|e| {
+        let announcer = ArpSocket::open(&link, false).map_err(|e| {
             io::Error::new(
                 e.kind(),
                 format!("packet socket on {interface} (needs CAP_NET_RAW): {e}"),
@@ -86,6 +86,6 @@ impl Plane for LinuxPlane {
     }
 
     fn announce(&self, ip: Ipv4Addr) -> io::Result<()> {
-        self.announcer.announce(ip)
+        self.announcer.announce(ip, None)
     }
 }

@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use crate::defend::Held;
 use crate::lease::{LeaseClient, lease_name};
 use crate::machine::{Intent, Machine, NetAction, Request, Timing, WriteOutcome};
 use crate::metrics::Metrics;
@@ -57,6 +58,9 @@ pub struct Settings {
     pub timing: Timing,
     /// Announcements.
     pub announce: Announce,
+    /// Where the address loops record which Leases are held (read by
+    /// [`crate::defend`]).
+    pub held: Held,
 }
 
 /// Polls `url` every `interval`; ready after one 200, not ready after
@@ -146,6 +150,7 @@ pub async fn run(
             lease,
             plane.clone(),
             settings.announce,
+            settings.held.clone(),
             ready.clone(),
             stop.clone(),
             metrics.clone(),
@@ -231,6 +236,7 @@ async fn address_loop(
     mut lease: LeaseClient,
     plane: Arc<dyn Plane>,
     announce: Announce,
+    held: Held,
     mut ready: watch::Receiver<bool>,
     mut stop: watch::Receiver<bool>,
     metrics: Metrics,
@@ -307,7 +313,9 @@ async fn address_loop(
         if machine.holds() {
             ctx.announce_again(now);
         }
+        held.set(net.addr(), machine.holds());
         if stopping && (machine.is_idle() || stop_by.is_some_and(|t| now >= t)) {
+            held.set(net.addr(), false);
             if machine.address_on() {
                 ctx.apply(NetAction::Remove(crate::machine::DropReason::Drained));
             }

@@ -70,8 +70,9 @@ impl Net {
         format!("{}-{name}", self.prefix)
     }
 
-    fn build() -> Net {
-        let prefix = format!("agt{}", std::process::id() % 100_000);
+    /// `tag` keeps the namespaces of the tests in this binary apart.
+    fn build(tag: &str) -> Net {
+        let prefix = format!("agt{tag}{}", std::process::id() % 100_000);
         let net = Net { prefix };
         let br = net.ns("br");
         sh(&format!("ip netns add {br}"));
@@ -282,6 +283,31 @@ async fn wait(limit: Duration, mut cond: impl FnMut() -> bool) -> Option<Duratio
     None
 }
 
+/// The mocked Lease API, served on the management bridge, and a
+/// kubeconfig for it (in the returned directory).
+fn mock_api(net: &Net) -> (MockApi, tempfile::TempDir, std::path::PathBuf) {
+    let mock = MockApi::start();
+    let listener = in_netns(&net.ns("br"), || {
+        let l = std::net::TcpListener::bind("10.78.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
+        l
+    });
+    let api = mock.serve_http_on(tokio::net::TcpListener::from_std(listener).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: mock\n\
+             clusters: [{{name: mock, cluster: {{server: \"http://{api}\"}}}}]\n\
+             contexts: [{{name: mock, context: {{cluster: mock, user: mock, namespace: oooi-system}}}}]\n\
+             users: [{{name: mock, user: {{}}}}]\n"
+        ),
+    )
+    .unwrap();
+    (mock, dir, kubeconfig)
+}
+
 /// The arping monitor: probes with two MACs answering (from its output).
 fn double_answers(arping_out: &str) -> Vec<(String, Vec<String>)> {
     let mut by_index: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
@@ -316,28 +342,9 @@ async fn a_lost_replicas_address_moves_to_the_other_and_goes_home_again() {
         0,
         "this test builds network namespaces: run it as root"
     );
-    let net = Net::build();
+    let net = Net::build("f");
     let (w, r1ns) = (net.ns("w"), net.ns("r1"));
-    let mock = MockApi::start();
-    let br = net.ns("br");
-    let listener = in_netns(&br, || {
-        let l = std::net::TcpListener::bind("10.78.0.1:0").unwrap();
-        l.set_nonblocking(true).unwrap();
-        l
-    });
-    let api = mock.serve_http_on(tokio::net::TcpListener::from_std(listener).unwrap());
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\ncurrent-context: mock\n\
-             clusters: [{{name: mock, cluster: {{server: \"http://{api}\"}}}}]\n\
-             contexts: [{{name: mock, context: {{cluster: mock, user: mock, namespace: oooi-system}}}}]\n\
-             users: [{{name: mock, user: {{}}}}]\n"
-        ),
-    )
-    .unwrap();
+    let (mock, dir, kubeconfig) = mock_api(&net);
     let logs = (dir.path().join("r1.log"), dir.path().join("r2.log"));
     let mut r1 = Replica::new(&net, "r1");
     let mut r2 = Replica::new(&net, "r2");
@@ -521,4 +528,100 @@ async fn a_lost_replicas_address_moves_to_the_other_and_goes_home_again() {
         "lease API: {lease_requests} requests in {secs:.1} s for 2 addresses and 2 replicas: {:.2} requests/s per address",
         lease_requests as f64 / secs / 2.0
     );
+}
+
+/// The MAC the worker's neighbour entry for `ip` names, if any.
+fn lladdr(w: &str, ip: &str) -> Option<String> {
+    let line = output(&format!("ip -n {w} neigh show {ip}"));
+    line.split("lladdr ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .map(str::to_lowercase)
+}
+
+/// The window a replacement pod opens: the CNI gives it its static address
+/// before its agent runs, while another replica holds that address. Here r1
+/// holds 10.77.0.6 (r2's home) with its agent, and r2 stands for the
+/// replacement (10.77.0.6 on its interface, no agent; the bridge floods
+/// to it first, so its kernel's reply comes first). Both kernels answer the worker's ARP
+/// requests; without the defence the first reply stays in the worker's
+/// cache (Linux ignores later replies within `locktime`), and the worker's
+/// next packet goes to a pod whose agent is about to drop the address.
+/// With it, every request ends on r1's MAC, and an announcement by r2 (as
+/// a CNI that sets `arp_notify` sends) is undone at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_holder_keeps_the_workers_arp_cache_while_a_replacement_has_its_static_address() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test builds network namespaces: run it as root"
+    );
+    let net = Net::build("d");
+    let (w, r2ns) = (net.ns("w"), net.ns("r2"));
+    let (_mock, dir, kubeconfig) = mock_api(&net);
+    let log = dir.path().join("r1.log");
+    let show_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    // r2 is gone (its pod deleted): r1 takes both addresses.
+    sh(&format!("ip -n {r2ns} addr del {HOME2}/24 dev net1"));
+    let mut r1 = Replica::new(&net, "r1");
+    r1.start_server();
+    r1.start_agent(&kubeconfig, HOME1, &log);
+    wait(Duration::from_secs(15), || r1.has(HOME1) && r1.has(HOME2))
+        .await
+        .unwrap_or_else(|| panic!("r1 never held both addresses\n{}", show_log()));
+
+    // The replacement comes up with its static address; its agent has not
+    // started. Each round: the worker forgets the address, sends one
+    // packet (one broadcast ARP request, answered by both kernels), and
+    // its cache is read 100 ms later (the packet is a TCP connect: its
+    // answer does not matter).
+    sh(&format!("ip -n {r2ns} addr add {HOME2}/24 dev net1"));
+    let mut ended_on: std::collections::BTreeMap<String, usize> = Default::default();
+    for _ in 0..20 {
+        sh(&format!("ip -n {w} neigh flush dev eth0"));
+        in_netns(&w, || {
+            let to: SocketAddr = format!("{HOME2}:8080").parse().unwrap();
+            let _ = TcpStream::connect_timeout(&to, Duration::from_millis(200));
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        *ended_on
+            .entry(lladdr(&w, HOME2).unwrap_or_else(|| "none".to_string()))
+            .or_default() += 1;
+    }
+    println!("worker's cache after each of 20 requests: {ended_on:?}");
+    assert_eq!(
+        ended_on.keys().collect::<Vec<_>>(),
+        [&MAC1.to_string()],
+        "a request ended on another MAC than the holder's\n{}",
+        show_log()
+    );
+
+    // The replacement announces the address (a CNI with arp_notify): the
+    // worker's entry is back on r1 100 ms later, each time. (Its kernel
+    // first forgets the worker: the connects above that reached it before
+    // r1's answer left it a neighbour entry, whose unicast re-check, sent
+    // from the address, reaches the worker alone; r1 cannot see it, and
+    // its next periodic announcement, within 1 s, repairs that.)
+    sh(&format!("ip -n {r2ns} neigh flush all"));
+    for i in 0..5 {
+        // (arping exits 1: nobody answers an announcement.)
+        let _ = output(&format!(
+            "ip netns exec {r2ns} arping -q -U -c 1 -i net1 -S {HOME2} {HOME2}"
+        ));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            lladdr(&w, HOME2).as_deref(),
+            Some(MAC1),
+            "announcement {i} by the replacement kept the worker's cache\n{}",
+            show_log()
+        );
+    }
+    assert!(
+        show_log().contains("another host claims a held address"),
+        "r1 logged no conflict\n{}",
+        show_log()
+    );
+    // Nothing moved meanwhile.
+    assert!(r1.has(HOME1) && r1.has(HOME2), "{}", show_log());
 }

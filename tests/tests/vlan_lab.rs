@@ -123,7 +123,17 @@ fn two_clusters_on_a_simulated_vlan_then_down_after_a_crash() {
             .any(|l| l.starts_with("data plane: the images localhost/oooi-")),
         "the data plane did not run from the images:\n{text}"
     );
-    assert!(!text.contains("FAILED"), "a step failed:\n{text}");
+    let failed: Vec<&str> = lines
+        .iter()
+        .map(String::as_str)
+        .filter(|l| l.contains("FAILED"))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "steps failed:\n{}\n\nthe whole run:\n{text}\n\nsteps failed (again, for the end of a cut log):\n{}",
+        failed.join("\n"),
+        failed.join("\n")
+    );
     let step = |what: &str, result: &str| {
         assert!(
             lines

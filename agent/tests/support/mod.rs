@@ -279,6 +279,7 @@ pub fn start(
             spacing: Duration::from_millis(20),
             every: Duration::from_millis(200),
         },
+        held: Default::default(),
     };
     let plane = Arc::new(FakePlane {
         who: who.to_string(),

@@ -300,11 +300,12 @@ fn up(args: &UpArgs) -> Result<()> {
             dir.display()
         ),
         Ok(r) => println!(
-            "\nsummary: {} of {} steps FAILED in {:.1} s (logs: {})",
+            "\nsummary: {} of {} steps FAILED in {:.1} s (logs: {}):\n{}",
             r.failures,
             r.steps,
             elapsed.as_secs_f64(),
-            dir.display()
+            dir.display(),
+            r.failed.join("\n")
         ),
         Err(e) => println!(
             "\nsummary: the lab could not be built: {e:#} (logs: {})",

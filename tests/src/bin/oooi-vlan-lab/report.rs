@@ -5,6 +5,9 @@
 pub struct Report {
     pub failures: usize,
     pub steps: usize,
+    /// The failed steps' lines, repeated in the summary so that the
+    /// end of a long log names them.
+    pub failed: Vec<String>,
 }
 
 impl Report {
@@ -13,7 +16,7 @@ impl Report {
         let ok = got == want;
         self.steps += 1;
         self.failures += usize::from(!ok);
-        println!(
+        let line = format!(
             "  {:<58} {:<28} {}",
             what,
             got,
@@ -23,6 +26,10 @@ impl Report {
                 format!("FAILED (expected {want})")
             }
         );
+        println!("{line}");
+        if !ok {
+            self.failed.push(line);
+        }
         ok
     }
 }
