@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
+use oooi_controller::cache::Decoded;
 use oooi_controller::crd::ProxyServer;
 use oooi_controller::observe::{self, Discovered, Observations};
 use oooi_controller::plan::labels::SERVER_LABEL;
@@ -116,7 +117,11 @@ async fn main() -> anyhow::Result<()> {
         caches.sync(&mock);
         let obj: oooi_controller::crd::Infra =
             serde_json::from_value(mock.get(&infra_path).unwrap()).unwrap();
-        async move { infra::reconcile(Arc::new(obj), ctx).await.unwrap() }
+        async move {
+            infra::reconcile(Arc::new(Decoded::from(obj)), ctx)
+                .await
+                .unwrap()
+        }
     };
     run_infra(&mut caches).await; // finalizer
     run_infra(&mut caches).await; // the three ProxyServers, the token

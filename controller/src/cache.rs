@@ -100,7 +100,7 @@ macro_rules! caches {
 }
 
 caches! {
-    infras: Infra,
+    infras: Decoded<Infra>,
     attachments: InfraClusterAttachment,
     dhcp_servers: Decoded<DHCPServer>,
     dns_servers: Decoded<DNSServer>,
@@ -219,6 +219,16 @@ where
     store.get(&ObjectRef::new(name).within(namespace))
 }
 
+/// The decoded Infra `namespace/name` from the cache; an Infra that cannot
+/// be decoded counts as absent here (it reports why in its own status).
+pub fn cached_infra(
+    store: &Store<Decoded<Infra>>,
+    namespace: &str,
+    name: &str,
+) -> Option<Arc<Infra>> {
+    cached(store, namespace, name).and_then(|d| d.get().cloned().map(Arc::new))
+}
+
 /// Writers of the optional-object caches, one per served optional API.
 pub type Observers = Vec<(observe::OptionalApi, ApiResource, Writer<DynamicObject>)>;
 
@@ -281,7 +291,7 @@ pub type DynamicRx =
 /// One subscription per cache whose changes trigger reconciles.
 pub struct Streams {
     /// Infras.
-    pub infras: ReflectHandle<Infra>,
+    pub infras: ReflectHandle<Decoded<Infra>>,
     /// Attachments.
     pub attachments: ReflectHandle<InfraClusterAttachment>,
     /// DHCPServers.

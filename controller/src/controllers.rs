@@ -79,8 +79,20 @@ pub fn proxy_of_pod(
         .collect()
 }
 
+/// An Infra as the controller watches it (decoded or not).
+type InfraRef = ObjectRef<Decoded<Infra>>;
+
+/// The same Infra, as the hosted-cluster side names it.
+fn watched(r: ObjectRef<Infra>) -> InfraRef {
+    let o = ObjectRef::new(&r.name);
+    match &r.namespace {
+        Some(ns) => o.within(ns),
+        None => o,
+    }
+}
+
 /// The Infra a labelled child belongs to.
-fn infra_of<K: Resource>(obj: &K) -> Option<ObjectRef<Infra>> {
+fn infra_of<K: Resource>(obj: &K) -> Option<InfraRef> {
     let infra = obj.meta().labels.as_ref()?.get(INFRA_LABEL)?;
     let ns = obj.meta().namespace.as_ref()?;
     if obj
@@ -132,7 +144,7 @@ fn attachments_for(
     }
 }
 
-fn infra_ref(a: &InfraClusterAttachment) -> Option<ObjectRef<Infra>> {
+fn infra_ref(a: &InfraClusterAttachment) -> Option<InfraRef> {
     Some(ObjectRef::new(&a.spec.infra_ref.name).within(a.namespace().as_ref()?))
 }
 
@@ -180,7 +192,7 @@ pub async fn controllers(
         });
     // Hosted apps VIP changes reconcile the Infra and attachment at once.
     let (infra_trigger, att_trigger) = ctx.observations.hosted.triggers();
-    infra_ctl = infra_ctl.reconcile_on(infra_trigger);
+    infra_ctl = infra_ctl.reconcile_on(infra_trigger.map(watched));
     att_ctl = att_ctl.reconcile_on(att_trigger);
     for (api, ar, rx_infra, rx_att) in s.observed {
         let store = stores.attachments.clone();

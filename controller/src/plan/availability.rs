@@ -153,6 +153,21 @@ pub fn agent_leases(infra: &Infra) -> Vec<String> {
     out
 }
 
+/// True when `lease` is one of the address agents' Leases of the Infra
+/// named `infra` (`<infra>-dns-a-b-c-d` or `<infra>-proxy-a-b-c-d`): what
+/// the deletion of an Infra whose spec cannot be read goes by.
+pub fn is_agent_lease_of(infra: &str, lease: &str) -> bool {
+    [Component::Dns, Component::Proxy].into_iter().any(|c| {
+        lease
+            .strip_prefix(&c.derived_name(infra))
+            .and_then(|rest| rest.strip_prefix('-'))
+            .is_some_and(|ip| {
+                let parts: Vec<&str> = ip.split('-').collect();
+                parts.len() == 4 && parts.iter().all(|p| p.parse::<u8>().is_ok())
+            })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,6 +275,25 @@ mod tests {
                 .address_takeover
                 .is_none()
         );
+    }
+
+    #[test]
+    fn an_infras_agent_leases_are_told_from_others_by_name_alone() {
+        for lease in agent_leases(&two_replicas()) {
+            assert!(is_agent_lease_of("infra", &lease), "{lease}");
+        }
+        for (infra, lease) in [
+            ("infra", "infra-dhcp-192-0-2-3"),
+            ("infra", "infra-dns-192-0-2"),
+            ("infra", "infra-dns-192-0-2-300"),
+            ("infra", "infra-dns-x-0-2-3"),
+            ("infra", "infra2-dns-192-0-2-3"),
+            // Infra `infra-dns`'s Lease is not `infra`'s.
+            ("infra", "infra-dns-dns-192-0-2-3"),
+            ("infra-dns", "infra-dns-192-0-2-3"),
+        ] {
+            assert!(!is_agent_lease_of(infra, lease), "{infra}: {lease}");
+        }
     }
 
     #[test]

@@ -61,7 +61,7 @@ pub fn owner_labels(infra: &Infra) -> BTreeMap<String, String> {
 }
 
 /// The label selector that lists `infra`'s networks.
-pub fn owner_selector(infra: &Infra) -> String {
+pub fn owner_selector(infra: &impl Resource) -> String {
     format!(
         "{INFRA_LABEL}={},{OWNER_NAMESPACE_LABEL}={}",
         infra.name_any(),
@@ -70,7 +70,7 @@ pub fn owner_selector(infra: &Infra) -> String {
 }
 
 /// True when `obj` carries `infra`'s labels.
-pub fn owned_by(obj: &DynamicObject, infra: &Infra) -> bool {
+pub fn owned_by(obj: &DynamicObject, infra: &impl Resource) -> bool {
     let l = obj.labels();
     l.get(INFRA_LABEL) == Some(&infra.name_any())
         && l.get(OWNER_NAMESPACE_LABEL) == infra.namespace().as_ref()

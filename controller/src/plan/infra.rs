@@ -309,6 +309,21 @@ pub fn component_status(enabled: bool, deployment: Option<&Deployment>) -> Compo
     }
 }
 
+/// The status of an Infra whose spec cannot be decoded: the planned
+/// conditions (`InvalidSpec`) merged into the stored ones, the rest of the
+/// stored status kept (the components still run what they last got).
+pub fn invalid_infra_status(
+    existing: Option<&InfraStatus>,
+    generation: Option<i64>,
+    planned: &[PlannedCondition],
+    now: &Time,
+) -> InfraStatus {
+    let mut st = existing.cloned().unwrap_or_default();
+    st.conditions = merge_conditions(&st.conditions, planned, generation, now);
+    st.observed_generation = generation;
+    st
+}
+
 /// The Infra's whole status: conditions merged with the existing ones (so an
 /// unchanged status re-applies as a no-op), readiness per component, totals.
 pub fn infra_status(

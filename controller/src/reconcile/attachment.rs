@@ -26,7 +26,7 @@ use super::step::{Announce, observe_infra, write_status};
 use super::{Context, Error, Result};
 use crate::cache::{Decoded, cached};
 use crate::crd::{
-    AttachmentTotals, FINALIZER, Infra, InfraClusterAttachment, ProxyServer, condition, status,
+    AttachmentTotals, FINALIZER, InfraClusterAttachment, ProxyServer, condition, status,
 };
 use crate::plan::condition_status;
 use crate::plan::infra::{InfraPlan, attachment_status};
@@ -84,7 +84,7 @@ async fn apply_attachment(att: &InfraClusterAttachment, ctx: &Context) -> Result
     let started = Instant::now();
     let ns = att.namespace().unwrap_or_default();
     let infra_name = &att.spec.infra_ref.name;
-    let infra = cached::<Infra>(&ctx.stores.infras, &ns, infra_name);
+    let infra = crate::cache::cached_infra(&ctx.stores.infras, &ns, infra_name);
     let plan = match &infra {
         Some(i) => observe_infra(ctx, i).await?,
         None => empty_plan(),

@@ -262,6 +262,18 @@ impl UndecodableStatus for DHCPServer {
     }
 }
 
+impl UndecodableStatus for crate::crd::Infra {
+    type Status = crate::crd::InfraStatus;
+    fn invalid_status(
+        existing: Option<&crate::crd::InfraStatus>,
+        generation: Option<i64>,
+        planned: &[PlannedCondition],
+        now: &Time,
+    ) -> crate::crd::InfraStatus {
+        crate::plan::infra::invalid_infra_status(existing, generation, planned, now)
+    }
+}
+
 impl UndecodableStatus for DNSServer {
     type Status = ServerStatus;
     fn invalid_status(
@@ -294,7 +306,11 @@ impl UndecodableStatus for ProxyServer {
 /// A derived object whose body does not fit its type: its children stay as
 /// they are (last good config) and its status says why (`InvalidSpec`,
 /// naming the field); the other objects of the kind reconcile as usual.
-async fn reconcile_undecodable<K>(obj: &Decoded<K>, error: &str, ctx: &Context) -> Result<Action>
+pub(crate) async fn reconcile_undecodable<K>(
+    obj: &Decoded<K>,
+    error: &str,
+    ctx: &Context,
+) -> Result<Action>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + UndecodableStatus

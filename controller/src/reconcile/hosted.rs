@@ -27,7 +27,7 @@ use super::apply::apply as apply_object;
 use super::step::observe_infra;
 use super::{Context, Error, Result};
 use crate::cache::cached;
-use crate::crd::{AppsIngressStatus, Infra, InfraClusterAttachment, InfraClusterAttachmentStatus};
+use crate::crd::{AppsIngressStatus, InfraClusterAttachment, InfraClusterAttachmentStatus};
 use crate::hosted::{CachedClient, key_of};
 use crate::plan::apps_ingress::{self, Gate, Resolved, phase, reason};
 use crate::plan::hosted_objects::{
@@ -89,7 +89,7 @@ pub async fn cleanup(ctx: &Context, att: &InfraClusterAttachment) -> Result<()> 
     if public_services(ctx, &ns, &att.spec.infra_ref.name).is_empty() {
         return Ok(());
     }
-    let infra = cached::<Infra>(&ctx.stores.infras, &ns, &att.spec.infra_ref.name);
+    let infra = crate::cache::cached_infra(&ctx.stores.infras, &ns, &att.spec.infra_ref.name);
     let plan = match &infra {
         Some(i) => Some(observe_infra(ctx, i).await?),
         None => None,
@@ -558,7 +558,7 @@ async fn public_dns(
 ) -> Result<()> {
     let ns = att.namespace().unwrap_or_default();
     let infra_name = att.spec.infra_ref.name.clone();
-    let infra = cached::<Infra>(&ctx.stores.infras, &ns, &infra_name);
+    let infra = crate::cache::cached_infra(&ctx.stores.infras, &ns, &infra_name);
     let attachments = ctx.stores.attachments.state();
     let wanted = match (&infra, plan) {
         (Some(infra), Some(plan)) => {

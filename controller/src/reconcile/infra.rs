@@ -56,8 +56,18 @@ const RESYNC: Duration = Duration::from_secs(300);
 /// Condition type saying whether worker addresses can be observed.
 pub const WORKERS_OBSERVED: &str = "WorkersObserved";
 
-/// Entry point of the Infra controller.
-pub async fn reconcile(infra: Arc<Infra>, ctx: Arc<Context>) -> Result<Action> {
+/// Entry point of the Infra controller. An Infra that cannot be decoded
+/// (stored under an older, looser schema) stops neither the watch nor the
+/// other Infras: it reports why in its status, and its deletion still
+/// completes ([`cleanup_undecodable`]).
+pub async fn reconcile(obj: Arc<Decoded<Infra>>, ctx: Arc<Context>) -> Result<Action> {
+    let infra = match &obj.object {
+        Ok(i) => Arc::new(i.clone()),
+        Err(e) if obj.metadata.deletion_timestamp.is_some() => {
+            return cleanup_undecodable(&obj, e, &ctx).await;
+        }
+        Err(e) => return super::component::reconcile_undecodable(&obj, e, &ctx).await,
+    };
     let ns = infra
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
@@ -287,7 +297,7 @@ async fn apply_infra(infra: &Infra, ctx: &Context) -> Result<Action> {
 
 /// NetworkPolicies labelled for this Infra outside its namespace (owner
 /// references cannot cross namespaces, so GC will not remove them).
-pub fn foreign_policies(ctx: &Context, infra: &Infra) -> Vec<Arc<NetworkPolicy>> {
+pub fn foreign_policies(ctx: &Context, infra: &impl Resource) -> Vec<Arc<NetworkPolicy>> {
     let ns = infra.namespace().unwrap_or_default();
     let name = infra.name_any();
     let owner_ns = infra.namespace();
@@ -306,7 +316,7 @@ fn cudn_api(ctx: &Context) -> Api<DynamicObject> {
 
 /// The ClusterUserDefinedNetworks labelled for `infra` (none when the
 /// cluster does not serve the kind).
-async fn owned_cudns(ctx: &Context, infra: &Infra) -> Result<Vec<DynamicObject>> {
+async fn owned_cudns(ctx: &Context, infra: &impl Resource) -> Result<Vec<DynamicObject>> {
     let lp = ListParams::default().labels(&cudn::owner_selector(infra));
     match cudn_api(ctx).list(&lp).await {
         // The selector is the owner check; this one guards a server that
@@ -372,6 +382,56 @@ async fn apply_cudns(ctx: &Context, infra: &Infra) -> Result<usize> {
         written += usize::from(delete_cudn(ctx, &name).await?);
     }
     Ok(written)
+}
+
+/// The deletion of an Infra whose spec cannot be decoded: what cleanup
+/// can do from its name alone (NetworkPolicies and ClusterUserDefinedNetworks
+/// found by their owner labels, the agents' Leases by their names), then its
+/// finalizer goes, so the deletion never hangs on a spec nobody can read.
+async fn cleanup_undecodable(obj: &Decoded<Infra>, error: &str, ctx: &Context) -> Result<Action> {
+    if !obj.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let ns = obj
+        .namespace()
+        .ok_or(Error::MissingField("metadata.namespace"))?;
+    let name = obj.name_any();
+    tracing::warn!(infra = %name, namespace = %ns, "deleting an Infra that cannot be decoded ({error}): cleaning up by name");
+    for p in foreign_policies(ctx, obj) {
+        let api: Api<NetworkPolicy> =
+            Api::namespaced(ctx.client.clone(), &p.namespace().unwrap_or_default());
+        delete_if_present(&api, &p.name_any()).await?;
+    }
+    for c in owned_cudns(ctx, obj).await? {
+        delete_cudn(ctx, &c.name_any()).await?;
+    }
+    let leases: Api<Lease> = Api::namespaced(ctx.client.clone(), &ns);
+    for l in leases.list(&ListParams::default()).await?.items {
+        let lease = l.name_any();
+        if crate::plan::availability::is_agent_lease_of(&name, &lease) {
+            delete_if_present(&leases, &lease).await?;
+        }
+    }
+    let kept: Vec<&String> = obj
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .collect();
+    let api: Api<Decoded<Infra>> = Api::namespaced(ctx.client.clone(), &ns);
+    // The resourceVersion makes the API server refuse the patch (409, and
+    // the reconcile runs again) when the finalizers changed meanwhile.
+    api.patch(
+        &name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!({
+            "metadata": {
+                "finalizers": kept,
+                "resourceVersion": obj.metadata.resource_version,
+            }
+        })),
+    )
+    .await?;
+    Ok(Action::await_change())
 }
 
 async fn cleanup(infra: &Infra, ctx: &Context) -> Result<Action> {

@@ -229,3 +229,120 @@ async fn an_undecodable_object_gets_invalid_spec_and_the_others_reconcile() {
         .unwrap()
         .unwrap();
 }
+
+/// An Infra stored under an older, looser schema (a network with host bits,
+/// which the typed network refuses) beside a good one: the bad one gets
+/// `InvalidSpec` naming the field, the good one its derived servers and
+/// status, and the bad one's deletion completes: its agents' Leases go (an
+/// unrelated Lease stays) and its finalizer is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undecodable_infra_reports_invalid_spec_the_others_reconcile_and_its_deletion_completes()
+{
+    const INFRAS: &str = "/apis/hostedcluster.densityops.com/v1alpha1/namespaces/oooi/infras";
+    const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/oooi/leases";
+    let mock = MockApi::start();
+    let infra = |name: &str, cidr: &str| {
+        json!({
+            "apiVersion": "hostedcluster.densityops.com/v1alpha1", "kind": "Infra",
+            "metadata": {"name": name, "namespace": "oooi", "uid": format!("uid-{name}"),
+                         "finalizers": ["hostedcluster.densityops.com/cleanup"]},
+            "spec": {
+                "networkConfig": {"cidr": cidr, "gateway": "198.51.100.1",
+                                  "networkAttachmentDefinition": "vlan200"},
+                "infraComponents": {
+                    "dhcp": {"serverIP": "198.51.100.2", "rangeStart": "198.51.100.100",
+                             "rangeEnd": "198.51.100.179", "image": "oooi-dhcp:1"},
+                    "dns": {"serverIPs": ["198.51.100.3", "198.51.100.13"], "image": "oooi-dns:1"},
+                    "proxy": {"serverIP": "198.51.100.4", "image": "envoy:1"}
+                }
+            }
+        })
+    };
+    mock.insert(&format!("{INFRAS}/good"), infra("good", "198.51.100.0/24"));
+    mock.insert(&format!("{INFRAS}/old"), infra("old", "198.51.100.7/24"));
+    let lease = |name: &str| {
+        json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "namespace": "oooi", "uid": format!("uid-{name}")},
+            "spec": {"holderIdentity": "old-dns-0-abc"}
+        })
+    };
+    for name in [
+        "old-dns-198-51-100-3",
+        "old-dns-198-51-100-13",
+        "good-dns-198-51-100-3",
+    ] {
+        mock.insert(&format!("{LEASES}/{name}"), lease(name));
+    }
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(oooi_controller::controllers::run(
+        mock.client.clone(),
+        Settings::default(),
+        Metrics::new(),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+
+    until(30, "old's InvalidSpec", || {
+        mock.get(&format!("{INFRAS}/old"))
+            .and_then(|o| condition(&o, "Ready"))
+            .is_some_and(|c| c["reason"] == "InvalidSpec")
+    })
+    .await;
+    let old = mock.get(&format!("{INFRAS}/old")).unwrap();
+    let message = condition(&old, "Degraded").unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        message.contains("spec.networkConfig.cidr"),
+        "the message names the field: {message}"
+    );
+    until(30, "good's derived DNSServer and status", || {
+        mock.get(&format!("{G}/dnsservers/good-dns-0")).is_some()
+            || mock.get(&format!("{G}/dnsservers/good-dns")).is_some()
+    })
+    .await;
+    until(30, "good's status", || {
+        mock.get(&format!("{INFRAS}/good"))
+            .and_then(|o| condition(&o, "Ready"))
+            .is_some_and(|c| c["reason"] != "InvalidSpec")
+    })
+    .await;
+    assert!(
+        mock.paths(&format!("{G}/dnsservers/old")).is_empty(),
+        "the undecodable Infra gets no derived servers"
+    );
+
+    // Its deletion: the API server sets the timestamp and waits for the
+    // finalizer.
+    mock.update(&format!("{INFRAS}/old"), |o| {
+        o["metadata"]["deletionTimestamp"] = json!("2026-12-07T00:00:00Z");
+    });
+    until(30, "old's deletion", || {
+        mock.get(&format!("{INFRAS}/old")).is_none()
+    })
+    .await;
+    assert!(
+        mock.get(&format!("{LEASES}/old-dns-198-51-100-3"))
+            .is_none()
+    );
+    assert!(
+        mock.get(&format!("{LEASES}/old-dns-198-51-100-13"))
+            .is_none()
+    );
+    assert!(
+        mock.get(&format!("{LEASES}/good-dns-198-51-100-3"))
+            .is_some(),
+        "another Infra's Lease stays"
+    );
+    assert!(mock.get(&format!("{INFRAS}/good")).is_some());
+
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("the controllers stop")
+        .unwrap()
+        .unwrap();
+}
