@@ -52,8 +52,7 @@ impl ArpSocket {
         }
         // SAFETY: fd is a fresh socket.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let mut at = sockaddr(link, protocol, None);
-        at.sll_halen = 0;
+        let at = sockaddr(link, protocol, None);
         // SAFETY: `at` is a valid sockaddr_ll for its length.
         let rc = unsafe {
             libc::bind(

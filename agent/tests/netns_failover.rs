@@ -297,12 +297,7 @@ fn mock_api(net: &Net) -> (MockApi, tempfile::TempDir, std::path::PathBuf) {
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(
         &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\ncurrent-context: mock\n\
-             clusters: [{{name: mock, cluster: {{server: \"http://{api}\"}}}}]\n\
-             contexts: [{{name: mock, context: {{cluster: mock, user: mock, namespace: oooi-system}}}}]\n\
-             users: [{{name: mock, user: {{}}}}]\n"
-        ),
+        oooi_kube_mock::kubeconfig(api, "oooi-system", None),
     )
     .unwrap();
     (mock, dir, kubeconfig)

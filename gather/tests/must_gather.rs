@@ -89,16 +89,7 @@ async fn serve(routes: Vec<(&'static str, u16, String)>) -> SocketAddr {
 
 fn kubeconfig(dir: &Path, api: SocketAddr) -> PathBuf {
     let path = dir.join("kubeconfig");
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\ncurrent-context: mock\n\
-             clusters: [{{name: mock, cluster: {{server: \"http://{api}\"}}}}]\n\
-             contexts: [{{name: mock, context: {{cluster: mock, user: mock, namespace: default}}}}]\n\
-             users: [{{name: mock, user: {{}}}}]\n"
-        ),
-    )
-    .unwrap();
+    std::fs::write(&path, oooi_kube_mock::kubeconfig(api, "default", None)).unwrap();
     path
 }
 

@@ -1103,12 +1103,7 @@ async fn must_gather_image_gathers_from_a_loopback_api_as_oc_runs_it() {
     std::fs::write(kube_dir.join("ca.crt"), ca.cert.pem()).expect("ca.crt");
     std::fs::write(
         kube_dir.join("config"),
-        format!(
-            "apiVersion: v1\nkind: Config\ncurrent-context: mock\n\
-             clusters: [{{name: mock, cluster: {{server: \"http://{api}\", certificate-authority: /kube/ca.crt}}}}]\n\
-             contexts: [{{name: mock, context: {{cluster: mock, user: mock}}}}]\n\
-             users: [{{name: mock, user: {{}}}}]\n"
-        ),
+        oooi_kube_mock::kubeconfig(api, "default", Some("/kube/ca.crt")),
     )
     .expect("kubeconfig");
     let dest = dir.path().join("must-gather");

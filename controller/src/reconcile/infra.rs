@@ -397,14 +397,10 @@ async fn cleanup_undecodable(obj: &Decoded<Infra>, error: &str, ctx: &Context) -
         .ok_or(Error::MissingField("metadata.namespace"))?;
     let name = obj.name_any();
     tracing::warn!(infra = %name, namespace = %ns, "deleting an Infra that cannot be decoded ({error}): cleaning up by name");
-    for p in foreign_policies(ctx, obj) {
-        let api: Api<NetworkPolicy> =
-            Api::namespaced(ctx.client.clone(), &p.namespace().unwrap_or_default());
-        delete_if_present(&api, &p.name_any()).await?;
-    }
-    for c in owned_cudns(ctx, obj).await? {
-        delete_cudn(ctx, &c.name_any()).await?;
-    }
+    delete_foreign_policies(ctx, obj).await?;
+    // Whether it named a ClusterUserDefinedNetwork is in the unreadable
+    // spec: look for owned ones anyway.
+    delete_owned_cudns(ctx, obj).await?;
     let leases: Api<Lease> = Api::namespaced(ctx.client.clone(), &ns);
     for l in leases.list(&ListParams::default()).await?.items {
         let lease = l.name_any();
@@ -434,16 +430,28 @@ async fn cleanup_undecodable(obj: &Decoded<Infra>, error: &str, ctx: &Context) -
     Ok(Action::await_change())
 }
 
-async fn cleanup(infra: &Infra, ctx: &Context) -> Result<Action> {
+/// Deletes the NetworkPolicies labelled for `infra` outside its namespace.
+async fn delete_foreign_policies(ctx: &Context, infra: &impl Resource) -> Result<()> {
     for p in foreign_policies(ctx, infra) {
         let api: Api<NetworkPolicy> =
             Api::namespaced(ctx.client.clone(), &p.namespace().unwrap_or_default());
         delete_if_present(&api, &p.name_any()).await?;
     }
+    Ok(())
+}
+
+/// Deletes the ClusterUserDefinedNetworks `infra` owns.
+async fn delete_owned_cudns(ctx: &Context, infra: &impl Resource) -> Result<()> {
+    for c in owned_cudns(ctx, infra).await? {
+        delete_cudn(ctx, &c.name_any()).await?;
+    }
+    Ok(())
+}
+
+async fn cleanup(infra: &Infra, ctx: &Context) -> Result<Action> {
+    delete_foreign_policies(ctx, infra).await?;
     if cudn::names_a_cudn(infra) {
-        for c in owned_cudns(ctx, infra).await? {
-            delete_cudn(ctx, &c.name_any()).await?;
-        }
+        delete_owned_cudns(ctx, infra).await?;
     }
     // The address agents' Leases: made by the agents, so nothing owns them.
     let leases: Api<Lease> =

@@ -67,6 +67,39 @@ async fn until(secs: u64, what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
+/// The real watches and wiring ([`oooi_controller::controllers::run`])
+/// against the mocked API, until [`Controllers::stop`].
+struct Controllers {
+    stop: tokio::sync::oneshot::Sender<()>,
+    run: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Controllers {
+    fn start(mock: &MockApi) -> Controllers {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let run = tokio::spawn(oooi_controller::controllers::run(
+            mock.client.clone(),
+            Settings::default(),
+            Metrics::new(),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        Controllers { stop, run }
+    }
+
+    /// Shuts them down; fails when they do not stop within 30 s or end in
+    /// an error.
+    async fn stop(self) {
+        self.stop.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(30), self.run)
+            .await
+            .expect("the controllers stop")
+            .unwrap()
+            .unwrap();
+    }
+}
+
 /// A route the routing table accepts.
 fn good_route() -> Value {
     json!({
@@ -162,15 +195,7 @@ async fn an_undecodable_object_gets_invalid_spec_and_the_others_reconcile() {
             "data": {"token": "cHVzaC10b2tlbi1mb3ItdGhlLWRlY29kZS1zY2VuYXJpbw=="}
         }),
     );
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let run = tokio::spawn(oooi_controller::controllers::run(
-        mock.client.clone(),
-        Settings::default(),
-        Metrics::new(),
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    let controllers = Controllers::start(&mock);
 
     for k in &KINDS {
         for good in [format!("{}-a", k.short), format!("{}-b", k.short)] {
@@ -222,12 +247,7 @@ async fn an_undecodable_object_gets_invalid_spec_and_the_others_reconcile() {
         );
     }
 
-    stop.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(30), run)
-        .await
-        .expect("the controllers stop")
-        .unwrap()
-        .unwrap();
+    controllers.stop().await;
 }
 
 /// An Infra stored under an older, looser schema (a network with host bits,
@@ -274,15 +294,7 @@ async fn an_undecodable_infra_reports_invalid_spec_the_others_reconcile_and_its_
     ] {
         mock.insert(&format!("{LEASES}/{name}"), lease(name));
     }
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let run = tokio::spawn(oooi_controller::controllers::run(
-        mock.client.clone(),
-        Settings::default(),
-        Metrics::new(),
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    let controllers = Controllers::start(&mock);
 
     until(30, "old's InvalidSpec", || {
         mock.get(&format!("{INFRAS}/old"))
@@ -339,10 +351,5 @@ async fn an_undecodable_infra_reports_invalid_spec_the_others_reconcile_and_its_
     );
     assert!(mock.get(&format!("{INFRAS}/good")).is_some());
 
-    stop.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(30), run)
-        .await
-        .expect("the controllers stop")
-        .unwrap()
-        .unwrap();
+    controllers.stop().await;
 }

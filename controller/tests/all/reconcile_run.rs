@@ -88,12 +88,7 @@ async fn run_starts_without_optional_crds_reconciles_and_shuts_down_on_sigterm()
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(
         &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\ncurrent-context: mock\n\
-             clusters: [{{name: mock, cluster: {{server: \"http://{api}\"}}}}]\n\
-             users: [{{name: mock, user: {{token: test}}}}]\n\
-             contexts: [{{name: mock, context: {{cluster: mock, user: mock, namespace: default}}}}]\n"
-        ),
+        oooi_kube_mock::kubeconfig(api, "default", None),
     )
     .unwrap();
     let http: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();

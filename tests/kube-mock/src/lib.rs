@@ -504,6 +504,22 @@ impl MockApi {
     }
 }
 
+/// A kubeconfig whose one context reaches the mocked API served at `api`
+/// over plain HTTP, as an anonymous user, in `namespace`. `ca` names a
+/// certificate-authority file for clients that insist on one (the mock
+/// never uses it).
+pub fn kubeconfig(api: std::net::SocketAddr, namespace: &str, ca: Option<&str>) -> String {
+    let ca = ca
+        .map(|path| format!(", certificate-authority: \"{path}\""))
+        .unwrap_or_default();
+    format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: mock\n\
+         clusters: [{{name: mock, cluster: {{server: \"http://{api}\"{ca}}}}}]\n\
+         contexts: [{{name: mock, context: {{cluster: mock, user: mock, namespace: {namespace}}}}}]\n\
+         users: [{{name: mock, user: {{}}}}]\n"
+    )
+}
+
 /// Collection path, object name and subresource of an object path.
 pub fn split(path: &str) -> (String, Option<String>, Option<String>) {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();

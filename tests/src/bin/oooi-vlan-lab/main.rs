@@ -293,7 +293,7 @@ fn up(args: &UpArgs) -> Result<()> {
     let result = steps::run(&mut lab, args);
     let elapsed = t0.elapsed();
     match &result {
-        Ok(r) if r.failures == 0 => println!(
+        Ok(r) if r.failures() == 0 => println!(
             "\nsummary: all {} steps passed in {:.1} s (state and logs: {})",
             r.steps,
             elapsed.as_secs_f64(),
@@ -301,7 +301,7 @@ fn up(args: &UpArgs) -> Result<()> {
         ),
         Ok(r) => println!(
             "\nsummary: {} of {} steps FAILED in {:.1} s (logs: {}):\n{}",
-            r.failures,
+            r.failures(),
             r.steps,
             elapsed.as_secs_f64(),
             dir.display(),
@@ -312,7 +312,7 @@ fn up(args: &UpArgs) -> Result<()> {
             dir.display()
         ),
     }
-    let failed = !matches!(&result, Ok(r) if r.failures == 0);
+    let failed = !matches!(&result, Ok(r) if r.failures() == 0);
     if failed && args.keep_on_failure {
         lab.keep = true;
         println!(
@@ -331,8 +331,8 @@ fn up(args: &UpArgs) -> Result<()> {
     }
     drop(lab);
     match result {
-        Ok(r) if r.failures == 0 => Ok(()),
-        Ok(r) => bail!("{} step(s) failed", r.failures),
+        Ok(r) if r.failures() == 0 => Ok(()),
+        Ok(r) => bail!("{} step(s) failed", r.failures()),
         Err(e) => Err(e),
     }
 }
