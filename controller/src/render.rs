@@ -140,16 +140,27 @@ impl FilterInput {
     }
 }
 
+/// An `ObservedCluster` document. Its fields are spelled out rather than
+/// flattened from [`ObservedCluster`]: serde's `flatten` drops unknown keys
+/// unseen, and a misspelt `machine:` would silently lose the cluster's
+/// workers.
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ObservedClusterDoc {
     #[allow(dead_code)]
     api_version: String,
     #[allow(dead_code)]
     kind: String,
+    #[serde(default)]
+    #[allow(dead_code)]
+    metadata: Option<DocMeta>,
     hosted_cluster: HostedClusterKey,
-    #[serde(flatten)]
-    cluster: ObservedCluster,
+    #[serde(default)]
+    machines: Vec<plan::observed::ObservedMachine>,
+    #[serde(default)]
+    vmis: Vec<plan::observed::ObservedVmi>,
+    #[serde(default)]
+    apps_vip: Option<Ipv4Addr>,
 }
 
 #[derive(Deserialize)]
@@ -164,24 +175,68 @@ struct ObservedInfraDoc {
     internal_proxy_ip: Ipv4Addr,
 }
 
+/// The metadata an observed document may carry. Only the name and namespace
+/// mean anything to `render`; labels and annotations are allowed so that a
+/// document copied from a cluster is accepted, anything else is refused.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct DocMeta {
     name: String,
     namespace: Option<String>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    labels: Option<serde_json::Map<String, Value>>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    annotations: Option<serde_json::Map<String, Value>>,
 }
 
 /// Decodes one document, the error naming the field at fault
 /// (`spec.networkConfig.cidr: 192.0.2.7/24 has host bits set …`): the
 /// typed fields (networks, addresses) apply their rules here, once.
+///
+/// Strict, as `kubectl apply --validate=strict`: a field the type does not
+/// know (`metadata.namespce`, a typo inside `metadata` that kube's open
+/// ObjectMeta schema would let through) is an error naming every such path.
 fn decode<K: serde::de::DeserializeOwned>(doc: Value) -> anyhow::Result<K> {
-    serde_path_to_error::deserialize(doc).map_err(|e| {
+    let mut unknown = Vec::new();
+    let decoded = serde_path_to_error::deserialize(serde_ignored::Deserializer::new(
+        doc,
+        &mut |path: serde_ignored::Path<'_>| {
+            // kube's derived kinds take their type from the Rust type and
+            // skip these two; `add_yaml` has checked them already.
+            let path = path.to_string();
+            if path != "apiVersion" && path != "kind" {
+                unknown.push(path);
+            }
+        },
+    ))
+    .map_err(|e| {
         let path = e.path().to_string();
         if path.is_empty() || path == "." {
             anyhow::anyhow!("{}", e.into_inner())
         } else {
             anyhow::anyhow!("{path}: {}", e.into_inner())
         }
-    })
+    })?;
+    if !unknown.is_empty() {
+        bail!("{}", unknown_fields_message(&unknown));
+    }
+    Ok(decoded)
+}
+
+fn unknown_fields_message(paths: &[String]) -> String {
+    let mut paths: Vec<&String> = paths.iter().collect();
+    paths.sort();
+    paths.dedup();
+    format!(
+        "unknown field(s) {}",
+        paths
+            .iter()
+            .map(|f| format!("`{f}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
 }
 
 fn defaulted_namespace<K: kube::Resource>(mut obj: K) -> K {
@@ -226,15 +281,7 @@ impl RenderInput {
             if let Some(unknown) = crate::crd::strict::unknown_fields(&kind, &doc)
                 && !unknown.is_empty()
             {
-                bail!(
-                    "{}: unknown field(s) {}",
-                    at(),
-                    unknown
-                        .iter()
-                        .map(|f| format!("`{f}`"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
+                bail!("{}: {}", at(), unknown_fields_message(&unknown));
             }
             match kind.as_str() {
                 "Infra" => self
@@ -253,17 +300,22 @@ impl RenderInput {
                     .proxy_servers
                     .push(defaulted_namespace(decode(doc).with_context(at)?)),
                 "ObservedCluster" => {
-                    let d: ObservedClusterDoc = serde_json::from_value(doc).with_context(at)?;
+                    let d: ObservedClusterDoc = decode(doc).with_context(at)?;
+                    let cluster = ObservedCluster {
+                        machines: d.machines,
+                        vmis: d.vmis,
+                        apps_vip: d.apps_vip,
+                    };
                     if self
                         .clusters
-                        .insert(d.hosted_cluster.clone(), d.cluster)
+                        .insert(d.hosted_cluster.clone(), cluster)
                         .is_some()
                     {
                         bail!("{}: {} is observed twice", at(), d.hosted_cluster);
                     }
                 }
                 "ObservedInfra" => {
-                    let d: ObservedInfraDoc = serde_json::from_value(doc).with_context(at)?;
+                    let d: ObservedInfraDoc = decode(doc).with_context(at)?;
                     let ns = d
                         .metadata
                         .namespace

@@ -86,7 +86,8 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    // kube's TLS needs one process-level crypto provider (see TOOLING.md).
+    // kube's TLS needs one process-level crypto provider: with two compiled in,
+    // rustls cannot choose and the client panics.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let timeout = Duration::from_secs(args.request_timeout);
     let client = match client(timeout).await {

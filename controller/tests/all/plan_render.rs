@@ -275,6 +275,49 @@ fn render_refuses_unknown_fields_and_skips_other_kinds_in_the_same_file() {
 }
 
 #[test]
+fn render_refuses_typos_in_metadata_and_in_observed_documents_naming_each_path() {
+    // `kubectl apply --validate=strict` refuses these; render must too, and
+    // `machine:` (for `machines:`) would otherwise drop the cluster's workers.
+    let bin = env!("CARGO_BIN_EXE_oooi-controller");
+    let example = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/two-clusters.yaml");
+    let text = std::fs::read_to_string(&example).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "metadata:\n  name: vlan200\n  namespace: oooi",
+            "metadata:\n  name: vlan200\n  namespce: oooi",
+            "`metadata.namespce`",
+        ),
+        (
+            "metadata:\n  name: vlan200\n  namespace: oooi",
+            "metadata:\n  name: vlan200\n  namespace: oooi\n  annotation: {a: b}",
+            "`metadata.annotation`",
+        ),
+        (
+            "kind: ObservedCluster\nhostedCluster: {namespace: clusters, name: c1}\nmachines:",
+            "kind: ObservedCluster\nhostedCluster: {namespace: clusters, name: c1}\nmachine:",
+            "`machine`",
+        ),
+    ];
+    for (from, to, want) in cases {
+        assert!(text.contains(from), "the example has {from:?}");
+        let file = dir.path().join("typo.yaml");
+        std::fs::write(&file, text.replacen(from, to, 1)).unwrap();
+        let out = Command::new(bin)
+            .env_remove("OOOI_FILTER_WASM")
+            .env_remove("OOOI_PUSH_TOKEN")
+            .args(["render", "-f"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{to:?}: {stderr}");
+        assert!(stderr.contains(want), "{to:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{to:?}");
+    }
+}
+
+#[test]
 fn the_binary_prints_crds_and_writes_a_render_directory() {
     let bin = env!("CARGO_BIN_EXE_oooi-controller");
     let out = Command::new(bin).arg("crds").output().unwrap();
