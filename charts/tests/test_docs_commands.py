@@ -21,6 +21,14 @@ block writes it to NAME (a manifest the page tells the reader to save), and
 A block with `kubectl`, `helm` or `oc` and no `cluster` marker is refused, as
 is an unknown marker.
 
+The blocks run at the repository root as a reader would, but in a mount
+namespace of their own with an overlay over the checkout: what they write
+(dist/, my-values.yaml, rendered/…) lands in the overlay's upper directory,
+a temporary one, and the checkout stays as it was. `target/` is the real
+build directory mounted through, so the blocks reuse what the suite built
+(the images at this commit are not built again: `tools/dev images` keeps an
+image whose inputs are unchanged).
+
 The one change to every command: `registry.example.com` is a
 `docker-registry` (Debian) on 127.0.0.1, which skopeo and podman reach over
 plain HTTP through a registries.conf of this test (podman through
@@ -59,9 +67,6 @@ SKIP = {
 }
 PREPARE = {"file", "substitute"}
 NEEDS_CLUSTER = re.compile(r"(^|[;&|(]\s*|\s)(kubectl|helm|oc)\s", re.M)
-# What the blocks leave in the repository root; removed afterwards, and the
-# test refuses to start when one exists already (it is the reader's).
-SCRATCH = ["dist", "my-values.yaml", "infra.yaml", "attachment.yaml", "rendered", "rendered.yaml", "oooi"]
 REGISTRY_HOST = "registry.example.com"
 IMAGES = ["controller", "dns", "dhcp", "proxy"]
 
@@ -165,7 +170,7 @@ class Registry:
         self.log.close()
 
 
-def parse_helm(command):
+def parse_helm(command, resolve=lambda name: ROOT / name):
     """(verb, release, chart, namespace, values) of a `helm install|upgrade`
     command line, or None for other helm verbs."""
     words = shlex.split(command)
@@ -196,7 +201,7 @@ def parse_helm(command):
     release, chart = positional
     values = {}
     for f in files:
-        values = merged(values, yaml.safe_load((ROOT / f).read_text()) or {})
+        values = merged(values, yaml.safe_load(resolve(f).read_text()) or {})
     for s in sets:
         path, value = s.split("=", 1)
         node = {}
@@ -215,14 +220,14 @@ def helm_commands(body):
     return [line.strip() for line in joined.splitlines() if line.strip().startswith("helm ")]
 
 
-def render_with_helm(command):
+def render_with_helm(command, resolve):
     import helm_python as helm
 
-    parsed = parse_helm(command)
+    parsed = parse_helm(command, resolve)
     if parsed is None:
         return None
     verb, release, chart, namespace, values = parsed
-    out = helm.Chart.load(str(ROOT / chart)).render(
+    out = helm.Chart.load(str(resolve(chart))).render(
         values, name=release, namespace=namespace, is_install=verb == "install", is_upgrade=verb == "upgrade"
     )
     objects = []
@@ -241,12 +246,73 @@ def test_helm_commands_of_the_docs_parse_as_this_test_reads_them():
     assert helm_commands(body) == ["helm install oooi x.tgz --namespace n -f v.yaml"]
 
 
-def run_block(where, body, env, subst):
+class Overlay:
+    """The checkout as the blocks see it: ROOT itself, overlaid in a mount
+    namespace of each block's own, with every write kept in `upper`."""
+
+    def __init__(self, tmp, target):
+        self.upper = Path(tmp) / "upper"
+        self.work = Path(tmp) / "work"
+        self.upper.mkdir()
+        self.work.mkdir()
+        self.target = target
+        link = ROOT / "target"
+        # The docs name target/...: the real build directory, mounted over
+        # the overlay's (writes to it are the build's, not the checkout's),
+        # or, with CARGO_TARGET_DIR elsewhere, a link to it in the overlay.
+        self.bind_target = link.is_dir() and not link.is_symlink() and link.resolve() == target
+        if not link.exists():
+            (self.upper / "target").symlink_to(target)
+        else:
+            assert link.resolve() == target, f"{link} is not CARGO_TARGET_DIR ({target}): the docs' target/ paths would miss the build"
+
+    def write(self, name, text):
+        path = self.upper / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+    def path(self, name):
+        """Where `name` (relative to the repository root) is as the blocks
+        see it: written by them (in the overlay), or the checkout's."""
+        written = self.upper / name
+        return written if os.path.lexists(written) else ROOT / name
+
+    def run(self, body, env, timeout):
+        mounts = f"mount -t overlay oooi-docs -o lowerdir={shlex.quote(str(ROOT))},upperdir={shlex.quote(str(self.upper))},workdir={shlex.quote(str(self.work))} {shlex.quote(str(ROOT))}"
+        if self.bind_target:
+            mounts += f" && mount --bind {shlex.quote(str(self.target))} {shlex.quote(str(ROOT / 'target'))}"
+        script = f'{mounts} && cd {shlex.quote(str(ROOT))} && exec bash -euo pipefail -c "$1"'
+        return subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "bash", "-euo", "pipefail", "-c", script, "docs-block", body],
+            cwd="/",
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+
+def run_block(overlay, where, body, env, subst):
     for old, new in subst:
         body = body.replace(old, new)
-    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
+    proc = overlay.run(body, env, timeout=3600)
     assert proc.returncode == 0, f"{where} failed (exit {proc.returncode}):\n{body}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-6000:]}"
     return proc
+
+
+def test_a_block_writes_into_the_overlay_not_the_checkout():
+    tmp = tempfile.mkdtemp(prefix="oooi-docs-overlay-")
+    try:
+        target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")).resolve()
+        overlay = Overlay(tmp, target)
+        name = f"docs-overlay-probe-{os.getpid()}"
+        proc = overlay.run(f"test -f README.md && echo written > {name} && cat {name}", dict(os.environ), timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == "written\n"
+        assert not (ROOT / name).exists(), "the block wrote into the checkout"
+        assert overlay.path(name).read_text() == "written\n"
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def skopeo_inspect(ref, env, raw=False):
@@ -257,18 +323,9 @@ def skopeo_inspect(ref, env, raw=False):
 
 
 def test_docs_shell_blocks_run_as_written():
-    existing = [n for n in SCRATCH if (ROOT / n).exists()]
-    assert not existing, f"the docs commands would write over these in {ROOT}: {existing} (move them away first)"
     target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")).resolve()
-    link = ROOT / "target"
-    made_link = False
-    if not link.exists():
-        # The docs name target/...; with CARGO_TARGET_DIR elsewhere, point
-        # target at it for the duration.
-        link.symlink_to(target)
-        made_link = True
-    assert link.resolve() == target, f"{link} is not CARGO_TARGET_DIR ({target}): the docs' target/ paths would miss the build"
     tmp = tempfile.mkdtemp(prefix="oooi-docs-commands-")
+    overlay = Overlay(tmp, target)
     registry = Registry(tmp)
     try:
         conf = Path(tmp) / "registries.conf"
@@ -290,13 +347,13 @@ def test_docs_shell_blocks_run_as_written():
                 where = f"{page}:{line}"
                 kind, arg = marker if marker else (None, None)
                 if kind == "file":
-                    (ROOT / arg).write_text(body)
+                    overlay.write(arg, body)
                     continue
                 if lang not in ("sh", "bash", "shell"):
                     continue
                 if kind == "cluster":
                     for cmd in helm_commands(body):
-                        r = render_with_helm(cmd.replace(REGISTRY_HOST, registry.host))
+                        r = render_with_helm(cmd.replace(REGISTRY_HOST, registry.host), overlay.path)
                         if r is not None:
                             rendered.append((where, cmd, *r))
                     continue
@@ -306,16 +363,16 @@ def test_docs_shell_blocks_run_as_written():
                 if kind == "substitute":
                     old, new = arg.split(" ", 1)
                     extra = [(old, new)]
-                run_block(where, body, env, subst + extra)
+                run_block(overlay, where, body, env, subst + extra)
                 ran.append(where)
         assert len(ran) >= 10, ran
         assert len(rendered) >= 3, [r[:2] for r in rendered]
 
         # What the blocks built and pushed.
-        tag = (ROOT / "dist" / "tag").read_text().strip()
+        tag = overlay.path("dist/tag").read_text().strip()
         assert re.fullmatch(rf"{re.escape(APP_VERSION)}-g[0-9a-f]{{10}}(-dirty)?", tag), tag
         for name in IMAGES:
-            digest = (ROOT / "dist" / f"oooi-{name}.digest").read_text().strip()
+            digest = overlay.path(f"dist/oooi-{name}.digest").read_text().strip()
             assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest), digest
             for t in (tag, APP_VERSION):
                 info = yaml.safe_load(skopeo_inspect(f"docker://{registry.host}/oooi/oooi-{name}:{t}", env))
@@ -327,11 +384,11 @@ def test_docs_shell_blocks_run_as_written():
         for where, cmd, values, objects in installs:
             dep = next(o for o in objects if o["kind"] == "Deployment")
             image = dep["spec"]["template"]["spec"]["containers"][0]["image"]
-            want = (ROOT / "dist" / "oooi-controller.digest").read_text().strip()
+            want = overlay.path("dist/oooi-controller.digest").read_text().strip()
             assert image == f"{registry.host}/oooi/oooi-controller:{APP_VERSION}@{want}", f"{where}: {image}"
             env_images = {e["name"]: e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"] if e["name"].endswith("_IMAGE")}
             for name in ("dhcp", "dns", "proxy"):
-                d = (ROOT / "dist" / f"oooi-{name}.digest").read_text().strip()
+                d = overlay.path(f"dist/oooi-{name}.digest").read_text().strip()
                 assert env_images[f"OOOI_{name.upper()}_IMAGE"].endswith(f"@{d}"), env_images
         # The upstream-Envoy variant: built from its small context, pushed.
         ctx = target / "images" / "context" / "proxy-upstream"
@@ -343,11 +400,3 @@ def test_docs_shell_blocks_run_as_written():
     finally:
         registry.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-        for n in SCRATCH:
-            p = ROOT / n
-            if p.is_dir():
-                shutil.rmtree(p)
-            elif p.exists():
-                p.unlink()
-        if made_link:
-            link.unlink()
