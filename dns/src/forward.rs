@@ -73,42 +73,50 @@ pub struct Forwarder {
 /// NXDOMAIN names, say) pushes out the least recently stored or used
 /// answers rather than emptying the cache. Stored answers go to the young
 /// generation; when it holds half the capacity it becomes the old one and
-/// the previous old one is dropped. An answer used by the handler moves
-/// back to the young one.
+/// the previous old one is dropped. An answer used (by the fast path or
+/// the handler) moves back to the young one.
 #[derive(Default)]
 struct AnswerCache {
     young: HashMap<Key, Cached>,
     old: HashMap<Key, Cached>,
+    /// The configured capacity, as of the last store.
+    capacity: usize,
 }
 
 impl AnswerCache {
-    fn get(&self, key: &[u8]) -> Option<&Cached> {
-        self.young.get(key).or_else(|| self.old.get(key))
+    /// The answer under `key`, moved to the young generation.
+    fn get(&mut self, key: &[u8]) -> Option<&Cached> {
+        if !self.young.contains_key(key) {
+            self.touch(key);
+        }
+        self.young.get(key)
     }
 
     fn contains(&self, key: &[u8]) -> bool {
         self.young.contains_key(key) || self.old.contains_key(key)
     }
 
-    /// Room for one more of `capacity` answers in the young generation.
-    fn make_room(&mut self, capacity: usize) {
-        if self.young.len() >= (capacity / 2).max(1) {
+    /// Room for one more answer in the young generation.
+    fn make_room(&mut self) {
+        if self.young.len() >= (self.capacity / 2).max(1) {
             self.old = std::mem::take(&mut self.young);
         }
     }
 
     /// Moves `key` to the young generation, if it is in the old one.
-    fn touch(&mut self, key: &[u8], capacity: usize) {
+    fn touch(&mut self, key: &[u8]) {
         if let Some((k, c)) = self.old.remove_entry(key) {
-            self.make_room(capacity);
+            self.make_room();
             self.young.insert(k, c);
         }
     }
 
+    /// Stores `c` under `key`, within `capacity` answers.
     fn insert(&mut self, key: Key, c: Cached, capacity: usize) {
+        self.capacity = capacity;
         self.old.remove(&key);
         if !self.young.contains_key(&key) {
-            self.make_room(capacity);
+            self.make_room();
         }
         self.young.insert(key, c);
     }
@@ -200,7 +208,7 @@ impl Forwarder {
     /// with the seconds left in the cache, if there is one.
     pub fn with_cached<R>(&self, key: &[u8], f: impl FnOnce(&WireAnswer, u32) -> R) -> Option<R> {
         let now = Instant::now();
-        let cache = self.cache.lock().ok()?;
+        let mut cache = self.cache.lock().ok()?;
         let c = cache.get(key)?;
         if c.expires <= now {
             return None;
@@ -211,15 +219,8 @@ impl Forwarder {
     /// The cached answer under `key`: fresh (TTLs capped to the time left),
     /// or, with `stale` above zero, expired for less than `stale` (TTLs set
     /// to [`STALE_TTL`], RFC 8767).
-    fn cached(
-        &self,
-        key: &[u8],
-        now: Instant,
-        stale: Duration,
-        capacity: usize,
-    ) -> Option<Message> {
+    fn cached(&self, key: &[u8], now: Instant, stale: Duration) -> Option<Message> {
         let mut cache = self.cache.lock().ok()?;
-        cache.touch(key, capacity);
         let c = cache.get(key)?;
         let fresh = c.expires > now;
         if !fresh && (stale.is_zero() || now >= c.expires + stale) {
@@ -263,7 +264,7 @@ impl Forwarder {
         let lower = LowerName::new(query.name());
         let key = cache_key(&lower, query.query_type().into());
         let now = Instant::now();
-        if let Some(m) = self.cached(&key, now, Duration::ZERO, up.cache_entries) {
+        if let Some(m) = self.cached(&key, now, Duration::ZERO) {
             return Some(m);
         }
         let keys = self.keys(&lower, &key);
@@ -357,7 +358,7 @@ impl Forwarder {
 
     /// The expired cached answer for `key` if recent enough, counted.
     fn stale(&self, key: &[u8], up: &Upstreams, query: &Query) -> Option<Message> {
-        let m = self.cached(key, Instant::now(), up.serve_stale, up.cache_entries)?;
+        let m = self.cached(key, Instant::now(), up.serve_stale)?;
         crate::metrics::metrics().stale_answers.inc();
         tracing::debug!(name = %query.name(), "no upstream answer: serving a stale answer");
         Some(m)
@@ -580,7 +581,7 @@ mod tests {
             assert!(c.len() <= 100, "{} answers", c.len());
             if n % 20 == 0 {
                 // Used now and then by the handler: kept.
-                c.touch(&key(0), 100);
+                assert!(c.get(&key(0)).is_some());
             }
         }
         assert!(c.contains(&key(0)));

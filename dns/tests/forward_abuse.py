@@ -18,6 +18,10 @@ client (127.0.2.1) runs --attack:
                   (answered by the upstream after its timeout) sent at once,
                   and the same slow name asked again and again
 
+With --warm NAME, one more client (127.0.3.1) asks NAME every 0.1 s (a
+name its cache should keep answering); its failures count with the others,
+its answers apart (warm_ok).
+
 Prints one JSON object: healthy answers and failures (with the first few
 failures described), and what the attacker sent and got.
 """
@@ -82,6 +86,23 @@ async def healthy_client(i, args, tally, stop_at):
             tally.fail(f"{name} no answer in {args.client_timeout}s")
         elapsed = time.monotonic() - started
         await asyncio.sleep(max(0.0, args.interval - elapsed) * (0.8 + 0.4 * random.random()))
+
+
+async def warm_client(name, args, tally, stop_at):
+    while time.monotonic() < stop_at:
+        q = dns.message.make_query(name, dns.rdatatype.A)
+        try:
+            r = await dns.asyncquery.udp(
+                q, args.host, port=args.port, source="127.0.3.1", timeout=args.client_timeout
+            )
+            addrs = [rd.to_text() for rr in r.answer for rd in rr]
+            if r.rcode() == dns.rcode.NOERROR and addrs == [EXPECTED]:
+                tally.ok += 1
+            else:
+                tally.fail(f"{name} {dns.rcode.to_text(r.rcode())} {addrs}")
+        except dns.exception.Timeout:
+            tally.fail(f"{name} no answer in {args.client_timeout}s")
+        await asyncio.sleep(0.1)
 
 
 class Attacker:
@@ -168,25 +189,30 @@ async def main():
         default="none",
         choices=["none", "dead-zone", "dead-zones", "nxdomain-flood", "slow-flood"],
     )
+    p.add_argument("--warm", default=None)
     args = p.parse_args()
     args.host, port = args.server.rsplit(":", 1)
     args.port = int(port)
-    healthy, attack = Tally(), Tally()
+    healthy, attack, warm = Tally(), Tally(), Tally()
     attacker = Attacker(args, attack)
     # The attack starts first, so that every healthy query meets it.
     stop_at = time.monotonic() + args.duration
     attack_task = asyncio.create_task(attacker.run(stop_at))
     await asyncio.sleep(1.0)
-    await asyncio.gather(
-        *(healthy_client(i, args, healthy, stop_at) for i in range(args.clients))
-    )
+    clients = [healthy_client(i, args, healthy, stop_at) for i in range(args.clients)]
+    if args.warm:
+        clients.append(warm_client(args.warm, args, warm, stop_at))
+    await asyncio.gather(*clients)
     await attack_task
+    healthy.failed += warm.failed
+    healthy.failures += warm.failures
     print(
         json.dumps(
             {
                 "ok": healthy.ok,
                 "failed": healthy.failed,
                 "failures": healthy.failures,
+                "warm_ok": warm.ok,
                 "attack_sent": attack.sent,
                 "attack_answers": attack.answers,
             }

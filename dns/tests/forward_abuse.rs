@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use hickory_proto::op::{Message, ResponseCode};
 use hickory_proto::rr::rdata::{A, SOA};
 use hickory_proto::rr::{Name, RData, Record};
-use support::{metric, start};
+use support::start;
 
 /// How long the upstream takes to answer names under `slow.test`: past
 /// the server's 800 ms timeout.
@@ -35,7 +35,12 @@ struct Seen {
     dead: AtomicUsize,
     nx: AtomicUsize,
     slow: AtomicUsize,
+    /// Queries for [`WARM`].
+    warm: AtomicUsize,
 }
+
+/// A name one client asks every 0.1 s during the NXDOMAIN flood.
+const WARM: &str = "warm.ok.test.";
 
 /// The test upstream; stopped and joined when dropped.
 struct Upstream {
@@ -75,6 +80,7 @@ impl Upstream {
             .map(|z| Name::from_ascii(z).unwrap());
         let nx = Name::from_ascii("nx.test.").unwrap();
         let slow = Name::from_ascii("slow.test.").unwrap();
+        let warm = Name::from_ascii(WARM).unwrap();
         let answering = {
             let (sock, seen, stop, delayed) =
                 (sock.clone(), seen.clone(), stop.clone(), delayed.clone());
@@ -135,6 +141,9 @@ impl Upstream {
                     if !nx.zone_of(&name) {
                         seen.healthy.fetch_add(1, Ordering::SeqCst);
                     }
+                    if name == warm {
+                        seen.warm.fetch_add(1, Ordering::SeqCst);
+                    }
                     let _ = sock.send_to(&bytes, from);
                 }
             })
@@ -181,6 +190,8 @@ struct Report {
     ok: usize,
     failed: usize,
     failures: Vec<String>,
+    /// Answers for [`WARM`] (in `failed` when not right).
+    warm_ok: usize,
     attack_sent: usize,
     attack_answers: std::collections::HashMap<String, usize>,
 }
@@ -197,23 +208,61 @@ struct Run {
 /// The runs load the machine: one at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-fn run(n: u16, attack: &str, clients: usize, interval: f64, duration: f64) -> Run {
+/// The driver's settings for one run.
+struct Clients {
+    attack: &'static str,
+    clients: usize,
+    interval: f64,
+    duration: f64,
+    /// Extra lines under `upstreams:` in the server's config.
+    upstreams: &'static str,
+    /// Ask [`WARM`] every 0.1 s too.
+    warm: bool,
+}
+
+impl Clients {
+    fn busy(attack: &'static str) -> Self {
+        Clients {
+            attack,
+            clients: 200,
+            interval: 0.5,
+            duration: 8.0,
+            upstreams: "",
+            warm: false,
+        }
+    }
+
+    fn quiet(attack: &'static str) -> Self {
+        Clients {
+            clients: 5,
+            interval: 1.0,
+            ..Clients::busy(attack)
+        }
+    }
+}
+
+fn run(n: u16, c: Clients) -> Run {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let upstream = Upstream::spawn(&format!("127.0.0.41:{}", 25700 + n));
     let listen = format!("127.0.0.40:{}", 25700 + n);
     let http = format!("127.0.0.40:{}", 25750 + n);
     let config = format!(
-        "http: {http}\nupstreams:\n  servers: [\"{}\"]\n  timeout_ms: 800\nviews:\n  - name: default\n    kind: pod\n    listen: [\"{listen}\"]\n",
-        upstream.addr
+        "http: {http}\nupstreams:\n  servers: [\"{}\"]\n  timeout_ms: 800\n{}views:\n  - name: default\n    kind: pod\n    listen: [\"{listen}\"]\n",
+        upstream.addr, c.upstreams
     );
     let _server = start(dir.path(), &config);
-    let out = Command::new("python3")
+    let mut driver = Command::new("python3");
+    driver
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/forward_abuse.py"))
-        .args(["--server", &listen, "--attack", attack])
-        .args(["--clients", &clients.to_string()])
-        .args(["--interval", &interval.to_string()])
-        .args(["--duration", &duration.to_string()])
+        .args(["--server", &listen, "--attack", c.attack])
+        .args(["--clients", &c.clients.to_string()])
+        .args(["--interval", &c.interval.to_string()])
+        .args(["--duration", &c.duration.to_string()]);
+    if c.warm {
+        driver.args(["--warm", WARM]);
+    }
+    let out = driver
         .output()
         .expect("python3 is required, with dnspython (tools/dev setup test)");
     assert!(
@@ -225,8 +274,14 @@ fn run(n: u16, attack: &str, clients: usize, interval: f64, duration: f64) -> Ru
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
     let metrics = support::http_get(&http, "/metrics");
     eprintln!(
-        "{attack}, {clients} clients: {} ok, {} failed, attacker sent {} and got {:?}",
-        report.ok, report.failed, report.attack_sent, report.attack_answers
+        "{}, {} clients: {} ok, {} failed ({} answers for the warm name), attacker sent {} and got {:?}",
+        c.attack,
+        c.clients,
+        report.ok,
+        report.failed,
+        report.warm_ok,
+        report.attack_sent,
+        report.attack_answers
     );
     Run {
         report,
@@ -271,7 +326,7 @@ impl Run {
 /// zone's: it is held (its new names get SERVFAIL at once) and nothing else.
 #[test]
 fn three_dead_zone_names_every_800_ms_fail_no_query_of_200_busy_clients() {
-    let r = run(0, "dead-zone", 200, 0.5, 8.0);
+    let r = run(0, Clients::busy("dead-zone"));
     r.assert_no_healthy_failure(1500);
     assert!(r.upstream.seen.dead.load(Ordering::SeqCst) >= 3);
     assert!(r.report.attack_answers.get("SERVFAIL").copied().unwrap_or(0) > 0);
@@ -290,7 +345,7 @@ fn three_dead_zone_names_every_800_ms_fail_no_query_of_200_busy_clients() {
 /// up.
 #[test]
 fn three_dead_zone_names_every_800_ms_fail_no_query_on_a_quiet_vlan() {
-    let r = run(1, "dead-zone", 5, 1.0, 8.0);
+    let r = run(1, Clients::quiet("dead-zone"));
     r.assert_no_healthy_failure(25);
     assert!(r.upstream.seen.dead.load(Ordering::SeqCst) >= 9);
 }
@@ -301,7 +356,7 @@ fn three_dead_zone_names_every_800_ms_fail_no_query_on_a_quiet_vlan() {
 /// healthy query fails.
 #[test]
 fn three_unrelated_dead_zones_on_a_quiet_vlan_fail_no_healthy_query() {
-    let r = run(2, "dead-zones", 5, 1.0, 8.0);
+    let r = run(2, Clients::quiet("dead-zones"));
     let rep = &r.report;
     assert_eq!(rep.failed, 0, "{:?}", rep.failures);
     assert!(rep.ok >= 25, "only {} healthy answers", rep.ok);
@@ -309,15 +364,27 @@ fn three_unrelated_dead_zones_on_a_quiet_vlan_fail_no_healthy_query() {
 }
 
 /// One client asks random names under a zone that answers NXDOMAIN as
-/// fast as the answers come (and fills the answer cache with them): every
-/// NXDOMAIN is an answer, so the upstream stays up, and nothing is held.
+/// fast as the answers come: every NXDOMAIN is an answer, so the upstream
+/// stays up and nothing is held. The flood overflows the answer cache (1000
+/// entries here) many times, yet a name in use stays cached: the upstream
+/// is asked for it once (it used to be emptied whole, and every emptying
+/// sent the name to the upstream again and lost its stale fallback).
 #[test]
-fn an_nxdomain_flood_fails_no_query_of_200_busy_clients() {
-    let r = run(3, "nxdomain-flood", 200, 0.5, 8.0);
+fn an_nxdomain_flood_fails_no_query_of_200_busy_clients_and_keeps_used_answers() {
+    let r = run(
+        3,
+        Clients {
+            upstreams: "  cache_entries: 1000\n",
+            warm: true,
+            ..Clients::busy("nxdomain-flood")
+        },
+    );
     r.assert_no_healthy_failure(1500);
+    assert!(r.report.warm_ok >= 10, "{} answers for {WARM}", r.report.warm_ok);
+    assert_eq!(r.upstream.seen.warm.load(Ordering::SeqCst), 1);
     let nx = r.report.attack_answers.get("NXDOMAIN").copied().unwrap_or(0);
-    assert!(nx >= 500, "the flood got {nx} NXDOMAIN answers");
-    assert!(r.upstream.seen.nx.load(Ordering::SeqCst) >= 500);
+    assert!(nx >= 1500, "the flood got {nx} NXDOMAIN answers");
+    assert!(r.upstream.seen.nx.load(Ordering::SeqCst) >= 1500);
     assert_eq!(r.metric("oooi_dns_forward_held_total{scope=\"zone\"}"), 0.0);
 }
 
@@ -328,7 +395,7 @@ fn an_nxdomain_flood_fails_no_query_of_200_busy_clients() {
 /// clients' names are forwarded and answered.
 #[test]
 fn a_flood_of_slow_names_from_one_client_fails_no_query_of_200_busy_clients() {
-    let r = run(4, "slow-flood", 200, 0.5, 8.0);
+    let r = run(4, Clients::busy("slow-flood"));
     r.assert_no_healthy_failure(1500);
     assert!(r.upstream.seen.slow.load(Ordering::SeqCst) >= 3);
     assert!(
