@@ -248,7 +248,8 @@ impl Forwarder {
     fn keys(&self, name: &LowerName, key: &[u8]) -> Keys {
         Keys {
             name: self.hash(key),
-            zone: failure_zone(name).map(|z| self.hash(&crate::wire::wire_name(&LowerName::new(&z)))),
+            zone: failure_zone(name)
+                .map(|z| self.hash(&crate::wire::wire_name(&LowerName::new(&z)))),
         }
     }
 
@@ -284,7 +285,9 @@ impl Forwarder {
             tracing::debug!(name = %query.name(), scope = held.label(), "held: not asking the upstreams");
             return self.stale(&key, up, query);
         }
-        let zone = self.hash(&crate::wire::wire_name(&LowerName::new(&health_zone(&lower))));
+        let zone = self.hash(&crate::wire::wire_name(&LowerName::new(&health_zone(
+            &lower,
+        ))));
         let mut msg = Message::query();
         msg.metadata.id = rand::random();
         msg.metadata.recursion_desired = true;
@@ -375,10 +378,11 @@ impl Forwarder {
         };
         let m = crate::metrics::metrics();
         let entries = |scope: &str| {
-            m.failure_entries.get_or_create(&crate::metrics::ScopeLabels {
-                scope: scope.to_string(),
-            })
-            .clone()
+            m.failure_entries
+                .get_or_create(&crate::metrics::ScopeLabels {
+                    scope: scope.to_string(),
+                })
+                .clone()
         };
         entries("name").set(i64::try_from(names).unwrap_or(i64::MAX));
         entries("zone").set(i64::try_from(zones).unwrap_or(i64::MAX));
@@ -397,11 +401,16 @@ impl Forwarder {
         let Ok(mut log) = self.hold_log.lock() else {
             return;
         };
-        if log.0.is_some_and(|t| now.saturating_duration_since(t) < HOLD_LOG_INTERVAL) {
+        if log
+            .0
+            .is_some_and(|t| now.saturating_duration_since(t) < HOLD_LOG_INTERVAL)
+        {
             log.1 += 1;
             return;
         }
-        let zone = failure_zone(name).map(|z| z.to_string()).unwrap_or_default();
+        let zone = failure_zone(name)
+            .map(|z| z.to_string())
+            .unwrap_or_default();
         tracing::info!(
             %zone,
             not_logged = log.1,

@@ -264,7 +264,17 @@ mod tests {
         f.failed(slow, t2);
         assert_eq!(f.held(slow, false, t2 + ms(3999)), Some(Held::Name));
         // Other names are untouched.
-        assert_eq!(f.held(Keys { name: 2, zone: None }, false, t2), None);
+        assert_eq!(
+            f.held(
+                Keys {
+                    name: 2,
+                    zone: None
+                },
+                false,
+                t2
+            ),
+            None
+        );
     }
 
     #[test]
@@ -354,7 +364,13 @@ mod tests {
         };
         f.failed(kept, t0);
         for n in 100..1000u64 {
-            f.failed(Keys { name: n, zone: None }, t0);
+            f.failed(
+                Keys {
+                    name: n,
+                    zone: None,
+                },
+                t0,
+            );
             if n % 4 == 0 {
                 // Asked (and failing) now and then: kept.
                 f.failed(kept, t0);

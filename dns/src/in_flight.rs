@@ -175,10 +175,7 @@ mod tests {
 
     #[test]
     fn an_ipv6_client_is_its_slash_64_and_a_mapped_address_its_ipv4() {
-        assert_eq!(
-            client_of(ip("2001:db8:1:2:aaaa::1")),
-            ip("2001:db8:1:2::")
-        );
+        assert_eq!(client_of(ip("2001:db8:1:2:aaaa::1")), ip("2001:db8:1:2::"));
         assert_eq!(client_of(ip("::ffff:192.0.2.7")), ip("192.0.2.7"));
         let mut s = Slots::new(10, 2);
         s.take(client_of(ip("2001:db8::1"))).expect("place");

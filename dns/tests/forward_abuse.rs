@@ -42,13 +42,17 @@ struct Seen {
 /// A name one client asks every 0.1 s during the NXDOMAIN flood.
 const WARM: &str = "warm.ok.test.";
 
+/// Late answers waiting for their time: when, what, to whom; and the
+/// signal that one was added.
+type Delayed = Arc<(Mutex<VecDeque<(Instant, Vec<u8>, SocketAddr)>>, Condvar)>;
+
 /// The test upstream; stopped and joined when dropped.
 struct Upstream {
     addr: SocketAddr,
     seen: Arc<Seen>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
-    delayed: Arc<(Mutex<VecDeque<(Instant, Vec<u8>, SocketAddr)>>, Condvar)>,
+    delayed: Delayed,
 }
 
 impl Drop for Upstream {
@@ -75,7 +79,7 @@ impl Upstream {
             .unwrap();
         let seen = Arc::new(Seen::default());
         let stop = Arc::new(AtomicBool::new(false));
-        let delayed: Arc<(Mutex<VecDeque<_>>, Condvar)> = Arc::default();
+        let delayed: Delayed = Arc::default();
         let dead = ["dead.test.", "dead1.test.", "dead2.test.", "dead3.test."]
             .map(|z| Name::from_ascii(z).unwrap());
         let nx = Name::from_ascii("nx.test.").unwrap();
@@ -108,15 +112,7 @@ impl Upstream {
                         r.add_authority(Record::from_rdata(
                             nx.clone(),
                             30,
-                            RData::SOA(SOA::new(
-                                nx.clone(),
-                                nx.clone(),
-                                1,
-                                60,
-                                60,
-                                60,
-                                30,
-                            )),
+                            RData::SOA(SOA::new(nx.clone(), nx.clone(), 1, 60, 60, 60, 30)),
                         ));
                     } else {
                         r.add_answer(Record::from_rdata(
@@ -165,10 +161,7 @@ impl Upstream {
                             q = wake.wait_timeout(q, wait).unwrap().0;
                         }
                         None => {
-                            q = wake
-                                .wait_timeout(q, Duration::from_millis(100))
-                                .unwrap()
-                                .0;
+                            q = wake.wait_timeout(q, Duration::from_millis(100)).unwrap().0;
                         }
                     }
                 }
@@ -254,7 +247,10 @@ fn run(n: u16, c: Clients) -> Run {
     let _server = start(dir.path(), &config);
     let mut driver = Command::new("python3");
     driver
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/forward_abuse.py"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/forward_abuse.py"
+        ))
         .args(["--server", &listen, "--attack", c.attack])
         .args(["--clients", &c.clients.to_string()])
         .args(["--interval", &c.interval.to_string()])
@@ -314,7 +310,10 @@ impl Run {
             self.upstream.seen.healthy.load(Ordering::SeqCst) >= r.ok,
             "healthy names were not forwarded"
         );
-        let up = format!("oooi_dns_upstream_up{{upstream=\"{}\"}}", self.upstream.addr);
+        let up = format!(
+            "oooi_dns_upstream_up{{upstream=\"{}\"}}",
+            self.upstream.addr
+        );
         assert_eq!(self.metric(&up), 1.0);
     }
 }
@@ -329,7 +328,14 @@ fn three_dead_zone_names_every_800_ms_fail_no_query_of_200_busy_clients() {
     let r = run(0, Clients::busy("dead-zone"));
     r.assert_no_healthy_failure(1500);
     assert!(r.upstream.seen.dead.load(Ordering::SeqCst) >= 3);
-    assert!(r.report.attack_answers.get("SERVFAIL").copied().unwrap_or(0) > 0);
+    assert!(
+        r.report
+            .attack_answers
+            .get("SERVFAIL")
+            .copied()
+            .unwrap_or(0)
+            > 0
+    );
     let held = "oooi_dns_forward_held_total{scope=\"zone\"}";
     assert!(r.metric(held) > 0.0, "the dead zone was never held");
     let blamed = format!(
@@ -380,9 +386,18 @@ fn an_nxdomain_flood_fails_no_query_of_200_busy_clients_and_keeps_used_answers()
         },
     );
     r.assert_no_healthy_failure(1500);
-    assert!(r.report.warm_ok >= 10, "{} answers for {WARM}", r.report.warm_ok);
+    assert!(
+        r.report.warm_ok >= 10,
+        "{} answers for {WARM}",
+        r.report.warm_ok
+    );
     assert_eq!(r.upstream.seen.warm.load(Ordering::SeqCst), 1);
-    let nx = r.report.attack_answers.get("NXDOMAIN").copied().unwrap_or(0);
+    let nx = r
+        .report
+        .attack_answers
+        .get("NXDOMAIN")
+        .copied()
+        .unwrap_or(0);
     assert!(nx >= 1500, "the flood got {nx} NXDOMAIN answers");
     assert!(r.upstream.seen.nx.load(Ordering::SeqCst) >= 1500);
     assert_eq!(r.metric("oooi_dns_forward_held_total{scope=\"zone\"}"), 0.0);
