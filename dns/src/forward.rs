@@ -322,8 +322,12 @@ impl Forwarder {
                         m.metadata.response_code,
                         ResponseCode::NoError | ResponseCode::NXDomain
                     ) {
-                        if let Ok(mut f) = self.failures.lock() {
-                            f.answered(keys);
+                        let cleared = match self.failures.lock() {
+                            Ok(mut f) => f.answered(keys).then(|| f.len()),
+                            Err(_) => None,
+                        };
+                        if let Some(len) = cleared {
+                            set_failure_entries(len);
                         }
                         self.store(up, key, query, &m);
                         return Some(m);
@@ -376,16 +380,8 @@ impl Forwarder {
             Ok(mut f) => (f.failed(keys, now), f.len()),
             Err(_) => return,
         };
+        set_failure_entries((names, zones));
         let m = crate::metrics::metrics();
-        let entries = |scope: &str| {
-            m.failure_entries
-                .get_or_create(&crate::metrics::ScopeLabels {
-                    scope: scope.to_string(),
-                })
-                .clone()
-        };
-        entries("name").set(i64::try_from(names).unwrap_or(i64::MAX));
-        entries("zone").set(i64::try_from(zones).unwrap_or(i64::MAX));
         let Some(held) = newly else {
             return;
         };
@@ -494,6 +490,18 @@ impl Forwarder {
             },
             up.cache_entries,
         );
+    }
+}
+
+/// Sets `oooi_dns_forward_failing_entries` to the failure state's size.
+fn set_failure_entries((names, zones): (usize, usize)) {
+    let m = crate::metrics::metrics();
+    for (scope, n) in [("name", names), ("zone", zones)] {
+        m.failure_entries
+            .get_or_create(&crate::metrics::ScopeLabels {
+                scope: scope.to_string(),
+            })
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 }
 

@@ -129,9 +129,9 @@ impl<V> Generations<V> {
         self.young.entry(k).or_default()
     }
 
-    fn remove(&mut self, k: u64) {
-        self.young.remove(&k);
-        self.old.remove(&k);
+    fn remove(&mut self, k: u64) -> bool {
+        let young = self.young.remove(&k).is_some();
+        self.old.remove(&k).is_some() || young
     }
 }
 
@@ -218,11 +218,13 @@ impl Failures {
 
     /// The query keyed `k` got an answer (NOERROR or NXDOMAIN): its name
     /// and zone resolve.
-    pub fn answered(&mut self, k: Keys) {
-        self.names.remove(k.name);
+    /// Returns whether any state was cleared.
+    pub fn answered(&mut self, k: Keys) -> bool {
+        let mut cleared = self.names.remove(k.name);
         if let Some(z) = k.zone {
-            self.zones.remove(z);
+            cleared |= self.zones.remove(z);
         }
+        cleared
     }
 }
 
@@ -302,7 +304,8 @@ mod tests {
         }
         assert_eq!(f.held(k(1, 9), false, t0), Some(Held::Name));
         assert_eq!(f.held(k(50, 9), false, t0), Some(Held::Zone));
-        f.answered(k(1, 9));
+        assert!(f.answered(k(1, 9)));
+        assert!(!f.answered(k(1, 9)), "nothing left to clear");
         assert_eq!(f.held(k(1, 9), false, t0), None);
         assert_eq!(f.held(k(50, 9), false, t0), None);
     }

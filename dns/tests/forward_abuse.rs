@@ -369,6 +369,17 @@ fn three_unrelated_dead_zones_on_a_quiet_vlan_fail_no_healthy_query() {
     assert!(r.upstream.seen.dead.load(Ordering::SeqCst) >= 9);
 }
 
+/// Random labels under three unrelated dead zones with 200 busy clients:
+/// the upstream answers the others all along, so every timeout is blamed
+/// on its query and each dead zone is held on its own; the upstream ends
+/// up.
+#[test]
+fn three_unrelated_dead_zones_fail_no_query_of_200_busy_clients() {
+    let r = run(5, Clients::busy("dead-zones"));
+    r.assert_no_healthy_failure(1500);
+    assert!(r.metric("oooi_dns_forward_holds_total{scope=\"zone\"}") >= 3.0);
+}
+
 /// One client asks random names under a zone that answers NXDOMAIN as
 /// fast as the answers come: every NXDOMAIN is an answer, so the upstream
 /// stays up and nothing is held. The flood overflows the answer cache (1000
