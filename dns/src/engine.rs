@@ -16,16 +16,21 @@ use hickory_server::net::runtime::TokioTime;
 use hickory_server::net::xfer::Protocol;
 use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
 use hickory_server::zone_handler::MessageResponse;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::Config;
 use crate::fast::{self, Fast, MAX_REPLY};
 use crate::forward::Forwarder;
 use crate::handler::{Handler, SharedState, State};
+use crate::in_flight::{InFlight, Place, Refused};
 
 /// UDP queries for the handler (forwarded names, odd packets) that may be in
 /// progress at once; more are dropped, and clients retry.
 pub const MAX_SLOW_IN_FLIGHT: usize = 4096;
+
+/// Of those, the most one client (an IPv4 address or an IPv6 /64) may
+/// hold: a client asking slow names as fast as it can fills its share, not
+/// every place. Generous for a VM, or a node whose pods share its address.
+pub const MAX_SLOW_PER_CLIENT: usize = MAX_SLOW_IN_FLIGHT / 16;
 
 /// The config as loaded and the addresses whose health check fails: what
 /// the answered state is derived from.
@@ -39,7 +44,7 @@ pub struct Engine {
     state: SharedState,
     source: Mutex<Source>,
     forwarder: Arc<Forwarder>,
-    slow: Arc<Semaphore>,
+    slow: InFlight,
 }
 
 impl Engine {
@@ -55,7 +60,7 @@ impl Engine {
                 down: BTreeSet::new(),
             }),
             forwarder,
-            slow: Arc::new(Semaphore::new(MAX_SLOW_IN_FLIGHT)),
+            slow: InFlight::new(MAX_SLOW_IN_FLIGHT, MAX_SLOW_PER_CLIENT),
         }
     }
 
@@ -166,10 +171,11 @@ impl Engine {
         }
     }
 
-    /// A place among the handler's UDP queries in progress (at most
-    /// [`MAX_SLOW_IN_FLIGHT`]); None when they are all taken.
-    pub fn try_slow_permit(&self) -> Option<OwnedSemaphorePermit> {
-        self.slow.clone().try_acquire_owned().ok()
+    /// A place among the handler's UDP queries in progress for a query
+    /// from `client` (at most [`MAX_SLOW_IN_FLIGHT`], and
+    /// [`MAX_SLOW_PER_CLIENT`] per client), or why there is none.
+    pub fn try_slow_permit(&self, client: IpAddr) -> Result<Place, Refused> {
+        self.slow.take(client)
     }
 
     /// The whole UDP request path: the fast path, else the handler.

@@ -7,7 +7,11 @@
 //! - [`check`]: the report of `oooi-dns check`.
 //! - [`fast`]: precomputed wire answers for the common UDP case.
 //! - [`forward`]: upstream forwarding with a cache and stale answers;
-//!   [`upstream_health`]: what queries tell about each upstream.
+//!   [`upstream_health`]: what responses and silences tell about each
+//!   upstream; [`forward_failures`]: names and zones that keep failing,
+//!   kept apart from the upstreams.
+//! - [`in_flight`]: places for queries in progress, with a share per
+//!   client.
 //! - [`health`]: health-aware answers (which checked addresses are down,
 //!   and the config as answered); [`health_checks`]: running the checks.
 //! - [`spread`]: the order of several addresses in an answer.
@@ -25,9 +29,11 @@ pub use oooi_dns_config as config;
 pub mod engine;
 pub mod fast;
 pub mod forward;
+pub mod forward_failures;
 pub mod handler;
 pub mod health;
 pub mod health_checks;
+pub mod in_flight;
 pub mod metrics;
 pub mod server;
 pub mod spread;

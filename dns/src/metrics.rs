@@ -89,6 +89,23 @@ pub struct ListenLabels {
     pub address: String,
 }
 
+/// Labels of the forwarding failure-state metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScopeLabels {
+    /// `name` (a name and type) or `zone`.
+    pub scope: String,
+}
+
+/// Labels of `oooi_dns_upstream_unanswered_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BlameLabels {
+    /// Upstream `ip:port`.
+    pub upstream: String,
+    /// `upstream` (it said nothing to anyone since the query was sent) or
+    /// `query` (it answered others meanwhile).
+    pub blame: String,
+}
+
 type HistogramFamily = Family<UpstreamLabels, Histogram, fn() -> Histogram>;
 
 /// All metrics of the process.
@@ -110,6 +127,16 @@ pub struct Metrics {
     pub upstream_up: Family<UpstreamLabels, Gauge>,
     /// Expired cached answers served because no upstream answered.
     pub stale_answers: Counter,
+    /// Upstream queries that got no response, by what it is blamed on.
+    pub unanswered: Family<BlameLabels, Counter>,
+    /// Forwarded queries answered without asking, their name or zone held.
+    pub forward_held: Family<ScopeLabels, Counter>,
+    /// Names and zones put on hold.
+    pub holds: Family<ScopeLabels, Counter>,
+    /// Names and zones in the failure state (bounded).
+    pub failure_entries: Family<ScopeLabels, Gauge>,
+    /// UDP queries dropped because their client had its share in progress.
+    pub client_limited: Counter,
     /// 1 while a checked address passes its health check, 0 while not.
     pub health_up: Family<HealthLabels, Gauge>,
     /// Health state changes of checked addresses.
@@ -134,10 +161,40 @@ pub fn metrics() -> &'static Metrics {
         let upstream_up = Family::<UpstreamLabels, Gauge>::default();
         let stale_answers = Counter::default();
         let health_up = Family::<HealthLabels, Gauge>::default();
+        let unanswered = Family::<BlameLabels, Counter>::default();
+        let forward_held = Family::<ScopeLabels, Counter>::default();
+        let holds = Family::<ScopeLabels, Counter>::default();
+        let failure_entries = Family::<ScopeLabels, Gauge>::default();
+        let client_limited = Counter::default();
+        registry.register(
+            "oooi_dns_upstream_unanswered",
+            "Upstream queries that got no response, by blame: upstream (it said nothing to anyone since the query was sent) or query (it answered others meanwhile: the name or zone is at fault)",
+            unanswered.clone(),
+        );
+        registry.register(
+            "oooi_dns_forward_held",
+            "Forwarded queries answered at once (stale or SERVFAIL) without asking, because their name or zone keeps failing, by scope",
+            forward_held.clone(),
+        );
+        registry.register(
+            "oooi_dns_forward_holds",
+            "Names and zones put on hold after failing while the upstreams answered others, by scope",
+            holds.clone(),
+        );
+        registry.register(
+            "oooi_dns_forward_failing_entries",
+            "Names and zones remembered as failing (bounded), by scope",
+            failure_entries.clone(),
+        );
+        registry.register(
+            "oooi_dns_client_limited_queries",
+            "UDP queries dropped because their client already had its share of the queries in progress",
+            client_limited.clone(),
+        );
         let health_transitions = Family::<TransitionLabels, Counter>::default();
         registry.register(
             "oooi_dns_upstream_up",
-            "1 while an upstream counts as up (answers), 0 while it is skipped as down",
+            "1 while an upstream counts as up, 0 while it counts as down (silent across unrelated zones; skipped while another upstream is up)",
             upstream_up.clone(),
         );
         registry.register(
@@ -187,6 +244,11 @@ pub fn metrics() -> &'static Metrics {
         );
         Metrics {
             registry,
+            unanswered,
+            forward_held,
+            holds,
+            failure_entries,
+            client_limited,
             listen_failures,
             dropped_busy,
             upstream_up,
@@ -290,6 +352,20 @@ pub fn prime(config: &Config) {
         };
         let _ = m.upstream_failures.get_or_create(&labels);
         let _ = m.upstream_duration.get_or_create(&labels);
+        for blame in ["upstream", "query"] {
+            let _ = m.unanswered.get_or_create(&BlameLabels {
+                upstream: server.to_string(),
+                blame: blame.to_string(),
+            });
+        }
+    }
+    for scope in ["name", "zone"] {
+        let labels = ScopeLabels {
+            scope: scope.to_string(),
+        };
+        let _ = m.forward_held.get_or_create(&labels);
+        let _ = m.holds.get_or_create(&labels);
+        let _ = m.failure_entries.get_or_create(&labels);
     }
     for c in config.health.iter().flat_map(|h| h.checks.iter()) {
         let labels = health_labels(c.address, &c.target);

@@ -3,7 +3,8 @@
 //! UDP: one lean loop per listener address. It answers static names from the
 //! precomputed [`crate::fast`] tables in place (no task, no allocation per
 //! query) and hands everything else to the hickory [`Handler`] in a task of
-//! its own, bounded by [`crate::engine::MAX_SLOW_IN_FLIGHT`]. hickory's own `Server` spawns a
+//! its own, bounded by [`crate::engine::MAX_SLOW_IN_FLIGHT`] in total and
+//! [`crate::engine::MAX_SLOW_PER_CLIENT`] per client. hickory's own `Server` spawns a
 //! task per UDP request and sends every reply through a channel, which halved
 //! the rate of static answers in the benchmark; TCP still goes through it.
 //!
@@ -57,10 +58,18 @@ async fn udp_loop(sock: Arc<UdpSocket>, local: SocketAddr, engine: Arc<Engine>) 
             }
             Fast::Drop => {}
             Fast::Slow => {
-                let Some(permit) = engine.try_slow_permit() else {
-                    crate::metrics::metrics().dropped_busy.inc();
-                    tracing::debug!(%src, "too many queries in progress, dropping");
-                    continue;
+                let permit = match engine.try_slow_permit(src.ip()) {
+                    Ok(p) => p,
+                    Err(crate::in_flight::Refused::Full) => {
+                        crate::metrics::metrics().dropped_busy.inc();
+                        tracing::debug!(%src, "too many queries in progress, dropping");
+                        continue;
+                    }
+                    Err(crate::in_flight::Refused::Client) => {
+                        crate::metrics::metrics().client_limited.inc();
+                        tracing::debug!(%src, "this client has its share of queries in progress, dropping");
+                        continue;
+                    }
                 };
                 let query = buf[..n].to_vec();
                 let (sock, engine) = (sock.clone(), engine.clone());

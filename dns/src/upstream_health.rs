@@ -1,32 +1,41 @@
-//! Per-upstream health from many queries, in the manner of unbound's infra
-//! cache: an upstream is judged by what queries of different names tell
-//! about it, never by one name.
+//! Per-upstream health, in the manner of unbound's infra cache: an upstream
+//! is judged only by whether it says anything at all, never by whether it
+//! can resolve one name or one zone (that state is kept apart, per name and
+//! per zone, in [`crate::forward_failures`]).
 //!
-//! An upstream counts as down once queries for [`DOWN_AFTER_NAMES`]
-//! different names failed on it in a row (timeout or error) with no answer
-//! between. Any answer (even SERVFAIL) shows it alive and clears the count.
-//! A name that is slow everywhere (its authority does not answer) fails the
-//! same name over and over, which never adds up to a down upstream, so it
-//! cannot stop the forwarding of other names.
+//! - Any response (NOERROR, NXDOMAIN, SERVFAIL, REFUSED…) to any query,
+//!   whoever asked, proves the upstream alive.
+//! - A query that gets no response counts against the upstream only if the
+//!   upstream has said nothing since that query was sent ([`Blame`]). While
+//!   other clients' queries are answered, a timeout is the name's or its
+//!   zone's, not the upstream's.
+//! - The upstream counts as down once such silent timeouts were seen for
+//!   [`DOWN_AFTER_ZONES`] unrelated zones (keys chosen by the caller, coarse
+//!   enough that random labels under one domain are one zone) with no
+//!   response between. Three simultaneous queries under one dead domain are
+//!   one zone, so they never mark it down.
+//! - A down upstream is skipped while another upstream counts as up; one
+//!   query at a time probes it after the backoff. While every upstream
+//!   counts as down, each is still asked ([`UpstreamHealth::plan`] with
+//!   `last_resort`): a wrong verdict can then only reorder upstreams, never
+//!   fail a query that an upstream would answer.
 //!
-//! A down upstream is skipped for the backoff, then one query at a time
-//! probes it; an answer brings it back, a failure starts a new backoff.
 //! No I/O here: the caller passes the time.
 
 use std::time::{Duration, Instant};
 
-/// Different names that must fail in a row before an upstream counts as
-/// down.
-pub const DOWN_AFTER_NAMES: usize = 3;
+/// Unrelated zones whose queries must time out, with the upstream silent
+/// since they were sent, before an upstream counts as down.
+pub const DOWN_AFTER_ZONES: usize = 3;
 
 /// Whether a query should ask an upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Use {
-    /// It is up: ask it.
+    /// It is up, or it is down but no other upstream is up: ask it.
     Ask,
     /// It is down and due for a probe: this query is the probe.
     Probe,
-    /// It is down: skip it.
+    /// It is down and another upstream is up: skip it.
     Skip,
 }
 
@@ -39,6 +48,17 @@ pub enum Change {
     Up,
 }
 
+/// What a query that got no response tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blame {
+    /// The upstream has said nothing since the query was sent: the silence
+    /// counts against the upstream.
+    Upstream,
+    /// The upstream answered other queries after this one was sent: it is
+    /// alive, and the failure belongs to the name or its zone.
+    Query,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Down {
     /// When a query may probe it again.
@@ -48,11 +68,14 @@ struct Down {
     probe_since: Option<Instant>,
 }
 
-/// What one upstream's recent queries say about it.
+/// What one upstream's recent responses and silences say about it.
 #[derive(Debug, Clone, Default)]
 pub struct UpstreamHealth {
-    /// Hashes of the different names that failed since the last answer.
-    failed: Vec<u64>,
+    /// When it last sent any response.
+    last_heard: Option<Instant>,
+    /// Zone keys of the queries that timed out while it was silent, since
+    /// its last response (at most [`DOWN_AFTER_ZONES`], distinct).
+    silent_zones: Vec<u64>,
     down: Option<Down>,
 }
 
@@ -62,12 +85,17 @@ impl UpstreamHealth {
         self.down.is_some()
     }
 
-    /// Whether a query at `now` should ask it. A probe in flight for less
-    /// than `probe_timeout` keeps other queries away.
-    pub fn plan(&mut self, now: Instant, probe_timeout: Duration) -> Use {
+    /// Whether a query at `now` should ask it. `last_resort`: no other
+    /// upstream counts as up, so it is asked even while down. A probe in
+    /// flight for less than `probe_timeout` keeps other queries away while
+    /// another upstream can answer them.
+    pub fn plan(&mut self, now: Instant, probe_timeout: Duration, last_resort: bool) -> Use {
         let Some(down) = &mut self.down else {
             return Use::Ask;
         };
+        if last_resort {
+            return Use::Ask;
+        }
         if down
             .probe_since
             .is_some_and(|t| now.saturating_duration_since(t) < probe_timeout)
@@ -81,33 +109,43 @@ impl UpstreamHealth {
         Use::Skip
     }
 
-    /// It answered (any response code).
-    pub fn answered(&mut self) -> Option<Change> {
-        self.failed.clear();
+    /// It sent a response (any response code) at `now`.
+    pub fn answered(&mut self, now: Instant) -> Option<Change> {
+        self.last_heard = Some(self.last_heard.map_or(now, |h| h.max(now)));
+        self.silent_zones.clear();
         self.down.take().map(|_| Change::Up)
     }
 
-    /// A query for the name hashed to `name` failed on it at `now` (timeout
-    /// or error); a down upstream is skipped for `backoff` from then.
-    pub fn failed(&mut self, name: u64, now: Instant, backoff: Duration) -> Option<Change> {
-        let retry_at = now + backoff;
+    /// A query sent at `sent`, for a name under the zone keyed `zone`, got
+    /// no response by `now` (timeout or error). A down upstream is skipped
+    /// for `backoff` from then.
+    pub fn failed(
+        &mut self,
+        zone: u64,
+        sent: Instant,
+        now: Instant,
+        backoff: Duration,
+    ) -> (Blame, Option<Change>) {
+        if self.last_heard.is_some_and(|h| h >= sent) {
+            return (Blame::Query, None);
+        }
         if let Some(down) = &mut self.down {
-            down.retry_at = retry_at;
+            down.retry_at = now + backoff;
             down.probe_since = None;
-            return None;
+            return (Blame::Upstream, None);
         }
-        if !self.failed.contains(&name) {
-            self.failed.push(name);
+        if !self.silent_zones.contains(&zone) {
+            self.silent_zones.push(zone);
         }
-        if self.failed.len() < DOWN_AFTER_NAMES {
-            return None;
+        if self.silent_zones.len() < DOWN_AFTER_ZONES {
+            return (Blame::Upstream, None);
         }
-        self.failed.clear();
+        self.silent_zones.clear();
         self.down = Some(Down {
-            retry_at,
+            retry_at: now + backoff,
             probe_since: None,
         });
-        Some(Change::Down)
+        (Blame::Upstream, Some(Change::Down))
     }
 }
 
@@ -117,56 +155,128 @@ mod tests {
 
     const BACKOFF: Duration = Duration::from_secs(1);
     const PROBE: Duration = Duration::from_millis(800);
+    const TIMEOUT: Duration = Duration::from_millis(800);
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
 
     #[test]
-    fn one_slow_name_failing_again_and_again_never_marks_the_upstream_down() {
+    fn three_simultaneous_timeouts_under_one_zone_never_mark_it_down() {
         let t0 = Instant::now();
         let mut h = UpstreamHealth::default();
-        for i in 0..100 {
-            let now = t0 + Duration::from_millis(800 * i);
-            assert_eq!(h.plan(now, PROBE), Use::Ask);
-            assert_eq!(h.failed(7, now, BACKOFF), None);
+        // Every 0.8 s, three random labels under one dead zone, sent
+        // together, time out together, and nothing else is asked.
+        for round in 0..100u64 {
+            let sent = t0 + ms(800 * round);
+            for _ in 0..3 {
+                assert_eq!(h.plan(sent, PROBE, false), Use::Ask);
+            }
+            for _ in 0..3 {
+                let (blame, change) = h.failed(7, sent, sent + TIMEOUT, BACKOFF);
+                assert_eq!(blame, Blame::Upstream);
+                assert_eq!(change, None);
+            }
         }
         assert!(!h.is_down());
     }
 
     #[test]
-    fn an_answer_between_failures_of_different_names_keeps_the_upstream_up() {
+    fn timeouts_while_it_answers_others_are_blamed_on_the_query() {
+        let t0 = Instant::now();
+        let mut h = UpstreamHealth::default();
+        // Three zones time out together, but another client's query was
+        // answered while they were in flight.
+        assert_eq!(h.answered(t0 + ms(300)), None);
+        for zone in 1..=3 {
+            assert_eq!(
+                h.failed(zone, t0, t0 + TIMEOUT, BACKOFF),
+                (Blame::Query, None)
+            );
+        }
+        assert!(!h.is_down());
+        // A query sent after that answer, with silence since, is the
+        // upstream's.
+        assert_eq!(
+            h.failed(1, t0 + ms(400), t0 + ms(1200), BACKOFF),
+            (Blame::Upstream, None)
+        );
+    }
+
+    #[test]
+    fn silence_across_three_zones_marks_it_down_and_any_answer_brings_it_back() {
+        let t0 = Instant::now();
+        let mut h = UpstreamHealth::default();
+        h.answered(t0);
+        let sent = t0 + ms(10);
+        let at = sent + TIMEOUT;
+        assert_eq!(h.failed(1, sent, at, BACKOFF), (Blame::Upstream, None));
+        assert_eq!(
+            h.failed(1, sent, at, BACKOFF),
+            (Blame::Upstream, None),
+            "the same zone again"
+        );
+        assert_eq!(h.failed(2, sent, at, BACKOFF), (Blame::Upstream, None));
+        assert_eq!(
+            h.failed(3, sent, at, BACKOFF),
+            (Blame::Upstream, Some(Change::Down))
+        );
+        assert!(h.is_down());
+        // An answer of any kind (the caller does not say which): up again.
+        assert_eq!(h.answered(at + ms(5)), Some(Change::Up));
+        assert!(!h.is_down());
+        assert_eq!(h.plan(at + ms(5), PROBE, false), Use::Ask);
+    }
+
+    #[test]
+    fn an_answer_between_silences_starts_the_count_again() {
         let t0 = Instant::now();
         let mut h = UpstreamHealth::default();
         for round in 0..50u64 {
-            assert_eq!(h.failed(round * 2, t0, BACKOFF), None);
-            assert_eq!(h.failed(round * 2 + 1, t0, BACKOFF), None);
-            assert_eq!(h.answered(), None);
+            let sent = t0 + ms(1000 * round);
+            let at = sent + TIMEOUT;
+            assert_eq!(h.failed(round * 2, sent, at, BACKOFF).1, None);
+            assert_eq!(h.failed(round * 2 + 1, sent, at, BACKOFF).1, None);
+            assert_eq!(h.answered(at + ms(1)), None);
         }
         assert!(!h.is_down());
     }
 
     #[test]
-    fn three_different_names_failing_in_a_row_mark_it_down_then_one_query_probes() {
+    fn a_down_upstream_is_skipped_while_another_is_up_then_one_query_probes() {
         let t0 = Instant::now();
         let mut h = UpstreamHealth::default();
-        assert_eq!(h.failed(1, t0, BACKOFF), None);
-        assert_eq!(h.failed(1, t0, BACKOFF), None, "the same name again");
-        assert_eq!(h.failed(2, t0, BACKOFF), None);
-        assert_eq!(h.failed(3, t0, BACKOFF), Some(Change::Down));
+        for zone in 1..=3 {
+            h.failed(zone, t0, t0, BACKOFF);
+        }
         assert!(h.is_down());
-        // Skipped during the backoff.
-        assert_eq!(h.plan(t0 + Duration::from_millis(999), PROBE), Use::Skip);
-        // Then exactly one query probes; the others still skip it.
+        assert_eq!(h.plan(t0 + ms(999), PROBE, false), Use::Skip);
         let t1 = t0 + BACKOFF;
-        assert_eq!(h.plan(t1, PROBE), Use::Probe);
-        assert_eq!(h.plan(t1, PROBE), Use::Skip);
+        assert_eq!(h.plan(t1, PROBE, false), Use::Probe);
+        assert_eq!(h.plan(t1, PROBE, false), Use::Skip);
         // The probe fails: a new backoff from then.
-        let t2 = t1 + Duration::from_millis(300);
-        assert_eq!(h.failed(4, t2, BACKOFF), None);
-        assert_eq!(h.plan(t2 + Duration::from_millis(999), PROBE), Use::Skip);
+        let t2 = t1 + ms(300);
+        assert_eq!(h.failed(4, t1, t2, BACKOFF), (Blame::Upstream, None));
+        assert_eq!(h.plan(t2 + ms(999), PROBE, false), Use::Skip);
         let t3 = t2 + BACKOFF;
-        assert_eq!(h.plan(t3, PROBE), Use::Probe);
-        // It answers: up again, asked by every query.
-        assert_eq!(h.answered(), Some(Change::Up));
-        assert_eq!(h.plan(t3, PROBE), Use::Ask);
-        assert_eq!(h.plan(t3, PROBE), Use::Ask);
+        assert_eq!(h.plan(t3, PROBE, false), Use::Probe);
+        assert_eq!(h.answered(t3 + ms(2)), Some(Change::Up));
+        assert_eq!(h.plan(t3, PROBE, false), Use::Ask);
+        assert_eq!(h.plan(t3, PROBE, false), Use::Ask);
+    }
+
+    #[test]
+    fn a_down_upstream_is_still_asked_when_no_other_is_up() {
+        let t0 = Instant::now();
+        let mut h = UpstreamHealth::default();
+        for zone in 1..=3 {
+            h.failed(zone, t0, t0, BACKOFF);
+        }
+        assert!(h.is_down());
+        // During the backoff, and with a probe in flight: still asked.
+        assert_eq!(h.plan(t0 + ms(1), PROBE, true), Use::Ask);
+        assert_eq!(h.plan(t0 + ms(2), PROBE, true), Use::Ask);
+        assert_eq!(h.answered(t0 + ms(3)), Some(Change::Up));
     }
 
     #[test]
@@ -174,14 +284,24 @@ mod tests {
         let t0 = Instant::now();
         let mut h = UpstreamHealth::default();
         for n in 0..3 {
-            h.failed(n, t0, BACKOFF);
+            h.failed(n, t0, t0, BACKOFF);
         }
         let t1 = t0 + BACKOFF;
-        assert_eq!(h.plan(t1, PROBE), Use::Probe);
+        assert_eq!(h.plan(t1, PROBE, false), Use::Probe);
+        assert_eq!(h.plan(t1 + PROBE - ms(1), PROBE, false), Use::Skip);
+        assert_eq!(h.plan(t1 + PROBE, PROBE, false), Use::Probe);
+    }
+
+    #[test]
+    fn a_late_report_of_an_old_answer_does_not_move_last_heard_back() {
+        let t0 = Instant::now();
+        let mut h = UpstreamHealth::default();
+        h.answered(t0 + ms(500));
+        h.answered(t0 + ms(100));
+        // Sent at 400 ms: the answer at 500 ms came after it.
         assert_eq!(
-            h.plan(t1 + PROBE - Duration::from_millis(1), PROBE),
-            Use::Skip
+            h.failed(1, t0 + ms(400), t0 + ms(1200), BACKOFF).0,
+            Blame::Query
         );
-        assert_eq!(h.plan(t1 + PROBE, PROBE), Use::Probe);
     }
 }

@@ -67,10 +67,11 @@ pub struct RawUpstreams {
     /// Upper bound of the TTL of cached answers, in seconds (default 300).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_cache_ttl: Option<u32>,
-    /// An upstream counts as down once queries for 3 different names failed
-    /// on it in a row (timeouts or errors, no answer between); it is then
-    /// skipped for this many milliseconds before one query probes it again
-    /// (default 1000, within 1..=600000).
+    /// An upstream counts as down once queries for names of 3 unrelated
+    /// zones timed out on it while it sent no response to anyone; while
+    /// another upstream is up it is then skipped for this many milliseconds
+    /// before one query probes it again (default 1000, within 1..=600000).
+    /// While every upstream counts as down, each is still asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub down_backoff_ms: Option<u64>,
     /// How long, in seconds, an expired cached answer may still be served
