@@ -94,7 +94,11 @@ impl ArpSocket {
     /// Sends one frame of the socket's EtherType carrying `payload`:
     /// broadcast, or to `to` alone.
     pub fn send(&self, payload: &[u8], to: Option<[u8; 6]>) -> io::Result<()> {
-        let to = sockaddr(&self.link, self.ethertype.to_be(), Some(to.unwrap_or([0xff; 6])));
+        let to = sockaddr(
+            &self.link,
+            self.ethertype.to_be(),
+            Some(to.unwrap_or([0xff; 6])),
+        );
         // SAFETY: payload and `to` are valid for the given lengths.
         let n = unsafe {
             libc::sendto(

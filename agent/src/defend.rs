@@ -255,7 +255,14 @@ pub async fn serve(socket: ArpSocket, held: Held, metrics: Metrics) -> io::Resul
             Ok(Some((n, src))) => parse(&buf[..n]).map(|p| (p, src)),
             // Our own frame, or a kind the defence ignores.
             Ok(None) => None,
-            Err(e) => return Err(e),
+            // The link is down (ENETDOWN) or flapped: the socket works
+            // again once it is up.
+            Err(e) => {
+                debug!(error = %e, "reading ARP failed; retrying");
+                drop(guard);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                None
+            }
         }) else {
             continue;
         };
@@ -334,13 +341,22 @@ mod tests {
     #[test]
     fn another_host_announcing_a_held_address_is_a_conflict() {
         let garp = request(OTHER, HELD, HELD);
-        assert_eq!(decide(&garp, garp.sender_mac, OWN, held), Some(Defence::Conflict(HELD)));
+        assert_eq!(
+            decide(&garp, garp.sender_mac, OWN, held),
+            Some(Defence::Conflict(HELD))
+        );
         // Its kernel asking for a worker from that address is one too.
         let asks = request(OTHER, HELD, Ipv4Addr::new(192, 0, 2, 50));
-        assert_eq!(decide(&asks, asks.sender_mac, OWN, held), Some(Defence::Conflict(HELD)));
+        assert_eq!(
+            decide(&asks, asks.sender_mac, OWN, held),
+            Some(Defence::Conflict(HELD))
+        );
         // So is a reply, when the switch floods it.
         let reply = ArpPacket { op: 2, ..garp };
-        assert_eq!(decide(&reply, reply.sender_mac, OWN, held), Some(Defence::Conflict(HELD)));
+        assert_eq!(
+            decide(&reply, reply.sender_mac, OWN, held),
+            Some(Defence::Conflict(HELD))
+        );
     }
 
     #[test]
@@ -364,7 +380,10 @@ mod tests {
             op: 2,
             ..request(WORKER, Ipv4Addr::new(192, 0, 2, 50), HELD)
         };
-        assert_eq!(decide(&reply_to_worker, reply_to_worker.sender_mac, OWN, held), None);
+        assert_eq!(
+            decide(&reply_to_worker, reply_to_worker.sender_mac, OWN, held),
+            None
+        );
         let elsewhere = request(
             WORKER,
             Ipv4Addr::new(192, 0, 2, 50),
@@ -390,7 +409,13 @@ mod tests {
     #[test]
     fn nothing_for_broadcast_multicast_zero_or_own_senders() {
         let ask = request(WORKER, Ipv4Addr::new(192, 0, 2, 50), HELD);
-        for bad in [[0xff; 6], [0x01, 0, 0x5e, 0, 0, 9], [0x33, 0x33, 0, 0, 0, 1], [0; 6], OWN] {
+        for bad in [
+            [0xff; 6],
+            [0x01, 0, 0x5e, 0, 0, 9],
+            [0x33, 0x33, 0, 0, 0, 1],
+            [0; 6],
+            OWN,
+        ] {
             // In the ARP sender field...
             let forged = ArpPacket {
                 sender_mac: bad,

@@ -248,6 +248,9 @@ pub struct Machine {
     ready_since: Option<Instant>,
     peers: Vec<Peer>,
     slots: Vec<Slot>,
+    /// A peer came back (or appeared): announce what is held, whatever
+    /// neighbours learnt while this replica could not be heard.
+    announce_due: bool,
 }
 
 /// Too many replicas for the advert's bit sets, or an index out of range.
@@ -288,6 +291,7 @@ impl Machine {
             ready_since: None,
             peers: vec![Peer::default(); n],
             slots: vec![Slot::Off; n],
+            announce_due: false,
         })
     }
 
@@ -358,6 +362,7 @@ impl Machine {
         } else {
             None
         };
+        self.announce_due |= !was_alive;
         Ok(())
     }
 
@@ -483,10 +488,16 @@ impl Machine {
         } else if self.ready_since.is_none() {
             self.ready_since = Some(now);
         }
+        let announce_due = std::mem::take(&mut self.announce_due);
         for k in 0..self.n {
             let owner = self.owner(k, now);
             let mine = owner == Some(self.me);
             match self.slots[k] {
+                // Kept through a split or an isolation: the neighbours may
+                // have learnt another holder meanwhile.
+                Slot::Held if mine && announce_due => {
+                    out.push((k, NetAction::Announce));
+                }
                 Slot::Off if mine => {
                     self.slots[k] = Slot::Held;
                     out.push((k, NetAction::Add));

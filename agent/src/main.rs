@@ -18,7 +18,7 @@ use oooi_addr_agent::plane::{LinuxPlane, Plane};
 use oooi_addr_agent::run::{self, Announce, Settings};
 use oooi_envoy_gate::ReadyUrl;
 use tokio::sync::{mpsc, watch};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 /// Moves a component's VLAN addresses between its ready replicas.
 ///
@@ -218,13 +218,25 @@ async fn receive_adverts(socket: ArpSocket, tx: mpsc::Sender<run::Frame>) -> std
         tokio::io::unix::AsyncFd::register_with_interest(socket, tokio::io::Interest::READABLE)
     }?;
     let mut buf = [0u8; 1600];
+    let mut failing = false;
     loop {
         let mut guard = socket.readable().await?;
         match guard.try_io(|s| s.get_ref().recv_from(&mut buf)) {
             Err(_would_block) => continue,
-            Ok(Err(e)) => return Err(e),
-            Ok(Ok(None)) => {}
+            Ok(Err(e)) => {
+                // The link went down (ENETDOWN) or flapped: the socket
+                // works again once it is up. Silence meanwhile is what the
+                // machine must see.
+                if !failing {
+                    warn!(error = %e, "receiving adverts failed; retrying");
+                    failing = true;
+                }
+                drop(guard);
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Ok(Ok(None)) => failing = false,
             Ok(Ok(Some((n, src)))) => {
+                failing = false;
                 // A full queue drops the frame: the machine is behind, and
                 // the next advert says the same again.
                 if let Err(mpsc::error::TrySendError::Closed(_)) =

@@ -150,7 +150,7 @@ impl Driver {
                 }
             }
             NetAction::Announce => {
-                info!(address = %net, "address kept: its hand-over was called off");
+                info!(address = %net, "address announced again: a peer came back or a hand-over was called off");
                 self.burst(k);
             }
             NetAction::Remove(reason) => {
@@ -225,8 +225,7 @@ impl Driver {
             // Only the holder announces: a replica handing the address on
             // must not pull the neighbours back to itself.
             if m.holds_address(k)
-                && self.last_announce[k]
-                    .is_some_and(|t| now >= t + self.settings.announce.every)
+                && self.last_announce[k].is_some_and(|t| now >= t + self.settings.announce.every)
             {
                 if let Err(e) = self.plane.announce(net.addr()) {
                     warn!(address = %net, error = %e, "gratuitous ARP failed");

@@ -27,6 +27,9 @@ struct Node {
     incarnation: u64,
 }
 
+/// One step: when, per address who announces it, per address who has it.
+type Record = (Instant, Vec<BTreeSet<usize>>, Vec<BTreeSet<usize>>);
+
 struct Sim {
     t0: Instant,
     now: Instant,
@@ -47,7 +50,7 @@ struct Sim {
     rng: u64,
     /// Per step: per address, who announces it (holds, with a working
     /// sending leg) and who has it on the interface.
-    log: Vec<(Instant, Vec<BTreeSet<usize>>, Vec<BTreeSet<usize>>)>,
+    log: Vec<Record>,
 }
 
 impl Sim {
@@ -105,11 +108,11 @@ impl Sim {
                 continue;
             }
             self.sent += 1;
-            if self.loss > 0 && self.random() % self.loss == 0 {
+            if self.loss > 0 && self.random().is_multiple_of(self.loss) {
                 continue;
             }
             self.queue.push((self.now + self.delay, j, i, a));
-            if self.dup > 0 && self.random() % self.dup == 0 {
+            if self.dup > 0 && self.random().is_multiple_of(self.dup) {
                 self.queue.push((self.now + self.delay * 3, j, i, a));
             }
         }
@@ -251,8 +254,15 @@ impl Sim {
     fn restart(&mut self, i: usize) {
         let n = self.nodes.len();
         self.nodes[i].incarnation += 1000;
-        self.nodes[i].m =
-            Machine::new(i, n, GROUP, self.nodes[i].incarnation, self.timing, self.now).unwrap();
+        self.nodes[i].m = Machine::new(
+            i,
+            n,
+            GROUP,
+            self.nodes[i].incarnation,
+            self.timing,
+            self.now,
+        )
+        .unwrap();
         self.nodes[i].on.clear();
         self.nodes[i].running = true;
     }
@@ -459,11 +469,7 @@ fn a_link_cut_one_way_between_two_of_three_replicas_leaves_one_holder_each() {
         let t = s.now;
         s.link[from][to] = false;
         s.run(ms(5000));
-        assert!(
-            s.settled_home(),
-            "{from}->{to} cut: {:?}",
-            s.log.last()
-        );
+        assert!(s.settled_home(), "{from}->{to} cut: {:?}", s.log.last());
         assert!(
             s.longest_double(t) <= 2 * s.timing.interval,
             "{from}->{to} cut: {:?}",
@@ -489,7 +495,10 @@ fn duplicates_and_older_adverts_are_refused_and_change_nothing() {
         a.receive(t0 + ms(202), mac(1), &second),
         Err(Rejected::Stale)
     );
-    assert_eq!(a.receive(t0 + ms(203), mac(1), &first), Err(Rejected::Stale));
+    assert_eq!(
+        a.receive(t0 + ms(203), mac(1), &first),
+        Err(Rejected::Stale)
+    );
     // A stale advert does not keep a peer alive.
     assert!(a.alive(1, t0 + ms(201) + timing.dead_after - ms(1)));
     a.receive(t0 + ms(1000), mac(1), &first).unwrap_err();
@@ -497,10 +506,7 @@ fn duplicates_and_older_adverts_are_refused_and_change_nothing() {
     // Same incarnation from another MAC, own index, unknown index, a
     // broadcast sender.
     let third = b.advert(t0 + ms(400));
-    assert_eq!(
-        a.receive(t0 + ms(401), mac(5), &third),
-        Err(Rejected::Mac)
-    );
+    assert_eq!(a.receive(t0 + ms(401), mac(5), &third), Err(Rejected::Mac));
     let mut own = third;
     own.from = 0;
     assert_eq!(a.receive(t0 + ms(401), mac(1), &own), Err(Rejected::Own));
