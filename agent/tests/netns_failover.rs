@@ -661,3 +661,132 @@ async fn the_holder_keeps_the_workers_arp_cache_while_a_replacement_has_its_stat
     // Nothing moved meanwhile.
     assert!(r1.has(HOME1) && r1.has(HOME2), "{}", show_log());
 }
+
+/// Sends crafted ARP requests for 10.77.0.3 from the worker namespace and
+/// counts the holder's announcements seen there meanwhile (and for 0.5 s
+/// after). Arguments: count, Ethernet source MAC, ARP sender MAC, holder
+/// MAC. Prints `broadcast unicast seconds`: the holder's announcements
+/// (ARP requests whose sender and target address are equal) to everyone
+/// and to one host, and how long the run took.
+const FLOOD: &str = r#"
+import socket, sys, threading, time
+count, src, sha, holder = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+mac = lambda m: bytes(int(x, 16) for x in m.split(":"))
+ip = lambda a: bytes(int(x) for x in a.split("."))
+frame = (b"\xff" * 6 + mac(src) + b"\x08\x06" + b"\x00\x01\x08\x00\x06\x04\x00\x01"
+         + mac(sha) + ip("10.77.0.50") + b"\x00" * 6 + ip("10.77.0.3"))
+rx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0806))
+rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+rx.bind(("eth0", 0))
+rx.settimeout(0.1)
+seen = {"b": 0, "u": 0}
+done = threading.Event()
+def sniff():
+    while not done.is_set():
+        try:
+            f = rx.recv(128)
+        except socket.timeout:
+            continue
+        if f[6:12] == mac(holder) and f[20:22] == b"\x00\x01" and f[28:32] == f[38:42]:
+            seen["b" if f[0:6] == b"\xff" * 6 else "u"] += 1
+t = threading.Thread(target=sniff)
+t.start()
+tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+tx.bind(("eth0", 0))
+t0 = time.monotonic()
+for _ in range(count):
+    tx.send(frame)
+took = time.monotonic() - t0
+time.sleep(0.5)
+done.set()
+t.join()
+print(seen["b"], seen["u"], round(took + 0.5, 3))
+"#;
+
+/// The defence under crafted ARP (a host flooding requests for a held
+/// address): it never answers a request whose sender MAC (in the frame or
+/// in the ARP packet) is broadcast, multicast or its own, and answers one
+/// requester at most 20 times a second. Counted on the wire in the worker
+/// namespace; the agent's periodic announcement (one a second per held
+/// address, broadcast) is all that remains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crafted_arp_requests_get_no_broadcast_answers_and_a_requester_at_most_20_a_second() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test builds network namespaces: run it as root"
+    );
+    let net = Net::build("a");
+    let (w, r2ns) = (net.ns("w"), net.ns("r2"));
+    let (_api, dir, kubeconfig) = api_stand_in(&net);
+    let log = dir.path().join("r1.log");
+    let show_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    sh(&format!("ip -n {r2ns} addr del {HOME2}/24 dev net1"));
+    let mut r1 = Replica::new(&net, "r1");
+    r1.start_server();
+    r1.start_agent(&kubeconfig, HOME1, &log);
+    wait(Duration::from_secs(15), || r1.has(HOME1) && r1.has(HOME2))
+        .await
+        .unwrap_or_else(|| panic!("r1 never held both addresses\n{}", show_log()));
+    let worker = "02:00:00:77:00:50";
+    let flood = |count: usize, src: &str, sha: &str| -> (usize, usize, f64) {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &w, "python3", "-c", FLOOD])
+            .args([&count.to_string(), src, sha, MAC1])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let v: Vec<&str> = text.split_whitespace().collect();
+        (
+            v[0].parse().unwrap(),
+            v[1].parse().unwrap(),
+            v[2].parse().unwrap(),
+        )
+    };
+    let mut figures = Vec::new();
+    // Periodic announcements of two held addresses, one a second each,
+    // and one more for the window's rounding.
+    let periodic = |secs: f64| 2 * (secs.ceil() as usize) + 2;
+    for (what, src, sha) in [
+        ("ARP sender ff:ff:ff:ff:ff:ff", worker, "ff:ff:ff:ff:ff:ff"),
+        (
+            "ARP sender multicast 01:00:5e:00:00:01",
+            worker,
+            "01:00:5e:00:00:01",
+        ),
+        ("frame and ARP sender the holder's own MAC", MAC1, MAC1),
+        ("frame source broadcast", "ff:ff:ff:ff:ff:ff", worker),
+    ] {
+        let (b, u, secs) = flood(5000, src, sha);
+        figures.push(format!(
+            "5000 requests, {what}: {b} broadcast and {u} unicast announcements by the holder in {secs} s"
+        ));
+        assert_eq!(u, 0, "{what}: answered to one host\n{}", show_log());
+        assert!(
+            b <= periodic(secs),
+            "{what}: {b} broadcast announcements in {secs} s\n{}",
+            show_log()
+        );
+    }
+    // One ordinary requester asking as fast as it can.
+    let (b, u, secs) = flood(20_000, worker, worker);
+    figures.push(format!(
+        "20000 requests from one worker: {u} announcements to it and {b} broadcast in {secs} s"
+    ));
+    for f in &figures {
+        println!("{f}");
+    }
+    assert!(u >= 1, "the requester was never answered\n{}", show_log());
+    assert!(
+        u as f64 <= 20.0 * secs + 1.0,
+        "{u} answers in {secs} s to one requester"
+    );
+    assert!(b <= periodic(secs), "{b} broadcast in {secs} s");
+    assert!(r1.has(HOME1) && r1.has(HOME2), "{}", show_log());
+}
