@@ -11,8 +11,9 @@
 //! - [`machine`]: the decision logic (pure, injected time); [`advert`]:
 //!   the adverts' wire format;
 //! - [`netlink`], [`arp`], [`plane`]: the interface; [`defend`]: the
-//!   holder's answer to other hosts claiming its addresses; [`run`]: the
-//!   driver; [`metrics`]: `oooi_agent_*`.
+//!   holder's answer to other hosts claiming its addresses; [`tickle`]:
+//!   ending a lost holder's connections; [`run`]: the driver;
+//!   [`metrics`]: `oooi_agent_*`.
 //!
 //! docs/failover.md explains the design, the windows and the settings.
 
@@ -24,6 +25,7 @@ pub mod metrics;
 pub mod netlink;
 pub mod plane;
 pub mod run;
+pub mod tickle;
 
 /// Parses a duration written as `<integer>ms` or `<integer>s`.
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {

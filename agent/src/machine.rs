@@ -575,6 +575,12 @@ impl Machine {
         self.slots.iter().all(|s| *s == Slot::Off)
     }
 
+    /// The MAC of peer `j`'s current incarnation, once heard.
+    pub fn peer_mac(&self, j: usize) -> Option<[u8; 6]> {
+        let p = self.peers.get(j).filter(|_| j != self.me)?;
+        p.incarnation.map(|_| p.mac)
+    }
+
     /// How many peers are alive at `now`.
     pub fn peers_alive(&self, now: Instant) -> usize {
         (0..self.n)

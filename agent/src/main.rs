@@ -131,6 +131,12 @@ struct Args {
     /// cannot keep workers' ARP caches (docs/failover.md).
     #[arg(long)]
     no_defend: bool,
+    /// Do not share the established connections to held addresses nor end
+    /// a lost holder's connections on a taken address (by default the new
+    /// holder sends each of their clients a bare ACK, which draws the
+    /// reset that ends a connection whose client only listens).
+    #[arg(long)]
+    no_reset: bool,
     /// Address of the HTTP server for /metrics and /healthz.
     #[arg(
         long,
@@ -207,6 +213,7 @@ fn settings(args: &Args) -> Result<Settings> {
             every: args.announce_every,
         },
         held: Held::default(),
+        reset: !args.no_reset,
     })
 }
 

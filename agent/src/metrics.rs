@@ -58,6 +58,7 @@ struct Inner {
     adverts_sent: Counter,
     adverts_received: Family<AdvertLabels, Counter>,
     peers: Gauge,
+    tickles: Counter,
     ready: Gauge,
 }
 
@@ -83,6 +84,7 @@ impl Metrics {
         let adverts_sent = Counter::default();
         let adverts_received = Family::<AdvertLabels, Counter>::default();
         let peers = Gauge::default();
+        let tickles = Counter::default();
         let ready = Gauge::default();
         registry.register(
             "addresses_held",
@@ -115,6 +117,11 @@ impl Metrics {
             adverts_received.clone(),
         );
         registry.register(
+            "connections_reset",
+            "Connections of a previous holder this replica ended after taking their address (tickle ACKs)",
+            tickles.clone(),
+        );
+        registry.register(
             "peers_heard",
             "Peers of the component whose adverts arrived within the dead time",
             peers.clone(),
@@ -139,6 +146,7 @@ impl Metrics {
             adverts_sent,
             adverts_received,
             peers,
+            tickles,
             ready,
         }))
     }
@@ -189,6 +197,11 @@ impl Metrics {
                 result: result.to_string(),
             })
             .inc();
+    }
+
+    /// `n` connections of a previous holder are being ended.
+    pub fn tickles(&self, n: usize) {
+        self.0.tickles.inc_by(n as u64);
     }
 
     /// Peers heard now.

@@ -4,7 +4,7 @@
 //! readiness poller feeds it.
 
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,11 +14,15 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::advert::{Advert, group_id};
+use crate::advert::{Advert, Malformed, group_id};
 use crate::defend::Held;
-use crate::machine::{Machine, NetAction, Timing};
+use crate::machine::{Machine, NetAction, Rejected, Timing};
 use crate::metrics::Metrics;
 use crate::plane::Plane;
+use crate::tickle::{self, Known, RawSender};
+
+/// How often the held addresses' connections are shared.
+const SHARE_EVERY: Duration = Duration::from_secs(1);
 
 /// Gratuitous ARP settings.
 #[derive(Debug, Clone, Copy)]
@@ -61,6 +65,9 @@ pub struct Settings {
     /// Where the driver records which addresses are held (read by
     /// [`crate::defend`]).
     pub held: Held,
+    /// Share the established connections to held addresses, and end a
+    /// lost holder's connections on a taken address ([`crate::tickle`]).
+    pub reset: bool,
 }
 
 /// How adverts leave: one broadcast frame per call.
@@ -123,8 +130,13 @@ struct Driver {
     send: SendAdvert,
     metrics: Metrics,
     last_announce: Vec<Option<Instant>>,
-    /// Bumped at every address change (for [`crate::tickle`]).
+    /// Told of every address taken.
     taken: Option<mpsc::UnboundedSender<Ipv4Addr>>,
+    /// The connections the peers shared.
+    known: Known,
+    /// Where tickles leave (when resetting is on and the socket opened).
+    raw: Option<Arc<RawSender>>,
+    last_shared: Option<Instant>,
 }
 
 impl Driver {
@@ -148,6 +160,7 @@ impl Driver {
                 if let Some(t) = &self.taken {
                     let _ = t.send(net.addr());
                 }
+                self.tickle(k);
             }
             NetAction::Announce => {
                 info!(address = %net, "address announced again: a peer came back or a hand-over was called off");
@@ -163,6 +176,70 @@ impl Driver {
                 self.metrics.dropped(&name, reason.as_str());
                 self.metrics.set_held(&name, false);
                 self.last_announce[k] = None;
+            }
+        }
+    }
+
+    /// Ends the connections the peers had on address `k`: a tickle to each
+    /// client once the first announcement has had time to arrive, and once
+    /// more a second later (a client whose neighbour entry was fresh kept
+    /// the old MAC for its `locktime`).
+    fn tickle(&mut self, k: usize) {
+        let Some(raw) = self.raw.clone() else {
+            return;
+        };
+        let now = Instant::now().into_std();
+        let conns = self.known.of(k as u16, now);
+        if conns.is_empty() {
+            return;
+        }
+        let ip = self.settings.addresses[k].addr();
+        info!(address = %ip, connections = conns.len(), "ending the connections the previous holder had");
+        self.metrics.tickles(conns.len());
+        tokio::spawn(async move {
+            for wait in [Duration::from_millis(50), Duration::from_secs(1)] {
+                tokio::time::sleep(wait).await;
+                for c in &conns {
+                    if let Err(e) = raw.tickle(SocketAddrV4::new(ip, c.port), c.client) {
+                        debug!(address = %ip, client = %c.client, error = %e, "tickle failed");
+                    }
+                }
+            }
+        });
+    }
+
+    /// Shares the established connections to the held addresses, once a
+    /// second.
+    fn share(&mut self, m: &Machine, now: Instant) {
+        if self.raw.is_none() || self.last_shared.is_some_and(|t| now < t + SHARE_EVERY) {
+            return;
+        }
+        self.last_shared = Some(now);
+        let held: Vec<Ipv4Addr> = self
+            .settings
+            .addresses
+            .iter()
+            .enumerate()
+            .map(|(k, a)| {
+                if m.holds_address(k) {
+                    a.addr()
+                } else {
+                    Ipv4Addr::UNSPECIFIED
+                }
+            })
+            .collect();
+        if held.iter().all(|a| a.is_unspecified()) {
+            return;
+        }
+        let Ok(text) = std::fs::read_to_string("/proc/net/tcp") else {
+            return;
+        };
+        let mut conns = tickle::parse_proc_net_tcp(&text, &held);
+        conns.truncate(tickle::MAX_SHARED);
+        let group = group_id(&self.settings.group);
+        for frame in tickle::encode(self.settings.me as u16, group, &conns) {
+            if let Err(e) = (self.send)(&frame) {
+                debug!(error = %e, "sending connections failed");
             }
         }
     }
@@ -281,6 +358,17 @@ pub async fn run(
         timing,
         Instant::now().into_std(),
     )?;
+    let raw = if settings.reset {
+        match RawSender::open() {
+            Ok(r) => Some(Arc::new(r)),
+            Err(e) => {
+                warn!(error = %e, "no raw socket (CAP_NET_RAW): a lost holder's connections are not ended");
+                None
+            }
+        }
+    } else {
+        None
+    };
     let mut d = Driver {
         settings,
         plane,
@@ -288,6 +376,9 @@ pub async fn run(
         metrics,
         last_announce: vec![None; n],
         taken,
+        known: Known::default(),
+        raw,
+        last_shared: None,
     };
     let mut ticker = tokio::time::interval(timing.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -308,6 +399,7 @@ pub async fn run(
                 let is_ready = *ready.borrow() && !*stop.borrow();
                 d.round(&mut m, now, is_ready);
                 d.refresh(&m, now);
+                d.share(&m, now);
             }
             f = frames.recv(), if frames_open => match f {
                 Some((payload, src)) => {
@@ -317,18 +409,28 @@ pub async fn run(
                             Ok(()) => { d.metrics.advert_received("accepted"); true }
                             Err(e) => {
                                 d.metrics.advert_received(e.as_str());
-                                if e == crate::machine::Rejected::Own {
+                                if e == Rejected::Own {
                                     warn!("an advert from another host names this replica's own index: two replicas run with the same --home");
                                 }
                                 false
                             }
                         },
+                        Err(Malformed::NotAdvert) => {
+                            match tickle::decode(&payload, group) {
+                                Some((from, conns)) if m.peer_mac(usize::from(from)) == Some(src) => {
+                                    d.metrics.advert_received("connections");
+                                    d.known.learn(now.into_std(), &conns);
+                                }
+                                _ => d.metrics.advert_received("not_advert"),
+                            }
+                            false
+                        }
                         Err(e) => {
                             d.metrics.advert_received(match e {
-                                crate::advert::Malformed::NotAdvert => "not_advert",
-                                crate::advert::Malformed::Version(_) => "version",
-                                crate::advert::Malformed::Check => "check",
-                                crate::advert::Malformed::OtherGroup => "other_group",
+                                Malformed::NotAdvert => "not_advert",
+                                Malformed::Version(_) => "version",
+                                Malformed::Check => "check",
+                                Malformed::OtherGroup => "other_group",
                             });
                             false
                         }

@@ -127,6 +127,7 @@ struct Replica {
     dir: tempfile::TempDir,
     server: Option<Child>,
     agent: Option<Child>,
+    stream: Option<Child>,
 }
 
 impl Replica {
@@ -140,6 +141,7 @@ impl Replica {
             dir,
             server: None,
             agent: None,
+            stream: None,
         }
     }
 
@@ -201,7 +203,7 @@ impl Replica {
     }
 
     fn kill(&mut self) {
-        for c in [self.agent.take(), self.server.take()]
+        for c in [self.agent.take(), self.server.take(), self.stream.take()]
             .into_iter()
             .flatten()
         {
@@ -789,4 +791,122 @@ async fn crafted_arp_requests_get_no_broadcast_answers_and_a_requester_at_most_2
     );
     assert!(b <= periodic(secs), "{b} broadcast in {secs} s");
     assert!(r1.has(HOME1) && r1.has(HOME2), "{}", show_log());
+}
+
+/// A server that only sends: each connection to port 8081 gets a line
+/// every 250 ms, as a watch does.
+const STREAM: &str = r#"
+import socket, threading, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 8081))
+s.listen(16)
+def feed(c):
+    try:
+        while True:
+            c.sendall(b"event\n")
+            time.sleep(0.25)
+    except OSError:
+        pass
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=feed, args=(c,), daemon=True).start()
+"#;
+
+/// A stream whose client only listens, through a lost node: the new
+/// holder learnt the connection from the old one's shared list and ends it
+/// right after taking the address (a bare ACK from the address draws the
+/// client's ACK, which the new holder's kernel resets), so the client sees
+/// a reset within seconds instead of waiting forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listening_clients_stream_through_a_lost_holder_is_reset_after_the_move() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test builds network namespaces: run it as root"
+    );
+    let net = Net::build("t");
+    let w = net.ns("w");
+    let (_api, dir, kubeconfig) = api_stand_in(&net);
+    let logs = (dir.path().join("r1.log"), dir.path().join("r2.log"));
+    let show_logs = || {
+        format!(
+            "r1:\n{}\nr2:\n{}",
+            std::fs::read_to_string(&logs.0).unwrap_or_default(),
+            std::fs::read_to_string(&logs.1).unwrap_or_default()
+        )
+    };
+    let mut r1 = Replica::new(&net, "r1");
+    let mut r2 = Replica::new(&net, "r2");
+    r1.start_server();
+    r2.start_server();
+    r1.stream = Some(
+        Command::new("ip")
+            .args(["netns", "exec", &r1.ns, "python3", "-c", STREAM])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    r1.start_agent(&kubeconfig, HOME1, &logs.0);
+    r2.start_agent(&kubeconfig, HOME2, &logs.1);
+    wait(Duration::from_secs(10), || r1.has(HOME1) && r2.has(HOME2))
+        .await
+        .unwrap_or_else(|| panic!("the homes never took their addresses\n{}", show_logs()));
+    // The client: connects, reads, never sends. Its thread reports how the
+    // stream ended and when.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let client_ns = w.clone();
+    std::thread::spawn(move || {
+        in_netns(&client_ns, move || {
+            let to: SocketAddr = format!("{HOME1}:8081").parse().unwrap();
+            let mut s = (0..50)
+                .find_map(|_| {
+                    TcpStream::connect_timeout(&to, Duration::from_millis(500))
+                        .ok()
+                        .or_else(|| {
+                            std::thread::sleep(Duration::from_millis(100));
+                            None
+                        })
+                })
+                .unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+            let mut buf = [0u8; 256];
+            let _ = tx.send(Ok(Instant::now()));
+            loop {
+                match s.read(&mut buf) {
+                    Ok(0) => break tx.send(Err(("closed".to_string(), Instant::now()))),
+                    Ok(_) => {}
+                    Err(e) => break tx.send(Err((e.kind().to_string(), Instant::now()))),
+                }
+            }
+        })
+    });
+    let _ = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    // Let the holder share the connection (once a second).
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // The node is lost: its link goes down (a SIGKILL would let its kernel
+    // close the stream with a FIN).
+    let lost = Instant::now();
+    sh(&format!("ip -n {} link set net1 down", r1.ns));
+    let moved = wait(Duration::from_secs(5), || r2.has(HOME1))
+        .await
+        .unwrap_or_else(|| panic!("r2 never took {HOME1}\n{}", show_logs()));
+    let (how, at) = rx
+        .recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|_| panic!("the stream never ended\n{}", show_logs()))
+        .unwrap_err();
+    let after_move = at.saturating_duration_since(lost + moved);
+    println!(
+        "stream through the lost holder: address moved after {moved:?}, stream ended ({how}) {:?} after the loss, {after_move:?} after the move",
+        at - lost
+    );
+    assert_eq!(how, std::io::ErrorKind::ConnectionReset.to_string());
+    assert!(after_move <= Duration::from_secs(10), "{after_move:?}");
+    assert!(
+        show_logs().contains("ending the connections the previous holder had"),
+        "{}",
+        show_logs()
+    );
 }
