@@ -1,13 +1,15 @@
 //! Node loss with floating addresses. The same `oooi-addr-agent` the DNS
 //! and proxy images ship runs beside every DNS and proxy replica (in the
 //! replica's namespace, UID 0 with NET_ADMIN and NET_RAW only; from the
-//! images when the lab runs from them), holding one Lease per address in
-//! `oooi-kube-mock` (the project's stateful mocked API, served on the
-//! management network). While the workers run their clients, replica 1 of
+//! images when the lab runs from them); the agents judge liveness from the
+//! adverts they send each other on the VLAN and make no API request (the
+//! lab still serves `oooi-kube-mock` on the management network and prints
+//! the requests it got). While the workers run their clients, replica 1 of
 //! DNS and of the proxy (every worker's first nameserver and first proxy
-//! address) is lost as a node is lost, twice: "neighbour answers" (every IP
-//! packet dropped in its namespace) and "neighbour silent" (its links
-//! down); each time it comes back and its addresses go home.
+//! address) is lost as a node is lost, twice: "neighbour answers" (every
+//! process in its namespace stopped: its kernel still answers ARP for the
+//! address until the address's lifetime ends) and "neighbour silent" (its
+//! links down); each time it comes back and its addresses go home.
 //!
 //! The workers: the steady client (glibc lookups from the resolv.conf the
 //! DHCP lease wrote, no options line; a new TLS connection per round,
@@ -22,7 +24,7 @@
 //! long-lived connection through the lost proxy address ended with a reset
 //! (never hung) within 3 s of the loss; arping saw two MACs for one address
 //! only in a return (the documented hand-over window); each address went
-//! home. Printed: p50/p99/max per window and the Lease API load.
+//! home. Printed: p50/p99/max per window and the API load (none).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -128,6 +130,23 @@ struct Window {
     drain: bool,
 }
 
+/// The losses of this step. A replica whose IP is dropped while its VLAN
+/// frames still flow (the first of [`LOSSES`]) is alive to its peers' adverts:
+/// the step freezes every process of the node instead, which stops the
+/// adverts while the kernel still answers ARP.
+pub const TAKEOVER_LOSSES: [Loss; 2] = [
+    Loss {
+        name: "node frozen, neighbour answers (every process stopped, the kernel answers ARP)",
+        cut: r#"ns=$(ip netns identify $$); for p in $(ip netns pids "$ns"); do [ "$p" = "$$" ] || kill -STOP "$p" 2>/dev/null; done; true"#,
+        restore: r#"ns=$(ip netns identify $$); for p in $(ip netns pids "$ns"); do [ "$p" = "$$" ] || kill -CONT "$p" 2>/dev/null; done; true"#,
+    },
+    Loss {
+        name: "node loss, neighbour silent (links down)",
+        cut: "ip link set net1 down && ip link set eth0 down",
+        restore: "ip link set net1 up && ip link set eth0 up",
+    },
+];
+
 /// Runs the node-loss steps; the agents' process ids (they keep running).
 pub fn run(
     lab: &mut Lab,
@@ -154,7 +173,7 @@ pub fn run(
             .ok_or_else(|| anyhow!("no proxy replica"))?,
     );
     println!(
-        "\nnode loss with floating addresses (oooi-addr-agent beside every DNS and proxy replica, Leases in oooi-kube-mock at {API}):"
+        "\nnode loss with floating addresses (oooi-addr-agent beside every DNS and proxy replica, adverts on the VLAN; oooi-kube-mock at {API} counts their API requests):"
     );
 
     // The mocked API on the management network.
@@ -258,7 +277,7 @@ pub fn run(
     let t0 = Instant::now();
     let got = poll(20, || homes().then_some(()));
     report.step(
-        "every agent holds its home address (Lease acquired, address on net1)",
+        "every agent holds its home address (address on net1)",
         "yes",
         if got.is_some() { "yes" } else { "no" },
     );
@@ -369,7 +388,7 @@ pub fn run(
     // When replica 2 held both addresses, per loss.
     let mut moved_at: Vec<f64> = Vec::new();
     let mut returned: Vec<String> = Vec::new();
-    for loss in &LOSSES {
+    for loss in &TAKEOVER_LOSSES {
         println!(
             "  {}: DNS replica 1 ({dns1}) and proxy replica 1 ({proxy1})",
             loss.name
@@ -602,7 +621,7 @@ pub fn run(
         )
         .fold(0.0, f64::max);
     println!(
-        "  measured: Lease address moved to replica 2 after the loss: {}; home again after the return: {}",
+        "  measured: address moved to replica 2 after the loss: {}; home again after the return: {}",
         moved.join(", "),
         returned.join(", ")
     );
@@ -847,7 +866,8 @@ pub fn run(
             "no"
         },
     );
-    // The Lease API load: every request the agents sent over the events.
+    // The API load: every request the agents sent over the events (none:
+    // they take liveness from the VLAN).
     let secs = (stats_at_end.0 - stats_at_start.0) / 1000.0;
     let leases = r.replicas.dns.len() + r.replicas.proxy.len();
     let mut per_lease: BTreeMap<String, u64> = BTreeMap::new();
@@ -858,7 +878,7 @@ pub fn run(
     }
     let total: u64 = per_lease.values().sum();
     println!(
-        "  measured: Lease API load {:.1} requests/s for {leases} addresses ({:.1}/s per address; {} agents, 0.5 s period): {}",
+        "  measured: API load {:.1} requests/s for {leases} addresses ({:.1}/s per address; {} agents): {}",
         total as f64 / secs.max(0.001),
         total as f64 / secs.max(0.001) / leases as f64,
         agents.len(),
