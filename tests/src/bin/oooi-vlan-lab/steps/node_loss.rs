@@ -9,7 +9,9 @@
 //! address) is lost as a node is lost, twice: "neighbour answers" (every
 //! process in its namespace stopped: its kernel still answers ARP for the
 //! address until the address's lifetime ends) and "neighbour silent" (its
-//! links down); each time it comes back and its addresses go home.
+//! links down); each time it comes back and its addresses go home. Then the
+//! API stops answering for 5 s and for 120 s (the mocked API frozen): every
+//! address must stay on its home replica and no lookup take over 1 s.
 //!
 //! The workers: the steady client (glibc lookups from the resolv.conf the
 //! DHCP lease wrote, no options line; a new TLS connection per round,
@@ -56,6 +58,10 @@ const LOST: Duration = Duration::from_millis(6000);
 const SETTLE: Duration = Duration::from_millis(1500);
 /// Slowest lookup allowed during an event.
 const LOOKUP_LIMIT_MS: f64 = 2000.0;
+/// Slowest lookup allowed while the API is down: nothing moves then.
+const OUTAGE_LOOKUP_LIMIT_MS: f64 = 1000.0;
+/// The API outages: how long the mocked API stays stopped.
+const OUTAGES_S: [u64; 2] = [5, 120];
 /// A new connection may take this much more than the steady state's slowest.
 const CONNECT_EXTRA_MS: f64 = 3000.0;
 /// A long-lived connection through a drained proxy's address must end
@@ -128,6 +134,8 @@ struct Window {
     /// A drain: the long-lived connection through the drained proxy must be
     /// reset as well.
     drain: bool,
+    /// An API outage: no lookup may take more than 1 s.
+    outage: bool,
 }
 
 /// The losses of this step. A replica whose IP is dropped while its VLAN
@@ -180,7 +188,7 @@ pub fn run(
     let stats = lab.dir.join("kube-mock-stats.json");
     let mock = sibling("oooi-kube-mock")?;
     let mock = mock.to_string_lossy().into_owned();
-    lab.spawn_in(
+    let mock_pid = lab.spawn_in(
         &ns.mgmt,
         "kube-mock",
         &[&mock, "--listen", API, "--stats", &stats.to_string_lossy()],
@@ -381,6 +389,7 @@ pub fn run(
         to: now_ms(),
         loss: false,
         drain: false,
+        outage: false,
     });
     let stats_at_start = (now_ms(), lease_requests(&stats));
     let lost_ns = [ns.dns[0].clone(), ns.proxy[0].clone()];
@@ -417,6 +426,7 @@ pub fn run(
             to: now_ms(),
             loss: true,
             drain: false,
+            outage: false,
         });
         println!("  return: the node is back, its addresses go home");
         let w = windows.len();
@@ -440,6 +450,63 @@ pub fn run(
             to: now_ms(),
             loss: false,
             drain: false,
+            outage: false,
+        });
+    }
+    // API outages: the mocked API stops answering (SIGSTOP: requests hang,
+    // as in an etcd stall or a control-plane upgrade) for 5 s and for
+    // 120 s. The agents take liveness from the VLAN: every address stays on
+    // its home replica, and nothing moves when the API returns.
+    let placed = |lab: &Lab| -> bool {
+        [(&ns.dns, &r.replicas.dns), (&ns.proxy, &r.replicas.proxy)]
+            .iter()
+            .all(|(nss, ips)| {
+                nss.iter().enumerate().all(|(i, n)| {
+                    ips.iter()
+                        .enumerate()
+                        .all(|(k, ip)| held(lab, n, ip) == (i == k))
+                })
+            })
+    };
+    for secs in OUTAGES_S {
+        let name = format!("API stopped {secs} s (oooi-kube-mock frozen)");
+        println!("  {name}");
+        let w = windows.len();
+        start_arping(lab, w, &mut arpings);
+        from = now_ms();
+        crate::lab::run(&["kill", "-STOP", &mock_pid.to_string()])?;
+        let until = Instant::now() + Duration::from_secs(secs);
+        let (mut samples, mut off) = (0u32, 0u32);
+        while Instant::now() < until {
+            samples += 1;
+            if !placed(lab) {
+                off += 1;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        crate::lab::run(&["kill", "-CONT", &mock_pid.to_string()])?;
+        std::thread::sleep(SETTLE);
+        // Nothing flaps when the API returns.
+        samples += 1;
+        if !placed(lab) {
+            off += 1;
+        }
+        stop_arpings(lab, &arpings, w);
+        println!(
+            "  measured: {name}: {off} of {samples} samples (about every 100 ms) with an address off its home replica"
+        );
+        report.step(
+            &format!("{name}: samples with an address off its home replica"),
+            "0",
+            &off.to_string(),
+        );
+        windows.push(Window {
+            name,
+            from,
+            to: now_ms(),
+            loss: false,
+            drain: false,
+            outage: true,
         });
     }
     // A drain: replica 1's pods are deleted, in the kubelet's order: the
@@ -558,6 +625,7 @@ pub fn run(
         to: now_ms(),
         loss: false,
         drain: true,
+        outage: false,
     });
     let stats_at_end = (now_ms(), lease_requests(&stats));
     std::fs::write(&stop, b"")?;
@@ -671,6 +739,17 @@ pub fn run(
         );
         if w.name == "steady" {
             continue;
+        }
+        if w.outage {
+            let slow = lookups
+                .iter()
+                .filter(|ms| **ms > OUTAGE_LOOKUP_LIMIT_MS)
+                .count();
+            report.step(
+                &format!("{}: lookups slower than 1 s", w.name),
+                "0",
+                &slow.to_string(),
+            );
         }
         // A query sent while the address answered nobody (from the loss
         // until replica 2 held it) is lost; glibc resends it only after its
