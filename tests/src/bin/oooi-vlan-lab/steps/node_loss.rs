@@ -6,10 +6,12 @@
 //! lab still serves `oooi-kube-mock` on the management network and prints
 //! the requests it got). While the workers run their clients, replica 1 of
 //! DNS and of the proxy (every worker's first nameserver and first proxy
-//! address) is lost as a node is lost, twice: "neighbour answers" (every
-//! process in its namespace stopped: its kernel still answers ARP for the
-//! address until the address's lifetime ends) and "neighbour silent" (its
-//! links down); each time it comes back and its addresses go home. Then the
+//! address) is lost three times: "neighbour answers" (every process in its
+//! namespace stopped: its kernel still answers ARP for the address until
+//! the address's lifetime ends), a gray failure (its VLAN switch port drops
+//! every frame while links, pod and readiness stay fine) and "neighbour
+//! silent" (its links down); each time it comes back and its addresses go
+//! home. Then the
 //! API stops answering for 5 s and for 120 s (the mocked API frozen): every
 //! address must stay on its home replica and no lookup take over 1 s.
 //!
@@ -142,11 +144,20 @@ struct Window {
 /// frames still flow (the first of [`LOSSES`]) is alive to its peers' adverts:
 /// the step freezes every process of the node instead, which stops the
 /// adverts while the kernel still answers ARP.
-pub const TAKEOVER_LOSSES: [Loss; 2] = [
+pub const TAKEOVER_LOSSES: [Loss; 3] = [
     Loss {
         name: "node frozen, neighbour answers (every process stopped, the kernel answers ARP)",
         cut: r#"ns=$(ip netns identify $$); for p in $(ip netns pids "$ns"); do [ "$p" = "$$" ] || kill -STOP "$p" 2>/dev/null; done; true"#,
         restore: r#"ns=$(ip netns identify $$); for p in $(ip netns pids "$ns"); do [ "$p" = "$$" ] || kill -CONT "$p" 2>/dev/null; done; true"#,
+    },
+    // The replica's switch port (its veth on the VLAN bridge, named after
+    // the replica: `dns`, `proxy`) disabled: every frame dropped both ways
+    // while both links stay up and the pod, its readiness and its
+    // management network stay fine.
+    Loss {
+        name: "gray failure (the replica's VLAN port drops every frame, links up)",
+        cut: r#"ns=$(ip netns identify $$); bridge -n "${ns%-*}-vlan" link set dev "${ns##*-}" state 0"#,
+        restore: r#"ns=$(ip netns identify $$); bridge -n "${ns%-*}-vlan" link set dev "${ns##*-}" state 3"#,
     },
     Loss {
         name: "node loss, neighbour silent (links down)",
