@@ -1,7 +1,9 @@
 //! Gratuitous ARP: an ARP request whose sender and target address are the
 //! address just taken (an RFC 5227 announcement), sent through an
-//! AF_PACKET socket (CAP_NET_RAW): broadcast, or to one requester. Linux neighbours take it even within
-//! their lock time (it is a gratuitous ARP), and so do switches' MAC tables.
+//! AF_PACKET socket (CAP_NET_RAW): broadcast, or to one requester. Linux
+//! neighbours take it even within their lock time (it is a gratuitous ARP),
+//! and so do switches' MAC tables. The same kind of socket, bound to
+//! another EtherType, carries the replicas' adverts ([`crate::advert`]).
 
 use std::io;
 use std::mem::size_of;
@@ -27,11 +29,14 @@ pub fn announcement(mac: [u8; 6], ip: Ipv4Addr) -> [u8; 28] {
     p
 }
 
-/// A packet socket on one interface: announcements out, and (opened with
-/// `receive`) the interface's ARP traffic in, for [`crate::defend`].
+/// A packet socket on one interface for one EtherType: frames out, and
+/// (opened with `receive`) the interface's frames of that type in. For ARP
+/// ([`ArpSocket::open`]): announcements out, and the interface's ARP
+/// traffic in, for [`crate::defend`].
 pub struct ArpSocket {
     fd: OwnedFd,
     link: Link,
+    ethertype: u16,
 }
 
 /// `sll_pkttype` of a frame this host sent.
@@ -42,7 +47,12 @@ impl ArpSocket {
     /// `receive` it gets every ARP frame of the interface and does not
     /// block (for an async reader); without, it only sends.
     pub fn open(link: &Link, receive: bool) -> io::Result<ArpSocket> {
-        let protocol = if receive { ETH_P_ARP.to_be() } else { 0 };
+        ArpSocket::open_for(link, ETH_P_ARP, receive)
+    }
+
+    /// Opens a packet socket for `ethertype` on `link` (see [`ArpSocket::open`]).
+    pub fn open_for(link: &Link, ethertype: u16, receive: bool) -> io::Result<ArpSocket> {
+        let protocol = if receive { ethertype.to_be() } else { 0 };
         let flags =
             libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | if receive { libc::SOCK_NONBLOCK } else { 0 };
         // SAFETY: plain socket call; the fd is owned right away.
@@ -67,6 +77,7 @@ impl ArpSocket {
         Ok(ArpSocket {
             fd,
             link: link.clone(),
+            ethertype,
         })
     }
 
@@ -77,8 +88,17 @@ impl ArpSocket {
 
     /// Sends one announcement of `ip`: broadcast, or to `to` alone.
     pub fn announce(&self, ip: Ipv4Addr, to: Option<[u8; 6]>) -> io::Result<()> {
-        let payload = announcement(self.link.mac, ip);
-        let to = sockaddr(&self.link, ETH_P_ARP.to_be(), Some(to.unwrap_or([0xff; 6])));
+        self.send(&announcement(self.link.mac, ip), to)
+    }
+
+    /// Sends one frame of the socket's EtherType carrying `payload`:
+    /// broadcast, or to `to` alone.
+    pub fn send(&self, payload: &[u8], to: Option<[u8; 6]>) -> io::Result<()> {
+        let to = sockaddr(
+            &self.link,
+            self.ethertype.to_be(),
+            Some(to.unwrap_or([0xff; 6])),
+        );
         // SAFETY: payload and `to` are valid for the given lengths.
         let n = unsafe {
             libc::sendto(
@@ -99,6 +119,13 @@ impl ArpSocket {
     /// Reads one ARP payload into `buf`: its length, or `None` for a frame
     /// this host sent. `WouldBlock` when nothing is queued.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        Ok(self.recv_from(buf)?.map(|(n, _)| n))
+    }
+
+    /// Reads one payload into `buf`: its length and the frame's source MAC,
+    /// or `None` for a frame this host sent. `WouldBlock` when nothing is
+    /// queued.
+    pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<Option<(usize, [u8; 6])>> {
         // SAFETY: sockaddr_ll is plain old data.
         let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         let mut len = size_of::<libc::sockaddr_ll>() as libc::socklen_t;
@@ -116,7 +143,9 @@ impl ArpSocket {
         if n < 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok((from.sll_pkttype != PACKET_OUTGOING).then_some(n as usize))
+        let mut mac = [0u8; 6];
+        mac.copy_from_slice(&from.sll_addr[..6]);
+        Ok((from.sll_pkttype != PACKET_OUTGOING).then_some((n as usize, mac)))
     }
 }
 

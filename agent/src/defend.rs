@@ -22,8 +22,15 @@
 //!   requester ends on the holder whichever reply came first. Without a
 //!   second host this costs one frame per request and changes nothing.
 //!
-//! Only the Lease holder defends ([`Held`]): a replica handing an address
-//! on must not pull the neighbours back to itself.
+//! Never amplified: a packet whose sender (the frame's source or the ARP
+//! sender hardware address) is broadcast, multicast, all zeros or this
+//! interface itself is ignored, and answers are limited to one per
+//! requester and address per [`ANSWER_HOLDOFF`] (20/s) and
+//! [`ANSWER_BURST`] per second in all ([`AnswerLimit`]); conflicts to one
+//! broadcast per address per [`CONFLICT_HOLDOFF`] (10/s).
+//!
+//! Only the holder defends ([`Held`]): a replica handing an address on
+//! must not pull the neighbours back to itself.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -34,6 +41,7 @@ use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
 use tracing::{debug, info, warn};
 
+use crate::advert::not_a_host;
 use crate::arp::ArpSocket;
 use crate::metrics::Metrics;
 
@@ -47,8 +55,19 @@ pub const CONFLICT_HOLDOFF: Duration = Duration::from_millis(100);
 /// requester's next packet on most paths.
 pub const ANSWER_DELAY: Duration = Duration::from_millis(3);
 
-/// The addresses whose Lease this agent holds; the address loops keep it
-/// current, the defence reads it. Clones share the set.
+/// The minimum time between two answers to one requester about one
+/// address: a host repeating requests gets at most 20 answers a second.
+pub const ANSWER_HOLDOFF: Duration = Duration::from_millis(50);
+
+/// Answers in all per second (and the largest burst): many requesters, or
+/// forged requester MACs, cannot make the holder send more.
+pub const ANSWER_BURST: u32 = 100;
+
+/// Requesters remembered before the oldest are forgotten.
+const REQUESTERS: usize = 4096;
+
+/// The addresses this agent holds; the driver keeps it current, the
+/// defence reads it. Clones share the set.
 #[derive(Debug, Clone, Default)]
 pub struct Held(Arc<RwLock<BTreeSet<Ipv4Addr>>>);
 
@@ -120,10 +139,17 @@ pub enum Defence {
     },
 }
 
-/// The defence for `p` seen on an interface whose MAC is `own`, given
-/// which addresses are held. Pure.
-pub fn decide(p: &ArpPacket, own: [u8; 6], held: impl Fn(Ipv4Addr) -> bool) -> Option<Defence> {
-    if p.sender_mac == own {
+/// The defence for `p`, received in a frame from `src`, on an interface
+/// whose MAC is `own`, given which addresses are held. Pure. Nothing for
+/// a packet from this interface or from a MAC no single host sends from:
+/// an answer to it would go to everyone (or back to us).
+pub fn decide(
+    p: &ArpPacket,
+    src: [u8; 6],
+    own: [u8; 6],
+    held: impl Fn(Ipv4Addr) -> bool,
+) -> Option<Defence> {
+    if p.sender_mac == own || src == own || not_a_host(p.sender_mac) || not_a_host(src) {
         return None;
     }
     if !p.sender_ip.is_unspecified() && held(p.sender_ip) {
@@ -157,6 +183,48 @@ impl Holdoff {
     }
 }
 
+/// Rate limit of the answers to requests: one per requester and address
+/// per [`ANSWER_HOLDOFF`], and [`ANSWER_BURST`] a second in all (a bucket
+/// of one second's worth of answers, refilled continuously).
+#[derive(Debug, Default)]
+pub struct AnswerLimit {
+    last: BTreeMap<([u8; 6], Ipv4Addr), Instant>,
+    /// Time spent from the bucket (each answer costs 1/[`ANSWER_BURST`]
+    /// s); the bucket is full when this lies a second or more back.
+    spent_to: Option<Instant>,
+}
+
+impl AnswerLimit {
+    /// True when `to` may be answered about `ip` at `now` (and records it).
+    pub fn allow(&mut self, to: [u8; 6], ip: Ipv4Addr, now: Instant) -> bool {
+        if self
+            .last
+            .get(&(to, ip))
+            .is_some_and(|t| now.saturating_duration_since(*t) < ANSWER_HOLDOFF)
+        {
+            return false;
+        }
+        let window = Duration::from_secs(1);
+        let cost = window / ANSWER_BURST;
+        // The bucket: answers may use the time from a second ago to now.
+        let floor = now.checked_sub(window).unwrap_or(now);
+        let spent = self.spent_to.map_or(floor, |t| t.max(floor));
+        if spent + cost > now {
+            return false;
+        }
+        if self.last.len() >= REQUESTERS {
+            self.last
+                .retain(|_, t| now.saturating_duration_since(*t) < ANSWER_HOLDOFF);
+            if self.last.len() >= REQUESTERS {
+                return false;
+            }
+        }
+        self.spent_to = Some(spent + cost);
+        self.last.insert((to, ip), now);
+        true
+    }
+}
+
 fn mac_text(m: [u8; 6]) -> String {
     m.iter()
         .map(|b| format!("{b:02x}"))
@@ -175,22 +243,30 @@ pub async fn serve(socket: ArpSocket, held: Held, metrics: Metrics) -> io::Resul
             .map_err(io::Error::from)?,
     );
     let mut holdoff = Holdoff::default();
+    let mut limit = AnswerLimit::default();
     let mut buf = [0u8; 128];
     loop {
         let mut guard = socket.readable().await?;
-        let got = match guard.try_io(|s| s.get_ref().recv(&mut buf)) {
+        let got = match guard.try_io(|s| s.get_ref().recv_from(&mut buf)) {
             Ok(r) => r,
             Err(_would_block) => continue,
         };
-        let Some(p) = (match got {
-            Ok(Some(n)) => parse(&buf[..n]),
+        let Some((p, src)) = (match got {
+            Ok(Some((n, src))) => parse(&buf[..n]).map(|p| (p, src)),
             // Our own frame, or a kind the defence ignores.
             Ok(None) => None,
-            Err(e) => return Err(e),
+            // The link is down (ENETDOWN) or flapped: the socket works
+            // again once it is up.
+            Err(e) => {
+                debug!(error = %e, "reading ARP failed; retrying");
+                drop(guard);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                None
+            }
         }) else {
             continue;
         };
-        match decide(&p, own, |ip| held.contains(ip)) {
+        match decide(&p, src, own, |ip| held.contains(ip)) {
             None => {}
             Some(Defence::Conflict(ip)) if holdoff.allow(ip, Instant::now()) => {
                 info!(address = %ip, other = %mac_text(p.sender_mac), "another host claims a held address: announcing it again");
@@ -199,7 +275,10 @@ pub async fn serve(socket: ArpSocket, held: Held, metrics: Metrics) -> io::Resul
                     warn!(address = %ip, error = %e, "gratuitous ARP failed");
                 }
             }
-            Some(Defence::Conflict(_)) => {}
+            Some(Defence::Conflict(_)) => metrics.defence_limited("conflict"),
+            Some(Defence::Answer { ip, to }) if !limit.allow(to, ip, Instant::now()) => {
+                metrics.defence_limited("answer");
+            }
             Some(Defence::Answer { ip, to }) => {
                 debug!(address = %ip, requester = %mac_text(to), "answering a request for a held address");
                 metrics.defended(&ip.to_string(), "answer");
@@ -262,20 +341,29 @@ mod tests {
     #[test]
     fn another_host_announcing_a_held_address_is_a_conflict() {
         let garp = request(OTHER, HELD, HELD);
-        assert_eq!(decide(&garp, OWN, held), Some(Defence::Conflict(HELD)));
+        assert_eq!(
+            decide(&garp, garp.sender_mac, OWN, held),
+            Some(Defence::Conflict(HELD))
+        );
         // Its kernel asking for a worker from that address is one too.
         let asks = request(OTHER, HELD, Ipv4Addr::new(192, 0, 2, 50));
-        assert_eq!(decide(&asks, OWN, held), Some(Defence::Conflict(HELD)));
+        assert_eq!(
+            decide(&asks, asks.sender_mac, OWN, held),
+            Some(Defence::Conflict(HELD))
+        );
         // So is a reply, when the switch floods it.
         let reply = ArpPacket { op: 2, ..garp };
-        assert_eq!(decide(&reply, OWN, held), Some(Defence::Conflict(HELD)));
+        assert_eq!(
+            decide(&reply, reply.sender_mac, OWN, held),
+            Some(Defence::Conflict(HELD))
+        );
     }
 
     #[test]
     fn a_worker_asking_for_a_held_address_gets_an_answer_of_its_own() {
         let ask = request(WORKER, Ipv4Addr::new(192, 0, 2, 50), HELD);
         assert_eq!(
-            decide(&ask, OWN, held),
+            decide(&ask, ask.sender_mac, OWN, held),
             Some(Defence::Answer {
                 ip: HELD,
                 to: WORKER
@@ -285,21 +373,27 @@ mod tests {
 
     #[test]
     fn nothing_for_own_frames_probes_replies_or_addresses_not_held() {
-        assert_eq!(decide(&request(OWN, HELD, HELD), OWN, held), None);
+        assert_eq!(decide(&request(OWN, HELD, HELD), OWN, OWN, held), None);
         let probe = request(WORKER, Ipv4Addr::UNSPECIFIED, HELD);
-        assert_eq!(decide(&probe, OWN, held), None);
+        assert_eq!(decide(&probe, probe.sender_mac, OWN, held), None);
         let reply_to_worker = ArpPacket {
             op: 2,
             ..request(WORKER, Ipv4Addr::new(192, 0, 2, 50), HELD)
         };
-        assert_eq!(decide(&reply_to_worker, OWN, held), None);
+        assert_eq!(
+            decide(&reply_to_worker, reply_to_worker.sender_mac, OWN, held),
+            None
+        );
         let elsewhere = request(
             WORKER,
             Ipv4Addr::new(192, 0, 2, 50),
             Ipv4Addr::new(192, 0, 2, 6),
         );
-        assert_eq!(decide(&elsewhere, OWN, held), None);
-        assert_eq!(decide(&request(OTHER, HELD, HELD), OWN, |_| false), None);
+        assert_eq!(decide(&elsewhere, elsewhere.sender_mac, OWN, held), None);
+        assert_eq!(
+            decide(&request(OTHER, HELD, HELD), OTHER, OWN, |_| false),
+            None
+        );
     }
 
     #[test]
@@ -310,6 +404,61 @@ mod tests {
         assert!(!h.allow(HELD, t + CONFLICT_HOLDOFF / 2));
         assert!(h.allow(Ipv4Addr::new(192, 0, 2, 6), t));
         assert!(h.allow(HELD, t + CONFLICT_HOLDOFF));
+    }
+
+    #[test]
+    fn nothing_for_broadcast_multicast_zero_or_own_senders() {
+        let ask = request(WORKER, Ipv4Addr::new(192, 0, 2, 50), HELD);
+        for bad in [
+            [0xff; 6],
+            [0x01, 0, 0x5e, 0, 0, 9],
+            [0x33, 0x33, 0, 0, 0, 1],
+            [0; 6],
+            OWN,
+        ] {
+            // In the ARP sender field...
+            let forged = ArpPacket {
+                sender_mac: bad,
+                ..ask
+            };
+            assert_eq!(decide(&forged, WORKER, OWN, held), None, "{bad:?}");
+            // ...or as the frame's source.
+            assert_eq!(decide(&ask, bad, OWN, held), None, "{bad:?}");
+            let claim = ArpPacket {
+                sender_mac: bad,
+                ..request(OTHER, HELD, HELD)
+            };
+            assert_eq!(decide(&claim, bad, OWN, held), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn answers_are_limited_per_requester_and_in_all() {
+        let mut l = AnswerLimit::default();
+        let t = Instant::now();
+        assert!(l.allow(WORKER, HELD, t));
+        assert!(!l.allow(WORKER, HELD, t + ANSWER_HOLDOFF / 2));
+        assert!(l.allow(WORKER, HELD, t + ANSWER_HOLDOFF));
+        // One requester flooding for 10 s: 20 a second at most.
+        let mut l = AnswerLimit::default();
+        let answered = (0..10_000u32)
+            .filter(|i| l.allow(WORKER, HELD, t + Duration::from_millis(u64::from(*i))))
+            .count();
+        assert_eq!(answered, 200);
+        // Forged requesters, each new: the bucket bounds them all.
+        let mut l = AnswerLimit::default();
+        let answered = (0..50_000u32)
+            .filter(|i| {
+                let [_, a, b, c] = i.to_be_bytes();
+                let at = t + Duration::from_micros(200 * u64::from(*i));
+                l.allow([2, 9, 0, a, b, c], HELD, at)
+            })
+            .count();
+        // 10 s: one full bucket, then the refill rate.
+        assert!(
+            (1000..=1000 + ANSWER_BURST as usize).contains(&answered),
+            "{answered}"
+        );
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub struct AddressLabels {
 pub struct DropLabels {
     /// The address.
     pub address: String,
-    /// `fenced`, `lost`, `drained` or `unbacked`.
+    /// `handed_over`, `drained`, `frozen` or `stopped`.
     pub reason: String,
 }
 
@@ -34,13 +34,18 @@ pub struct DefenceLabels {
     pub kind: String,
 }
 
-/// Labels of `oooi_agent_lease_requests_total`.
+/// Labels of `oooi_agent_adverts_received_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
-    /// `get`, `create` or `replace`.
-    pub verb: String,
-    /// The HTTP status, or `error` when the API did not answer.
-    pub code: String,
+pub struct AdvertLabels {
+    /// `accepted`, or why not (`stale`, `other_group`, `check`, ...).
+    pub result: String,
+}
+
+/// Labels of `oooi_agent_arp_defences_limited_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    /// `conflict` or `answer`.
+    pub kind: String,
 }
 
 struct Inner {
@@ -48,9 +53,12 @@ struct Inner {
     held: Family<AddressLabels, Gauge>,
     acquisitions: Family<AddressLabels, Counter>,
     drops: Family<DropLabels, Counter>,
-    renew_failures: Family<AddressLabels, Counter>,
-    requests: Family<RequestLabels, Counter>,
     defences: Family<DefenceLabels, Counter>,
+    limited: Family<KindLabels, Counter>,
+    adverts_sent: Counter,
+    adverts_received: Family<AdvertLabels, Counter>,
+    peers: Gauge,
+    tickles: Counter,
     ready: Gauge,
 }
 
@@ -71,9 +79,12 @@ impl Metrics {
         let held = Family::<AddressLabels, Gauge>::default();
         let acquisitions = Family::<AddressLabels, Counter>::default();
         let drops = Family::<DropLabels, Counter>::default();
-        let renew_failures = Family::<AddressLabels, Counter>::default();
-        let requests = Family::<RequestLabels, Counter>::default();
         let defences = Family::<DefenceLabels, Counter>::default();
+        let limited = Family::<KindLabels, Counter>::default();
+        let adverts_sent = Counter::default();
+        let adverts_received = Family::<AdvertLabels, Counter>::default();
+        let peers = Gauge::default();
+        let tickles = Counter::default();
         let ready = Gauge::default();
         registry.register(
             "addresses_held",
@@ -82,7 +93,7 @@ impl Metrics {
         );
         registry.register(
             "acquisitions",
-            "Times this replica added the address after taking its Lease",
+            "Times this replica added the address after it became its owner",
             acquisitions.clone(),
         );
         registry.register(
@@ -91,14 +102,29 @@ impl Metrics {
             drops.clone(),
         );
         registry.register(
-            "renew_failures",
-            "Renewals of a held Lease that failed or conflicted",
-            renew_failures.clone(),
+            "arp_defences_limited",
+            "ARP packets about a held address left unanswered by the rate limits",
+            limited.clone(),
         );
         registry.register(
-            "lease_requests",
-            "Requests to the Lease API, by verb and status",
-            requests.clone(),
+            "adverts_sent",
+            "Adverts this replica sent on the VLAN",
+            adverts_sent.clone(),
+        );
+        registry.register(
+            "adverts_received",
+            "Frames of the advert EtherType received on the VLAN, by result",
+            adverts_received.clone(),
+        );
+        registry.register(
+            "connections_reset",
+            "Connections of a previous holder this replica ended after taking their address (tickle ACKs)",
+            tickles.clone(),
+        );
+        registry.register(
+            "peers_heard",
+            "Peers of the component whose adverts arrived within the dead time",
+            peers.clone(),
         );
         registry.register(
             "arp_defences",
@@ -115,9 +141,12 @@ impl Metrics {
             held,
             acquisitions,
             drops,
-            renew_failures,
-            requests,
             defences,
+            limited,
+            adverts_sent,
+            adverts_received,
+            peers,
+            tickles,
             ready,
         }))
     }
@@ -136,7 +165,7 @@ impl Metrics {
             .set(i64::from(on));
     }
 
-    /// The address was added after a Lease was taken.
+    /// The address was added after this replica became its owner.
     pub fn acquired(&self, address: &str) {
         self.0
             .acquisitions
@@ -155,21 +184,37 @@ impl Metrics {
             .inc();
     }
 
-    /// A renewal failed.
-    pub fn renew_failed(&self, address: &str) {
+    /// An advert was sent.
+    pub fn advert_sent(&self) {
+        self.0.adverts_sent.inc();
+    }
+
+    /// A frame of the advert EtherType arrived: `accepted` or why not.
+    pub fn advert_received(&self, result: &str) {
         self.0
-            .renew_failures
-            .get_or_create(&Self::address(address))
+            .adverts_received
+            .get_or_create(&AdvertLabels {
+                result: result.to_string(),
+            })
             .inc();
     }
 
-    /// One Lease API request.
-    pub fn api_request(&self, verb: &str, code: String) {
+    /// `n` connections of a previous holder are being ended.
+    pub fn tickles(&self, n: usize) {
+        self.0.tickles.inc_by(n as u64);
+    }
+
+    /// Peers heard now.
+    pub fn set_peers(&self, n: usize) {
+        self.0.peers.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// A packet the defence would have answered was left alone by a limit.
+    pub fn defence_limited(&self, kind: &str) {
         self.0
-            .requests
-            .get_or_create(&RequestLabels {
-                verb: verb.to_string(),
-                code,
+            .limited
+            .get_or_create(&KindLabels {
+                kind: kind.to_string(),
             })
             .inc();
     }
@@ -188,15 +233,6 @@ impl Metrics {
     /// The replica's readiness.
     pub fn set_ready(&self, ready: bool) {
         self.0.ready.set(i64::from(ready));
-    }
-
-    /// Every Lease API request so far (all verbs and codes).
-    pub fn api_requests_total(&self) -> u64 {
-        let text = self.render();
-        text.lines()
-            .filter(|l| l.starts_with("oooi_agent_lease_requests_total{"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-            .sum()
     }
 
     /// The OpenMetrics text.
@@ -234,21 +270,23 @@ mod tests {
         let m = Metrics::new();
         m.set_held("192.0.2.3", true);
         m.acquired("192.0.2.3");
-        m.dropped("192.0.2.3", "fenced");
-        m.renew_failed("192.0.2.3");
-        m.api_request("get", "200".into());
-        m.api_request("replace", "409".into());
+        m.dropped("192.0.2.3", "handed_over");
+        m.advert_sent();
+        m.advert_received("stale");
+        m.set_peers(2);
+        m.defence_limited("answer");
         let text = m.render();
         for name in [
             "oooi_agent_addresses_held{address=\"192.0.2.3\"} 1",
             "oooi_agent_acquisitions_total{address=\"192.0.2.3\"} 1",
-            "oooi_agent_drops_total{address=\"192.0.2.3\",reason=\"fenced\"} 1",
-            "oooi_agent_renew_failures_total{address=\"192.0.2.3\"} 1",
-            "oooi_agent_lease_requests_total{verb=\"replace\",code=\"409\"} 1",
+            "oooi_agent_drops_total{address=\"192.0.2.3\",reason=\"handed_over\"} 1",
+            "oooi_agent_adverts_sent_total 1",
+            "oooi_agent_adverts_received_total{result=\"stale\"} 1",
+            "oooi_agent_peers_heard 2",
+            "oooi_agent_arp_defences_limited_total{kind=\"answer\"} 1",
             "oooi_agent_replica_ready 0",
         ] {
             assert!(text.contains(name), "{name} missing in\n{text}");
         }
-        assert_eq!(m.api_requests_total(), 2);
     }
 }

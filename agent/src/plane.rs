@@ -1,7 +1,9 @@
 //! The interface side of the agent behind one small trait: the driver adds,
 //! refreshes, removes and announces addresses through a [`Plane`]. The real
-//! one is [`LinuxPlane`] (rtnetlink and a packet socket); tests of the Lease
-//! logic use a recording one.
+//! one is [`LinuxPlane`] (rtnetlink and a packet socket). An IPv6 plane
+//! adds the same four operations: the address with DAD off (`nodad`: a
+//! moving address must not wait for duplicate detection), and an
+//! unsolicited neighbour advertisement for `announce`.
 
 use std::io;
 use std::net::Ipv4Addr;

@@ -1,13 +1,19 @@
 //! Node loss with floating addresses. The same `oooi-addr-agent` the DNS
 //! and proxy images ship runs beside every DNS and proxy replica (in the
 //! replica's namespace, UID 0 with NET_ADMIN and NET_RAW only; from the
-//! images when the lab runs from them), holding one Lease per address in
-//! `oooi-kube-mock` (the project's stateful mocked API, served on the
-//! management network). While the workers run their clients, replica 1 of
+//! images when the lab runs from them); the agents judge liveness from the
+//! adverts they send each other on the VLAN and make no API request (the
+//! lab still serves `oooi-kube-mock` on the management network and prints
+//! the requests it got). While the workers run their clients, replica 1 of
 //! DNS and of the proxy (every worker's first nameserver and first proxy
-//! address) is lost as a node is lost, twice: "neighbour answers" (every IP
-//! packet dropped in its namespace) and "neighbour silent" (its links
-//! down); each time it comes back and its addresses go home.
+//! address) is lost three times: "neighbour answers" (every process in its
+//! namespace stopped: its kernel still answers ARP for the address until
+//! the address's lifetime ends), a gray failure (its VLAN switch port drops
+//! every frame while links, pod and readiness stay fine) and "neighbour
+//! silent" (its links down); each time it comes back and its addresses go
+//! home. Then the
+//! API stops answering for 5 s and for 120 s (the mocked API frozen): every
+//! address must stay on its home replica and no lookup take over 1 s.
 //!
 //! The workers: the steady client (glibc lookups from the resolv.conf the
 //! DHCP lease wrote, no options line; a new TLS connection per round,
@@ -22,7 +28,7 @@
 //! long-lived connection through the lost proxy address ended with a reset
 //! (never hung) within 3 s of the loss; arping saw two MACs for one address
 //! only in a return (the documented hand-over window); each address went
-//! home. Printed: p50/p99/max per window and the Lease API load.
+//! home. Printed: p50/p99/max per window and the API load (none).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -54,6 +60,10 @@ const LOST: Duration = Duration::from_millis(6000);
 const SETTLE: Duration = Duration::from_millis(1500);
 /// Slowest lookup allowed during an event.
 const LOOKUP_LIMIT_MS: f64 = 2000.0;
+/// Slowest lookup allowed while the API is down: nothing moves then.
+const OUTAGE_LOOKUP_LIMIT_MS: f64 = 1000.0;
+/// The API outages: how long the mocked API stays stopped.
+const OUTAGES_S: [u64; 2] = [5, 120];
 /// A new connection may take this much more than the steady state's slowest.
 const CONNECT_EXTRA_MS: f64 = 3000.0;
 /// A long-lived connection through a drained proxy's address must end
@@ -126,7 +136,35 @@ struct Window {
     /// A drain: the long-lived connection through the drained proxy must be
     /// reset as well.
     drain: bool,
+    /// An API outage: no lookup may take more than 1 s.
+    outage: bool,
 }
+
+/// The losses of this step. A replica whose IP is dropped while its VLAN
+/// frames still flow (the first of [`LOSSES`]) is alive to its peers' adverts:
+/// the step freezes every process of the node instead, which stops the
+/// adverts while the kernel still answers ARP.
+pub const TAKEOVER_LOSSES: [Loss; 3] = [
+    Loss {
+        name: "node frozen, neighbour answers (every process stopped, the kernel answers ARP)",
+        cut: r#"ns=$(ip netns identify $$); for p in $(ip netns pids "$ns"); do [ "$p" = "$$" ] || kill -STOP "$p" 2>/dev/null; done; true"#,
+        restore: r#"ns=$(ip netns identify $$); for p in $(ip netns pids "$ns"); do [ "$p" = "$$" ] || kill -CONT "$p" 2>/dev/null; done; true"#,
+    },
+    // The replica's switch port (its veth on the VLAN bridge, named after
+    // the replica: `dns`, `proxy`) disabled: every frame dropped both ways
+    // while both links stay up and the pod, its readiness and its
+    // management network stay fine.
+    Loss {
+        name: "gray failure (the replica's VLAN port drops every frame, links up)",
+        cut: r#"ns=$(ip netns identify $$); bridge -n "${ns%-*}-vlan" link set dev "${ns##*-}" state 0"#,
+        restore: r#"ns=$(ip netns identify $$); bridge -n "${ns%-*}-vlan" link set dev "${ns##*-}" state 3"#,
+    },
+    Loss {
+        name: "node loss, neighbour silent (links down)",
+        cut: "ip link set net1 down && ip link set eth0 down",
+        restore: "ip link set net1 up && ip link set eth0 up",
+    },
+];
 
 /// Runs the node-loss steps; the agents' process ids (they keep running).
 pub fn run(
@@ -154,14 +192,14 @@ pub fn run(
             .ok_or_else(|| anyhow!("no proxy replica"))?,
     );
     println!(
-        "\nnode loss with floating addresses (oooi-addr-agent beside every DNS and proxy replica, Leases in oooi-kube-mock at {API}):"
+        "\nnode loss with floating addresses (oooi-addr-agent beside every DNS and proxy replica, adverts on the VLAN; oooi-kube-mock at {API} counts their API requests):"
     );
 
     // The mocked API on the management network.
     let stats = lab.dir.join("kube-mock-stats.json");
     let mock = sibling("oooi-kube-mock")?;
     let mock = mock.to_string_lossy().into_owned();
-    lab.spawn_in(
+    let mock_pid = lab.spawn_in(
         &ns.mgmt,
         "kube-mock",
         &[&mock, "--listen", API, "--stats", &stats.to_string_lossy()],
@@ -258,7 +296,7 @@ pub fn run(
     let t0 = Instant::now();
     let got = poll(20, || homes().then_some(()));
     report.step(
-        "every agent holds its home address (Lease acquired, address on net1)",
+        "every agent holds its home address (address on net1)",
         "yes",
         if got.is_some() { "yes" } else { "no" },
     );
@@ -362,6 +400,7 @@ pub fn run(
         to: now_ms(),
         loss: false,
         drain: false,
+        outage: false,
     });
     let stats_at_start = (now_ms(), lease_requests(&stats));
     let lost_ns = [ns.dns[0].clone(), ns.proxy[0].clone()];
@@ -369,7 +408,7 @@ pub fn run(
     // When replica 2 held both addresses, per loss.
     let mut moved_at: Vec<f64> = Vec::new();
     let mut returned: Vec<String> = Vec::new();
-    for loss in &LOSSES {
+    for loss in &TAKEOVER_LOSSES {
         println!(
             "  {}: DNS replica 1 ({dns1}) and proxy replica 1 ({proxy1})",
             loss.name
@@ -398,6 +437,7 @@ pub fn run(
             to: now_ms(),
             loss: true,
             drain: false,
+            outage: false,
         });
         println!("  return: the node is back, its addresses go home");
         let w = windows.len();
@@ -421,6 +461,63 @@ pub fn run(
             to: now_ms(),
             loss: false,
             drain: false,
+            outage: false,
+        });
+    }
+    // API outages: the mocked API stops answering (SIGSTOP: requests hang,
+    // as in an etcd stall or a control-plane upgrade) for 5 s and for
+    // 120 s. The agents take liveness from the VLAN: every address stays on
+    // its home replica, and nothing moves when the API returns.
+    let placed = |lab: &Lab| -> bool {
+        [(&ns.dns, &r.replicas.dns), (&ns.proxy, &r.replicas.proxy)]
+            .iter()
+            .all(|(nss, ips)| {
+                nss.iter().enumerate().all(|(i, n)| {
+                    ips.iter()
+                        .enumerate()
+                        .all(|(k, ip)| held(lab, n, ip) == (i == k))
+                })
+            })
+    };
+    for secs in OUTAGES_S {
+        let name = format!("API stopped {secs} s (oooi-kube-mock frozen)");
+        println!("  {name}");
+        let w = windows.len();
+        start_arping(lab, w, &mut arpings);
+        from = now_ms();
+        crate::lab::run(&["kill", "-STOP", &mock_pid.to_string()])?;
+        let until = Instant::now() + Duration::from_secs(secs);
+        let (mut samples, mut off) = (0u32, 0u32);
+        while Instant::now() < until {
+            samples += 1;
+            if !placed(lab) {
+                off += 1;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        crate::lab::run(&["kill", "-CONT", &mock_pid.to_string()])?;
+        std::thread::sleep(SETTLE);
+        // Nothing flaps when the API returns.
+        samples += 1;
+        if !placed(lab) {
+            off += 1;
+        }
+        stop_arpings(lab, &arpings, w);
+        println!(
+            "  measured: {name}: {off} of {samples} samples (about every 100 ms) with an address off its home replica"
+        );
+        report.step(
+            &format!("{name}: samples with an address off its home replica"),
+            "0",
+            &off.to_string(),
+        );
+        windows.push(Window {
+            name,
+            from,
+            to: now_ms(),
+            loss: false,
+            drain: false,
+            outage: true,
         });
     }
     // A drain: replica 1's pods are deleted, in the kubelet's order: the
@@ -539,6 +636,7 @@ pub fn run(
         to: now_ms(),
         loss: false,
         drain: true,
+        outage: false,
     });
     let stats_at_end = (now_ms(), lease_requests(&stats));
     std::fs::write(&stop, b"")?;
@@ -602,7 +700,7 @@ pub fn run(
         )
         .fold(0.0, f64::max);
     println!(
-        "  measured: Lease address moved to replica 2 after the loss: {}; home again after the return: {}",
+        "  measured: address moved to replica 2 after the loss: {}; home again after the return: {}",
         moved.join(", "),
         returned.join(", ")
     );
@@ -652,6 +750,17 @@ pub fn run(
         );
         if w.name == "steady" {
             continue;
+        }
+        if w.outage {
+            let slow = lookups
+                .iter()
+                .filter(|ms| **ms > OUTAGE_LOOKUP_LIMIT_MS)
+                .count();
+            report.step(
+                &format!("{}: lookups slower than 1 s", w.name),
+                "0",
+                &slow.to_string(),
+            );
         }
         // A query sent while the address answered nobody (from the loss
         // until replica 2 held it) is lost; glibc resends it only after its
@@ -847,7 +956,8 @@ pub fn run(
             "no"
         },
     );
-    // The Lease API load: every request the agents sent over the events.
+    // The API load: every request the agents sent over the events (none:
+    // they take liveness from the VLAN).
     let secs = (stats_at_end.0 - stats_at_start.0) / 1000.0;
     let leases = r.replicas.dns.len() + r.replicas.proxy.len();
     let mut per_lease: BTreeMap<String, u64> = BTreeMap::new();
@@ -858,7 +968,7 @@ pub fn run(
     }
     let total: u64 = per_lease.values().sum();
     println!(
-        "  measured: Lease API load {:.1} requests/s for {leases} addresses ({:.1}/s per address; {} agents, 0.5 s period): {}",
+        "  measured: API load {:.1} requests/s for {leases} addresses ({:.1}/s per address; {} agents): {}",
         total as f64 / secs.max(0.001),
         total as f64 / secs.max(0.001) / leases as f64,
         agents.len(),
