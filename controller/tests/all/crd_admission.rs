@@ -385,4 +385,3 @@ fn admission_accepts_exactly_the_vlan_networks_the_controller_accepts() {
             .is_ok()
     );
 }
-
