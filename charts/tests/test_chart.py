@@ -1151,7 +1151,7 @@ def previous_chart_archive():
     return helm.package(str(folder), destination=str(tmp), version=APP_VERSION, app_version=APP_VERSION)
 
 
-def reuse_values_render(user_values, cluster):
+def reuse_values_render(user_values, cluster, schema_change=None):
     """What `helm upgrade --reuse-values` renders: Helm replaces the new
     chart's default values with the previous release's (the old chart's
     defaults coalesced with the user's values) and lays the user's values
@@ -1164,6 +1164,11 @@ def reuse_values_render(user_values, cluster):
     with tarfile.open(chart_path()) as t:
         t.extractall(tmp, filter="data")
     (tmp / "oooi" / "values.yaml").write_text(yaml.safe_dump(merged(old_defaults, user_values)))
+    if schema_change:
+        path = tmp / "oooi" / "values.schema.json"
+        schema = json.loads(path.read_text())
+        schema_change(schema)
+        path.write_text(json.dumps(schema))
     new = helm.Chart.load(str(tmp / "oooi"))
     return objects_of(render_chart(new, user_values, cluster=cluster, upgrade=True))[0], old
 
@@ -1181,3 +1186,17 @@ def test_upgrade_with_reuse_values_from_the_previous_chart():
             assert rbac_roles(objects) == rbac_roles(fresh), cluster
             if cluster[1]:
                 assert "SecurityContextConstraints" in kinds(objects), "the upgrade on OpenShift creates the agent's SCC"
+
+
+def test_reuse_values_check_catches_a_new_required_value():
+    # Guards the upgrade test: a value the previous chart's defaults lack,
+    # made required, fails the upgrade as Helm would.
+    def require_openshift(schema):
+        schema["required"].append("openshift")
+
+    try:
+        reuse_values_render(REQUIRED, KUBERNETES_1_29, require_openshift)
+    except helm.HelmError as e:
+        assert "openshift" in str(e), e
+    else:
+        raise AssertionError("an upgrade whose previous values lack a required key rendered")
