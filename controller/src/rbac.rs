@@ -9,7 +9,11 @@
 //! only to the namespace the controller watches become a namespaced Role
 //! there when the controller watches one namespace (`--watch-namespace`),
 //! so that, for example, Secrets are written and listed in that namespace
-//! only.
+//! only. The OLM bundle splits the same rules into `permissions` and
+//! `clusterPermissions` ([`csv_permissions`]); [`olm_layout`] gives the roles
+//! OLM makes of them in each [`InstallMode`]. [`privilege_findings`] says
+//! whether a layout lets the controller grant itself privilege (a test runs
+//! it on every chart setting and install mode).
 
 use serde::Serialize;
 
