@@ -1134,13 +1134,22 @@ def test_chart_installs_on_openshift_4_16_and_kubernetes_1_29():
 PREVIOUS_CHART_COMMIT = "8f0ddd7"
 
 
+def scratch_dir(prefix):
+    """A temp dir removed when the test run ends."""
+    import atexit
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
 @functools.lru_cache(maxsize=None)
 def previous_chart_archive():
     """The previous chart, packaged as `tools/dev package` did then (its
     folder from git, this build's filter module), in a temp dir."""
-    import tempfile
-
-    tmp = Path(tempfile.mkdtemp(prefix="oooi-previous-chart-"))
+    tmp = scratch_dir("oooi-previous-chart-")
     tar = subprocess.run(["git", "-C", str(ROOT), "archive", PREVIOUS_CHART_COMMIT, "charts/oooi"], capture_output=True, check=True, timeout=60).stdout
     import io
 
@@ -1156,11 +1165,9 @@ def reuse_values_render(user_values, cluster, schema_change=None):
     chart's default values with the previous release's (the old chart's
     defaults coalesced with the user's values) and lays the user's values
     over them; the new chart's schema checks the result."""
-    import tempfile
-
     old = helm.Chart.load(previous_chart_archive())
     old_defaults = old.values
-    tmp = Path(tempfile.mkdtemp(prefix="oooi-upgrade-"))
+    tmp = scratch_dir("oooi-upgrade-")
     with tarfile.open(chart_path()) as t:
         t.extractall(tmp, filter="data")
     (tmp / "oooi" / "values.yaml").write_text(yaml.safe_dump(merged(old_defaults, user_values)))
