@@ -223,6 +223,9 @@ impl Shutdown {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
+    // Refused before anything starts (an OperatorGroup naming several
+    // namespaces), not after the Lease is won.
+    let watched = watch_namespace(args.watch_namespace.as_deref())?;
     let metrics = Metrics::new();
     let health = Arc::new(Health::default());
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -278,7 +281,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     if leading {
         let settings = crate::reconcile::Settings {
-            watch_namespace: watch_namespace(args.watch_namespace.as_deref())?,
+            watch_namespace: watched.clone(),
             openshift_scc: args.openshift_scc,
             // The push API of every Envoy admits this namespace only.
             controller_namespace: Some(args.lease_namespace.clone()),
