@@ -163,24 +163,43 @@ def chart_file(name):
 
 _RENDERED = {}
 
+# The clusters the chart is rendered for: (Kubernetes version, extra API
+# versions). OpenShift 4.16 is Kubernetes 1.29 and serves the SCC API.
+OPENSHIFT_4_16 = ("v1.29.0", ("security.openshift.io/v1",))
+KUBERNETES_1_29 = ("v1.29.0", ())
+KUBERNETES_1_31 = ("v1.31.0", ())
 
-def render(values=None, *, upgrade=False, required=True):
+
+def render(values=None, *, upgrade=False, required=True, cluster=None):
     """Render the chart with `values` over the values every install sets
-    (`required=False`: `values` alone); returns (objects, notes). Renders are
-    deterministic, so each distinct input is rendered once and handed out as
-    copies."""
+    (`required=False`: `values` alone) for `cluster` (one of the tuples
+    above; default: Helm's own capabilities, no OpenShift API); returns
+    (objects, notes). Renders are deterministic, so each distinct input is
+    rendered once and handed out as copies."""
     values = merged(REQUIRED, values or {}) if required else (values or {})
-    key = (json.dumps(values, sort_keys=True), upgrade)
+    key = (json.dumps(values, sort_keys=True), upgrade, cluster)
     if key not in _RENDERED:
-        _RENDERED[key] = _render(values, upgrade)
+        _RENDERED[key] = _render(values, upgrade, cluster)
     return copy.deepcopy(_RENDERED[key])
 
 
-def _render(values, upgrade):
-    chart = helm.Chart.load(chart_path())
-    out = chart.render(
-        values or {}, name=RELEASE, namespace=NAMESPACE, is_install=not upgrade, is_upgrade=upgrade, revision=2 if upgrade else 1
-    )
+def render_chart(chart, values, *, cluster=None, upgrade=False, name=RELEASE):
+    """{template: manifest} of `chart` (a loaded helm_python.Chart). With
+    `cluster`, the render sees that Kubernetes version and API versions
+    (`helm install` asks the cluster; `helm template --kube-version
+    --api-versions` sets them): helm_python's `render` has no parameter
+    for them, its native call does."""
+    opts = {"name": name, "namespace": NAMESPACE, "is_install": not upgrade, "is_upgrade": upgrade, "revision": 2 if upgrade else 1}
+    if cluster:
+        opts["kube_version"], opts["api_versions"] = cluster[0], list(cluster[1])
+    from helm_python import _native
+    from helm_python.chart import _dumps
+
+    return json.loads(_native.call_string("helm_render", chart._raw(), _dumps(values or {}), json.dumps(opts)))
+
+
+def objects_of(out):
+    """(objects, notes) of a render's {template: manifest}."""
     objects, notes = [], ""
     for name, text in sorted(out.items()):
         if name.endswith("NOTES.txt"):
@@ -190,6 +209,11 @@ def _render(values, upgrade):
             if doc:
                 objects.append(doc)
     return objects, notes
+
+
+def _render(values, upgrade, cluster):
+    chart = helm.Chart.load(chart_path())
+    return objects_of(render_chart(chart, values, cluster=cluster, upgrade=upgrade))
 
 
 def find(objects, kind, name=None):
@@ -221,9 +245,11 @@ def validate_objects(objects):
         if obj["apiVersion"] == "monitoring.coreos.com/v1":
             validate_service_monitor(obj)
             continue
-        assert obj["apiVersion"] != "security.openshift.io/v1", (
-            f"{label}: the chart ships no SCC (the controller creates the one the address agent needs)"
-        )
+        if obj["apiVersion"] == "security.openshift.io/v1":
+            # No schema in kubernetes-validate: compared field by field with
+            # the controller's model (test_openshift_scc_is_the_controllers).
+            assert obj["kind"] == "SecurityContextConstraints", label
+            continue
         try:
             kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
         except kubernetes_validate.ValidationError as e:
@@ -306,6 +332,7 @@ def test_all_features_render_is_valid_kubernetes():
             "RoleBinding",
             "RoleBinding",
             "Service",
+            "SecurityContextConstraints",
             "ServiceAccount",
             "ServiceMonitor",
         ]
@@ -391,7 +418,9 @@ def test_replicas_and_leader_election_follow_values():
     objects, _ = render({"replicaCount": 1, "leaderElection": {"enabled": False}})
     args = find(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--leader-election=false" in args and not any(a.startswith("--lease-name") for a in args), args
-    assert "Role" not in kinds(objects) and "RoleBinding" not in kinds(objects), kinds(objects)
+    # Without a Lease the release namespace's Role only reads the filter's source.
+    role = find(objects, "Role")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]}], role["rules"]
 
     expect_render_failure({"replicaCount": 2, "leaderElection": {"enabled": False}}, "leaderElection.enabled")
 
@@ -473,8 +502,12 @@ def test_rbac_is_exactly_what_the_controller_uses():
                 f"values {sorted(values)}, {key}: chart grants more than the code uses: {sorted(have[key] - rules)}\n"
                 f"code uses what the chart does not grant: {sorted(rules - have[key])}"
             )
-    # The SCC grants exist only with the flag.
+    # The SCC grants exist only on OpenShift: detected from the cluster's
+    # APIs, or forced by controller.openshiftSCC.
     assert not {r for r in rules_of(render()[0]) if r[0] == "security.openshift.io"}
+    for cluster in (KUBERNETES_1_29, KUBERNETES_1_31):
+        assert rbac_roles(render(cluster=cluster)[0]) == controller_rbac("--release-namespace", NAMESPACE), cluster
+    assert rbac_roles(render(cluster=OPENSHIFT_4_16)[0]) == controller_rbac("--release-namespace", NAMESPACE, "--openshift-scc")
 
 
 def test_rbac_explain_gives_a_reason_for_every_rule():
@@ -520,7 +553,10 @@ def test_rbac_is_least_privilege():
     # The leader-election Lease is written (patch) only in the release namespace.
     role = find(objects, "Role")
     assert role["metadata"]["namespace"] == NAMESPACE
-    assert role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "patch"]}]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "patch"]},
+    ], role["rules"]
     cluster_leases = {v for g, r, v, _ in rules_of([find(objects, "ClusterRole")]) if (g, r) == ("coordination.k8s.io", "leases")}
     assert "patch" not in cluster_leases, cluster_leases
     # What the address agent's Lease Role grants, the controller holds.
@@ -932,3 +968,242 @@ def test_pod_monitor_scrapes_the_component_pods():
     assert sel["matchExpressions"] == [{"key": "app.kubernetes.io/component", "operator": "In", "values": ["dns", "dhcp", "proxy"]}]
     assert pm["spec"]["namespaceSelector"] == {"any": True}
     assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "http"
+
+
+# --------------------------------------------------------------------------
+# OpenShift 4.16+, Kubernetes 1.29+, upgrades from the previous chart
+
+# Volume types Pod Security `restricted` (and OpenShift's restricted-v2) allow.
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
+SAFE_SYSCTLS = {
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+}
+
+
+def restricted_refusals(pod, *, openshift):
+    """Why Pod Security `restricted` refuses `pod` (a pod spec), and on
+    OpenShift why restricted-v2 does (a fixed UID, group or fsGroup: it
+    assigns them from the namespace's range). Empty: admitted."""
+    out = []
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod.get(key):
+            out.append(key)
+    for v in pod.get("volumes", []):
+        kind = next(k for k in v if k != "name")
+        if kind not in RESTRICTED_VOLUMES:
+            out.append(f"volume {v['name']}: {kind}")
+    psc = pod.get("securityContext", {})
+    for s in psc.get("sysctls", []):
+        if s["name"] not in SAFE_SYSCTLS:
+            out.append(f"sysctl {s['name']}")
+    if openshift:
+        for key in ("runAsUser", "runAsGroup", "fsGroup"):
+            if key in psc:
+                out.append(f"pod {key} is fixed")
+    for c in pod.get("initContainers", []) + pod["containers"]:
+        sc, name = c.get("securityContext", {}), c["name"]
+        if sc.get("privileged"):
+            out.append(f"{name}: privileged")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            out.append(f"{name}: allowPrivilegeEscalation is not false")
+        if sc.get("runAsNonRoot", psc.get("runAsNonRoot")) is not True:
+            out.append(f"{name}: runAsNonRoot is not true")
+        if sc.get("runAsUser", psc.get("runAsUser")) == 0:
+            out.append(f"{name}: runs as root")
+        seccomp = sc.get("seccompProfile", psc.get("seccompProfile", {})).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            out.append(f"{name}: seccomp profile {seccomp}")
+        caps = sc.get("capabilities", {})
+        if "ALL" not in caps.get("drop", []):
+            out.append(f"{name}: does not drop ALL")
+        for cap in caps.get("add", []):
+            if cap != "NET_BIND_SERVICE":
+                out.append(f"{name}: adds {cap}")
+        if c.get("ports") and any(p.get("hostPort") for p in c["ports"]):
+            out.append(f"{name}: host port")
+        if openshift:
+            for key in ("runAsUser", "runAsGroup"):
+                if key in sc:
+                    out.append(f"{name}: {key} is fixed")
+    return out
+
+
+def pods_of(objects):
+    """(label, pod spec) of every pod the chart makes."""
+    out = []
+    for o in objects:
+        if o["kind"] == "Deployment":
+            out.append((f"Deployment/{o['metadata']['name']}", o["spec"]["template"]["spec"]))
+        elif o["kind"] == "Pod":
+            out.append((f"Pod/{o['metadata']['name']}", o["spec"]))
+    return out
+
+
+# ALL_FEATURES without the forced OpenShift mode, so that the cluster decides.
+DETECTED = merged(ALL_FEATURES, {"controller": {"openshiftSCC": False}})
+
+
+def test_every_pod_meets_restricted_on_each_cluster():
+    for cluster in (OPENSHIFT_4_16, KUBERNETES_1_29, KUBERNETES_1_31):
+        openshift = bool(cluster[1])
+        for values in ({}, DETECTED):
+            pods = pods_of(render(values, cluster=cluster)[0])
+            assert len(pods) == 2, pods
+            for label, pod in pods:
+                refused = restricted_refusals(pod, openshift=openshift)
+                assert not refused, f"{cluster} {label}: {refused}"
+    # Guards the check: the portable pod (UID 65532) is refused by restricted-v2.
+    (_, pod), _ = pods_of(render()[0])
+    assert "pod runAsUser is fixed" in restricted_refusals(pod, openshift=True)
+    bad = copy.deepcopy(pod)
+    bad["containers"][0]["securityContext"]["capabilities"] = {"add": ["NET_ADMIN"]}
+    assert set(restricted_refusals(bad, openshift=False)) == {"controller: does not drop ALL", "controller: adds NET_ADMIN"}
+
+
+def test_openshift_is_detected_from_the_cluster():
+    objects, _ = render(cluster=OPENSHIFT_4_16)
+    pod = find(objects, "Deployment")["spec"]["template"]["spec"]
+    assert "--openshift-scc=true" in pod["containers"][0]["args"], pod["containers"][0]["args"]
+    assert "runAsUser" not in pod["securityContext"], pod["securityContext"]
+    assert "runAsUser" not in find(objects, "Pod")["spec"]["securityContext"]
+    scc = find(objects, "SecurityContextConstraints")
+    assert scc["metadata"]["name"] == "oooi-address-agent" and "namespace" not in scc["metadata"]
+    validate_objects(objects)
+    for cluster in (KUBERNETES_1_29, KUBERNETES_1_31):
+        objects, _ = render(cluster=cluster)
+        pod = find(objects, "Deployment")["spec"]["template"]["spec"]
+        assert "--openshift-scc=false" in pod["containers"][0]["args"]
+        assert pod["securityContext"]["runAsUser"] == 65532
+        assert "SecurityContextConstraints" not in kinds(objects), cluster
+    # The administrator may keep the SCC out of the release: the grants stay.
+    objects, _ = render({"openshift": {"createAddressAgentSCC": False}}, cluster=OPENSHIFT_4_16)
+    assert "SecurityContextConstraints" not in kinds(objects)
+    assert {r for r in rules_of(objects) if r[1] == "securitycontextconstraints"}
+
+
+def test_openshift_scc_is_the_controllers():
+    scc = find(render(cluster=OPENSHIFT_4_16)[0], "SecurityContextConstraints")
+    proc = subprocess.run([controller_bin(), "rbac", "--sccs"], capture_output=True, text=True, timeout=30, check=True)
+    (want,) = [d for d in yaml.safe_load_all(proc.stdout) if d]
+    labels = scc["metadata"].pop("labels")
+    assert labels["app.kubernetes.io/managed-by"] == "Helm", labels
+    assert scc == want, f"the chart's SCC differs from `oooi-controller rbac --sccs`:\n{scc}\n!=\n{want}"
+    # What it allows: the agent's two capabilities, nothing of the host.
+    assert scc["allowedCapabilities"] == ["NET_ADMIN", "NET_RAW"] and scc["requiredDropCapabilities"] == ["ALL"]
+    assert scc["users"] == [] and scc["groups"] == [], "use is granted by Roles the controller writes, not by the SCC"
+    assert not any(scc[k] for k in ("allowHostNetwork", "allowHostPID", "allowHostIPC", "allowHostPorts", "allowPrivilegedContainer", "allowPrivilegeEscalation"))
+
+
+def kube_version_admits(constraint, version):
+    """Whether Chart.yaml's `kubeVersion` (one `>=X.Y.Z-0` bound, the form
+    the chart uses) admits Kubernetes `version`."""
+    m = re.fullmatch(r">=\s*(\d+)\.(\d+)\.(\d+)(-0)?", constraint.strip())
+    assert m, f"kubeVersion {constraint!r} is not one lower bound"
+    low = tuple(int(x) for x in m.group(1, 2, 3))
+    have = tuple(int(x) for x in re.match(r"v?(\d+)\.(\d+)\.(\d+)", version).groups())
+    return have >= low
+
+
+def test_chart_installs_on_openshift_4_16_and_kubernetes_1_29():
+    chart = helm.Chart.load(chart_path())
+    constraint = chart.metadata["kubeVersion"]
+    # OpenShift 4.16 is Kubernetes 1.29, 4.17 is 1.30; pre-releases and the
+    # providers' suffixes (v1.29.6+abcdef) count (the `-0`).
+    for version in ("v1.29.0", "v1.29.6", "v1.30.4", "v1.31.0", "v1.35.0"):
+        assert kube_version_admits(constraint, version), (constraint, version)
+    assert not kube_version_admits(constraint, "v1.28.9"), constraint
+    assert constraint.endswith("-0"), constraint
+    # No CRD rule needs a CEL library an older API server lacks: it would
+    # refuse the CRD itself.
+    for crd in chart.crds:
+        for lib in ("isCIDR(", "cidr(", "isIP(", "ip("):
+            assert lib not in crd["data"], f"{crd.get('name')} uses the CEL library call {lib}"
+
+
+# The chart of the release before the SCC moved from the controller to the
+# install: `helm upgrade --reuse-values` from it must work.
+PREVIOUS_CHART_COMMIT = "8f0ddd7"
+
+
+def scratch_dir(prefix):
+    """A temp dir removed when the test run ends."""
+    import atexit
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+@functools.lru_cache(maxsize=None)
+def previous_chart_archive():
+    """The previous chart, packaged as `tools/dev package` did then (its
+    folder from git, this build's filter module), in a temp dir."""
+    tmp = scratch_dir("oooi-previous-chart-")
+    tar = subprocess.run(["git", "-C", str(ROOT), "archive", PREVIOUS_CHART_COMMIT, "charts/oooi"], capture_output=True, check=True, timeout=60).stdout
+    import io
+
+    with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+        t.extractall(tmp, filter="data")
+    folder = tmp / "charts" / "oooi"
+    (folder / "files" / WASM_KEY).write_bytes(chart_file(f"files/{WASM_KEY}"))
+    return helm.package(str(folder), destination=str(tmp), version=APP_VERSION, app_version=APP_VERSION)
+
+
+def reuse_values_render(user_values, cluster, schema_change=None):
+    """What `helm upgrade --reuse-values` renders: Helm replaces the new
+    chart's default values with the previous release's (the old chart's
+    defaults coalesced with the user's values) and lays the user's values
+    over them; the new chart's schema checks the result."""
+    old = helm.Chart.load(previous_chart_archive())
+    old_defaults = old.values
+    tmp = scratch_dir("oooi-upgrade-")
+    with tarfile.open(chart_path()) as t:
+        t.extractall(tmp, filter="data")
+    (tmp / "oooi" / "values.yaml").write_text(yaml.safe_dump(merged(old_defaults, user_values)))
+    if schema_change:
+        path = tmp / "oooi" / "values.schema.json"
+        schema = json.loads(path.read_text())
+        schema_change(schema)
+        path.write_text(json.dumps(schema))
+    new = helm.Chart.load(str(tmp / "oooi"))
+    return objects_of(render_chart(new, user_values, cluster=cluster, upgrade=True))[0], old
+
+
+def test_upgrade_with_reuse_values_from_the_previous_chart():
+    for cluster in (OPENSHIFT_4_16, KUBERNETES_1_29, KUBERNETES_1_31):
+        for user in (REQUIRED, merged(REQUIRED, {"controller": {"watchNamespace": "hcp-infra"}})):
+            objects, old = reuse_values_render(user, cluster)
+            # The previous chart itself renders these values (the test's
+            # footing), and the upgrade renders what a fresh install would.
+            objects_of(render_chart(old, user, cluster=cluster))
+            fresh = render(user, cluster=cluster)[0]
+            assert kinds(objects) == kinds(fresh), (cluster, kinds(objects), kinds(fresh))
+            validate_objects(objects)
+            assert rbac_roles(objects) == rbac_roles(fresh), cluster
+            if cluster[1]:
+                assert "SecurityContextConstraints" in kinds(objects), "the upgrade on OpenShift creates the agent's SCC"
+
+
+def test_reuse_values_check_catches_a_new_required_value():
+    # Guards the upgrade test: a value the previous chart's defaults lack,
+    # made required, fails the upgrade as Helm would.
+    def require_openshift(schema):
+        schema["required"].append("openshift")
+
+    try:
+        reuse_values_render(REQUIRED, KUBERNETES_1_29, require_openshift)
+    except helm.HelmError as e:
+        assert "openshift" in str(e), e
+    else:
+        raise AssertionError("an upgrade whose previous values lack a required key rendered")

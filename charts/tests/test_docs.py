@@ -230,3 +230,22 @@ def test_documented_run_flags_exist():
         assert f"[env: {env}=" in block, f"{flag}: the docs say env {env}:\n{block}"
         if f"[default: " in block:
             assert f"[default: {default}]" in block, f"{flag}: the docs say default {default}:\n{block}"
+
+
+RBAC_BEGIN = "<!-- generated: oooi-controller rbac --markdown -->"
+RBAC_END = "<!-- end generated -->"
+
+
+def test_documented_rbac_is_what_the_controller_prints():
+    # The RBAC table of installation.md lists every rule of every install
+    # mode, as `oooi-controller rbac --markdown` prints it from the rules the
+    # code uses; refresh it with that command when a rule changes.
+    text = (DOCS / "installation.md").read_text()
+    assert text.count(RBAC_BEGIN) == 1 and text.count(RBAC_END) == 1, "installation.md has no single generated RBAC table"
+    documented = text.split(RBAC_BEGIN, 1)[1].split(RBAC_END, 1)[0].strip("\n")
+    proc = subprocess.run([controller_bin(), "rbac", "--markdown"], capture_output=True, text=True, timeout=30, check=True)
+    assert documented == proc.stdout.strip("\n"), f"docs/installation.md's RBAC table differs from `oooi-controller rbac --markdown`:\n{proc.stdout}"
+    # The table names the verbs that matter to a review.
+    assert "securitycontextconstraints (nonroot-v2, oooi-address-agent, restricted-v2), OpenShift only | use |" in documented
+    for verb in ("bind", "escalate", "impersonate"):
+        assert f" {verb}" not in documented, verb

@@ -101,6 +101,12 @@ def test_csv_deployment_is_the_charts():
         assert without_tag(cenv.pop(chart_var)["value"]) == oenv.pop(olm_var)["value"], chart_var
     assert oenv.pop("RELATED_IMAGE_CONTROLLER")["value"] == f"{REGISTRY}/oooi-controller@{DIGEST}"
     assert oenv.pop("RELATED_IMAGE_MUST_GATHER")["value"] == f"{REGISTRY}/oooi-must-gather@{DIGEST}"
+    # OLM's target namespace is the controller's watched one (the chart's
+    # controller.watchNamespace, unset here).
+    assert oenv.pop("OOOI_WATCH_NAMESPACE") == {
+        "name": "OOOI_WATCH_NAMESPACE",
+        "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['olm.targetNamespaces']"}},
+    }
     assert cenv == oenv, f"environment differs:\nchart {cenv}\nbundle {oenv}"
     assert cc == oc, f"container differs:\nchart {json.dumps(cc, indent=1)}\nbundle {json.dumps(oc, indent=1)}"
 
@@ -204,3 +210,54 @@ def test_csv_schema_check_catches_a_bad_csv():
     }
     for what, change in cases.items():
         assert broken(change), f"{what}: the schema accepted it"
+
+
+def test_install_modes_scope_secrets_to_the_target_namespace():
+    c = csv()
+    modes = {m["type"]: m["supported"] for m in c["spec"]["installModes"]}
+    assert modes == {"OwnNamespace": True, "SingleNamespace": True, "MultiNamespace": False, "AllNamespaces": True}, modes
+    install = c["spec"]["install"]["spec"]
+    (namespaced,) = install["permissions"]
+    (cluster,) = install["clusterPermissions"]
+
+    def grants(rules, resource):
+        return {v for r in rules if resource in r["resources"] for v in r["verbs"]}
+
+    # Secrets are written only through `permissions` (a Role in the target
+    # namespace in OwnNamespace and SingleNamespace mode); cluster-wide only
+    # the named kubeconfig read.
+    assert grants(cluster["rules"], "secrets") == {"get"}, cluster["rules"]
+    assert {"list", "watch", "create", "patch", "delete"} <= grants(namespaced["rules"], "secrets")
+    # The leader Lease is namespaced.
+    assert {"get", "create", "patch"} <= grants(namespaced["rules"], "leases")
+    assert "patch" not in grants(cluster["rules"], "leases")
+    # Nothing lets the operator grant itself privilege.
+    for r in namespaced["rules"] + cluster["rules"]:
+        assert not {"bind", "escalate", "impersonate", "*"} & set(r["verbs"]), r
+        if "securitycontextconstraints" in r["resources"]:
+            assert set(r["verbs"]) <= {"use", "get"}, r
+    # The two lists together are the controller's rules with --openshift-scc.
+    proc = subprocess.run([controller_bin(), "rbac", "--openshift-scc"], capture_output=True, text=True, timeout=30, check=True)
+    printed = [r for d in yaml.safe_load_all(proc.stdout) if d for r in d["rules"]]
+    key = lambda r: json.dumps(r, sort_keys=True)
+    assert sorted(map(key, namespaced["rules"] + cluster["rules"])) == sorted(map(key, printed))
+
+
+def test_rbac_prints_the_roles_of_each_olm_install_mode():
+    exe = controller_bin()
+    for mode, target, namespaces in (
+        ("OwnNamespace", None, ["oooi-system"]),
+        ("SingleNamespace", "hcp-infra", ["hcp-infra", "oooi-system"]),
+        ("AllNamespaces", None, ["oooi-system"]),
+    ):
+        args = [exe, "rbac", "--olm-install-mode", mode, "--release-namespace", "oooi-system"]
+        if target:
+            args += ["--watch-namespace", target]
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=30, check=True)
+        docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
+        assert docs[0]["kind"] == "ClusterRole", docs[0]
+        assert [d["namespace"] for d in docs[1:]] == namespaces, proc.stdout
+        cluster_secrets = {v for r in docs[0]["rules"] if "secrets" in r["resources"] for v in r["verbs"]}
+        assert cluster_secrets == ({"get", "list", "watch", "create", "patch", "delete"} if mode == "AllNamespaces" else {"get"}), (mode, cluster_secrets)
+    proc = subprocess.run([exe, "rbac", "--olm-install-mode", "SingleNamespace"], capture_output=True, text=True, timeout=30)
+    assert proc.returncode != 0 and "--watch-namespace" in proc.stderr, proc.stderr

@@ -136,10 +136,21 @@ enum Command {
         /// Precede every rule with a comment saying why the controller needs it.
         #[arg(long)]
         explain: bool,
-        /// Print the SecurityContextConstraints that `run --openshift-scc`
-        /// creates for pods with an address agent, instead of the rules.
+        /// Print the SecurityContextConstraints pods with an address agent
+        /// run under, which the install creates (the chart on OpenShift, an
+        /// administrator under OLM), instead of the rules.
         #[arg(long)]
         sccs: bool,
+        /// The roles OLM makes from the bundle in this install mode (with
+        /// --release-namespace as the operator's namespace and
+        /// --watch-namespace as the OperatorGroup's target), instead of the
+        /// chart's.
+        #[arg(long, value_enum, conflicts_with = "hosted_cluster_namespaces")]
+        olm_install_mode: Option<oooi_controller::rbac::InstallMode>,
+        /// Every rule as the Markdown table of docs/installation.md (where
+        /// each install mode grants it), instead of the roles.
+        #[arg(long)]
+        markdown: bool,
     },
     /// Write the OLM registry+v1 bundle: manifests/ (the
     /// ClusterServiceVersion, the CRDs, the filter ConfigMap), metadata/
@@ -352,8 +363,26 @@ fn main() -> ExitCode {
             hosted_cluster_namespaces,
             explain,
             sccs,
+            olm_install_mode,
+            markdown,
         } => if sccs {
             oooi_controller::rbac::sccs_yaml()
+        } else if markdown {
+            Ok(oooi_controller::rbac::rules_markdown())
+        } else if let Some(mode) = olm_install_mode {
+            match (mode, watch_namespace.as_deref()) {
+                (oooi_controller::rbac::InstallMode::SingleNamespace, None) => Err(anyhow::anyhow!(
+                    "--olm-install-mode SingleNamespace needs --watch-namespace (the OperatorGroup's target namespace)"
+                )),
+                (_, target) => oooi_controller::rbac::roles_yaml(
+                    &oooi_controller::rbac::olm_layout(
+                        mode,
+                        &release_namespace,
+                        target.unwrap_or_default(),
+                    ),
+                    explain,
+                ),
+            }
         } else {
             oooi_controller::rbac::layout_yaml(
                 &oooi_controller::rbac::Layout {

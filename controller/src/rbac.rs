@@ -9,7 +9,11 @@
 //! only to the namespace the controller watches become a namespaced Role
 //! there when the controller watches one namespace (`--watch-namespace`),
 //! so that, for example, Secrets are written and listed in that namespace
-//! only.
+//! only. The OLM bundle splits the same rules into `permissions` and
+//! `clusterPermissions` ([`csv_permissions`]); [`olm_layout`] gives the roles
+//! OLM makes of them in each [`InstallMode`]. [`privilege_findings`] says
+//! whether a layout lets the controller grant itself privilege (a test runs
+//! it on every chart setting and install mode).
 
 use serde::Serialize;
 
@@ -119,10 +123,8 @@ pub fn rules() -> Vec<Rule> {
             WRITE,
             "The components' Deployments: applied, watched for readiness and drift, deleted when a component is disabled.",
         ),
-        // The filter's source ConfigMap lives in the release namespace,
-        // which may differ from the watched one: kept cluster-wide.
         rule(
-            Cluster,
+            Watched,
             "",
             &[
                 "configmaps",
@@ -131,7 +133,14 @@ pub fn rules() -> Vec<Rule> {
                 "persistentvolumeclaims",
             ],
             WRITE,
-            "The components' ConfigMaps (configs, the filter module), Services, ServiceAccounts and the DHCP lease volume: applied, watched, deleted when a component is disabled; the filter's source ConfigMap is read in the controller's own namespace.",
+            "The components' ConfigMaps (configs, the filter module), Services, ServiceAccounts and the DHCP lease volume: applied, watched, deleted when a component is disabled.",
+        ),
+        rule(
+            Release,
+            "",
+            &["configmaps"],
+            READ,
+            "The filter's source ConfigMap (the chart's or the bundle's) in the controller's own namespace: read and watched by name for new modules to roll out.",
         ),
         rule(
             Watched,
@@ -235,6 +244,13 @@ pub fn rules() -> Vec<Rule> {
         ),
         rule(
             Cluster,
+            "",
+            &["namespaces"],
+            &["get"],
+            "The Pod Security label of a component's namespace, read only when its pods need more than the restricted level (an address agent), to report a namespace that refuses them.",
+        ),
+        rule(
+            Cluster,
             "apiextensions.k8s.io",
             &["customresourcedefinitions"],
             READ,
@@ -246,6 +262,12 @@ pub fn rules() -> Vec<Rule> {
 const READ_PATCH: &[&str] = &["get", "list", "watch", "patch"];
 
 /// The rules for a controller run with `--openshift-scc` or without.
+///
+/// With the flag the controller only ever *uses* SecurityContextConstraints
+/// and reads the address agent's by name: the install creates that SCC (the
+/// chart, or an administrator under OLM), because an SCC's `users` and
+/// `groups` grant its use by themselves, so a controller allowed to create
+/// or patch one could give itself or anyone privileged pods.
 pub fn rules_for(openshift_scc: bool) -> Vec<Rule> {
     let mut out = rules();
     if openshift_scc {
@@ -264,23 +286,70 @@ pub fn rules_for(openshift_scc: bool) -> Vec<Rule> {
                 "--openshift-scc: a Role can grant only what its author holds: use of exactly the SCCs the controller may grant.",
             )
         });
-        out.push(rule(
-            Scope::Cluster,
-            crate::plan::scc::SCC_GROUP,
-            &["securitycontextconstraints"],
-            &["create"],
-            "--openshift-scc: the address agent's SCC is created at start (an OLM bundle cannot carry SCCs); create cannot be limited to a name.",
-        ));
         out.push(Rule {
             resource_names: vec![crate::plan::scc::ADDRESS_AGENT_SCC],
             ..rule(
                 Scope::Cluster,
                 crate::plan::scc::SCC_GROUP,
                 &["securitycontextconstraints"],
-                &["get", "patch"],
-                "--openshift-scc: the address agent's SCC, read and applied over by name.",
+                &["get"],
+                "--openshift-scc: whether the address agent's SCC, which the install creates, exists (read by name; a component whose pods need it reports PodsNotAdmitted while it is missing).",
             )
         });
+    }
+    out
+}
+
+/// Verbs that let their holder grant privilege it does not hold, whatever
+/// the resource: no rule of any install mode may carry one.
+pub const PRIVILEGE_GRANTING_VERBS: &[&str] = &["bind", "escalate", "impersonate", "*"];
+
+/// What is wrong with `roles` for a controller that must not be able to
+/// grant itself privilege: a privilege-granting verb, a wildcard, any
+/// writing verb on SecurityContextConstraints, cluster-wide roles or
+/// bindings, or Secret access beyond `get` in a ClusterRole (the one
+/// documented exception: the HostedClusters' kubeconfig, read by name when
+/// their namespaces are not listed). Empty: none.
+pub fn privilege_findings(roles: &[RoleRules]) -> Vec<String> {
+    let mut out = Vec::new();
+    for role in roles {
+        let at = match &role.namespace {
+            Some(ns) => format!("{} in {ns}", role.kind),
+            None => role.kind.to_string(),
+        };
+        for r in &role.rules {
+            let what = format!("{at}: {:?} {:?} {:?}", r.api_groups, r.resources, r.verbs);
+            for list in [&r.api_groups, &r.resources] {
+                if list.contains(&"*") {
+                    out.push(format!("{what}: wildcard"));
+                }
+            }
+            for verb in &r.verbs {
+                if PRIVILEGE_GRANTING_VERBS.contains(verb) {
+                    out.push(format!("{what}: verb {verb}"));
+                }
+            }
+            let writes = r
+                .verbs
+                .iter()
+                .any(|v| !matches!(*v, "get" | "list" | "watch" | "use"));
+            if r.resources.contains(&"securitycontextconstraints") && writes {
+                out.push(format!("{what}: writes SecurityContextConstraints"));
+            }
+            if r.api_groups.contains(&"rbac.authorization.k8s.io")
+                && r.resources.iter().any(|res| res.starts_with("cluster"))
+                && writes
+            {
+                out.push(format!("{what}: writes cluster-wide RBAC"));
+            }
+            if role.kind == "ClusterRole"
+                && r.api_groups.contains(&"")
+                && r.resources.contains(&"secrets")
+                && r.verbs.iter().any(|v| *v != "get")
+            {
+                out.push(format!("{what}: Secrets beyond get, cluster-wide"));
+            }
+        }
     }
     out
 }
@@ -364,8 +433,14 @@ pub fn layout(layout: &Layout) -> Vec<RoleRules> {
 /// by a comment saying why the controller needs it (still valid YAML, the
 /// same documents).
 pub fn layout_yaml(l: &Layout, explain: bool) -> anyhow::Result<String> {
+    roles_yaml(&layout(l), explain)
+}
+
+/// ClusterRoles and Roles as multi-document YAML `{kind, namespace, rules}`
+/// (see [`layout_yaml`]).
+pub fn roles_yaml(roles: &[RoleRules], explain: bool) -> anyhow::Result<String> {
     let mut s = String::new();
-    for role in layout(l) {
+    for role in roles {
         s.push_str("---\n");
         s.push_str(&format!("kind: {}\n", role.kind));
         if let Some(ns) = &role.namespace {
@@ -386,6 +461,135 @@ pub fn layout_yaml(l: &Layout, explain: bool) -> anyhow::Result<String> {
         }
     }
     Ok(s)
+}
+
+/// Every rule as a Markdown table: API group, resources (with the names a
+/// rule is limited to), verbs, and where each install grants it: the chart
+/// watching every namespace, the chart with `controller.watchNamespace`,
+/// and OLM (OwnNamespace or SingleNamespace; AllNamespaces makes a
+/// ClusterRole of `permissions`). docs/installation.md carries this table;
+/// the docs test compares it with `oooi-controller rbac --markdown`.
+pub fn rules_markdown() -> String {
+    let plain = rules_for(false);
+    let mut out = String::from(
+        "| API group | resources | verbs | chart | chart with `controller.watchNamespace` | OLM (`OwnNamespace`, `SingleNamespace`) |\n\
+         | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for r in rules_for(true) {
+        let group = match r.api_groups.as_slice() {
+            [""] => "core".to_string(),
+            groups => groups.join(", "),
+        };
+        let mut resources = r.resources.join(", ");
+        if !r.resource_names.is_empty() {
+            resources.push_str(&format!(" ({})", r.resource_names.join(", ")));
+        }
+        if !plain.contains(&r) {
+            resources.push_str(", OpenShift only");
+        }
+        let (chart, watched, olm) = match r.scope {
+            Scope::Cluster => ("ClusterRole", "ClusterRole", "clusterPermissions"),
+            Scope::Watched => (
+                "ClusterRole",
+                "Role in the watched namespace",
+                "permissions: Role in the target namespace",
+            ),
+            Scope::Release => (
+                "Role in the release namespace",
+                "Role in the release namespace",
+                "permissions: Role in the operator's namespace",
+            ),
+            Scope::HostedClusters => (
+                "ClusterRole, or a Role in each of `rbac.hostedClusterNamespaces`",
+                "ClusterRole, or a Role in each of `rbac.hostedClusterNamespaces`",
+                "clusterPermissions",
+            ),
+        };
+        out.push_str(&format!(
+            "| {group} | {resources} | {} | {chart} | {watched} | {olm} |\n",
+            r.verbs.join(", ")
+        ));
+    }
+    out
+}
+
+/// An OLM install mode the bundle supports (the OperatorGroup's target
+/// namespaces). MultiNamespace is not offered: the controller watches one
+/// namespace or all of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum InstallMode {
+    /// Every namespace: OLM turns the CSV's `permissions` into a
+    /// ClusterRole, so the component namespaces' rules (Secrets among them)
+    /// are cluster-wide.
+    #[value(name = "AllNamespaces")]
+    AllNamespaces,
+    /// The operator's own namespace: Infras and their components live there.
+    #[value(name = "OwnNamespace")]
+    OwnNamespace,
+    /// One other namespace: the component namespaces' rules are Roles there
+    /// (and in the operator's namespace, where OLM creates them first).
+    #[value(name = "SingleNamespace")]
+    SingleNamespace,
+}
+
+impl InstallMode {
+    /// Every mode, in the CSV's order.
+    pub const ALL: [InstallMode; 3] = [
+        InstallMode::OwnNamespace,
+        InstallMode::SingleNamespace,
+        InstallMode::AllNamespaces,
+    ];
+
+    /// The name in `installModes`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InstallMode::AllNamespaces => "AllNamespaces",
+            InstallMode::OwnNamespace => "OwnNamespace",
+            InstallMode::SingleNamespace => "SingleNamespace",
+        }
+    }
+}
+
+/// The CSV's `permissions` (namespaced: the component namespace's and the
+/// controller's own rules) and `clusterPermissions` (the rest) of the
+/// controller run with `--openshift-scc`.
+pub fn csv_permissions() -> (Vec<Rule>, Vec<Rule>) {
+    rules_for(true)
+        .into_iter()
+        .partition(|r| matches!(r.scope, Scope::Watched | Scope::Release))
+}
+
+/// The ClusterRole and Roles OLM creates from the CSV in `mode`, for an
+/// operator in `operator_namespace` whose OperatorGroup targets `target`
+/// (SingleNamespace; the other modes ignore it). OLM makes a Role of
+/// `permissions` in the operator's namespace and copies it into each target
+/// namespace; with AllNamespaces it makes a ClusterRole of them instead of
+/// the copies.
+pub fn olm_layout(mode: InstallMode, operator_namespace: &str, target: &str) -> Vec<RoleRules> {
+    let (namespaced, cluster) = csv_permissions();
+    let mut cluster_role = cluster;
+    let mut roles = Vec::new();
+    match mode {
+        InstallMode::AllNamespaces => cluster_role.extend(namespaced.iter().cloned()),
+        InstallMode::OwnNamespace => {}
+        InstallMode::SingleNamespace => roles.push(RoleRules {
+            kind: "Role",
+            namespace: Some(target.to_string()),
+            rules: namespaced.clone(),
+        }),
+    }
+    roles.push(RoleRules {
+        kind: "Role",
+        namespace: Some(operator_namespace.to_string()),
+        rules: namespaced,
+    });
+    let mut out = vec![RoleRules {
+        kind: "ClusterRole",
+        namespace: None,
+        rules: cluster_role,
+    }];
+    out.extend(roles);
+    out
 }
 
 fn wrap(text: &str, width: usize) -> Vec<String> {
@@ -469,8 +673,9 @@ pub fn rules_yaml() -> anyhow::Result<String> {
     Ok(serde_saphyr::to_string(&rules_for(false))?)
 }
 
-/// The SCC the controller creates when it runs with `--openshift-scc`
-/// (YAML), for review.
+/// The SCC the install creates for pods with an address agent (YAML): what
+/// the chart renders on OpenShift and what an administrator applies under
+/// OLM (`oooi-controller rbac --sccs | oc apply -f -`).
 pub fn sccs_yaml() -> anyhow::Result<String> {
     Ok(format!(
         "---\n{}",
@@ -600,15 +805,14 @@ mod tests {
             ["nonroot-v2", "oooi-address-agent", "restricted-v2"]
         );
         assert!(!scc.resource_names.contains(&"privileged"));
-        // The agent's SCC: created by name-less `create`, then only its name.
+        // The agent's SCC is read by name, never written: the install makes it.
         let sccs: Vec<&Rule> = with
             .iter()
             .filter(|r| r.resources == ["securitycontextconstraints"])
             .collect();
-        assert_eq!(sccs.len(), 3);
-        assert!(sccs[1].resource_names.is_empty() && sccs[1].verbs == ["create"]);
-        assert_eq!(sccs[2].resource_names, ["oooi-address-agent"]);
-        assert_eq!(sccs[2].verbs, ["get", "patch"]);
+        assert_eq!(sccs.len(), 2);
+        assert_eq!(sccs[1].resource_names, ["oooi-address-agent"]);
+        assert_eq!(sccs[1].verbs, ["get"]);
         let yaml = layout_yaml(
             &Layout {
                 openshift_scc: true,
@@ -693,8 +897,184 @@ mod tests {
         let roles = layout_of(None, &[]);
         let release = roles.last().expect("roles");
         assert_eq!(release.namespace.as_deref(), Some("oooi-system"));
-        assert_eq!(release.rules.len(), 1);
-        assert_eq!(release.rules[0].verbs, ["get", "create", "patch"]);
+        let leases: Vec<&Rule> = release
+            .rules
+            .iter()
+            .filter(|r| r.resources == ["leases"])
+            .collect();
+        assert_eq!(leases.len(), 1);
+        assert_eq!(leases[0].verbs, ["get", "create", "patch"]);
+        // The filter's source ConfigMap is only read there.
+        let cms: Vec<&Rule> = release
+            .rules
+            .iter()
+            .filter(|r| r.resources == ["configmaps"])
+            .collect();
+        assert_eq!(cms.len(), 1);
+        assert_eq!(cms[0].verbs, ["get", "list", "watch"]);
+        assert!(!grants(&roles[0], "leases", "patch"));
+    }
+
+    #[test]
+    fn a_watched_namespace_takes_every_namespaced_kind_the_components_use() {
+        let roles = layout_of(Some("hcp-infra"), &["clusters"]);
+        let cluster = &roles[0];
+        for kind in [
+            "configmaps",
+            "services",
+            "serviceaccounts",
+            "persistentvolumeclaims",
+            "secrets",
+            "deployments",
+            "pods",
+            "roles",
+            "rolebindings",
+        ] {
+            assert!(
+                !cluster.rules.iter().any(|r| r.resources.contains(&kind)),
+                "{kind} is cluster-wide"
+            );
+        }
+    }
+
+    /// Every layout the chart and the bundle can install: the chart's flag
+    /// combinations and OLM's install modes.
+    fn every_install() -> Vec<(String, Vec<RoleRules>, bool)> {
+        let mut out = Vec::new();
+        for scc in [false, true] {
+            for watch in [None, Some("hcp-infra")] {
+                for hosted in [&[][..], &["clusters"][..]] {
+                    let l = Layout {
+                        openshift_scc: scc,
+                        watch_namespace: watch.map(str::to_string),
+                        release_namespace: "oooi-system".to_string(),
+                        hosted_cluster_namespaces: hosted.iter().map(|s| s.to_string()).collect(),
+                    };
+                    out.push((
+                        format!("chart scc={scc} watch={watch:?} hosted={hosted:?}"),
+                        layout(&l),
+                        watch.is_none(),
+                    ));
+                }
+            }
+        }
+        for mode in InstallMode::ALL {
+            out.push((
+                format!("OLM {}", mode.as_str()),
+                olm_layout(mode, "oooi-system", "hcp-infra"),
+                mode == InstallMode::AllNamespaces,
+            ));
+        }
+        out
+    }
+
+    #[test]
+    fn no_install_mode_lets_the_controller_grant_itself_privilege() {
+        for (name, roles, all_namespaces) in every_install() {
+            let findings: Vec<String> = privilege_findings(&roles)
+                .into_iter()
+                // Watching every namespace means writing the components'
+                // Secrets in any of them: the documented exception.
+                .filter(|f| !(all_namespaces && f.ends_with("Secrets beyond get, cluster-wide")))
+                .collect();
+            assert!(findings.is_empty(), "{name}: {findings:#?}");
+        }
+    }
+
+    #[test]
+    fn privilege_findings_name_each_way_to_grant_privilege() {
+        let bad = |verbs: &[&'static str], group: &'static str, res: &'static str| RoleRules {
+            kind: "ClusterRole",
+            namespace: None,
+            rules: vec![rule(Scope::Cluster, group, &[res], verbs, "test")],
+        };
+        for (role, want) in [
+            (
+                bad(
+                    &["create"],
+                    "security.openshift.io",
+                    "securitycontextconstraints",
+                ),
+                "writes SecurityContextConstraints",
+            ),
+            (
+                bad(
+                    &["patch"],
+                    "security.openshift.io",
+                    "securitycontextconstraints",
+                ),
+                "writes SecurityContextConstraints",
+            ),
+            (
+                bad(&["bind"], "rbac.authorization.k8s.io", "roles"),
+                "verb bind",
+            ),
+            (
+                bad(&["escalate"], "rbac.authorization.k8s.io", "roles"),
+                "verb escalate",
+            ),
+            (
+                bad(&["impersonate"], "", "serviceaccounts"),
+                "verb impersonate",
+            ),
+            (bad(&["*"], "", "pods"), "verb *"),
+            (
+                bad(
+                    &["create"],
+                    "rbac.authorization.k8s.io",
+                    "clusterrolebindings",
+                ),
+                "writes cluster-wide RBAC",
+            ),
+            (
+                bad(&["list"], "", "secrets"),
+                "Secrets beyond get, cluster-wide",
+            ),
+        ] {
+            let found = privilege_findings(&[role]);
+            assert!(found.iter().any(|f| f.contains(want)), "{want}: {found:?}");
+        }
+        assert!(privilege_findings(&[bad(&["get"], "", "secrets")]).is_empty());
+        assert!(
+            privilege_findings(&[bad(
+                &["use"],
+                "security.openshift.io",
+                "securitycontextconstraints"
+            )])
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn namespaced_olm_modes_keep_secrets_and_the_lease_in_roles() {
+        let (namespaced, cluster) = csv_permissions();
+        assert!(
+            namespaced
+                .iter()
+                .any(|r| r.resources == ["leases"] && r.verbs == ["get", "create", "patch"])
+        );
+        assert!(!cluster.iter().any(|r| r.resources == ["leases"]));
+        for mode in [InstallMode::OwnNamespace, InstallMode::SingleNamespace] {
+            let roles = olm_layout(mode, "oooi-system", "hcp-infra");
+            assert_eq!(roles[0].kind, "ClusterRole");
+            assert!(!grants(&roles[0], "secrets", "list"), "{mode:?}");
+            assert!(!grants(&roles[0], "secrets", "create"), "{mode:?}");
+            let namespaces: Vec<&str> = roles[1..]
+                .iter()
+                .filter_map(|r| r.namespace.as_deref())
+                .collect();
+            match mode {
+                InstallMode::SingleNamespace => {
+                    assert_eq!(namespaces, ["hcp-infra", "oooi-system"])
+                }
+                _ => assert_eq!(namespaces, ["oooi-system"]),
+            }
+            for r in &roles[1..] {
+                assert!(grants(r, "secrets", "create"), "{mode:?}");
+            }
+        }
+        let all = olm_layout(InstallMode::AllNamespaces, "oooi-system", "");
+        assert!(grants(&all[0], "secrets", "list"));
     }
 
     #[test]

@@ -61,10 +61,11 @@ pub struct RunArgs {
     #[arg(long, env = "OOOI_WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,
     /// Run on OpenShift: leave the component pods' UID and fsGroup to the
-    /// SCC (restricted-v2 admits them), create the `oooi-address-agent` SCC
-    /// for pods with an address agent, and grant each component's
+    /// SCC (restricted-v2 admits them) and grant each component's
     /// ServiceAccount `use` of the least privileged SCC its pods need, by a
-    /// Role and RoleBinding in the Infra's namespace.
+    /// Role and RoleBinding in the Infra's namespace. The
+    /// `oooi-address-agent` SCC that pods with an address agent need is
+    /// created by the install; the controller only reads it.
     #[arg(long, env = "OOOI_OPENSHIFT_SCC", default_value_t = false, action = clap::ArgAction::Set)]
     pub openshift_scc: bool,
     /// ConfigMap holding the filter module to roll out (the chart's).
@@ -222,6 +223,9 @@ impl Shutdown {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
+    // Refused before anything starts (an OperatorGroup naming several
+    // namespaces), not after the Lease is won.
+    let watched = watch_namespace(args.watch_namespace.as_deref())?;
     let metrics = Metrics::new();
     let health = Arc::new(Health::default());
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -273,11 +277,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         _ = shutdown.clone().wait() => false,
     };
     if leading && args.openshift_scc {
-        ensure_address_agent_scc(&client).await?;
+        report_address_agent_scc(&client).await;
     }
     if leading {
         let settings = crate::reconcile::Settings {
-            watch_namespace: args.watch_namespace.clone(),
+            watch_namespace: watched.clone(),
             openshift_scc: args.openshift_scc,
             // The push API of every Envoy admits this namespace only.
             controller_namespace: Some(args.lease_namespace.clone()),
@@ -332,38 +336,40 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     result
 }
 
-/// Creates (or brings back to its planned form) the SCC that pods with an
-/// address agent run under ([`crate::plan::scc::address_agent_scc`]): an
-/// OLM bundle cannot carry SCCs, so the controller makes the one it needs.
-async fn ensure_address_agent_scc(client: &kube::Client) -> anyhow::Result<()> {
-    use kube::api::{Api, DynamicObject, Patch, PatchParams};
-    use kube::discovery::ApiResource;
-    let resource = ApiResource {
-        group: crate::plan::scc::SCC_GROUP.to_string(),
-        version: "v1".to_string(),
-        api_version: format!("{}/v1", crate::plan::scc::SCC_GROUP),
-        kind: "SecurityContextConstraints".to_string(),
-        plural: "securitycontextconstraints".to_string(),
-    };
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-    let params = PatchParams::apply(crate::crd::FIELD_MANAGER).force();
-    api.patch(
-        crate::plan::scc::ADDRESS_AGENT_SCC,
-        &params,
-        &Patch::Apply(crate::plan::scc::address_agent_scc()),
-    )
-    .await
-    .with_context(|| {
-        format!(
-            "cannot apply SecurityContextConstraints {}",
-            crate::plan::scc::ADDRESS_AGENT_SCC
-        )
-    })?;
-    tracing::info!(
-        scc = crate::plan::scc::ADDRESS_AGENT_SCC,
-        "applied the address agent's SecurityContextConstraints"
-    );
-    Ok(())
+/// Says at start whether the SCC that pods with an address agent need
+/// exists (read by name; the install creates it, never the controller).
+/// Components whose pods need it report `Degraded` while it is missing.
+async fn report_address_agent_scc(client: &kube::Client) {
+    let name = crate::plan::scc::ADDRESS_AGENT_SCC;
+    match crate::reconcile::component::scc_exists(client, name).await {
+        Ok(true) => info!(
+            scc = name,
+            "the address agent's SecurityContextConstraints exists"
+        ),
+        Ok(false) => warn!(
+            scc = name,
+            "the address agent's SecurityContextConstraints does not exist: components with an \
+             address agent cannot start until the install creates it (docs/installation.md#openshift)"
+        ),
+        Err(e) => warn!(
+            scc = name,
+            "cannot read the address agent's SecurityContextConstraints: {e}"
+        ),
+    }
+}
+
+/// The namespace `--watch-namespace` names: an empty value (OLM's
+/// `olm.targetNamespaces` in AllNamespaces mode) means every namespace;
+/// several (MultiNamespace) are refused, since the controller watches one.
+pub fn watch_namespace(value: Option<&str>) -> anyhow::Result<Option<String>> {
+    match value.map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(v) if v.contains(',') => anyhow::bail!(
+            "--watch-namespace {v:?} names several namespaces: the controller watches one \
+             (OLM install modes OwnNamespace, SingleNamespace or AllNamespaces)"
+        ),
+        Some(v) => Ok(Some(v.to_string())),
+    }
 }
 
 #[cfg(test)]
@@ -386,6 +392,18 @@ mod tests {
             .map(|(_, b)| b.to_string())
             .unwrap_or_default();
         (status, body)
+    }
+
+    #[test]
+    fn olm_target_namespaces_become_the_watched_namespace() {
+        assert_eq!(watch_namespace(None).unwrap(), None);
+        assert_eq!(watch_namespace(Some("")).unwrap(), None, "AllNamespaces");
+        assert_eq!(
+            watch_namespace(Some("hcp-infra")).unwrap().as_deref(),
+            Some("hcp-infra")
+        );
+        let e = watch_namespace(Some("a,b")).unwrap_err().to_string();
+        assert!(e.contains("several namespaces"), "{e}");
     }
 
     #[tokio::test]

@@ -10,7 +10,8 @@ use oooi_gather::gather::{LogsSince, Options, run};
 ///
 /// `oc adm must-gather --image=<oooi must-gather image>` runs this program
 /// in a pod with cluster-wide read access; `oc` copies the destination
-/// directory back. Written under <DEST>/oooi:
+/// directory back. <DEST>/version names the product and its release (two
+/// lines); written under <DEST>/oooi:
 ///
 ///   summary.txt, errors.txt;
 ///   namespaces/<ns>/<resource>/<name>.yaml: every Infra, InfraClusterAttachment,
@@ -29,9 +30,10 @@ use oooi_gather::gather::{LogsSince, Options, run};
 ///   cluster-scoped/: oooi's CRDs, the Infras' ClusterUserDefinedNetworks.
 ///
 /// Secrets are written as name, type and keys only. Every Secret value of the
-/// namespaces visited, bearer tokens, JWTs, `*token=`/`*password=` values and
-/// literal env values named *TOKEN*, *PASSWORD*, *SECRET* are redacted
-/// everywhere. A failure to read one thing is written to errors.txt and the
+/// namespaces visited, bearer tokens, `Basic` credentials, JWTs,
+/// `*token=`/`*password=` values, the value after a `--token`/`--password`-like
+/// flag, literal env values named *TOKEN*, *PASSWORD*, *SECRET* and literal env
+/// values shaped like generated credentials are redacted everywhere. A failure to read one thing is written to errors.txt and the
 /// gather goes on; each request has its own deadline.
 #[derive(Debug, Parser)]
 #[command(name = "gather", version, verbatim_doc_comment)]

@@ -9,8 +9,11 @@
 //! - **known values**: every Secret value the gather could read in the
 //!   namespaces it visits (never written) is replaced wherever it appears,
 //!   as text or base64, in objects, logs and endpoint answers;
-//! - **shapes**: `Bearer <token>`, `token=<value>`-like pairs and JWTs are
-//!   replaced in any text.
+//! - **shapes**: `Bearer <token>`, `Basic <user:password>`,
+//!   `token=<value>`-like pairs, `--token <value>`-like flags (in text and
+//!   in a container's `args` and `command`), JWTs, and a literal env value
+//!   shaped like a generated credential whatever its variable's name are
+//!   replaced.
 
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
@@ -121,7 +124,9 @@ impl Redactor {
             }
         }
         let out = redact_bearer(&out);
+        let out = redact_basic(&out);
         let out = redact_key_values(&out);
+        let out = redact_flag_values(&out);
         redact_jwts(&out)
     }
 
@@ -215,6 +220,11 @@ fn redact_structure(v: &mut Value) {
                     redact_env_entry(e);
                 }
             }
+            for key in ["args", "command"] {
+                if let Some(Value::Array(list)) = o.get_mut(key) {
+                    redact_flag_arguments(list);
+                }
+            }
             if let Some(Value::Object(bin)) = o.get_mut("binaryData") {
                 summarise_binary(bin);
             }
@@ -228,13 +238,145 @@ fn redact_structure(v: &mut Value) {
 }
 
 fn redact_env_entry(e: &mut Value) {
-    let sensitive = e["name"].as_str().is_some_and(is_sensitive_name);
+    let sensitive = e["name"].as_str().is_some_and(is_sensitive_name)
+        || e["value"].as_str().is_some_and(looks_generated);
     if let Some(o) = e.as_object_mut()
         && sensitive
         && o.get("value").is_some_and(|v| !v.is_null())
     {
         o.insert("value".to_string(), json!(REDACTED));
     }
+}
+
+/// True for a value shaped like a generated credential: 32 or more hex
+/// digits, or 16 or more characters of base64 with upper-case letters,
+/// lower-case letters and digits all present. Addresses, image references,
+/// versions, durations and Kubernetes names (lower-case, with dots, colons
+/// or dashes) never are. A literal env value of this shape is redacted
+/// whatever its variable is called.
+pub fn looks_generated(value: &str) -> bool {
+    let hex = value.len() >= 32 && value.bytes().all(|b| b.is_ascii_hexdigit());
+    let base64 = value.len() >= 16
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+/=_-".contains(&b))
+        && !value.starts_with('/')
+        && value.bytes().any(|b| b.is_ascii_digit())
+        && value.bytes().any(|b| b.is_ascii_uppercase())
+        && value.bytes().any(|b| b.is_ascii_lowercase());
+    hex || base64
+}
+
+/// True for a flag (`--token`, `-client-secret`) whose value is a credential.
+fn is_sensitive_flag(arg: &str) -> bool {
+    let name = arg.trim_start_matches('-');
+    arg.starts_with('-')
+        && !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        && {
+            let lower = name.to_ascii_lowercase();
+            SENSITIVE_KEY_SUFFIXES.iter().any(|s| lower.ends_with(s)) && !lower.ends_with("file")
+        }
+}
+
+/// `["--token", "VALUE"]` in a container's `args` or `command`: the value
+/// after a credential flag replaced (`--token=VALUE` is one string and the
+/// text rules catch it).
+fn redact_flag_arguments(list: &mut [Value]) {
+    for i in 1..list.len() {
+        let flag = list[i - 1].as_str().is_some_and(is_sensitive_flag);
+        if flag
+            && let Some(v) = list[i].as_str()
+            && !v.starts_with('-')
+            && !v.starts_with('/')
+            && !v.starts_with('<')
+        {
+            list[i] = json!(REDACTED);
+        }
+    }
+}
+
+/// `--token VALUE` (a credential flag, a space, its value) in free text, such
+/// as a command line in a log, with the value replaced.
+fn redact_flag_values(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("-") {
+        let (before, from) = rest.split_at(at);
+        out.push_str(before);
+        let flag_len = from
+            .bytes()
+            .take_while(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_')
+            .count();
+        let flag = &from[..flag_len];
+        let after = &from[flag_len..];
+        let spaces = after.len() - after.trim_start_matches([' ', '\t']).len();
+        let value_len = after[spaces..]
+            .bytes()
+            .take_while(|b| !b.is_ascii_whitespace() && *b != b'"' && *b != b'\'' && *b != b',')
+            .count();
+        let value = &after[spaces..spaces + value_len];
+        let starts_word = out
+            .chars()
+            .last()
+            .is_none_or(|c| c.is_whitespace() || c == '"' || c == '\'' || c == '[' || c == ',');
+        if starts_word
+            && is_sensitive_flag(flag)
+            && spaces > 0
+            && value.len() >= 4
+            && !value.starts_with(['-', '/', '<'])
+        {
+            out.push_str(flag);
+            out.push_str(&after[..spaces]);
+            out.push_str(REDACTED);
+            rest = &after[spaces + value_len..];
+        } else {
+            let step = flag_len.max(1);
+            out.push_str(&from[..step]);
+            rest = &from[step..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `Basic <base64 of user:password>` (any case) with the credentials
+/// replaced; a word after "basic" that does not decode to `user:password`
+/// stays ("basic authentication").
+fn redact_basic(text: &str) -> String {
+    let engine = base64::engine::general_purpose::STANDARD;
+    let lower = text.to_ascii_lowercase();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while let Some(at) = lower[i..].find("basic") {
+        let start = i + at + "basic".len();
+        let rest = &text[start..];
+        let spaces = rest.len() - rest.trim_start_matches([' ', '\t']).len();
+        let len: usize = rest[spaces..]
+            .bytes()
+            .take_while(|b| b.is_ascii_alphanumeric() || b"+/=".contains(b))
+            .count();
+        let candidate = &rest[spaces..spaces + len];
+        let credentials = spaces > 0
+            && len >= 4
+            && engine
+                .decode(candidate)
+                .ok()
+                .and_then(|b| String::from_utf8(b).ok())
+                .is_some_and(|s| s.contains(':'));
+        if credentials {
+            out.push_str(&text[i..start + spaces]);
+            out.push_str(REDACTED);
+            i = start + spaces + len;
+        } else {
+            out.push_str(&text[i..start]);
+            i = start;
+        }
+    }
+    out.push_str(&text[i..]);
+    out
 }
 
 fn summarise_binary(bin: &mut Map<String, Value>) {
@@ -452,6 +594,62 @@ mod tests {
         assert!(out.contains("\"user\": \"me\""));
         assert!(out.contains("token_file=/var/run/token"), "{out}");
         assert!(out.contains("bearer of news"), "{out}");
+    }
+
+    #[test]
+    fn token_flags_basic_credentials_and_generated_literals_are_redacted() {
+        let r = Redactor::default();
+        let pod = json!({"kind": "Pod", "spec": {"containers": [{"name": "c",
+        "args": ["run", "--token", "s3cr3t-flag-value", "--token-file", "/var/run/t", "--verbose", "--push-token", "--x"],
+        "command": ["agent", "-client-secret", "cl13nt-s3cr3t"],
+        "env": [
+            {"name": "OOOI_CONFIG", "value": "0123456789abcdef0123456789abcdef"},
+            {"name": "AUTH", "value": "dXNlcjpwYXNzd29yZDEyMzQ1Ng=="},
+            {"name": "OOOI_DNS_IMAGE", "value": "registry.example.com/oooi/oooi-dns:0.1.0@sha256:0123456789abcdef"},
+            {"name": "RUST_LOG", "value": "info,kube=warn"},
+            {"name": "POD_NAMESPACE", "value": "clusters-c1-infra-namespace2"},
+        ]}]}});
+        let out = r.object(&pod);
+        let c = &out["spec"]["containers"][0];
+        assert_eq!(
+            c["args"],
+            json!([
+                "run",
+                "--token",
+                REDACTED,
+                "--token-file",
+                "/var/run/t",
+                "--verbose",
+                "--push-token",
+                "--x"
+            ])
+        );
+        assert_eq!(c["command"], json!(["agent", "-client-secret", REDACTED]));
+        let env = &c["env"];
+        assert_eq!(
+            env[0]["value"], REDACTED,
+            "a generated value under a neutral name"
+        );
+        assert_eq!(env[1]["value"], REDACTED);
+        assert!(
+            env[2]["value"]
+                .as_str()
+                .unwrap()
+                .starts_with("registry.example.com/")
+        );
+        assert_eq!(env[3]["value"], "info,kube=warn");
+        assert_eq!(env[4]["value"], "clusters-c1-infra-namespace2");
+
+        let log = "exec /agent --token abcd1234efgh --peer-token=zzzz9999yyyy --tokens 3\n\
+                   Authorization: Basic dXNlcjpwYXNzd29yZA== then basic authentication\n\
+                   non-token --token\n";
+        let out = r.text(log);
+        for secret in ["abcd1234efgh", "zzzz9999yyyy", "dXNlcjpwYXNzd29yZA=="] {
+            assert!(!out.contains(secret), "{secret} in {out}");
+        }
+        assert!(out.contains("--tokens 3"), "{out}");
+        assert!(out.contains("basic authentication"), "{out}");
+        assert!(out.contains("non-token --token\n"), "{out}");
     }
 
     #[test]

@@ -96,11 +96,19 @@ pub fn events_path(namespace: &str) -> PathBuf {
         .join("events.yaml")
 }
 
+/// The content of `<dest>/version`: `oooi-must-gather` and the release.
+pub fn version_file() -> String {
+    format!("oooi-must-gather\n{}\n", env!("CARGO_PKG_VERSION"))
+}
+
 impl Tree {
-    /// A tree under `<dest>/oooi`, created now.
+    /// A tree under `<dest>/oooi`, created now, and `<dest>/version`: the
+    /// must-gather convention's two lines, the product and its version
+    /// ([`version_file`]), which support tooling reads first.
     pub fn create(dest: &Path) -> std::io::Result<Tree> {
         let root = dest.join(ROOT);
         std::fs::create_dir_all(&root)?;
+        std::fs::write(dest.join("version"), version_file())?;
         Ok(Tree {
             root,
             redactor: Redactor::default(),
@@ -176,6 +184,17 @@ impl Tree {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_destination_holds_the_version_file() {
+        let dest = std::env::temp_dir().join(format!("oooi-gather-version-{}", std::process::id()));
+        let tree = Tree::create(&dest).unwrap();
+        let text = std::fs::read_to_string(dest.join("version")).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines, ["oooi-must-gather", env!("CARGO_PKG_VERSION")]);
+        assert!(tree.root().starts_with(&dest));
+        std::fs::remove_dir_all(&dest).unwrap();
+    }
 
     #[test]
     fn paths_follow_the_documented_layout() {

@@ -489,6 +489,12 @@ async fn gathers_the_lab_scenario_into_the_documented_tree_without_secret_bytes(
 
     let (status, stderr) = gather(&kc, &dest, &[]).await;
     assert!(status.success(), "gather failed: {stderr}");
+    // The must-gather convention's version file, beside the tree.
+    let version = std::fs::read_to_string(dest.join("version")).unwrap();
+    assert_eq!(
+        version,
+        format!("oooi-must-gather\n{}\n", env!("CARGO_PKG_VERSION"))
+    );
     let root = dest.join("oooi");
     let files = listing(&root);
 

@@ -172,11 +172,24 @@ impl<'de> Deserialize<'de> for VlanNetwork {
     }
 }
 
-/// The CEL rule (Kubernetes' CIDR library, API servers 1.31 and later)
-/// that completes the schema's pattern: a valid IPv4 CIDR in network form.
-/// The pattern keeps the prefix to /0–/29.
-pub const VLAN_NETWORK_CEL_RULE: &str =
-    "isCIDR(self) && cidr(self).ip().family() == 4 && string(cidr(self).masked()) == self";
+/// The CEL rule that completes the schema's pattern: a valid IPv4 CIDR in
+/// network form (each octet at most 255 and written without leading zeros,
+/// no host bits under the prefix). Written with the base language and the
+/// strings extension only (`split`, `int`, `string`, `%`, a list of the
+/// powers of two), which Kubernetes' CRD validation offered long before 1.29:
+/// its CIDR library reaches CRD rules only in 1.31, and an API server
+/// without it refuses the whole CRD (plain Kubernetes 1.29 and 1.30). The
+/// pattern keeps the prefix to /0–/29.
+pub const VLAN_NETWORK_CEL_RULE: &str = concat!(
+    "self.split('/').size() == 2 && self.split('/')[0].split('.').size() == 4",
+    " && self.split('/')[0].split('.').all(o, int(o) <= 255 && string(int(o)) == o)",
+    " && string(int(self.split('/')[1])) == self.split('/')[1]",
+    " && (int(self.split('/')[0].split('.')[0]) * 16777216",
+    " + int(self.split('/')[0].split('.')[1]) * 65536",
+    " + int(self.split('/')[0].split('.')[2]) * 256",
+    " + int(self.split('/')[0].split('.')[3]))",
+    " % [4294967296, 2147483648, 1073741824, 536870912, 268435456, 134217728, 67108864, 33554432, 16777216, 8388608, 4194304, 2097152, 1048576, 524288, 262144, 131072, 65536, 32768, 16384, 8192, 4096, 2048, 1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1][int(self.split('/')[1])] == 0",
+);
 
 #[cfg(feature = "schema")]
 impl schemars::JsonSchema for VlanNetwork {

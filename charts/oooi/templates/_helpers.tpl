@@ -84,3 +84,11 @@ file is missing or too large. */}}
 {{- end }}
 {{- $wasm }}
 {{- end }}
+
+{{/* "true" on OpenShift, else empty: the cluster serves
+security.openshift.io/v1 (the chart then needs no flag), or
+controller.openshiftSCC forces it (a render without the cluster's APIs,
+`helm template` without `--api-versions security.openshift.io/v1`). */}}
+{{- define "oooi.openshift" -}}
+{{- if or .Values.controller.openshiftSCC (.Capabilities.APIVersions.Has "security.openshift.io/v1") }}true{{ end }}
+{{- end }}

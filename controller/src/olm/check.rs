@@ -56,6 +56,8 @@ pub fn check(csv: &Value, manifests: &[Value]) -> Vec<Problem> {
     related_images(csv, &mut out);
     presentation(csv, &mut out);
     features(csv, &mut out);
+    install_modes(csv, &mut out);
+    permissions(csv, &mut out);
     out
 }
 
@@ -429,5 +431,217 @@ fn features(csv: &Value, out: &mut Vec<Problem>) {
                 format!("metadata.annotations.{key} is {other:?}, want \"true\" or \"false\""),
             ),
         }
+    }
+}
+
+/// The four install modes, each listed once, at least one supported (OLM
+/// refuses an OperatorGroup whose mode the CSV does not list as supported).
+fn install_modes(csv: &Value, out: &mut Vec<Problem>) {
+    let modes = csv["spec"]["installModes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for want in [
+        "OwnNamespace",
+        "SingleNamespace",
+        "MultiNamespace",
+        "AllNamespaces",
+    ] {
+        let n = modes.iter().filter(|m| m["type"] == want).count();
+        if n != 1 {
+            problem(
+                out,
+                "install-modes",
+                format!("spec.installModes lists {want} {n} times, want once"),
+            );
+        }
+    }
+    if !modes.iter().any(|m| m["supported"] == true) {
+        problem(out, "install-modes", "no install mode is supported".into());
+    }
+}
+
+/// `permissions` and `clusterPermissions` name the Deployment's
+/// ServiceAccount and grant no way to gain privilege: no bind, escalate,
+/// impersonate or wildcard, no write on SecurityContextConstraints or on
+/// cluster-wide RBAC; the leader Lease is namespaced (`permissions`).
+fn permissions(csv: &Value, out: &mut Vec<Problem>) {
+    let accounts: BTreeSet<String> = deployments(csv)
+        .filter_map(|(_, spec)| {
+            spec.pointer("/template/spec/serviceAccountName")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .collect();
+    for field in ["permissions", "clusterPermissions"] {
+        let entries = csv["spec"]["install"]["spec"][field]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        for (i, entry) in entries.iter().enumerate() {
+            let sa = entry["serviceAccountName"].as_str().unwrap_or_default();
+            if !accounts.contains(sa) {
+                problem(
+                    out,
+                    "permissions",
+                    format!("{field}[{i}].serviceAccountName {sa:?} is no Deployment's"),
+                );
+            }
+            for (j, rule) in entry["rules"].as_array().into_iter().flatten().enumerate() {
+                let list = |k: &str| -> Vec<String> {
+                    rule[k]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|v| v.as_str().map(str::to_string))
+                        .collect()
+                };
+                let (groups, resources, verbs) =
+                    (list("apiGroups"), list("resources"), list("verbs"));
+                let at = format!("{field}[{i}].rules[{j}]");
+                if [&groups, &resources, &verbs]
+                    .iter()
+                    .any(|l| l.iter().any(|v| v == "*"))
+                {
+                    problem(out, "permissions", format!("{at}: wildcard"));
+                }
+                for v in &verbs {
+                    if matches!(v.as_str(), "bind" | "escalate" | "impersonate") {
+                        problem(out, "permissions", format!("{at}: verb {v}"));
+                    }
+                }
+                let writes = verbs
+                    .iter()
+                    .any(|v| !matches!(v.as_str(), "get" | "list" | "watch" | "use"));
+                if writes && resources.iter().any(|r| r == "securitycontextconstraints") {
+                    problem(
+                        out,
+                        "permissions",
+                        format!("{at}: writes SecurityContextConstraints"),
+                    );
+                }
+                if writes
+                    && groups.iter().any(|g| g == "rbac.authorization.k8s.io")
+                    && resources.iter().any(|r| r.starts_with("cluster"))
+                {
+                    problem(
+                        out,
+                        "permissions",
+                        format!("{at}: writes cluster-wide RBAC"),
+                    );
+                }
+                if field == "clusterPermissions"
+                    && resources.iter().any(|r| r == "leases")
+                    && verbs.iter().any(|v| v == "patch")
+                {
+                    problem(
+                        out,
+                        "permissions",
+                        format!("{at}: the leader Lease belongs in permissions"),
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn csv_with(modes: Value, permissions: Value, cluster: Value) -> Value {
+        json!({"spec": {"installModes": modes, "install": {"spec": {
+            "deployments": [{"name": "d", "spec": {"template": {"spec": {"serviceAccountName": "sa"}}}}],
+            "permissions": permissions,
+            "clusterPermissions": cluster,
+        }}}})
+    }
+
+    fn modes() -> Value {
+        json!([
+            {"type": "OwnNamespace", "supported": true},
+            {"type": "SingleNamespace", "supported": true},
+            {"type": "MultiNamespace", "supported": false},
+            {"type": "AllNamespaces", "supported": true},
+        ])
+    }
+
+    #[test]
+    fn install_modes_are_each_listed_once_and_one_is_supported() {
+        let mut out = Vec::new();
+        install_modes(&csv_with(modes(), json!([]), json!([])), &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        let mut out = Vec::new();
+        install_modes(
+            &csv_with(
+                json!([{"type": "AllNamespaces", "supported": false}]),
+                json!([]),
+                json!([]),
+            ),
+            &mut out,
+        );
+        assert_eq!(out.len(), 4, "{out:?}");
+    }
+
+    #[test]
+    fn permissions_that_grant_privilege_are_refused() {
+        let rule =
+            |g: &str, r: &str, v: &[&str]| json!({"apiGroups": [g], "resources": [r], "verbs": v});
+        let mut out = Vec::new();
+        let good = csv_with(
+            modes(),
+            json!([{"serviceAccountName": "sa", "rules": [rule("coordination.k8s.io", "leases", &["get", "create", "patch"])]}]),
+            json!([{"serviceAccountName": "sa", "rules": [rule("security.openshift.io", "securitycontextconstraints", &["use", "get"])]}]),
+        );
+        permissions(&good, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        for (bad, want) in [
+            (
+                rule(
+                    "security.openshift.io",
+                    "securitycontextconstraints",
+                    &["create"],
+                ),
+                "writes SecurityContextConstraints",
+            ),
+            (
+                rule("rbac.authorization.k8s.io", "roles", &["bind"]),
+                "verb bind",
+            ),
+            (
+                rule("rbac.authorization.k8s.io", "clusterroles", &["patch"]),
+                "cluster-wide RBAC",
+            ),
+            (rule("", "*", &["get"]), "wildcard"),
+            (
+                rule("coordination.k8s.io", "leases", &["patch"]),
+                "belongs in permissions",
+            ),
+        ] {
+            let mut out = Vec::new();
+            permissions(
+                &csv_with(
+                    modes(),
+                    json!([]),
+                    json!([{"serviceAccountName": "sa", "rules": [bad]}]),
+                ),
+                &mut out,
+            );
+            assert!(
+                out.iter().any(|p| p.detail.contains(want)),
+                "{want}: {out:?}"
+            );
+        }
+        let mut out = Vec::new();
+        permissions(
+            &csv_with(
+                modes(),
+                json!([{"serviceAccountName": "other", "rules": []}]),
+                json!([]),
+            ),
+            &mut out,
+        );
+        assert!(out[0].detail.contains("no Deployment's"), "{out:?}");
     }
 }

@@ -10,7 +10,7 @@
 use serde_json::{Value, json};
 
 use super::images::{BundleImage, BundleImages};
-use crate::rbac::Rule;
+use crate::rbac::{InstallMode, Rule, Scope};
 
 /// The OLM package name.
 pub const PACKAGE: &str = "oooi";
@@ -22,9 +22,8 @@ pub const CONTROLLER: &str = "oooi-controller";
 pub const FILTER_CONFIG_MAP: &str = "oooi-sni-router";
 /// Its key.
 pub const FILTER_KEY: &str = "oooi_sni_router.wasm";
-/// Oldest Kubernetes the bundle is offered to: OpenShift 4.16's. The chart
-/// asks for 1.31 (the CRDs' CEL rules use the CIDR library, which upstream
-/// CRD validation offers from 1.31); OpenShift carries it from 4.14.
+/// Oldest Kubernetes the bundle is offered to: OpenShift 4.16's, as the
+/// chart's.
 pub const MIN_KUBE_VERSION: &str = "1.29.0";
 /// Oldest OpenShift (Kubernetes 1.29) the bundle is offered to.
 pub const OPENSHIFT_VERSIONS: &str = "v4.16";
@@ -65,11 +64,15 @@ pub fn csv(
     edge: &UpgradeEdge,
     rules: &[Rule],
 ) -> anyhow::Result<Value> {
-    // Every rule cluster-wide: the Lease rule too, since the address
-    // agents' Roles in the Infras' namespaces grant Lease verbs, which the
-    // controller may grant only where it holds them, and it deletes the
-    // agents' Leases with their Infra.
-    let cluster_rules = rules.to_vec();
+    // `permissions`: the component namespace's rules and the controller's
+    // own (the leader Lease, the filter's source ConfigMap). OLM makes a Role
+    // of them in the operator's namespace and copies it into the target
+    // namespace (OwnNamespace, SingleNamespace), or makes a ClusterRole of
+    // them (AllNamespaces). The rest is `clusterPermissions`.
+    let (namespaced, cluster): (Vec<Rule>, Vec<Rule>) = rules
+        .iter()
+        .cloned()
+        .partition(|r| matches!(r.scope, Scope::Watched | Scope::Release));
     let mut spec = json!({
         "displayName": "oooi",
         "description": DESCRIPTION,
@@ -84,17 +87,13 @@ pub fn csv(
         ],
         "keywords": ["hypershift", "hosted control planes", "kubevirt", "vlan", "dhcp", "dns", "envoy"],
         "icon": [{"base64data": icon_base64(), "mediatype": "image/svg+xml"}],
-        "installModes": [
-            {"type": "OwnNamespace", "supported": false},
-            {"type": "SingleNamespace", "supported": false},
-            {"type": "MultiNamespace", "supported": false},
-            {"type": "AllNamespaces", "supported": true},
-        ],
+        "installModes": install_modes(),
         "customresourcedefinitions": {"owned": owned_crds()},
         "install": {
             "strategy": "deployment",
             "spec": {
-                "clusterPermissions": [{"serviceAccountName": CONTROLLER, "rules": cluster_rules}],
+                "permissions": [{"serviceAccountName": CONTROLLER, "rules": namespaced}],
+                "clusterPermissions": [{"serviceAccountName": CONTROLLER, "rules": cluster}],
                 "deployments": [{
                     "name": CONTROLLER,
                     "label": selector_labels(),
@@ -156,6 +155,17 @@ fn annotations(version: &str, images: &BundleImages, edge: &UpgradeEdge) -> anyh
     }))
 }
 
+/// The install modes: the ones [`InstallMode`] names; MultiNamespace is not
+/// offered (the controller watches one namespace or all).
+fn install_modes() -> Value {
+    let mut modes: Vec<Value> = InstallMode::ALL
+        .iter()
+        .map(|m| json!({"type": m.as_str(), "supported": true}))
+        .collect();
+    modes.insert(2, json!({"type": "MultiNamespace", "supported": false}));
+    json!(modes)
+}
+
 /// The labels that select the controller pods.
 fn selector_labels() -> Value {
     json!({"app.kubernetes.io/name": "oooi", "app.kubernetes.io/component": "controller"})
@@ -170,6 +180,9 @@ pub fn deployment_spec(images: &BundleImages) -> Value {
     let mut env = vec![
         json!({"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}),
         json!({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}),
+        // The OperatorGroup's target namespace (`run --watch-namespace`;
+        // empty in AllNamespaces mode: every namespace).
+        json!({"name": "OOOI_WATCH_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['olm.targetNamespaces']"}}}),
         json!({"name": "RUST_LOG", "value": "info"}),
         json!({"name": "OOOI_FILTER_CONFIG_MAP", "value": FILTER_CONFIG_MAP}),
         json!({"name": "OOOI_FILTER_KEY", "value": FILTER_KEY}),
@@ -562,8 +575,11 @@ on the VLAN:
 Create an **Infra** (the VLAN stack) and one **InfraClusterAttachment** per hosted cluster.
 
 The component pods run non-root with every capability dropped (the built-in `restricted-v2` SCC admits \
-them); the operator creates at start the one SCC the optional address agent needs. Every image is pinned \
-by digest, so the bundle mirrors for disconnected clusters.";
+them). The optional address agent (two or more DNS or proxy addresses) needs one SCC, \
+`oooi-address-agent`, which an administrator creates (`oooi-controller rbac --sccs | oc apply -f -`): \
+the operator only uses it and cannot create or change any SCC. Install it in OwnNamespace or \
+SingleNamespace mode to keep its Secrets in the namespaces it manages. Every image is pinned by digest, \
+so the bundle mirrors for disconnected clusters.";
 
 const ICON_SVG: &str = include_str!("icon.svg");
 

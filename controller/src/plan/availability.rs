@@ -47,8 +47,29 @@ pub fn failover_mode(infra: &Infra) -> FailoverMode {
     }
 }
 
-/// What `status.failover` says of `infra`.
+/// What `status.failover` says of `infra`, ending with the Pod Security
+/// level its namespace needs ([`namespace_pod_security`]).
 pub fn failover_status(infra: &Infra) -> FailoverStatus {
+    let mut status = failover_mode_status(infra);
+    status.message = format!("{}; {}", status.message, namespace_pod_security(infra));
+    status
+}
+
+/// The Pod Security level the namespace of `infra` needs, and why: the
+/// address agent (root, NET_ADMIN and NET_RAW) runs only where a DNS or
+/// proxy server takes over two or more addresses; every other pod meets
+/// `restricted`.
+pub fn namespace_pod_security(infra: &Infra) -> String {
+    let agent =
+        failover_mode(infra) == FailoverMode::AddressTakeover && !agent_leases(infra).is_empty();
+    if agent {
+        "Pod Security: the namespace needs level privileged (the address agent moves the DNS or proxy addresses as root with NET_ADMIN and NET_RAW; one address per component, or failover Off, keeps it at restricted)".to_string()
+    } else {
+        "Pod Security: every pod meets level restricted".to_string()
+    }
+}
+
+fn failover_mode_status(infra: &Infra) -> FailoverStatus {
     let asked = infra.spec.availability.failover.unwrap_or_default();
     let seconds = toleration_seconds(infra);
     match failover_mode(infra) {
@@ -187,6 +208,37 @@ mod tests {
         infra.spec.network_config.network_attachment_definition = None;
         infra.spec.network_config.cluster_user_defined_network =
             Some(serde_json::from_value(serde_json::json!({"name": "vlan"})).unwrap());
+    }
+
+    #[test]
+    fn the_status_names_the_pod_security_level_the_namespace_needs() {
+        let infra = two_replicas();
+        let st = failover_status(&infra);
+        assert_eq!(st.mode, "AddressTakeover");
+        assert!(
+            st.message.ends_with(&namespace_pod_security(&infra)),
+            "{}",
+            st.message
+        );
+        assert!(
+            st.message.contains("needs level privileged"),
+            "{}",
+            st.message
+        );
+        // One address per component: no agent, restricted.
+        let single = fixtures::infra();
+        assert!(
+            failover_status(&single)
+                .message
+                .contains("every pod meets level restricted"),
+            "{}",
+            failover_status(&single).message
+        );
+        // Failover off on a CUDN: restricted, whatever the addresses.
+        let mut off = two_replicas();
+        cudn(&mut off);
+        assert!(namespace_pod_security(&off).contains("restricted"));
+        assert!(!namespace_pod_security(&off).contains("privileged"));
     }
 
     #[test]

@@ -3,6 +3,13 @@
 //! pod the controller plans to the level its namespace is documented to
 //! enforce: `restricted` for the DHCP, DNS and proxy pods, `privileged` only
 //! where an address agent (NET_ADMIN) runs.
+//!
+//! [`admission_refusal`] decides, from a component namespace's
+//! `pod-security.kubernetes.io/enforce` label and (on OpenShift) whether the
+//! address agent's SCC exists, why the API server would refuse the pods the
+//! controller plans there: the component then reports `Degraded` with
+//! reason [`POD_SECURITY_REFUSED`] or [`SCC_MISSING`] instead of a
+//! Deployment that silently never gets a pod.
 
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 
@@ -28,6 +35,75 @@ impl Level {
             Level::Privileged => "privileged",
         }
     }
+}
+
+impl Level {
+    /// The level a `pod-security.kubernetes.io/enforce` value names. Pod
+    /// Security admission reads a value it does not know as `restricted`.
+    pub fn from_label(value: &str) -> Level {
+        match value {
+            "privileged" => Level::Privileged,
+            "baseline" => Level::Baseline,
+            _ => Level::Restricted,
+        }
+    }
+}
+
+/// The namespace label Pod Security admission enforces.
+pub const ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";
+/// `Degraded` reason: the namespace's Pod Security level refuses the pods.
+pub const POD_SECURITY_REFUSED: &str = "PodSecurityRefused";
+/// `Degraded` reason: the SCC the pods need does not exist.
+pub const SCC_MISSING: &str = "SecurityContextConstraintsMissing";
+
+/// What the cluster says about admitting one component's pods.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admission<'a> {
+    /// The component's namespace.
+    pub namespace: &'a str,
+    /// Its `pod-security.kubernetes.io/enforce` label (`None`: unset, the
+    /// cluster's default applies, which oooi cannot read).
+    pub enforce: Option<&'a str>,
+    /// On OpenShift, the SCC the pods need when the install must create it
+    /// (the address agent's), and whether it exists.
+    pub install_scc: Option<(&'a str, bool)>,
+}
+
+/// Why pods of level `needed` would be refused under `a` (reason, message),
+/// or `None` when nothing oooi can see refuses them.
+pub fn admission_refusal(needed: Level, a: &Admission<'_>) -> Option<(&'static str, String)> {
+    if let Some((scc, false)) = a.install_scc {
+        return Some((
+            SCC_MISSING,
+            format!(
+                "the pods need the SecurityContextConstraints {scc}, which does not exist: the \
+                 install creates it (the chart on OpenShift; under OLM an administrator applies \
+                 `oooi-controller rbac --sccs`, docs/installation.md#openshift); the controller \
+                 only uses it"
+            ),
+        ));
+    }
+    let enforced = Level::from_label(a.enforce?);
+    if needed <= enforced {
+        return None;
+    }
+    let why = if needed == Level::Privileged {
+        " (the address agent moves the VLAN address as root with NET_ADMIN and NET_RAW)"
+    } else {
+        ""
+    };
+    Some((
+        POD_SECURITY_REFUSED,
+        format!(
+            "the pods need Pod Security level {}{why}, but namespace {} enforces {}: label it \
+             {ENFORCE_LABEL}={} or give the component a single address (restricted); \
+             docs/installation.md#pod-security",
+            needed.as_str(),
+            a.namespace,
+            a.enforce.unwrap_or_default(),
+            needed.as_str(),
+        ),
+    ))
 }
 
 /// Sysctls the baseline level allows (the "safe" set).
@@ -210,6 +286,64 @@ mod tests {
             }),
             ..PodSpec::default()
         }
+    }
+
+    #[test]
+    fn a_namespace_below_the_pods_level_refuses_them_with_the_fix() {
+        let ns = |enforce| Admission {
+            namespace: "hcp-infra",
+            enforce,
+            install_scc: None,
+        };
+        assert_eq!(
+            admission_refusal(Level::Restricted, &ns(Some("restricted"))),
+            None
+        );
+        assert_eq!(
+            admission_refusal(Level::Privileged, &ns(Some("privileged"))),
+            None
+        );
+        assert_eq!(
+            admission_refusal(Level::Privileged, &ns(None)),
+            None,
+            "cluster default"
+        );
+        for enforce in ["restricted", "baseline", "strict"] {
+            let (reason, msg) =
+                admission_refusal(Level::Privileged, &ns(Some(enforce))).expect("refused");
+            assert_eq!(reason, POD_SECURITY_REFUSED);
+            assert!(msg.contains("hcp-infra enforces"), "{msg}");
+            assert!(
+                msg.contains("pod-security.kubernetes.io/enforce=privileged"),
+                "{msg}"
+            );
+            assert!(msg.contains("NET_ADMIN"), "{msg}");
+        }
+        assert!(admission_refusal(Level::Baseline, &ns(Some("restricted"))).is_some());
+        assert_eq!(
+            admission_refusal(Level::Baseline, &ns(Some("baseline"))),
+            None
+        );
+    }
+
+    #[test]
+    fn a_missing_install_scc_is_reported_before_the_namespace_label() {
+        let a = Admission {
+            namespace: "hcp-infra",
+            enforce: Some("privileged"),
+            install_scc: Some(("oooi-address-agent", false)),
+        };
+        let (reason, msg) = admission_refusal(Level::Privileged, &a).expect("refused");
+        assert_eq!(reason, SCC_MISSING);
+        assert!(
+            msg.contains("oooi-address-agent") && msg.contains("rbac --sccs"),
+            "{msg}"
+        );
+        let present = Admission {
+            install_scc: Some(("oooi-address-agent", true)),
+            ..a
+        };
+        assert_eq!(admission_refusal(Level::Privileged, &present), None);
     }
 
     #[test]

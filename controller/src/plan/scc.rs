@@ -16,18 +16,24 @@
 //! |---|---|---|---|
 //! | `restricted-v2` (built in) | the namespace's range | NET_BIND_SERVICE | DHCP, DNS and proxy pods (on OpenShift) |
 //! | `nonroot-v2` (built in) | any but 0 | NET_BIND_SERVICE | the same pods with their fixed UID 65532 |
-//! | [`ADDRESS_AGENT_SCC`] (made by the controller) | any | NET_ADMIN, NET_RAW | DNS and proxy pods with an address agent |
+//! | [`ADDRESS_AGENT_SCC`] (made by the install) | any | NET_ADMIN, NET_RAW | DNS and proxy pods with an address agent |
 //!
 //! No built-in SCC short of `privileged` admits a UID-0 container that adds
-//! a capability. OLM bundles cannot carry SCCs, so rather than hand the
-//! agent `privileged`, the controller creates [`ADDRESS_AGENT_SCC`] itself
-//! when it starts with `--openshift-scc` ([`address_agent_scc`]: `anyuid`
-//! narrowed to the two capabilities, with every other restriction of
-//! `restricted-v2`), and grants each component's ServiceAccount `use` of
-//! the one SCC its pods need through a Role and RoleBinding in the
-//! component's namespace ([`scc_rbac`]), owned by the component object so
-//! garbage collection removes them with it. A pod `restricted-v2` admits
-//! needs no grant: every authenticated user may use it.
+//! a capability, so the install creates [`ADDRESS_AGENT_SCC`]
+//! ([`address_agent_scc`]: `anyuid` narrowed to the two capabilities, with
+//! every other restriction of `restricted-v2`): the chart renders it when
+//! the cluster serves `security.openshift.io/v1`, and under OLM, whose
+//! bundles cannot carry SCCs, an administrator applies it
+//! (`oooi-controller rbac --sccs`). The controller never creates or changes
+//! an SCC: an SCC's `users` and `groups` grant its use by themselves, so
+//! a controller allowed to write one could grant itself privileged pods. It
+//! reads [`ADDRESS_AGENT_SCC`] by name ([`install_scc`]) and reports a
+//! component whose pods need it while it is missing, and grants each
+//! component's ServiceAccount `use` of the one SCC its pods need through a
+//! Role and RoleBinding in the component's namespace ([`scc_rbac`]), owned
+//! by the component object so garbage collection removes them with it. A
+//! pod `restricted-v2` admits needs no grant: every authenticated user may
+//! use it.
 
 use std::collections::BTreeMap;
 
@@ -39,7 +45,7 @@ use serde_json::{Value, json};
 
 use super::workload::Children;
 
-/// The SCC the controller creates for pods with an address agent.
+/// The SCC the install creates for pods with an address agent.
 pub const ADDRESS_AGENT_SCC: &str = "oooi-address-agent";
 /// API group of SecurityContextConstraints.
 pub const SCC_GROUP: &str = "security.openshift.io";
@@ -335,6 +341,13 @@ pub fn choose(deployment: &Deployment) -> Option<&'static SccModel> {
     least_privileged(&CANDIDATES, pod_spec(deployment)?)
 }
 
+/// The SCC the pods of `deployment` need that the install, not OpenShift,
+/// provides (the address agent's), or `None` when a built-in one admits
+/// them.
+pub fn install_scc(deployment: &Deployment) -> Option<&'static str> {
+    choose(deployment).filter(|s| !s.built_in).map(|s| s.name)
+}
+
 /// A Role allowing `use` of one SCC, and the RoleBinding granting it to a
 /// component's ServiceAccount.
 #[derive(Debug, Clone, PartialEq)]
@@ -393,7 +406,8 @@ pub fn scc_rbac(children: &Children) -> Option<SccRbac> {
     })
 }
 
-/// [`ADDRESS_AGENT_SCC`] as the object the controller applies at start.
+/// [`ADDRESS_AGENT_SCC`] as the install creates it (the chart's template
+/// and `oooi-controller rbac --sccs` print this object).
 pub fn address_agent_scc() -> Value {
     [OOOI_ADDRESS_AGENT]
         .iter()

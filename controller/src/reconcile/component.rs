@@ -120,6 +120,75 @@ pub async fn apply_children(ctx: &Context, ns: &str, c: &Children, gate: &Gate) 
     Ok(written.iter().filter(|w| **w == Applied::Written).count())
 }
 
+/// Whether the SecurityContextConstraints `name` exists (a read by name;
+/// the controller never writes SCCs).
+pub async fn scc_exists(client: &kube::Client, name: &str) -> Result<bool> {
+    use kube::api::DynamicObject;
+    use kube::discovery::ApiResource;
+    let group = crate::plan::scc::SCC_GROUP;
+    let resource = ApiResource {
+        group: group.to_string(),
+        version: "v1".to_string(),
+        api_version: format!("{group}/v1"),
+        kind: "SecurityContextConstraints".to_string(),
+        plural: "securitycontextconstraints".to_string(),
+    };
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    Ok(api.get_opt(name).await?.is_some())
+}
+
+/// `Degraded` when the cluster would refuse the pods of `c`: the namespace's
+/// Pod Security label below the level they need, or (on OpenShift) the SCC
+/// the install provides missing ([`crate::plan::pod_security::admission_refusal`]).
+/// Pods that meet `restricted` and need no SCC of the install's cost no
+/// request.
+pub async fn admission_conditions(
+    ctx: &Context,
+    ns: &str,
+    c: &Children,
+) -> Result<Vec<PlannedCondition>> {
+    use crate::plan::pod_security::{Admission, ENFORCE_LABEL, Level, admission_refusal, level};
+    let mut deployment = c.deployment.clone();
+    if ctx.settings.openshift_scc {
+        crate::plan::scc::for_openshift(&mut deployment);
+    }
+    let Some(pod) = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+    else {
+        return Ok(Vec::new());
+    };
+    let needed = level(pod);
+    let install_scc = if ctx.settings.openshift_scc {
+        crate::plan::scc::install_scc(&deployment)
+    } else {
+        None
+    };
+    if needed == Level::Restricted && install_scc.is_none() {
+        return Ok(Vec::new());
+    }
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(ctx.client.clone());
+    let labels = namespaces
+        .get_opt(ns)
+        .await?
+        .and_then(|n| n.metadata.labels)
+        .unwrap_or_default();
+    let scc = match install_scc {
+        Some(name) => Some((name, scc_exists(&ctx.client, name).await?)),
+        None => None,
+    };
+    let admission = Admission {
+        namespace: ns,
+        enforce: labels.get(ENFORCE_LABEL).map(String::as_str),
+        install_scc: scc,
+    };
+    Ok(admission_refusal(needed, &admission)
+        .map(|(reason, message)| PlannedCondition::yes(condition::DEGRADED, reason, message))
+        .into_iter()
+        .collect())
+}
+
 /// Deletes the Services and PodDisruptionBudgets the same owner holds that
 /// the children no longer plan (a DHCP pair gone back to one server: its
 /// peer Service and budget); true when one went.
@@ -364,12 +433,14 @@ where
         Ok(children) => {
             let gate = gate(ctx, obj, &children.deployment);
             apply_children(ctx, &ns, &children, &gate).await?;
+            let refused = admission_conditions(ctx, &ns, &children).await?;
             let r = rollout_of(ctx, &ns, &children.deployment.name_any());
             let mut planned = rollout_conditions(&r);
             if let Gate::Wait(why) = &gate {
                 planned = waiting_conditions(&r, why);
                 again = RETRY_PUSH;
             }
+            planned.extend(refused);
             (planned, children.config_digest(), r)
         }
         Err(e) => (invalid_conditions(&e), None, Rollout::default()),
@@ -618,6 +689,7 @@ pub async fn reconcile_proxy(
             if let Some(policy) = &objects.push_policy {
                 apply_one(&ctx, &ctx.stores.network_policies, &ns, policy).await?;
             }
+            let refused = admission_conditions(&ctx, &ns, &objects.children).await?;
             let r = rollout_of(&ctx, &ns, &objects.children.deployment.name_any());
             st.replicas = r.replicas;
             st.ready_replicas = r.ready;
@@ -631,6 +703,7 @@ pub async fn reconcile_proxy(
                 Gate::Wait(_) => again.min(RETRY_PUSH),
             };
             planned.push(synced);
+            planned.extend(refused);
         }
     }
     filter.fill_status(&mut st);

@@ -222,13 +222,20 @@ fn permissions_are_exactly_the_rules_of_oooi_controller_rbac() {
     let csv = built().csv;
     let install = &csv["spec"]["install"]["spec"];
     let mut have: Vec<Value> = Vec::new();
-    let perms = install["clusterPermissions"].as_array().unwrap();
-    assert_eq!(perms.len(), 1);
-    assert_eq!(perms[0]["serviceAccountName"], csv::CONTROLLER);
-    have.extend(perms[0]["rules"].as_array().unwrap().iter().cloned());
-    // Cluster-wide, Leases too: the address agents' Roles in every Infra
-    // namespace grant Lease verbs the controller must hold there.
-    assert!(install.get("permissions").is_none());
+    // `permissions`: the component namespace's rules and the controller's
+    // own (the leader Lease among them), a Role OLM copies into the target
+    // namespace; `clusterPermissions`: the rest.
+    for field in ["permissions", "clusterPermissions"] {
+        let perms = install[field].as_array().unwrap();
+        assert_eq!(perms.len(), 1, "{field}");
+        assert_eq!(perms[0]["serviceAccountName"], csv::CONTROLLER);
+        have.extend(perms[0]["rules"].as_array().unwrap().iter().cloned());
+    }
+    let (namespaced, _) = oooi_controller::rbac::csv_permissions();
+    assert_eq!(
+        install["permissions"][0]["rules"],
+        serde_json::to_value(&namespaced).unwrap()
+    );
     let want: Vec<Value> = oooi_controller::rbac::rules_for(true)
         .iter()
         .map(|r| serde_json::to_value(r).unwrap())
