@@ -180,6 +180,12 @@ pub struct LeaseTable {
     pool_size: usize,
     /// This server's part of a pair, if it is one.
     share: Option<Share>,
+    /// Addresses of the other server's half this server bound while taking
+    /// over (partner down): the only bindings of that half a record from
+    /// the other server may replace (see [`LeaseTable::merge_peer_commit`]).
+    /// Kept in memory: after a restart such a conflict is refused on both
+    /// sides and each client keeps its binding until one lease ends.
+    took_over: std::collections::HashSet<Ipv4Addr>,
 }
 
 /// A lease from the other server of a pair that this table refused,
@@ -234,6 +240,7 @@ impl LeaseTable {
             by_end: BTreeSet::new(),
             pool_size: 0,
             share: None,
+            took_over: std::collections::HashSet::new(),
         };
         t.rebuild_free();
         t
@@ -568,6 +575,9 @@ impl LeaseTable {
             self.remove(prev);
         }
         let expires = now + u64::from(self.config.lease_seconds);
+        if self.share.is_some_and(|s| s.takes_over() && !s.mine(ip)) && self.in_pool(ip) {
+            self.took_over.insert(ip);
+        }
         self.set(
             ip,
             Binding {
@@ -700,6 +710,28 @@ impl LeaseTable {
         Ok(())
     }
 
+    /// The half rule for a record from the other server: a binding of an
+    /// address of this server's half is taken only when this table already
+    /// binds that address to the same client (a renewal through the other
+    /// server), when the other server says it took over (`peer_took_over`),
+    /// or while this server syncs after its start (its own bindings may
+    /// come back from the other server). While both serve, only this
+    /// server hands out its half: anything else is a forgery or a bug.
+    pub fn check_peer_half(
+        &self,
+        l: &StoredLease,
+        peer_took_over: bool,
+    ) -> Result<(), &'static str> {
+        let Some(s) = self.share else { return Ok(()) };
+        if !self.in_pool(l.ip) || !s.mine(l.ip) || peer_took_over || s.state == PairState::Syncing {
+            return Ok(());
+        }
+        if self.bound_to(l.mac, l.ip) {
+            return Ok(());
+        }
+        Err("a new binding in the receiving half of the pool")
+    }
+
     /// Merges a lease the other server of a pair committed (a lease update
     /// or its snapshot), already checked with [`LeaseTable::check_peer_record`].
     /// A renewal by the client that holds the address here moves its
@@ -712,8 +744,10 @@ impl LeaseTable {
     /// whose half of the pool holds the address is kept (only that server
     /// allocates it while both are up; the other one can only have given it
     /// out later, during a takeover, so its binding is the younger). On the
-    /// other half the other server's binding replaces this one (returned in
-    /// [`Merged::Replaced`]: that client gets a NAK at its next renewal).
+    /// other half the other server's binding replaces this one only when
+    /// this server made it while taking over (returned in
+    /// [`Merged::Replaced`]: that client gets a NAK at its next renewal);
+    /// a record that contradicts any other live binding is refused.
     pub fn merge_peer_commit(&mut self, l: StoredLease, now: u64) -> Result<Merged, PeerConflict> {
         let state = if l.mac == DECLINED_MAC {
             State::Declined {
@@ -741,7 +775,8 @@ impl LeaseTable {
                     && b.live(now)
                     && l.expires_unix > now =>
             {
-                let theirs_wins = self.share.is_some_and(|s| !s.mine(l.ip));
+                let theirs_wins =
+                    self.share.is_some_and(|s| !s.mine(l.ip)) && self.took_over.contains(&l.ip);
                 if !theirs_wins {
                     return Err(PeerConflict {
                         theirs: l,
@@ -761,6 +796,7 @@ impl LeaseTable {
         {
             self.remove(prev);
         }
+        self.took_over.remove(&l.ip);
         self.set(l.ip, Binding { mac: l.mac, state });
         Ok(match replaced {
             Some(loser) => Merged::Replaced { lease: l, loser },
@@ -833,6 +869,18 @@ impl LeaseTable {
             },
         );
         true
+    }
+
+    /// Ends the hold-back of `ip` made by a probe answer
+    /// ([`LeaseTable::probe_answered`]) when it still holds: the address is
+    /// free again (the fallback of a spent pool). Returns whether it did.
+    pub fn clear_probe_held(&mut self, ip: Ipv4Addr, now: u64) -> bool {
+        if matches!(self.by_ip.get(&ip), Some(b) if b.mac == DECLINED_MAC && matches!(b.state, State::Lost { until } if until > now))
+        {
+            self.remove(ip);
+            return true;
+        }
+        false
     }
 
     /// Ends the quarantine of a lost address early (a probe found nobody
@@ -1260,10 +1308,16 @@ reservations:
         t
     }
 
+    /// Written once: tests run in parallel, and a rewrite (truncate, then
+    /// write) could be read half done by another test.
     fn token_file() -> std::path::PathBuf {
-        let p = std::env::temp_dir().join(format!("oooi-leases-token-{}", std::process::id()));
-        std::fs::write(&p, "0123456789abcdef0123").unwrap();
-        p
+        static FILE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+        FILE.get_or_init(|| {
+            let p = std::env::temp_dir().join(format!("oooi-leases-token-{}", std::process::id()));
+            std::fs::write(&p, "0123456789abcdef0123").unwrap();
+            p
+        })
+        .clone()
     }
 
     fn stored(n: u8, m: u8, expires: u64) -> StoredLease {
@@ -1302,8 +1356,11 @@ reservations:
         let mut p = pair_table(Role::Primary);
         let mut s = pair_table(Role::Secondary);
         p.commit(mac(1), ip(100), 0).unwrap();
-        s.merge_peer_commit(stored(100, 2, 600), 0)
-            .unwrap_or_else(|_| panic!());
+        // The secondary took over (the two could not see each other) and
+        // gave the primary's address to another client.
+        s.set_pair_state(PairState::PartnerDown);
+        s.commit(mac(2), ip(100), 0).unwrap();
+        s.set_pair_state(PairState::LoadBalancing);
         // The primary is sent the secondary's client on its own half: refused.
         let c = p.merge_peer_commit(stored(100, 2, 600), 1).unwrap_err();
         assert_eq!((c.holder, c.theirs.mac), (mac(1), mac(2)));
@@ -1320,6 +1377,37 @@ reservations:
         assert_eq!(s.get(ip(100)).unwrap().mac, mac(1));
         // The loser is refused at its next renewal.
         assert_eq!(s.commit(mac(2), ip(100), 2), Err(Refusal::InUse));
+    }
+
+    #[test]
+    fn a_record_contradicting_a_live_binding_not_made_in_a_takeover_is_refused_on_either_half() {
+        use crate::config::Role;
+        // The secondary holds the primary's client on the primary's half
+        // (replicated): a record giving it to another client is refused.
+        let mut s = pair_table(Role::Secondary);
+        s.merge_peer_commit(stored(100, 1, 600), 0).unwrap();
+        let c = s.merge_peer_commit(stored(100, 2, 600), 1).unwrap_err();
+        assert_eq!(c.holder, mac(1));
+        assert_eq!(s.get(ip(100)).unwrap().mac, mac(1));
+    }
+
+    #[test]
+    fn a_new_binding_in_this_servers_half_is_refused_unless_the_other_took_over_or_this_one_syncs()
+    {
+        use crate::config::Role;
+        // .100 is the primary's half.
+        let mut p = pair_table(Role::Primary);
+        let new = stored(100, 2, 600);
+        assert!(p.check_peer_half(&new, false).is_err());
+        assert_eq!(p.check_peer_half(&new, true), Ok(()));
+        // The other half, or a renewal of a binding held here: fine.
+        assert_eq!(p.check_peer_half(&stored(103, 2, 600), false), Ok(()));
+        p.commit(mac(2), ip(100), 0).unwrap();
+        assert_eq!(p.check_peer_half(&new, false), Ok(()));
+        // Syncing after a start: its own bindings come back.
+        let mut fresh = pair_table(Role::Primary);
+        fresh.set_pair_state(PairState::Syncing);
+        assert_eq!(fresh.check_peer_half(&new, false), Ok(()));
     }
 
     #[test]
