@@ -163,7 +163,7 @@ fn a_flood_of_100000_conflicting_records_with_a_valid_token_costs_the_clients_no
     // one of A's half for contradicting B's live binding.
     let refused = || {
         [
-            "oooi_dhcp_pair_records_refused_total{reason=\"another_client_holds_the_address\"}",
+            "oooi_dhcp_pair_records_refused_total{reason=\"conflict\"}",
             "oooi_dhcp_pair_records_refused_total{reason=\"a_new_binding_in_the_receiving_half_of_the_pool\"}",
         ]
         .iter()
