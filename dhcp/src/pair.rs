@@ -17,23 +17,29 @@
 //!   same pool address. Both hold every reservation and, through the lease
 //!   updates, every lease: a client keeps its address whichever server
 //!   answers it.
-//! - **States** (moves decided by [`next_state`]): [`PairState::Syncing`]
-//!   after start (answers nothing until it has the other server's leases,
-//!   or until the other server counts as unreachable);
-//!   [`PairState::LoadBalancing`]; [`PairState::CommunicationRecovery`]
-//!   when contact is lost (no heartbeat answer for `down_after_ms`, or the
-//!   other server answers heartbeats but stores none of this server's lease
-//!   updates for that long): the other server may still be serving, so
-//!   this one answers only its own scope, from its own half, and its ACKs
-//!   no longer wait for the other server (what it committed meanwhile goes
-//!   over in the exchange when contact returns); [`PairState::Unauthorized`]
-//!   when the other server refuses this server's token (the same service
-//!   as communication recovery, its own state so that it is named for what
-//!   it is); [`PairState::PartnerDown`] only when clients of the other
-//!   scope go unanswered ([`Unacked`], as Kea's `max-unacked-clients`) and
-//!   the two clocks agree within [`SKEW_REFUSE_SECONDS`]: then this one
-//!   answers every client and allocates from its own half first, then from
-//!   the other half, honouring the other server's leases.
+//! - **States** (moves decided by [`next_state`] from two witnesses: the
+//!   pair link, the HTTP heartbeat on the pod network, and the VLAN, an
+//!   authenticated heartbeat datagram between the two VLAN addresses, see
+//!   [`crate::peer::vlan`]): [`PairState::Syncing`] after start (answers
+//!   nothing until it has the other server's leases, or until the pair link
+//!   stays silent); [`PairState::LoadBalancing`];
+//!   [`PairState::CommunicationRecovery`] when the pair link is lost (no
+//!   heartbeat answer for `down_after_ms`, or the other server answers
+//!   heartbeats but stores none of this server's lease updates for that
+//!   long) while the other server is still heard on the VLAN: it is
+//!   serving, so this one answers only its own scope, from its own half,
+//!   and its ACKs no longer wait for the other server (what it committed
+//!   meanwhile goes over in the exchange when contact returns), for as long
+//!   as that lasts; [`PairState::Unauthorized`] when the other server
+//!   refuses this server's token (the same service as communication
+//!   recovery, its own state so that it is named for what it is);
+//!   [`PairState::PartnerDown`] when the other server is silent on both
+//!   witnesses for `down_after_ms` (a crash, a lost node, a deleted pod),
+//!   whatever the number of clients, and the two clocks agree within
+//!   [`SKEW_REFUSE_SECONDS`]: then this one answers every client and
+//!   allocates from its own half first, then from the other half,
+//!   honouring the other server's leases. Silent on the VLAN but answering
+//!   on the pair link changes nothing: the pair link carries every lease.
 
 use std::net::Ipv4Addr;
 use std::ops::Bound;

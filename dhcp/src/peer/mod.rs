@@ -30,14 +30,16 @@
 //! if the ACK had been lost on the way. When the other server does not
 //! answer, or answers heartbeats but stores none of the updates, ACKs wait
 //! (retrying) for at most `down_after_ms`; then this server moves to
-//! communication recovery (see [`crate::pair`]): ACKs leave after the local
+//! communication recovery, or partner-down when the other server is silent
+//! on the VLAN too (see [`crate::pair`]): ACKs leave after the local
 //! sync only, this server answers only its own scope from its own half, and
 //! the other server gets those leases in the exchange when contact
 //! returns (both pull and push every lease before load balancing again).
 //! A cut pair link between two live servers thus gives no duplicates: each
-//! keeps serving its own scope from its own half. A server takes over the
-//! other's scope (partner down) only when clients of that scope go
-//! unanswered, and never with a clock more than 60 s off the other's.
+//! keeps serving its own scope from its own half, as long as each hears the
+//! other on the VLAN ([`vlan`]). A server takes over the other's scope
+//! (partner down) only when the other is silent on the pair link and on
+//! the VLAN, and never with a clock more than 60 s off the other's.
 //!
 //! Records from the other server are checked against the config (subnet,
 //! pool or that MAC's reservation, never a server or gateway address, an
@@ -47,7 +49,10 @@
 //! client holds the address) is answered 409 with what was refused and the
 //! bindings held here; the sender does not ACK those leases and merges the
 //! bindings it was sent (see [`crate::leases::LeaseTable::merge_peer_commit`]
-//! for how a conflict is settled the same way on both servers).
+//! for how a conflict is settled, and
+//! [`crate::leases::LeaseTable::check_peer_half`] for the records of the
+//! receiver's half). The decision loop merges records in slices between its
+//! DHCP turns (see [`crate::server::MERGE_SLICE`]), replication first.
 
 //! ## API (bearer token, `Authorization: Bearer <token>`; a wrong token is
 //! answered 401, counted and logged with the caller's address)
@@ -67,7 +72,8 @@
 //!
 //! Modules by job: [`api`] (the pair API this server serves), [`client`]
 //! (the HTTP client of the other server's API), [`heartbeat`] (states,
-//! clock skew, the lease exchange) and [`push`] (the replication workers).
+//! clock skew, the lease exchange), [`vlan`] (the VLAN witness) and
+//! [`push`] (the replication workers).
 
 pub mod api;
 pub mod client;

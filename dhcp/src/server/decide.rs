@@ -69,8 +69,8 @@ const LOGS_PER_SECOND: u32 = 20;
 /// Most keys a [`LogLimit`] remembers.
 const LOG_KEYS: usize = 4096;
 
-/// Logs an event once per key per [`CONFLICT_LOG_EVERY`], and at most
-/// [`LOGS_PER_SECOND`] lines a second.
+/// Logs an event once per key a minute, and at most 20 lines a second
+/// (`LOGS_PER_SECOND`).
 #[derive(Debug)]
 pub struct LogLimit<K> {
     seen: HashMap<K, Instant>,

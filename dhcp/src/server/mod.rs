@@ -472,8 +472,9 @@ impl Server {
     }
 
     /// Handles what the pair sent the decision loop: the state, lease
-    /// updates from the other server (merged, then made durable before they
-    /// are acknowledged) and snapshot requests.
+    /// updates from the other server (queued; merged in slices by
+    /// `merge_slice`, then made durable before they are acknowledged) and
+    /// snapshot requests.
     fn pair_inbox(&mut self, shared: &Arc<Mutex<CommitState>>) -> anyhow::Result<()> {
         let Some(pair) = &self.pair else {
             return Ok(());
