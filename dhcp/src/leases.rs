@@ -181,11 +181,20 @@ pub struct LeaseTable {
     /// This server's part of a pair, if it is one.
     share: Option<Share>,
     /// Addresses of the other server's half this server bound while taking
-    /// over (partner down): the only bindings of that half a record from
-    /// the other server may replace (see [`LeaseTable::merge_peer_commit`]).
-    /// Kept in memory: after a restart such a conflict is refused on both
-    /// sides and each client keeps its binding until one lease ends.
+    /// over (partner down): a record from the other server replaces them
+    /// (see `may_be_superseded`). Kept in memory: a restart counts as an
+    /// outage, which makes every binding older than it replaceable anyway.
     took_over: std::collections::HashSet<Ipv4Addr>,
+    /// Times this server left load balancing (contact with the other
+    /// server lost, or a start): the "outage" each binding's last update
+    /// is compared with.
+    outage: u64,
+    /// The `outage` count when each address's binding was last committed
+    /// here or merged from the other server.
+    touched: HashMap<Ipv4Addr, u64>,
+    /// Addresses whose binding was last merged from the other server (a
+    /// replica, its expiry carrying the lead of lazy updates).
+    replica: std::collections::HashSet<Ipv4Addr>,
 }
 
 /// A lease from the other server of a pair that this table refused,
@@ -241,6 +250,9 @@ impl LeaseTable {
             pool_size: 0,
             share: None,
             took_over: std::collections::HashSet::new(),
+            outage: 1,
+            touched: HashMap::new(),
+            replica: std::collections::HashSet::new(),
         };
         t.rebuild_free();
         t
@@ -255,7 +267,24 @@ impl LeaseTable {
     /// Changes the pair state (no effect on a single server).
     pub fn set_pair_state(&mut self, state: PairState) {
         if let Some(s) = &mut self.share {
+            if s.state == PairState::LoadBalancing && state != PairState::LoadBalancing {
+                self.outage += 1;
+            }
             s.state = state;
+        }
+    }
+
+    /// Records that `ip`'s binding was just committed here (`replica`
+    /// false) or merged from the other server.
+    fn touch(&mut self, ip: Ipv4Addr, replica: bool) {
+        if self.share.is_none() {
+            return;
+        }
+        self.touched.insert(ip, self.outage);
+        if replica {
+            self.replica.insert(ip);
+        } else {
+            self.replica.remove(&ip);
         }
     }
 
@@ -578,6 +607,7 @@ impl LeaseTable {
         if self.share.is_some_and(|s| s.takes_over() && !s.mine(ip)) && self.in_pool(ip) {
             self.took_over.insert(ip);
         }
+        self.touch(ip, false);
         self.set(
             ip,
             Binding {
@@ -732,6 +762,23 @@ impl LeaseTable {
         Err("a new binding in the receiving half of the pool")
     }
 
+    /// Whether this server's live binding of `ip` (an address of the other
+    /// server's half, ending at `ends`) may have been superseded by the
+    /// other server, which alone hands out its half: this server made it
+    /// while taking over; or it was last updated before contact was last
+    /// lost (the other server may have released and given the address out
+    /// meanwhile, a release this server never saw); or it is a replica
+    /// whose client's own expiry (its end less the lead of lazy updates)
+    /// may have passed. A binding that is none of these belongs to a live
+    /// client both servers know of: a record giving it to another client is
+    /// refused whoever sends it.
+    fn may_be_superseded(&self, ip: Ipv4Addr, ends: u64, now: u64) -> bool {
+        let lead = crate::peer_holds::lead(self.config.lease_seconds);
+        self.took_over.contains(&ip)
+            || self.touched.get(&ip).copied().unwrap_or(0) < self.outage
+            || (self.replica.contains(&ip) && ends.saturating_sub(lead) <= now)
+    }
+
     /// Merges a lease the other server of a pair committed (a lease update
     /// or its snapshot), already checked with [`LeaseTable::check_peer_record`].
     /// A renewal by the client that holds the address here moves its
@@ -744,10 +791,11 @@ impl LeaseTable {
     /// whose half of the pool holds the address is kept (only that server
     /// allocates it while both are up; the other one can only have given it
     /// out later, during a takeover, so its binding is the younger). On the
-    /// other half the other server's binding replaces this one only when
-    /// this server made it while taking over (returned in
-    /// [`Merged::Replaced`]: that client gets a NAK at its next renewal);
-    /// a record that contradicts any other live binding is refused.
+    /// other half the other server's binding replaces this one when this
+    /// one may have been superseded (see `may_be_superseded`; returned in
+    /// [`Merged::Replaced`]: that client gets a NAK at its next renewal); a
+    /// record that contradicts the live binding of a client both servers
+    /// know of is refused.
     pub fn merge_peer_commit(&mut self, l: StoredLease, now: u64) -> Result<Merged, PeerConflict> {
         let state = if l.mac == DECLINED_MAC {
             State::Declined {
@@ -766,6 +814,8 @@ impl LeaseTable {
                     && std::mem::discriminant(&b.state) == std::mem::discriminant(&state)
                     && b.ends() >= l.expires_unix =>
             {
+                // Both servers agree on it now.
+                self.touch(l.ip, self.replica.contains(&l.ip));
                 return Ok(Merged::Known);
             }
             Some(b)
@@ -775,8 +825,8 @@ impl LeaseTable {
                     && b.live(now)
                     && l.expires_unix > now =>
             {
-                let theirs_wins =
-                    self.share.is_some_and(|s| !s.mine(l.ip)) && self.took_over.contains(&l.ip);
+                let theirs_wins = self.share.is_some_and(|s| !s.mine(l.ip))
+                    && self.may_be_superseded(l.ip, b.ends(), now);
                 if !theirs_wins {
                     return Err(PeerConflict {
                         theirs: l,
@@ -797,6 +847,7 @@ impl LeaseTable {
             self.remove(prev);
         }
         self.took_over.remove(&l.ip);
+        self.touch(l.ip, true);
         self.set(l.ip, Binding { mac: l.mac, state });
         Ok(match replaced {
             Some(loser) => Merged::Replaced { lease: l, loser },
@@ -1385,10 +1436,30 @@ reservations:
         // The secondary holds the primary's client on the primary's half
         // (replicated): a record giving it to another client is refused.
         let mut s = pair_table(Role::Secondary);
-        s.merge_peer_commit(stored(100, 1, 600), 0).unwrap();
-        let c = s.merge_peer_commit(stored(100, 2, 600), 1).unwrap_err();
+        // Contact was lost and came back (a start is an outage too).
+        s.set_pair_state(PairState::CommunicationRecovery);
+        s.set_pair_state(PairState::LoadBalancing);
+        // A replica whose client's own expiry (1100 less the lead of 600)
+        // is still ahead.
+        s.merge_peer_commit(stored(100, 1, 1100), 0).unwrap();
+        let c = s.merge_peer_commit(stored(100, 2, 1100), 1).unwrap_err();
         assert_eq!(c.holder, mac(1));
         assert_eq!(s.get(ip(100)).unwrap().mac, mac(1));
+        // Once that expiry may have passed, the half's owner may have given
+        // the address out again: its binding is taken.
+        assert!(matches!(
+            s.merge_peer_commit(stored(100, 2, 1700), 600),
+            Ok(Merged::Replaced { .. })
+        ));
+        // A binding last updated before contact was lost gives way too (a
+        // release during the outage never reached this server).
+        s.merge_peer_commit(stored(102, 3, 1100), 2).unwrap();
+        s.set_pair_state(PairState::CommunicationRecovery);
+        s.set_pair_state(PairState::LoadBalancing);
+        assert!(matches!(
+            s.merge_peer_commit(stored(102, 4, 1100), 3),
+            Ok(Merged::Replaced { .. })
+        ));
     }
 
     #[test]
