@@ -2,7 +2,8 @@
 //! (busybox `udhcpc`, ISC `dhclient`) in network namespaces: a `kill -9`
 //! (dead on the pair link and on the VLAN) hands the dead server's scope
 //! to the survivor within seconds whatever the number of its clients (0,
-//! 2, 20), new workers get an address and no client loses its address;
+//! 2, 20), new workers (`udhcpc`, `dhclient`, `dhcpcd`) get an address
+//! and no client loses its address;
 //! a pair link cut for 2 minutes with both servers alive on the VLAN is
 //! communication recovery for as long as it lasts (no takeover, no address held twice,
 //! new clients of both scopes served, equal stores after the heal). Needs
@@ -106,6 +107,28 @@ fn kill_9_hands_over(n: u8) {
         dhclient_worker < Duration::from_secs(10),
         "{dhclient_worker:?}"
     );
+    // And a dhcpcd one (its client id decides its scope; A answers every
+    // client now anyway).
+    let ns = p.lab.add_client(&mac_for(false, 92, false));
+    let started = Instant::now();
+    let out = std::process::Command::new("timeout")
+        .args(["20", "ip", "netns", "exec", &ns, "dhcpcd"])
+        .args(["-4", "-1", "-w", "-L", "-c", "/bin/true", "-f", "/dev/null"])
+        .args(["--noipv4ll", "-t", "15", "c0"])
+        .output()
+        .expect("dhcpcd runs");
+    let dhcpcd_worker = started.elapsed();
+    let _ = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns, "dhcpcd", "-x", "c0"])
+        .output();
+    assert!(
+        out.status.success(),
+        "dhcpcd: {}{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        p.logs()
+    );
+    assert!(dhcpcd_worker < Duration::from_secs(10), "{dhcpcd_worker:?}");
     // Every client of B's scope renews at half its lease (30 s), unicast to
     // B, and rebinds through A before its lease (60 s) ends.
     for (events, ip, _) in &b_clients {
@@ -122,10 +145,11 @@ fn kill_9_hands_over(n: u8) {
     }
     p.duplicate_scan();
     eprintln!(
-        "kill -9 with {n} clients in its scope: partner-down after {:.1} s (seen by polling every 0.1 s), a new udhcpc worker bound after {:.1} s, a dhclient worker after {:.1} s",
+        "kill -9 with {n} clients in its scope: partner-down after {:.1} s (seen by polling every 0.1 s), a new udhcpc worker bound after {:.1} s, a dhclient worker after {:.1} s, a dhcpcd worker after {:.1} s",
         takeover.as_secs_f64(),
         new_worker.as_secs_f64(),
-        dhclient_worker.as_secs_f64()
+        dhclient_worker.as_secs_f64(),
+        dhcpcd_worker.as_secs_f64()
     );
 }
 

@@ -83,9 +83,8 @@ pub(crate) const CONFLICT_LOG_EVERY: Duration = Duration::from_secs(60);
 /// again, and every answered address stays quarantined).
 pub const MAX_PROBES_PER_DISCOVER: u8 = 4;
 /// Most records from the other server merged in one turn of the decision
-/// loop: a turn with a full slice costs about a millisecond (see
-/// docs/dhcp.md), so DHCP datagrams wait at most that long behind a body
-/// of records however large it is.
+/// loop: DHCP datagrams wait behind one slice at most, however large the
+/// body (the flood measured in docs/dhcp.md).
 pub const MERGE_SLICE: usize = 1024;
 /// Most records from the other server merged per second: a flood of
 /// records (a valid token is needed) takes at most this share of the
