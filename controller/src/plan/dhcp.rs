@@ -190,7 +190,6 @@ pub fn configs(
                     token_file: PathBuf::from(PAIR_TOKEN_DIR).join(PAIR_TOKEN_KEY),
                     heartbeat_ms: None,
                     down_after_ms: None,
-                    vlan_port: None,
                 });
             }
             (names[i].clone(), cfg)

@@ -121,15 +121,10 @@ pub struct RawPeer {
     /// Heartbeat interval in milliseconds. Default 500.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub heartbeat_ms: Option<u32>,
-    /// Silence after which a witness (the pair link, the VLAN heartbeat)
-    /// counts the other server as unreachable, in milliseconds. Silent on
-    /// both: this server takes over the whole pool. Default 3000.
+    /// Silence after which the other server counts as down and this one
+    /// takes over the whole pool, in milliseconds. Default 3000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub down_after_ms: Option<u32>,
-    /// UDP port of the VLAN witness, on both servers' VLAN addresses.
-    /// Default 647 (IANA's `dhcp-failover`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub vlan_port: Option<u16>,
 }
 
 /// Pool bounds.

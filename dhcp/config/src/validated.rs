@@ -15,9 +15,8 @@ pub const DEFAULT_PROBE_TIMEOUT_MS: u32 = 500;
 /// Longest probe wait accepted, ms.
 pub const MAX_PROBE_TIMEOUT_MS: u32 = 3000;
 
-/// The VLAN witness's port by default: the port IANA assigned to DHCP
-/// failover (`dhcp-failover`, 647), which nothing else on a worker VLAN
-/// uses.
+/// The VLAN witness's port: the port IANA assigned to DHCP failover
+/// (`dhcp-failover`, 647), which nothing else on a worker VLAN uses.
 pub const DEFAULT_VLAN_PORT: u16 = 647;
 
 /// The checked pair settings.
@@ -338,10 +337,9 @@ fn peer(
             format!("{down_after_ms} must be at least twice heartbeat_ms {heartbeat_ms}"),
         ));
     }
-    let vlan_port = p.vlan_port.unwrap_or(DEFAULT_VLAN_PORT);
-    if vlan_port == 0 {
-        return Err(ConfigError::new("peer.vlan_port", "0 is not a port"));
-    }
+    // Not a setting: both servers must agree on it, and nothing else on a
+    // worker VLAN uses it.
+    let vlan_port = DEFAULT_VLAN_PORT;
     // Kea's `max-ack-delay` default: a client asking for 10 s went
     // unanswered.
     let unacked_wait_ms = 10_000;

@@ -1,6 +1,6 @@
 //! The VLAN witness: each server of a pair sends a small authenticated UDP
 //! datagram to the other's VLAN address every `heartbeat_ms`, from and to
-//! `peer.vlan_port` (647 by default) on its own VLAN address, and only
+//! UDP port 647 (`peer.vlan_port`, IANA's `dhcp-failover`) on its own VLAN address, and only
 //! while its DHCP loop turns. A datagram arriving means the other server
 //! is alive where its clients are, with its DHCP loop running; the state
 //! it names tells a server that took over whether the other one serves
