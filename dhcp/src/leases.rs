@@ -1350,25 +1350,18 @@ reservations:
     }
 
     fn pair_table(role: crate::config::Role) -> LeaseTable {
+        // The config reads the token when it is parsed: the file may go
+        // with its directory right after.
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "0123456789abcdef0123").unwrap();
         let yaml = format!(
             "{YAML}peer:\n  role: primary\n  server_ip: 192.0.2.5\n  api: \"127.0.0.1:1\"\n  listen: \"127.0.0.1:0\"\n  token_file: {}\n",
-            token_file().display()
+            token.display()
         );
         let mut t = LeaseTable::new(Arc::new(Config::from_yaml(&yaml).unwrap()));
         t.set_pair(Some((role, PairState::LoadBalancing)));
         t
-    }
-
-    /// Written once: tests run in parallel, and a rewrite (truncate, then
-    /// write) could be read half done by another test.
-    fn token_file() -> std::path::PathBuf {
-        static FILE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-        FILE.get_or_init(|| {
-            let p = std::env::temp_dir().join(format!("oooi-leases-token-{}", std::process::id()));
-            std::fs::write(&p, "0123456789abcdef0123").unwrap();
-            p
-        })
-        .clone()
     }
 
     fn stored(n: u8, m: u8, expires: u64) -> StoredLease {
