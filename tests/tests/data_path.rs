@@ -76,6 +76,129 @@ async fn readiness_is_false_until_the_first_push() {
     assert_eq!(v["routes"], lab.table.routes.len());
 }
 
+/// The readiness listener answers `GET /ready` (the same verdict as the
+/// table API) and nothing else: no table read, no push, whatever the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readiness_listener_answers_get_ready_alone() {
+    let lab = lab(1).await;
+    let ready = lab.envoy.config.ready.expect("a readiness listener");
+    let (status, body) = http_blocking(ready, "GET", "/ready", &[], b"").unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains(r#""reason":"no_table""#), "{body}");
+    lab.envoy.push_table(&lab.table).unwrap();
+    let (status, body) = http_blocking(ready, "GET", "/ready", &[], b"").unwrap();
+    assert_eq!(status, 200, "{body}");
+    let auth = format!("Bearer {PUSH_TOKEN}");
+    for (method, path, status) in [
+        ("GET", "/v1/routes", 404),
+        ("PUT", "/v1/routes", 404),
+        ("PUT", "/v1/routes/expected", 404),
+        ("PUT", "/ready", 405),
+        ("GET", "/metrics", 404),
+    ] {
+        let (got, body) = http_blocking(
+            ready,
+            method,
+            path,
+            &[("authorization", &auth)],
+            &lab.table.to_json(),
+        )
+        .unwrap();
+        assert_eq!(got, status, "{method} {path}: {body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert!(v["error"].is_string(), "{v}");
+    }
+    // Nothing was pushed there.
+    assert_eq!(
+        lab.envoy.stat("wasmcustom.oooi_sni_router_push_accepted"),
+        Some(1)
+    );
+}
+
+/// The metrics listener under a flood of unfinished 58 KB heads (the
+/// pattern that took Envoy past its memory limit): its own budget and head
+/// bounds keep Envoy's memory in check and readiness answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_heads_on_the_metrics_port_leaves_memory_and_readiness_alone() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let lab = lab(2).await;
+    lab.envoy.push_table(&lab.table).unwrap();
+    let metrics = lab.envoy.config.metrics.expect("a metrics listener");
+    let ready = lab.envoy.config.ready.expect("a readiness listener");
+    let baseline = lab.envoy.rss_bytes().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flood: Vec<_> = (0..3000)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            tokio::spawn(async move {
+                let mut head = b"GET /metrics HTTP/1.1\r\nhost: x\r\nx-pad: ".to_vec();
+                head.extend(std::iter::repeat_n(b'a', 58 * 1024));
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(mut s) = tokio::net::TcpStream::connect(metrics).await
+                        && s.write_all(&head).await.is_ok()
+                    {
+                        let mut buf = [0u8; 512];
+                        let _ =
+                            tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            })
+        })
+        .collect();
+    let mut peak = baseline;
+    let (mut ready_ok, mut checks) = (0, 0);
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        peak = peak.max(lab.envoy.rss_bytes().unwrap_or(0));
+        checks += 1;
+        let r =
+            tokio::task::spawn_blocking(move || http_blocking(ready, "GET", "/ready", &[], b""))
+                .await
+                .unwrap();
+        if matches!(r, Ok((200, _))) {
+            ready_ok += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for f in flood {
+        f.await.unwrap();
+    }
+    let overflow: u64 = lab
+        .envoy
+        .stats("downstream_cx_overflow")
+        .iter()
+        .filter(|(k, _)| k.contains(&metrics.port().to_string()))
+        .map(|(_, v)| v)
+        .sum();
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    println!(
+        "3,000 looping clients with unfinished 58 KB heads on the metrics port: RSS {:.0} -> peak \
+         {:.0} MiB (limit {:.0} MiB); {overflow} connections over its budget closed; \
+         {ready_ok}/{checks} GET /ready 200",
+        mib(baseline),
+        mib(peak),
+        mib(oooi_envoy::PROXY_MEMORY_LIMIT_BYTES),
+    );
+    assert!(overflow > 0, "the flood went over the budget");
+    assert!(
+        peak < oooi_envoy::PROXY_MEMORY_LIMIT_BYTES / 2,
+        "peak {:.0} MiB",
+        mib(peak)
+    );
+    assert_eq!(ready_ok, checks, "readiness kept answering");
+    // Prometheus is served again once it is over.
+    let (status, _) =
+        tokio::task::spawn_blocking(move || http_blocking(metrics, "GET", "/metrics", &[], b""))
+            .await
+            .unwrap()
+            .unwrap();
+    assert_eq!(status, 200);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exact_sni_reaches_each_control_plane_service() {
     let lab = Lab::pushed(1).await;
@@ -1212,7 +1335,9 @@ mod table_api_bounds {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::time::{Duration, Instant};
 
-    use oooi_envoy::{API_IDLE_TIMEOUT_MS, API_REQUEST_HEADERS_TIMEOUT_MS, PROXY_MEMORY_LIMIT_BYTES};
+    use oooi_envoy::{
+        API_IDLE_TIMEOUT_MS, API_REQUEST_HEADERS_TIMEOUT_MS, PROXY_MEMORY_LIMIT_BYTES,
+    };
     use oooi_routes::MAX_DOCUMENT_BYTES;
     use oooi_tests::fixture::{STRANGER, WORKER_C1};
     use oooi_tests::{PUSH_TOKEN, http_blocking};
@@ -1613,7 +1738,11 @@ mod table_api_bounds {
     /// readiness listener every 100 ms.
     async fn serve_the_controller(lab: &Lab, first: u64) -> Served {
         let api = lab.envoy.api;
-        let ready = lab.envoy.config.ready.expect("the test Envoy has a readiness listener");
+        let ready = lab
+            .envoy
+            .config
+            .ready
+            .expect("the test Envoy has a readiness listener");
         let table = lab.table.clone();
         let done = Arc::new(AtomicBool::new(false));
         let checks = tokio::task::spawn_blocking({
@@ -1677,7 +1806,11 @@ mod table_api_bounds {
     }
 
     /// Samples Envoy's RSS every 50 ms into `peak` until `stop`.
-    fn rss_sampler(pid: u32, peak: Arc<AtomicU64>, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    fn rss_sampler(
+        pid: u32,
+        peak: Arc<AtomicU64>,
+        stop: Arc<AtomicBool>,
+    ) -> std::thread::JoinHandle<()> {
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -1721,7 +1854,9 @@ mod table_api_bounds {
         use tokio::io::AsyncWriteExt;
         while !stop.load(Ordering::Relaxed) {
             if let Ok(mut s) = tokio::net::TcpStream::connect(api).await
-                && s.write_all(b"PUT /v1/routes HTTP/1.1\r\nhost: oooi\r\nx-pad: ").await.is_ok()
+                && s.write_all(b"PUT /v1/routes HTTP/1.1\r\nhost: oooi\r\nx-pad: ")
+                    .await
+                    .is_ok()
             {
                 while !stop.load(Ordering::Relaxed) {
                     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -1746,7 +1881,11 @@ mod table_api_bounds {
         let baseline = lab.envoy.rss_bytes().expect("Envoy runs");
         let peak = Arc::new(AtomicU64::new(baseline));
         let stop_sampler = Arc::new(AtomicBool::new(false));
-        let sampler = rss_sampler(lab.envoy.pid(), Arc::clone(&peak), Arc::clone(&stop_sampler));
+        let sampler = rss_sampler(
+            lab.envoy.pid(),
+            Arc::clone(&peak),
+            Arc::clone(&stop_sampler),
+        );
         let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
 
         // Phase 1: 70 parallel unauthenticated 8 MiB bodies.
@@ -1756,19 +1895,31 @@ mod table_api_bounds {
             .collect();
         tokio::time::sleep(Duration::from_secs(1)).await;
         let phase1 = serve_the_controller(&lab, 2).await;
-        let routed = lab.who(lab.kube, Some("api.c1.example.com"), STRANGER).await;
+        let routed = lab
+            .who(lab.kube, Some("api.c1.example.com"), STRANGER)
+            .await;
         stop.store(true, Ordering::Relaxed);
         for b in bodies {
             b.await.unwrap();
         }
         let peak1 = peak.load(Ordering::Relaxed);
-        let refused = lab.envoy.stat("wasmcustom.oooi_sni_router_push_unauthorized").unwrap_or(0);
+        let refused = lab
+            .envoy
+            .stat("wasmcustom.oooi_sni_router_push_unauthorized")
+            .unwrap_or(0);
         println!(
             "70 x 8 MiB unauthenticated bodies: {}/{} pushes 200 ({} under 2 s, slowest {:?}); \
              {}/{} GET /ready 200 under 2 s (slowest {:?}); {refused} bodies refused from their head; \
              RSS {:.0} -> peak {:.0} MiB",
-            phase1.pushes_ok, phase1.pushes, phase1.pushes_under_2s, phase1.slowest_push,
-            phase1.ready_ok, phase1.ready, phase1.slowest_ready, mib(baseline), mib(peak1),
+            phase1.pushes_ok,
+            phase1.pushes,
+            phase1.pushes_under_2s,
+            phase1.slowest_push,
+            phase1.ready_ok,
+            phase1.ready,
+            phase1.slowest_ready,
+            mib(baseline),
+            mib(peak1),
         );
         assert_eq!(routed, "c1-kube-apiserver", "routing goes on");
         assert!(refused > 70, "the bodies were sent and refused: {refused}");
@@ -1780,7 +1931,10 @@ mod table_api_bounds {
             .collect();
         // Let them all connect.
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let open = lab.envoy.stat("http.table_api.downstream_cx_active").unwrap_or(0);
+        let open = lab
+            .envoy
+            .stat("http.table_api.downstream_cx_active")
+            .unwrap_or(0);
         let phase2 = serve_the_controller(&lab, 22).await;
         stop.store(true, Ordering::Relaxed);
         for h in heads {
@@ -1793,15 +1947,24 @@ mod table_api_bounds {
             "2,000 slowloris connections ({open} open at Envoy): {}/{} pushes 200 ({} under 2 s, \
              slowest {:?}); {}/{} GET /ready 200 under 2 s (slowest {:?}); RSS peak {:.0} MiB \
              overall (limit {:.0} MiB)",
-            phase2.pushes_ok, phase2.pushes, phase2.pushes_under_2s, phase2.slowest_push,
-            phase2.ready_ok, phase2.ready, phase2.slowest_ready, mib(peak),
+            phase2.pushes_ok,
+            phase2.pushes,
+            phase2.pushes_under_2s,
+            phase2.slowest_push,
+            phase2.ready_ok,
+            phase2.ready,
+            phase2.slowest_ready,
+            mib(peak),
             mib(PROXY_MEMORY_LIMIT_BYTES),
         );
         assert!(open >= 1000, "the slowloris connections were held: {open}");
         for (phase, served) in [("bodies", &phase1), ("slowloris", &phase2)] {
             assert!(served.pushes_ok >= 19, "{phase}: {served:?}");
             // Generous: the machine is shared; the figures above are the measure.
-            assert!(served.slowest_push < Duration::from_secs(10), "{phase}: {served:?}");
+            assert!(
+                served.slowest_push < Duration::from_secs(10),
+                "{phase}: {served:?}"
+            );
             assert!(served.ready > 0, "{phase}: {served:?}");
             assert!(
                 served.ready_ok * 10 >= served.ready * 9,
