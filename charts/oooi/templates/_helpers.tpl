@@ -84,3 +84,15 @@ file is missing or too large. */}}
 {{- end }}
 {{- $wasm }}
 {{- end }}
+
+{{/*
+A label map as `key=value,key=value` (sorted by key), the form the
+controller's label flags take.
+*/}}
+{{- define "oooi.labelList" -}}
+{{- $parts := list -}}
+{{- range $k, $v := . -}}
+{{- $parts = append $parts (printf "%s=%s" $k $v) -}}
+{{- end -}}
+{{- join "," $parts -}}
+{{- end -}}
