@@ -541,13 +541,13 @@ async fn healthz() -> (axum::http::StatusCode, String) {
     }
 }
 
-/// Serves `/metrics` and `/healthz` on `addr`.
+/// Serves `/metrics` and `/healthz` on `addr`, within
+/// [`oooi_serve::Limits::SMALL`].
 pub async fn serve_http(addr: SocketAddr) -> anyhow::Result<()> {
     let app = axum::Router::new()
         .route("/metrics", axum::routing::get(|| async { render() }))
         .route("/healthz", axum::routing::get(healthz));
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(%addr, "serving /metrics and /healthz");
-    axum::serve(listener, app).await?;
-    Ok(())
+    match oooi_serve::serve(listener, app, oooi_serve::Limits::SMALL).await? {}
 }
