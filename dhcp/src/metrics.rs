@@ -505,6 +505,12 @@ fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
+/// True when the DHCP loop turned within the last `secs` seconds.
+pub fn loop_turned_within(secs: u64) -> bool {
+    let last = HEARTBEAT.load(Ordering::Relaxed);
+    last != 0 && unix_now().saturating_sub(last) <= secs
+}
+
 /// Records that the DHCP loop is alive.
 pub fn beat() {
     HEARTBEAT.store(unix_now(), Ordering::Relaxed);

@@ -137,6 +137,21 @@ fn same_infra(instance: &str, c: Component) -> NetworkPolicyPeer {
     }
 }
 
+/// The ports of a ProxyServer's Envoy pods on the pod network, as the
+/// proxy's planner knows them ([`push_api_policy`] admits each to whom
+/// needs it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyPorts {
+    /// The routing listeners (what the internal Service exposes).
+    pub routing: Vec<u16>,
+    /// The table API.
+    pub push: u16,
+    /// The readiness listener.
+    pub ready: u16,
+    /// Envoy's metrics and, with address takeover, the agent's.
+    pub metrics: Vec<u16>,
+}
+
 /// The NetworkPolicy of a ProxyServer's Envoy pods. Each port admits only
 /// who needs it:
 ///
@@ -154,16 +169,12 @@ fn same_infra(instance: &str, c: Component) -> NetworkPolicyPeer {
 /// `<proxy>-push`, owned by the ProxyServer.
 pub fn push_api_policy(
     server: &ProxyServer,
+    ports: &ProxyPorts,
     controller_namespace: &str,
     scrapers: &MetricsScrapers,
 ) -> NetworkPolicy {
     let name = server.metadata.name.clone().unwrap_or_default();
     let instance = instance_of(&server.metadata);
-    let cfg = super::proxy::envoy_config(&server.spec, "");
-    let mut metrics = vec![super::proxy::METRICS_PORT];
-    if server.spec.availability.address_takeover.is_some() {
-        metrics.push(super::workload::AGENT_METRICS_PORT as u16);
-    }
     let controller = NetworkPolicyPeer {
         namespace_selector: Some(LabelSelector {
             match_labels: Some(BTreeMap::from([(
@@ -190,13 +201,13 @@ pub fn push_api_policy(
             }),
             policy_types: Some(vec!["Ingress".to_string()]),
             ingress: Some(vec![
-                tcp_rule(&cfg.tls_ports, None),
-                tcp_rule(&[server.spec.push_port], Some(vec![controller])),
+                tcp_rule(&ports.routing, None),
+                tcp_rule(&[ports.push], Some(vec![controller])),
                 tcp_rule(
-                    &[super::proxy::READY_PORT],
+                    &[ports.ready],
                     Some(vec![same_infra(&instance, Component::Dns)]),
                 ),
-                tcp_rule(&metrics, Some(vec![scrapers.peer()])),
+                tcp_rule(&ports.metrics, Some(vec![scrapers.peer()])),
             ]),
             ..NetworkPolicySpec::default()
         }),
@@ -337,6 +348,15 @@ mod tests {
         .expect("fixture ProxyServer")
     }
 
+    fn ports() -> ProxyPorts {
+        ProxyPorts {
+            routing: vec![443, 6443],
+            push: 9445,
+            ready: 9446,
+            metrics: vec![9102],
+        }
+    }
+
     /// (ports, from) of each rule, ports as numbers.
     fn rules(p: &NetworkPolicy) -> Vec<(Vec<i32>, Option<Vec<NetworkPolicyPeer>>)> {
         p.spec
@@ -372,7 +392,7 @@ mod tests {
             namespaces: BTreeMap::from([("monitoring".to_string(), "yes".to_string())]),
             pods: BTreeMap::from([("app".to_string(), "prometheus".to_string())]),
         };
-        let p = push_api_policy(&proxy(9445), "oooi-system", &scrapers);
+        let p = push_api_policy(&proxy(9445), &ports(), "oooi-system", &scrapers);
         assert_eq!(p.metadata.name.as_deref(), Some("vlan200-proxy-push"));
         assert_eq!(p.metadata.namespace.as_deref(), Some("oooi"));
         let owner = &p.metadata.owner_references.as_ref().unwrap()[0];
@@ -416,7 +436,7 @@ mod tests {
         );
         // Readiness: the same Infra's DNS pods (no namespace selector: the
         // policy's own namespace).
-        assert_eq!(r[2].0, vec![i32::from(super::super::proxy::READY_PORT)]);
+        assert_eq!(r[2].0, vec![9446]);
         let ready = r[2].1.as_ref().unwrap();
         assert_eq!(ready.len(), 1);
         assert!(ready[0].namespace_selector.is_none());
@@ -446,14 +466,18 @@ mod tests {
     }
 
     #[test]
-    fn the_address_agents_metrics_port_is_for_scrapers_and_routes_add_ports() {
-        let mut p = proxy(9445);
-        p.spec.tls_ports = vec![443, 6443, 80];
-        p.spec.availability.address_takeover = Some(crate::crd::AddressTakeover {
-            lease_prefix: "vlan200-proxy".into(),
-            addresses: vec!["198.51.100.4/24".into()],
-        });
-        let r = rules(&push_api_policy(&p, "c", &MetricsScrapers::default()));
+    fn every_metrics_port_is_for_scrapers_and_every_routing_port_for_anyone() {
+        let ports = ProxyPorts {
+            routing: vec![443, 6443, 80],
+            metrics: vec![9102, 9466],
+            ..ports()
+        };
+        let r = rules(&push_api_policy(
+            &proxy(9445),
+            &ports,
+            "c",
+            &MetricsScrapers::default(),
+        ));
         assert_eq!(r[0], (vec![443, 6443, 80], None));
         assert_eq!(
             r[3],

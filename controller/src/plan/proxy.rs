@@ -489,8 +489,23 @@ pub fn objects(
     children.config_map = filter.and_then(|f| f.config_map(proxy));
     Ok(ProxyObjects {
         children,
-        push_policy: controller_namespace.map(|ns| push_api_policy(proxy, ns, scrapers)),
+        push_policy: controller_namespace
+            .map(|ns| push_api_policy(proxy, &policy_ports(proxy), ns, scrapers)),
     })
+}
+
+/// The ports of `proxy`'s pods on the pod network, for its NetworkPolicy.
+pub fn policy_ports(proxy: &ProxyServer) -> super::network_policy::ProxyPorts {
+    let mut metrics = vec![METRICS_PORT];
+    if proxy.spec.availability.address_takeover.is_some() {
+        metrics.push(super::workload::AGENT_METRICS_PORT as u16);
+    }
+    super::network_policy::ProxyPorts {
+        routing: envoy_config(&proxy.spec, "").tls_ports,
+        push: proxy.spec.push_port,
+        ready: READY_PORT,
+        metrics,
+    }
 }
 
 /// The children of a ProxyServer: ServiceAccount, the Envoy config Secret

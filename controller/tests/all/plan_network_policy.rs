@@ -61,3 +61,25 @@ fn excluded_or_unknown_attachments_and_invalid_infras_get_no_policy() {
         "an invalid Infra opens nothing"
     );
 }
+
+#[test]
+fn the_proxy_policy_opens_its_routing_ports_and_the_agents_metrics_port_with_takeover() {
+    use oooi_controller::plan::proxy::{READY_PORT, policy_ports};
+    let d = plan_infra(&infra("oooi", "vlan"), &[], &Observed::default())
+        .desired
+        .expect("valid");
+    let mut p = d.proxy.first().expect("a proxy").clone();
+    let ports = policy_ports(&p);
+    assert_eq!(ports.push, p.spec.push_port);
+    assert_eq!(ports.ready, READY_PORT);
+    assert_eq!(ports.metrics, vec![9102], "no agent without takeover");
+    assert!(ports.routing.contains(&6443), "{ports:?}");
+    p.spec.tls_ports.push(8443);
+    p.spec.availability.address_takeover = Some(oooi_controller::crd::AddressTakeover {
+        lease_prefix: "vlan-proxy".into(),
+        addresses: vec!["192.0.2.4/24".into(), "192.0.2.7/24".into()],
+    });
+    let ports = policy_ports(&p);
+    assert_eq!(ports.metrics, vec![9102, 9466]);
+    assert!(ports.routing.contains(&8443), "{ports:?}");
+}

@@ -228,10 +228,7 @@ fn send(shared: Arc<PairShared>, socket: UdpSocket, k: hmac::Key) {
     let mut seq = 0u64;
     let mut error_logged: Option<Instant> = None;
     loop {
-        let last = metrics::HEARTBEAT.load(std::sync::atomic::Ordering::Relaxed);
-        let loop_alive =
-            last != 0 && crate::server::unix_now().saturating_sub(last) <= LOOP_STALE_SECS;
-        if loop_alive {
+        if metrics::loop_turned_within(LOOP_STALE_SECS) {
             seq += 1;
             let b = Beat {
                 role: p.role,
