@@ -1098,7 +1098,11 @@ mod tests {
         // its own namespace, in every install mode.
         for (name, roles, _) in every_install() {
             for role in &roles {
-                for r in role.rules.iter().filter(|r| r.resources.contains(&"leases")) {
+                for r in role
+                    .rules
+                    .iter()
+                    .filter(|r| r.resources.contains(&"leases"))
+                {
                     // OLM copies `permissions` into the target namespaces
                     // (or a ClusterRole); the chart keeps it in its own.
                     if name.starts_with("chart") {

@@ -30,8 +30,8 @@ use super::labels::{Component, child_meta, instance_of, selector};
 use super::network::Network;
 use super::rolling::replica_placement;
 use super::workload::{
-    AgentPlan, Children, PodPlan, deployment, http_probe, mount, pod_address, port,
-    resources, service_account,
+    AgentPlan, Children, PodPlan, deployment, http_probe, mount, pod_address, port, resources,
+    service_account,
 };
 use crate::crd::{DNSServer, DNSServerSpec, DnsConfigDocument, Infra, ReplicaOf, VlanInterface};
 

@@ -54,8 +54,8 @@ use super::network::Network;
 use super::network_policy::push_api_policy;
 use super::rolling::{replica_placement, server_selector};
 use super::workload::{
-    AgentPlan, Children, PodPlan, deployment, http_probe, mount, port, resources,
-    service_account, tcp_probe,
+    AgentPlan, Children, PodPlan, deployment, http_probe, mount, port, resources, service_account,
+    tcp_probe,
 };
 use crate::crd::{
     FilterSource, Infra, Isolation, LocalObjectReference, ProxyServer, ProxyServerSpec, ReplicaOf,

@@ -29,8 +29,8 @@ use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMap, Container, ContainerPort, EnvVar, EnvVarSource,
     ObjectFieldSelector, PersistentVolumeClaim, PodAffinityTerm, PodAntiAffinity,
     PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
-    Secret, SecurityContext, Service, ServiceAccount, Sysctl, Toleration,
-    TopologySpreadConstraint, Volume, VolumeMount,
+    Secret, SecurityContext, Service, ServiceAccount, Sysctl, Toleration, TopologySpreadConstraint,
+    Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;

@@ -1606,7 +1606,11 @@ async fn address_takeover_sends_no_rbac_or_lease_request_through_deletion() {
                     .all(|s| s.get("serviceAccountToken").is_none())),
             "{name}: no token volume"
         );
-        agents += usize::from(pod["initContainers"].as_array().is_some_and(|c| !c.is_empty()));
+        agents += usize::from(
+            pod["initContainers"]
+                .as_array()
+                .is_some_and(|c| !c.is_empty()),
+        );
     }
     assert_eq!(agents, 2, "both DNS servers run an agent");
     let mut infra = h.mock.get(&infra_path()).unwrap();
