@@ -253,7 +253,6 @@ pub fn observations(discovered: &Discovered) -> (Observations, Observers) {
     (obs, observers)
 }
 
-/// Drives one shared watch in the background; returns a subscription.
 /// Makes a cache that is never watched ready and empty, so that
 /// [`Stores::wait_until_ready`] does not wait for it.
 fn mark_empty<K>(mut writer: Writer<K>)
@@ -265,6 +264,7 @@ where
     writer.apply_watcher_event(&watcher::Event::InitDone);
 }
 
+/// Drives one shared watch in the background; returns a subscription.
 fn spawn_watch<K>(api: Api<K>, cfg: watcher::Config, writer: Writer<K>) -> ReflectHandle<K>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
