@@ -246,7 +246,8 @@ impl Metrics {
 }
 
 /// Serves `/metrics` and `/healthz` (200 while the process runs) on
-/// `listener`.
+/// `listener`, within [`oooi_serve::Limits::SMALL`] (connections, head and
+/// idle timeouts, head and body bytes).
 pub async fn serve(listener: tokio::net::TcpListener, metrics: Metrics) -> anyhow::Result<()> {
     let app = axum::Router::new()
         .route(
@@ -257,8 +258,7 @@ pub async fn serve(listener: tokio::net::TcpListener, metrics: Metrics) -> anyho
             }),
         )
         .route("/healthz", axum::routing::get(|| async { "ok\n" }));
-    axum::serve(listener, app).await?;
-    Ok(())
+    match oooi_serve::serve(listener, app, oooi_serve::Limits::SMALL).await? {}
 }
 
 #[cfg(test)]

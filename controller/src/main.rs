@@ -76,6 +76,9 @@ struct RenderArgs {
     /// Placement of components whose Infra leaves it unset, as `run` takes it.
     #[command(flatten)]
     placement: oooi_controller::plan::placement::DefaultPlacement,
+    /// Who may scrape the components' metrics ports, as `run` takes it.
+    #[command(flatten)]
+    metrics_scrapers: oooi_controller::plan::network_policy::MetricsScrapers,
     /// Print the output and exit 0 even when an Infra is invalid, an
     /// attachment is excluded or its Infra is not in the input (the
     /// problems still go to stderr). Without it, render exits 1 on any of
@@ -235,6 +238,7 @@ fn render(a: RenderArgs) -> anyhow::Result<oooi_controller::render::Rendered> {
         controller_namespace: Some(a.controller_namespace),
         images: a.images,
         placement: a.placement,
+        metrics_scrapers: a.metrics_scrapers,
         strict_kinds: a.strict_kinds,
         gitops: a.gitops,
         ..render::RenderInput::default()

@@ -100,6 +100,8 @@ pub struct RenderInput {
     /// Namespace the controller runs in: the push API's NetworkPolicy admits
     /// only it. Default [`DEFAULT_CONTROLLER_NAMESPACE`].
     pub controller_namespace: Option<String>,
+    /// Who may scrape the proxy pods' metrics ports.
+    pub metrics_scrapers: plan::network_policy::MetricsScrapers,
     /// Images of components whose Infra names none (as `run` has them).
     pub images: plan::images::DefaultImages,
     /// Placement of components whose Infra leaves it unset (as `run` has it).
@@ -407,6 +409,7 @@ fn object_of<T: serde::Serialize>(o: &T) -> anyhow::Result<Value> {
 struct Common<'a> {
     push_token: &'a str,
     controller_namespace: &'a str,
+    metrics_scrapers: &'a plan::network_policy::MetricsScrapers,
     /// The filter module and the check's verdict on it.
     filter: Option<(&'a Module, &'a Verdict)>,
 }
@@ -458,6 +461,7 @@ fn render_children(
             common.push_token,
             filter.as_ref(),
             Some(common.controller_namespace),
+            common.metrics_scrapers,
         )
         .with_context(|| format!("ProxyServer {name}"))?;
         out.objects.extend(objects.to_values());
@@ -631,6 +635,7 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
     let common = Common {
         push_token,
         controller_namespace,
+        metrics_scrapers: &input.metrics_scrapers,
         filter: input
             .filter
             .as_ref()

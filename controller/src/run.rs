@@ -90,6 +90,9 @@ pub struct RunArgs {
     /// Placement of components whose Infra leaves it unset.
     #[command(flatten)]
     pub placement: crate::plan::placement::DefaultPlacement,
+    /// Who may scrape the components' metrics ports.
+    #[command(flatten)]
+    pub metrics_scrapers: crate::plan::network_policy::MetricsScrapers,
 }
 
 /// Process phase, for `/readyz`.
@@ -295,6 +298,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             },
             images: args.images.clone(),
             placement: args.placement.clone(),
+            metrics_scrapers: args.metrics_scrapers.clone(),
         };
         let controllers = crate::controllers::run(
             client.clone(),

@@ -180,6 +180,21 @@ pub struct LeaseTable {
     pool_size: usize,
     /// This server's part of a pair, if it is one.
     share: Option<Share>,
+    /// Addresses of the other server's half this server bound while taking
+    /// over (partner down): a record from the other server replaces them
+    /// (see `may_be_superseded`). Kept in memory: a restart counts as an
+    /// outage, which makes every binding older than it replaceable anyway.
+    took_over: std::collections::HashSet<Ipv4Addr>,
+    /// Times this server left load balancing (contact with the other
+    /// server lost, or a start): the "outage" each binding's last update
+    /// is compared with.
+    outage: u64,
+    /// The `outage` count when each address's binding was last committed
+    /// here or merged from the other server.
+    touched: HashMap<Ipv4Addr, u64>,
+    /// Addresses whose binding was last merged from the other server (a
+    /// replica, its expiry carrying the lead of lazy updates).
+    replica: std::collections::HashSet<Ipv4Addr>,
 }
 
 /// A lease from the other server of a pair that this table refused,
@@ -234,6 +249,10 @@ impl LeaseTable {
             by_end: BTreeSet::new(),
             pool_size: 0,
             share: None,
+            took_over: std::collections::HashSet::new(),
+            outage: 1,
+            touched: HashMap::new(),
+            replica: std::collections::HashSet::new(),
         };
         t.rebuild_free();
         t
@@ -248,7 +267,24 @@ impl LeaseTable {
     /// Changes the pair state (no effect on a single server).
     pub fn set_pair_state(&mut self, state: PairState) {
         if let Some(s) = &mut self.share {
+            if s.state == PairState::LoadBalancing && state != PairState::LoadBalancing {
+                self.outage += 1;
+            }
             s.state = state;
+        }
+    }
+
+    /// Records that `ip`'s binding was just committed here (`replica`
+    /// false) or merged from the other server.
+    fn touch(&mut self, ip: Ipv4Addr, replica: bool) {
+        if self.share.is_none() {
+            return;
+        }
+        self.touched.insert(ip, self.outage);
+        if replica {
+            self.replica.insert(ip);
+        } else {
+            self.replica.remove(&ip);
         }
     }
 
@@ -568,6 +604,10 @@ impl LeaseTable {
             self.remove(prev);
         }
         let expires = now + u64::from(self.config.lease_seconds);
+        if self.share.is_some_and(|s| s.takes_over() && !s.mine(ip)) && self.in_pool(ip) {
+            self.took_over.insert(ip);
+        }
+        self.touch(ip, false);
         self.set(
             ip,
             Binding {
@@ -700,6 +740,45 @@ impl LeaseTable {
         Ok(())
     }
 
+    /// The half rule for a record from the other server: a binding of an
+    /// address of this server's half is taken only when this table already
+    /// binds that address to the same client (a renewal through the other
+    /// server), when the other server says it took over (`peer_took_over`),
+    /// or while this server syncs after its start (its own bindings may
+    /// come back from the other server). While both serve, only this
+    /// server hands out its half: anything else is a forgery or a bug.
+    pub fn check_peer_half(
+        &self,
+        l: &StoredLease,
+        peer_took_over: bool,
+    ) -> Result<(), &'static str> {
+        let Some(s) = self.share else { return Ok(()) };
+        if !self.in_pool(l.ip) || !s.mine(l.ip) || peer_took_over || s.state == PairState::Syncing {
+            return Ok(());
+        }
+        if self.bound_to(l.mac, l.ip) {
+            return Ok(());
+        }
+        Err("a new binding in the receiving half of the pool")
+    }
+
+    /// Whether this server's live binding of `ip` (an address of the other
+    /// server's half, ending at `ends`) may have been superseded by the
+    /// other server, which alone hands out its half: this server made it
+    /// while taking over; or it was last updated before contact was last
+    /// lost (the other server may have released and given the address out
+    /// meanwhile, a release this server never saw); or it is a replica
+    /// whose client's own expiry (its end less the lead of lazy updates)
+    /// may have passed. A binding that is none of these belongs to a live
+    /// client both servers know of: a record giving it to another client is
+    /// refused whoever sends it.
+    fn may_be_superseded(&self, ip: Ipv4Addr, ends: u64, now: u64) -> bool {
+        let lead = crate::peer_holds::lead(self.config.lease_seconds);
+        self.took_over.contains(&ip)
+            || self.touched.get(&ip).copied().unwrap_or(0) < self.outage
+            || (self.replica.contains(&ip) && ends.saturating_sub(lead) <= now)
+    }
+
     /// Merges a lease the other server of a pair committed (a lease update
     /// or its snapshot), already checked with [`LeaseTable::check_peer_record`].
     /// A renewal by the client that holds the address here moves its
@@ -712,8 +791,11 @@ impl LeaseTable {
     /// whose half of the pool holds the address is kept (only that server
     /// allocates it while both are up; the other one can only have given it
     /// out later, during a takeover, so its binding is the younger). On the
-    /// other half the other server's binding replaces this one (returned in
-    /// [`Merged::Replaced`]: that client gets a NAK at its next renewal).
+    /// other half the other server's binding replaces this one when this
+    /// one may have been superseded (see `may_be_superseded`; returned in
+    /// [`Merged::Replaced`]: that client gets a NAK at its next renewal); a
+    /// record that contradicts the live binding of a client both servers
+    /// know of is refused.
     pub fn merge_peer_commit(&mut self, l: StoredLease, now: u64) -> Result<Merged, PeerConflict> {
         let state = if l.mac == DECLINED_MAC {
             State::Declined {
@@ -732,6 +814,8 @@ impl LeaseTable {
                     && std::mem::discriminant(&b.state) == std::mem::discriminant(&state)
                     && b.ends() >= l.expires_unix =>
             {
+                // Both servers agree on it now.
+                self.touch(l.ip, self.replica.contains(&l.ip));
                 return Ok(Merged::Known);
             }
             Some(b)
@@ -741,7 +825,8 @@ impl LeaseTable {
                     && b.live(now)
                     && l.expires_unix > now =>
             {
-                let theirs_wins = self.share.is_some_and(|s| !s.mine(l.ip));
+                let theirs_wins = self.share.is_some_and(|s| !s.mine(l.ip))
+                    && self.may_be_superseded(l.ip, b.ends(), now);
                 if !theirs_wins {
                     return Err(PeerConflict {
                         theirs: l,
@@ -761,6 +846,8 @@ impl LeaseTable {
         {
             self.remove(prev);
         }
+        self.took_over.remove(&l.ip);
+        self.touch(l.ip, true);
         self.set(l.ip, Binding { mac: l.mac, state });
         Ok(match replaced {
             Some(loser) => Merged::Replaced { lease: l, loser },
@@ -833,6 +920,18 @@ impl LeaseTable {
             },
         );
         true
+    }
+
+    /// Ends the hold-back of `ip` made by a probe answer
+    /// ([`LeaseTable::probe_answered`]) when it still holds: the address is
+    /// free again (the fallback of a spent pool). Returns whether it did.
+    pub fn clear_probe_held(&mut self, ip: Ipv4Addr, now: u64) -> bool {
+        if matches!(self.by_ip.get(&ip), Some(b) if b.mac == DECLINED_MAC && matches!(b.state, State::Lost { until } if until > now))
+        {
+            self.remove(ip);
+            return true;
+        }
+        false
     }
 
     /// Ends the quarantine of a lost address early (a probe found nobody
@@ -1251,19 +1350,18 @@ reservations:
     }
 
     fn pair_table(role: crate::config::Role) -> LeaseTable {
+        // The config reads the token when it is parsed: the file may go
+        // with its directory right after.
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "0123456789abcdef0123").unwrap();
         let yaml = format!(
             "{YAML}peer:\n  role: primary\n  server_ip: 192.0.2.5\n  api: \"127.0.0.1:1\"\n  listen: \"127.0.0.1:0\"\n  token_file: {}\n",
-            token_file().display()
+            token.display()
         );
         let mut t = LeaseTable::new(Arc::new(Config::from_yaml(&yaml).unwrap()));
         t.set_pair(Some((role, PairState::LoadBalancing)));
         t
-    }
-
-    fn token_file() -> std::path::PathBuf {
-        let p = std::env::temp_dir().join(format!("oooi-leases-token-{}", std::process::id()));
-        std::fs::write(&p, "0123456789abcdef0123").unwrap();
-        p
     }
 
     fn stored(n: u8, m: u8, expires: u64) -> StoredLease {
@@ -1302,8 +1400,11 @@ reservations:
         let mut p = pair_table(Role::Primary);
         let mut s = pair_table(Role::Secondary);
         p.commit(mac(1), ip(100), 0).unwrap();
-        s.merge_peer_commit(stored(100, 2, 600), 0)
-            .unwrap_or_else(|_| panic!());
+        // The secondary took over (the two could not see each other) and
+        // gave the primary's address to another client.
+        s.set_pair_state(PairState::PartnerDown);
+        s.commit(mac(2), ip(100), 0).unwrap();
+        s.set_pair_state(PairState::LoadBalancing);
         // The primary is sent the secondary's client on its own half: refused.
         let c = p.merge_peer_commit(stored(100, 2, 600), 1).unwrap_err();
         assert_eq!((c.holder, c.theirs.mac), (mac(1), mac(2)));
@@ -1320,6 +1421,57 @@ reservations:
         assert_eq!(s.get(ip(100)).unwrap().mac, mac(1));
         // The loser is refused at its next renewal.
         assert_eq!(s.commit(mac(2), ip(100), 2), Err(Refusal::InUse));
+    }
+
+    #[test]
+    fn a_record_contradicting_a_live_binding_not_made_in_a_takeover_is_refused_on_either_half() {
+        use crate::config::Role;
+        // The secondary holds the primary's client on the primary's half
+        // (replicated): a record giving it to another client is refused.
+        let mut s = pair_table(Role::Secondary);
+        // Contact was lost and came back (a start is an outage too).
+        s.set_pair_state(PairState::CommunicationRecovery);
+        s.set_pair_state(PairState::LoadBalancing);
+        // A replica whose client's own expiry (1100 less the lead of 600)
+        // is still ahead.
+        s.merge_peer_commit(stored(100, 1, 1100), 0).unwrap();
+        let c = s.merge_peer_commit(stored(100, 2, 1100), 1).unwrap_err();
+        assert_eq!(c.holder, mac(1));
+        assert_eq!(s.get(ip(100)).unwrap().mac, mac(1));
+        // Once that expiry may have passed, the half's owner may have given
+        // the address out again: its binding is taken.
+        assert!(matches!(
+            s.merge_peer_commit(stored(100, 2, 1700), 600),
+            Ok(Merged::Replaced { .. })
+        ));
+        // A binding last updated before contact was lost gives way too (a
+        // release during the outage never reached this server).
+        s.merge_peer_commit(stored(102, 3, 1100), 2).unwrap();
+        s.set_pair_state(PairState::CommunicationRecovery);
+        s.set_pair_state(PairState::LoadBalancing);
+        assert!(matches!(
+            s.merge_peer_commit(stored(102, 4, 1100), 3),
+            Ok(Merged::Replaced { .. })
+        ));
+    }
+
+    #[test]
+    fn a_new_binding_in_this_servers_half_is_refused_unless_the_other_took_over_or_this_one_syncs()
+    {
+        use crate::config::Role;
+        // .100 is the primary's half.
+        let mut p = pair_table(Role::Primary);
+        let new = stored(100, 2, 600);
+        assert!(p.check_peer_half(&new, false).is_err());
+        assert_eq!(p.check_peer_half(&new, true), Ok(()));
+        // The other half, or a renewal of a binding held here: fine.
+        assert_eq!(p.check_peer_half(&stored(103, 2, 600), false), Ok(()));
+        p.commit(mac(2), ip(100), 0).unwrap();
+        assert_eq!(p.check_peer_half(&new, false), Ok(()));
+        // Syncing after a start: its own bindings come back.
+        let mut fresh = pair_table(Role::Primary);
+        fresh.set_pair_state(PairState::Syncing);
+        assert_eq!(fresh.check_peer_half(&new, false), Ok(()));
     }
 
     #[test]

@@ -11,9 +11,11 @@
 //! one pool ([`peer_holds`]: which renewals may be ACKed before the
 //! other server has them), [`request`] the classified request the pipeline, the lease
 //! table and the pair's scope rule read, [`probe`] the ICMP echo sent before
-//! offering an address that has no binding of its client.
+//! offering an address that has no binding of its client, [`held_back`] the
+//! addresses of damaged log records, held back across restarts.
 
 pub mod commit;
+pub mod held_back;
 pub mod lease_store;
 pub mod leases;
 pub mod metrics;

@@ -157,7 +157,12 @@ async fn serve(
         )
     });
     let mut server = Server::new(socket, store, Arc::new(c), rx, durability, pair);
-    server.quarantine_lost(&recovery);
+    server.quarantine_lost(&recovery, &data_dir).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot keep the held-back addresses in {}: {e}",
+            data_dir.display()
+        )
+    })?;
     let dhcp = tokio::task::spawn_blocking(move || server.run());
     let pair_api = async move {
         match api {

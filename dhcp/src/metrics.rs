@@ -128,6 +128,20 @@ pub struct Metrics {
     pub probes_pending: Gauge,
     /// 1 when probing is configured but the ICMP socket could not be opened.
     pub probe_unavailable: Gauge,
+    /// 1 while the other server's VLAN heartbeats arrive (the VLAN witness).
+    pub pair_vlan_alive: Gauge,
+    /// VLAN heartbeat datagrams refused, by reason.
+    pub pair_vlan_refused: Family<ReasonLabels, Counter>,
+    /// 1 while the VLAN witness socket cannot be opened (no takeover meanwhile).
+    pub pair_vlan_unavailable: Gauge,
+    /// Records from the other server waiting to be merged by the decision loop.
+    pub pair_merge_backlog: Gauge,
+    /// Hosts (by MAC) that answered probes for more addresses than one host may hold back.
+    pub probe_greedy_responders: Gauge,
+    /// Probe answers from a greedy responder that quarantined nothing.
+    pub probe_answers_ignored: Counter,
+    /// Offers of a probe-quarantined address because the free pool ran out.
+    pub offers_of_quarantined: Counter,
 }
 
 /// The process-wide metrics.
@@ -181,6 +195,13 @@ pub fn metrics() -> &'static Metrics {
             probe_errors: Counter::default(),
             probes_pending: Gauge::default(),
             probe_unavailable: Gauge::default(),
+            pair_vlan_alive: Gauge::default(),
+            pair_vlan_refused: Family::default(),
+            pair_vlan_unavailable: Gauge::default(),
+            pair_merge_backlog: Gauge::default(),
+            probe_greedy_responders: Gauge::default(),
+            probe_answers_ignored: Counter::default(),
+            offers_of_quarantined: Counter::default(),
         };
         r.register(
             "oooi_dhcp_messages_received",
@@ -369,6 +390,41 @@ pub fn metrics() -> &'static Metrics {
             m.store_lost_addresses.clone(),
         );
         r.register(
+            "oooi_dhcp_pair_vlan_alive",
+            "1 while the other server's VLAN heartbeats arrive (the VLAN witness)",
+            m.pair_vlan_alive.clone(),
+        );
+        r.register(
+            "oooi_dhcp_pair_vlan_refused",
+            "VLAN heartbeat datagrams refused, by reason",
+            m.pair_vlan_refused.clone(),
+        );
+        r.register(
+            "oooi_dhcp_pair_vlan_unavailable",
+            "1 while the VLAN witness socket cannot be opened (no takeover meanwhile)",
+            m.pair_vlan_unavailable.clone(),
+        );
+        r.register(
+            "oooi_dhcp_pair_merge_backlog_records",
+            "Records from the other server waiting to be merged by the decision loop",
+            m.pair_merge_backlog.clone(),
+        );
+        r.register(
+            "oooi_dhcp_probe_greedy_responders",
+            "Hosts (by MAC) that answered probes for more addresses than one host may hold back",
+            m.probe_greedy_responders.clone(),
+        );
+        r.register(
+            "oooi_dhcp_probe_answers_ignored",
+            "Probe answers from a greedy responder that quarantined nothing",
+            m.probe_answers_ignored.clone(),
+        );
+        r.register(
+            "oooi_dhcp_offers_of_quarantined_addresses",
+            "Offers of a probe-quarantined address because the free pool ran out",
+            m.offers_of_quarantined.clone(),
+        );
+        r.register(
             "oooi_dhcp_probes",
             "ICMP echo probes sent before offering an address",
             m.probes.clone(),
@@ -485,13 +541,13 @@ async fn healthz() -> (axum::http::StatusCode, String) {
     }
 }
 
-/// Serves `/metrics` and `/healthz` on `addr`.
+/// Serves `/metrics` and `/healthz` on `addr`, within
+/// [`oooi_serve::Limits::SMALL`].
 pub async fn serve_http(addr: SocketAddr) -> anyhow::Result<()> {
     let app = axum::Router::new()
         .route("/metrics", axum::routing::get(|| async { render() }))
         .route("/healthz", axum::routing::get(healthz));
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(%addr, "serving /metrics and /healthz");
-    axum::serve(listener, app).await?;
-    Ok(())
+    match oooi_serve::serve(listener, app, oooi_serve::Limits::SMALL).await? {}
 }

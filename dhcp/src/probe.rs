@@ -75,6 +75,89 @@ impl EchoBudget {
     }
 }
 
+/// Most addresses one responder's answers hold back at once. A host
+/// answering probes for more addresses than any one host uses (a host
+/// that answers ping for every address, a misconfigured proxy ARP) is
+/// recognised by its MAC; its further answers hold nothing back (counted,
+/// logged), so it cannot empty the pool.
+pub const MAX_HELD_PER_RESPONDER: usize = 4;
+
+/// What to make of an answered probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Hold the address back (a host uses it).
+    Hold,
+    /// The responder already holds back [`MAX_HELD_PER_RESPONDER`]
+    /// addresses: offer the address anyway. `first`: the first such answer
+    /// of this responder (log it).
+    Ignore {
+        /// Whether this responder just became greedy.
+        first: bool,
+    },
+}
+
+/// The addresses each responder's answers hold back, by MAC (None: the
+/// neighbour table did not say, counted as one responder).
+#[derive(Debug, Default)]
+pub struct Responders {
+    held: HashMap<Option<crate::config::Mac>, Vec<(Ipv4Addr, u64)>>,
+    greedy: std::collections::HashSet<Option<crate::config::Mac>>,
+}
+
+/// Most responders remembered (a flood of made-up MACs cannot grow it).
+const RESPONDERS_TRACKED: usize = 4096;
+
+impl Responders {
+    /// `responder` answered the probe of `ip` at `now`; a hold-back would
+    /// last until `until`.
+    pub fn answered(
+        &mut self,
+        responder: Option<crate::config::Mac>,
+        ip: Ipv4Addr,
+        now: u64,
+        until: u64,
+    ) -> Verdict {
+        if !self.held.contains_key(&responder) && self.held.len() >= RESPONDERS_TRACKED {
+            self.held.retain(|_, v| v.iter().any(|(_, u)| *u > now));
+        }
+        let held = self.held.entry(responder).or_default();
+        held.retain(|(_, u)| *u > now);
+        if held.len() >= MAX_HELD_PER_RESPONDER && !held.iter().any(|(a, _)| *a == ip) {
+            let first = self.greedy.insert(responder);
+            return Verdict::Ignore { first };
+        }
+        held.retain(|(a, _)| *a != ip);
+        held.push((ip, until));
+        if held.len() < MAX_HELD_PER_RESPONDER {
+            self.greedy.remove(&responder);
+        }
+        Verdict::Hold
+    }
+
+    /// Responders whose answers are being ignored now.
+    pub fn greedy(&self) -> usize {
+        self.greedy.len()
+    }
+}
+
+/// The MAC the neighbour table holds for `ip` (`/proc/net/arp`): after an
+/// echo was answered, the entry the kernel resolved to send it.
+pub fn neighbour_mac(ip: Ipv4Addr) -> Option<crate::config::Mac> {
+    let text = std::fs::read_to_string("/proc/net/arp").ok()?;
+    neighbour_mac_in(&text, ip)
+}
+
+/// [`neighbour_mac`] over the text of `/proc/net/arp`.
+pub fn neighbour_mac_in(text: &str, ip: Ipv4Addr) -> Option<crate::config::Mac> {
+    text.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 4 || f[0].parse::<Ipv4Addr>().ok()? != ip {
+            return None;
+        }
+        crate::config::Mac::parse(f[3]).filter(|m| m.0 != [0; 6])
+    })
+}
+
 /// What a probe found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Found {
@@ -298,6 +381,44 @@ fn collect(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_responder_holds_back_a_bounded_number_of_addresses() {
+        let evil = Some(crate::config::Mac([2, 0, 0, 0, 0, 0x66]));
+        let other = Some(crate::config::Mac([2, 0, 0, 0, 0, 0x77]));
+        let mut r = Responders::default();
+        let ip = |n: u8| Ipv4Addr::new(192, 0, 2, n);
+        for n in 0..MAX_HELD_PER_RESPONDER as u8 {
+            assert_eq!(r.answered(evil, ip(100 + n), 0, 60), Verdict::Hold);
+        }
+        assert_eq!(
+            r.answered(evil, ip(120), 1, 61),
+            Verdict::Ignore { first: true }
+        );
+        assert_eq!(
+            r.answered(evil, ip(121), 2, 62),
+            Verdict::Ignore { first: false }
+        );
+        assert_eq!(r.greedy(), 1);
+        // Another host is judged on its own answers.
+        assert_eq!(r.answered(other, ip(130), 2, 62), Verdict::Hold);
+        // Once its hold-backs end, the greedy host holds again.
+        assert_eq!(r.answered(evil, ip(140), 60, 120), Verdict::Hold);
+        assert_eq!(r.greedy(), 0);
+    }
+
+    #[test]
+    fn the_responders_mac_is_read_from_the_neighbour_table() {
+        let text = "IP address       HW type     Flags       HW address            Mask     Device\n\
+                    192.0.2.100      0x1         0x2         02:00:00:00:00:66     *        br0\n\
+                    192.0.2.101      0x1         0x0         00:00:00:00:00:00     *        br0\n";
+        assert_eq!(
+            neighbour_mac_in(text, Ipv4Addr::new(192, 0, 2, 100)),
+            Some(crate::config::Mac([2, 0, 0, 0, 0, 0x66]))
+        );
+        assert_eq!(neighbour_mac_in(text, Ipv4Addr::new(192, 0, 2, 101)), None);
+        assert_eq!(neighbour_mac_in(text, Ipv4Addr::new(192, 0, 2, 102)), None);
+    }
 
     #[test]
     fn echo_request_carries_a_valid_checksum() {

@@ -102,7 +102,7 @@ fn bad_pair_api_input_is_refused_or_harmless_and_no_live_client_loses_its_lease(
     let free = body_file(
         &p,
         "free.bin",
-        &encode_leases([&lease([192, 0, 2, 180], 1, t + 30)]),
+        &encode_leases([&lease([192, 0, 2, 130], 1, t + 30)]),
     );
     let (status, _) = curl(
         &p,
@@ -140,7 +140,7 @@ fn bad_pair_api_input_is_refused_or_harmless_and_no_live_client_loses_its_lease(
     let second = body_file(
         &p,
         "second.bin",
-        &encode_leases([&lease([192, 0, 2, 181], 2, t + 30)]),
+        &encode_leases([&lease([192, 0, 2, 131], 2, t + 30)]),
     );
     let (status, _) = curl(
         &p,
@@ -153,7 +153,7 @@ fn bad_pair_api_input_is_refused_or_harmless_and_no_live_client_loses_its_lease(
     assert_eq!(status, 412, "request 2 before request 1");
     assert!(
         !p.expiries(false)
-            .contains_key(&Ipv4Addr::new(192, 0, 2, 181))
+            .contains_key(&Ipv4Addr::new(192, 0, 2, 131))
     );
     // Replayed: request 1 of a new stream, then the same again.
     let stream = stream();
@@ -178,7 +178,7 @@ fn bad_pair_api_input_is_refused_or_harmless_and_no_live_client_loses_its_lease(
     assert!(matches!(status, 204 | 412), "replay: {status}");
     let b = p.expiries(false);
     assert_eq!(
-        b.get(&Ipv4Addr::new(192, 0, 2, 180)).map(|(_, e)| *e),
+        b.get(&Ipv4Addr::new(192, 0, 2, 130)).map(|(_, e)| *e),
         Some(t + 30),
         "stored once, as sent"
     );
@@ -200,7 +200,7 @@ fn bad_pair_api_input_is_refused_or_harmless_and_no_live_client_loses_its_lease(
         ),
         (
             "an expiry a day away",
-            lease([192, 0, 2, 182], 9, t + 86_400),
+            lease([192, 0, 2, 132], 9, t + 86_400),
         ),
     ] {
         let f = body_file(&p, "bad.bin", &encode_leases([&l]));
@@ -213,6 +213,38 @@ fn bad_pair_api_input_is_refused_or_harmless_and_no_live_client_loses_its_lease(
             false,
             "oooi_dhcp_pair_records_refused_total{reason=\"address_outside_the_subnet\"}"
         ) > refused_before
+    );
+
+    // A new binding in B's own half (B alone hands it out while both
+    // serve): refused, counted.
+    let f = body_file(
+        &p,
+        "b-half.bin",
+        &encode_leases([&lease([192, 0, 2, 180], 11, t + 30)]),
+    );
+    let (status, body) = curl(&p, "POST", "/leases", TOKEN, &[], Some(&f));
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        p.metric(
+            false,
+            "oooi_dhcp_pair_records_refused_total{reason=\"a_new_binding_in_the_receiving_half_of_the_pool\"}"
+        ) >= 1.0
+    );
+    // A forged commit of A's live client's address (A's half, so not B's
+    // to judge by half) for another MAC: it contradicts B's live binding,
+    // refused; B keeps the client.
+    let (_, _, a_ip) = &clients[0];
+    let f = body_file(
+        &p,
+        "forged.bin",
+        &encode_leases([&lease(a_ip.octets(), 12, t + 60)]),
+    );
+    let (status, body) = curl(&p, "POST", "/leases", TOKEN, &[], Some(&f));
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(
+        p.expiries(false).get(a_ip).map(|(m, _)| m.clone()),
+        held.get(a_ip).map(|(m, _)| m.clone()),
+        "B keeps A's client"
     );
 
     // A live client's address for another MAC: a conflict, refused.

@@ -194,3 +194,59 @@ fn without_the_ping_sysctl_the_server_says_probing_is_unavailable_and_still_serv
     assert!(lab.wait_child(idx, 15), "{}", lab.log());
     assert!(bound_ip(&events).is_some());
 }
+
+#[test]
+fn a_host_answering_ping_for_every_pool_address_cannot_empty_the_pool() {
+    let mut lab = Lab::new(&config(300));
+    let ns = lab.server_ns.clone();
+    allow_ping_sockets(&ns);
+    // One host holds (and answers ping for) all ten pool addresses.
+    let squatter = lab.add_client("02:00:00:00:66:66");
+    for n in 100..=109 {
+        // The first with the subnet's prefix: its route carries the answers.
+        let prefix = if n == 100 { 24 } else { 32 };
+        sh(&[
+            "ip",
+            "-n",
+            &squatter,
+            "addr",
+            "add",
+            &format!("192.0.2.{n}/{prefix}"),
+            "dev",
+            "c0",
+        ]);
+    }
+    lab.start_server();
+    // Eight clients, one after the other: the squatter's answers hold back
+    // at most four addresses, the six others are offered anyway, and once
+    // those are spent the address with the oldest conflict is.
+    let mut got = std::collections::BTreeSet::new();
+    let started = Instant::now();
+    for i in 1..=8 {
+        let client = lab.add_client(&format!("02:00:00:00:67:{i:02x}"));
+        let (events, idx) = lab.udhcpc(&client, &["-q", "-n", "-t", "5", "-T", "2"]);
+        assert!(
+            lab.wait_child(idx, 30),
+            "client {i} got no address\n{}",
+            lab.log()
+        );
+        let ip = bound_ip(&events).expect("bound");
+        assert!(got.insert(ip.clone()), "{ip} given twice");
+    }
+    let log = lab.log();
+    for m in [
+        "oooi_dhcp_probe_answers_ignored_total",
+        "oooi_dhcp_offers_of_quarantined_addresses_total",
+    ] {
+        assert!(lab.metric(m) >= 1.0, "{m}: {}\n{log}", lab.metric(m));
+    }
+    assert!(log.contains("answers for many addresses"), "{log}");
+    assert!(log.contains("02:00:00:00:66:66"), "{log}");
+    assert!(log.contains("free pool spent"), "{log}");
+    eprintln!(
+        "a host answering for every pool address: 8 clients bound in {:.1} s, {} answers ignored, {} quarantined addresses offered",
+        started.elapsed().as_secs_f64(),
+        lab.metric("oooi_dhcp_probe_answers_ignored_total"),
+        lab.metric("oooi_dhcp_offers_of_quarantined_addresses_total")
+    );
+}

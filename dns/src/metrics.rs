@@ -452,7 +452,8 @@ async fn healthz() -> (axum::http::StatusCode, &'static str) {
     }
 }
 
-/// Serves `/metrics` and `/healthz` on `listener`.
+/// Serves `/metrics` and `/healthz` on `listener`, within
+/// [`oooi_serve::Limits::SMALL`].
 pub async fn serve_http(listener: tokio::net::TcpListener) -> anyhow::Result<()> {
     let app = axum::Router::new()
         .route("/metrics", axum::routing::get(|| async { render() }))
@@ -460,6 +461,5 @@ pub async fn serve_http(listener: tokio::net::TcpListener) -> anyhow::Result<()>
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "serving /metrics and /healthz");
     }
-    axum::serve(listener, app).await?;
-    Ok(())
+    match oooi_serve::serve(listener, app, oooi_serve::Limits::SMALL).await? {}
 }

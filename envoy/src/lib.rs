@@ -50,17 +50,26 @@ pub const HTTP_HOST_PORT: u16 = 80;
 pub const HTTP_MAX_HEAD_BYTES: usize = 8192;
 /// Time a plain-HTTP client has to send its first request head.
 pub const HTTP_HEAD_TIMEOUT_MS: u64 = 5000;
-/// The table API listener's connection buffer: the largest document plus
-/// room for the request head.
-pub const API_CONNECTION_BUFFER_BYTES: u64 = MAX_DOCUMENT_BYTES as u64 + 64 * 1024;
-/// What one table API request may buffer: twice the connection buffer, so
-/// the filter's JSON 413 always comes before Envoy's own.
-pub const API_STREAM_BUFFER_BYTES: u64 = 2 * API_CONNECTION_BUFFER_BYTES;
+/// The table API listener's connection read buffer: what Envoy reads from
+/// one client before it stops reading (until the stream takes the bytes).
+/// The body of a push collects in the stream's buffer
+/// ([`API_STREAM_BUFFER_BYTES`]), not here, so this stays small: a
+/// connection that sends a body the filter refused from its headers costs
+/// at most this much while Envoy closes it.
+pub const API_CONNECTION_BUFFER_BYTES: u64 = 256 * 1024;
+/// What one table API request may buffer: the largest document plus room
+/// for the head, twice over, so the filter's JSON 413 (sent once it has
+/// seen more than the largest document) always comes before Envoy's own.
+pub const API_STREAM_BUFFER_BYTES: u64 = 2 * (MAX_DOCUMENT_BYTES as u64 + 64 * 1024);
 /// Most connections the table API listener holds at once (Envoy's
 /// per-listener connection limit; more are closed as they arrive and
 /// counted as `listener.<address>.downstream_cx_overflow`). Its own budget:
 /// API clients never use up the connections of the routing listeners.
-pub const API_MAX_CONNECTIONS: u32 = 16;
+/// High enough that thousands of clients holding unfinished heads (each
+/// at most [`API_MAX_REQUEST_HEADERS_KB`] and [`API_REQUEST_HEADERS_TIMEOUT_MS`])
+/// or sending refused bodies leave room for the controller's pushes; low
+/// enough that all of them together stay far below [`HEAP_CEILING_BYTES`].
+pub const API_MAX_CONNECTIONS: u32 = 4096;
 /// Time a table API client has to send its whole request head, counted
 /// from its first byte (a slowloris head is closed after it).
 pub const API_REQUEST_HEADERS_TIMEOUT_MS: u64 = 5000;
@@ -74,6 +83,25 @@ pub const API_STREAM_IDLE_TIMEOUT_MS: u64 = 10_000;
 pub const API_IDLE_TIMEOUT_MS: u64 = 15_000;
 /// Largest request head of the table API, in KiB (Envoy's default is 60).
 pub const API_MAX_REQUEST_HEADERS_KB: u32 = 16;
+/// Most connections the readiness listener ([`ProxyConfig::ready`]) holds
+/// at once. Its clients are the kubelet, the gate, the address agent and
+/// the DNS replicas' checks, each with one request at a time.
+pub const READY_MAX_CONNECTIONS: u32 = 128;
+/// Most connections the metrics listener holds at once (Prometheus scrapes
+/// with one).
+pub const METRICS_MAX_CONNECTIONS: u32 = 64;
+/// Time a client of the readiness or metrics listener has to send its
+/// request head.
+pub const SMALL_REQUEST_HEADERS_TIMEOUT_MS: u64 = 2000;
+/// Time a readiness or metrics connection may stay open without a request.
+pub const SMALL_IDLE_TIMEOUT_MS: u64 = 10_000;
+/// Time a readiness or metrics request may pass without a byte either way.
+pub const SMALL_STREAM_IDLE_TIMEOUT_MS: u64 = 10_000;
+/// Largest request head of the readiness and metrics listeners, in KiB.
+pub const SMALL_MAX_REQUEST_HEADERS_KB: u32 = 8;
+/// Connection read buffer of the readiness and metrics listeners: a head
+/// and nothing more (neither takes a body).
+pub const SMALL_CONNECTION_BUFFER_BYTES: u64 = 32 * 1024;
 /// Envoy's heap ceiling (its overload manager's `fixed_heap` monitor): at
 /// 85% of it the largest API streams are reset, at 90% Envoy returns freed
 /// memory to the system, at 95% it stops taking new HTTP requests (the
@@ -131,6 +159,14 @@ pub struct ProxyConfig {
     pub tls_ports: Vec<u16>,
     /// Table API listener.
     pub api: SocketAddr,
+    /// The readiness listener: `GET /ready` alone, answered by the filter
+    /// from the request head (no body is read), on a port and connection
+    /// budget of its own ([`READY_MAX_CONNECTIONS`]), so nothing sent to
+    /// the table API can keep a replica from answering its readiness
+    /// checks. Like the table API it refuses connections from or to the
+    /// VLAN leg. `None` renders no such listener (`GET /ready` is still
+    /// answered on the table API).
+    pub ready: Option<SocketAddr>,
     /// The proxy's leg on the VLAN. When set, the table API refuses every
     /// connection from that network or addressed to the proxy's VLAN
     /// address (Envoy's network RBAC filter, before any HTTP is read), so
@@ -210,9 +246,11 @@ pub const LDS_FILE: &str = "lds.json";
 pub const API_LISTENER: &str = "table_api";
 /// Name of the metrics listener in LDS.
 pub const METRICS_LISTENER: &str = "metrics";
+/// Name of the readiness listener in LDS.
+pub const READY_LISTENER: &str = "ready";
 
 /// The LDS discovery response a proxy serves before its routing table
-/// arrived: only the table API and metrics listeners of `lds` (a rendered
+/// arrived: only the table API, readiness and metrics listeners of `lds` (a rendered
 /// [`LDS_FILE`]), under a version of their own. Every routing listener stays
 /// closed, so the kernel refuses connections to its port and a client moves
 /// on to the next proxy address at once.
@@ -225,7 +263,9 @@ pub fn listeners_before_table(lds: &Value) -> Value {
                 .iter()
                 .filter(|l| {
                     let name = l.get("name").and_then(Value::as_str);
-                    name == Some(API_LISTENER) || name == Some(METRICS_LISTENER)
+                    name == Some(API_LISTENER)
+                        || name == Some(READY_LISTENER)
+                        || name == Some(METRICS_LISTENER)
                 })
                 .cloned()
                 .collect()
@@ -234,8 +274,9 @@ pub fn listeners_before_table(lds: &Value) -> Value {
     json!({"version_info": format!("before-table-{}", digest(&kept)), "resources": kept})
 }
 /// The listeners of a draining replica: every rendered listener but the
-/// table API. The routing listeners keep serving while the API's port
-/// refuses connections, so the replica's `GET /ready` fails: the address
+/// table API and the readiness listener. The routing listeners keep serving
+/// while those ports refuse connections, so the replica's `GET /ready`
+/// fails: the address
 /// agent hands its VLAN addresses on, the DNS servers' checks drop its
 /// address, and pushes go to the live replicas.
 pub fn listeners_while_draining(lds: &Value) -> Value {
@@ -245,7 +286,10 @@ pub fn listeners_while_draining(lds: &Value) -> Value {
         .map(|resources| {
             resources
                 .iter()
-                .filter(|l| l.get("name").and_then(Value::as_str) != Some(API_LISTENER))
+                .filter(|l| {
+                    let name = l.get("name").and_then(Value::as_str);
+                    name != Some(API_LISTENER) && name != Some(READY_LISTENER)
+                })
                 .cloned()
                 .collect()
         })
@@ -266,6 +310,8 @@ pub fn not_tls_filter_name(port: u16) -> String {
 }
 /// ECDS resource (and filter) name of the table API's HTTP filter.
 pub const API_FILTER_NAME: &str = "oooi_table_api";
+/// ECDS resource (and filter) name of the readiness listener's HTTP filter.
+pub const READY_FILTER_NAME: &str = "oooi_ready";
 /// Path of the Prometheus endpoint on the [`ProxyConfig::metrics`] listener.
 pub const METRICS_PATH: &str = "/metrics";
 /// The static cluster that reaches the admin interface from the metrics
@@ -347,6 +393,8 @@ pub fn render(cfg: &ProxyConfig, config_dir: &Path) -> Rendered {
         "layered_runtime": {"layers": [{"name": "static", "static_layer": {
             "overload.global_downstream_max_connections": 50000,
             format!("envoy.resource_limits.listener.{API_LISTENER}.connection_limit"): API_MAX_CONNECTIONS,
+            format!("envoy.resource_limits.listener.{READY_LISTENER}.connection_limit"): READY_MAX_CONNECTIONS,
+            format!("envoy.resource_limits.listener.{METRICS_LISTENER}.connection_limit"): METRICS_MAX_CONNECTIONS,
         }}]},
         "overload_manager": overload_manager(),
     });
@@ -411,7 +459,6 @@ pub fn render(cfg: &ProxyConfig, config_dir: &Path) -> Rendered {
         HTTP_WASM_TYPE,
         wasm_config(cfg, API_FILTER_NAME, api_cfg),
     ));
-    let body_limit = API_CONNECTION_BUFFER_BYTES;
     let mut api_filters: Vec<Value> = cfg
         .vlan
         .iter()
@@ -469,9 +516,22 @@ pub fn render(cfg: &ProxyConfig, config_dir: &Path) -> Rendered {
         "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
         "name": API_LISTENER,
         "address": socket(cfg.api.ip(), cfg.api.port()),
-        "per_connection_buffer_limit_bytes": body_limit,
+        "per_connection_buffer_limit_bytes": API_CONNECTION_BUFFER_BYTES,
         "filter_chains": [{"filters": api_filters}],
     }));
+
+    if let Some(ready) = cfg.ready {
+        extensions.push(extension(
+            READY_FILTER_NAME,
+            HTTP_WASM_TYPE,
+            wasm_config(cfg, READY_FILTER_NAME, json!({"role": "ready"})),
+        ));
+        listeners.push(ready_listener(
+            cfg,
+            ready,
+            discovered(READY_FILTER_NAME, HTTP_WASM_TYPE),
+        ));
+    }
 
     if let Some(metrics) = cfg.metrics {
         listeners.push(metrics_listener(cfg, metrics));
@@ -645,6 +705,15 @@ fn metrics_listener(cfg: &ProxyConfig, addr: SocketAddr) -> Value {
         "typed_config": {
             "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
             "stat_prefix": "metrics",
+            "codec_type": "HTTP1",
+            "request_headers_timeout": duration_ms(SMALL_REQUEST_HEADERS_TIMEOUT_MS),
+            "request_timeout": duration_ms(API_REQUEST_TIMEOUT_MS),
+            "stream_idle_timeout": duration_ms(SMALL_STREAM_IDLE_TIMEOUT_MS),
+            "max_request_headers_kb": SMALL_MAX_REQUEST_HEADERS_KB,
+            "common_http_protocol_options": {
+                "idle_timeout": duration_ms(SMALL_IDLE_TIMEOUT_MS),
+                "max_headers_count": 32,
+            },
             "route_config": {"name": "metrics", "virtual_hosts": [{
                 "name": "all", "domains": ["*"],
                 "routes": [
@@ -667,6 +736,55 @@ fn metrics_listener(cfg: &ProxyConfig, addr: SocketAddr) -> Value {
         "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
         "name": METRICS_LISTENER,
         "address": socket(addr.ip(), addr.port()),
+        "per_connection_buffer_limit_bytes": SMALL_CONNECTION_BUFFER_BYTES,
+        "filter_chains": [{"filters": filters}],
+    })
+}
+
+/// The readiness listener: the filter in its `ready` role answers `GET
+/// /ready` from the request head; no body is read or buffered, heads are
+/// small and timed, and the listener has its own connection budget
+/// ([`READY_MAX_CONNECTIONS`]).
+fn ready_listener(cfg: &ProxyConfig, addr: SocketAddr, filter: Value) -> Value {
+    let mut filters: Vec<Value> = cfg
+        .vlan
+        .iter()
+        .map(|v| vlan_guard(v, "ready_vlan_guard."))
+        .collect();
+    filters.push(json!({
+        "name": "envoy.filters.network.http_connection_manager",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+            "stat_prefix": READY_LISTENER,
+            "codec_type": "HTTP1",
+            "request_headers_timeout": duration_ms(SMALL_REQUEST_HEADERS_TIMEOUT_MS),
+            "request_timeout": duration_ms(SMALL_REQUEST_HEADERS_TIMEOUT_MS),
+            "stream_idle_timeout": duration_ms(SMALL_STREAM_IDLE_TIMEOUT_MS),
+            "max_request_headers_kb": SMALL_MAX_REQUEST_HEADERS_KB,
+            "common_http_protocol_options": {
+                "idle_timeout": duration_ms(SMALL_IDLE_TIMEOUT_MS),
+                "max_headers_count": 32,
+            },
+            "local_reply_config": api_local_replies(),
+            "route_config": {"name": READY_LISTENER, "virtual_hosts": [{
+                "name": "all", "domains": ["*"],
+                "request_body_buffer_limit": SMALL_CONNECTION_BUFFER_BYTES,
+                "routes": [{"match": {"prefix": "/"}, "direct_response": {"status": 404}}],
+            }]},
+            "http_filters": [
+                filter,
+                {
+                    "name": "envoy.filters.http.router",
+                    "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
+                },
+            ],
+        },
+    }));
+    json!({
+        "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
+        "name": READY_LISTENER,
+        "address": socket(addr.ip(), addr.port()),
+        "per_connection_buffer_limit_bytes": SMALL_CONNECTION_BUFFER_BYTES,
         "filter_chains": [{"filters": filters}],
     })
 }
@@ -840,6 +958,7 @@ mod tests {
             listen_address: "127.0.0.1".parse().unwrap(),
             tls_ports: vec![6443, 443],
             api: "127.0.0.1:9445".parse().unwrap(),
+            ready: None,
             vlan: None,
             push_token: "0123456789abcdef".into(),
             wasm_path: "/filters/oooi.wasm".into(),
@@ -891,6 +1010,16 @@ mod tests {
             .map(|l| l["name"].as_str().unwrap())
             .collect();
         assert_eq!(names, [API_LISTENER, METRICS_LISTENER]);
+        c.ready = Some("0.0.0.0:9446".parse().unwrap());
+        let with_ready = listeners_before_table(&render(&c, Path::new("/etc/envoy")).listeners);
+        let names: Vec<&str> = with_ready["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, [API_LISTENER, READY_LISTENER, METRICS_LISTENER]);
+        c.ready = None;
         assert_ne!(before["version_info"], r.listeners["version_info"]);
         // A different API port is a different document.
         c.api = "127.0.0.1:9446".parse().unwrap();
@@ -993,15 +1122,20 @@ mod tests {
     fn api_listener_buffers_the_largest_document() {
         let r = render(&cfg(), Path::new("/etc/envoy"));
         let api = &r.listeners["resources"][2];
-        let limit = api["per_connection_buffer_limit_bytes"].as_u64().unwrap();
-        assert!(limit > MAX_DOCUMENT_BYTES as u64);
+        let read = api["per_connection_buffer_limit_bytes"].as_u64().unwrap();
+        assert_eq!(read, API_CONNECTION_BUFFER_BYTES);
+        assert!(
+            read < MAX_DOCUMENT_BYTES as u64 / 8,
+            "a refused body costs little"
+        );
         let hcm = &api["filter_chains"][0]["filters"][0]["typed_config"];
+        let limit = MAX_DOCUMENT_BYTES as u64 + 64 * 1024;
         assert_eq!(
             hcm["route_config"]["virtual_hosts"][0]["request_body_buffer_limit"]
                 .as_u64()
                 .unwrap(),
             2 * limit,
-            "a chunk read up to the connection limit never overflows the stream"
+            "the largest document and a read beyond it fit the stream"
         );
         let filters = &api["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"];
         assert_eq!(filters[0]["name"], API_FILTER_NAME);
@@ -1019,6 +1153,98 @@ mod tests {
         )
         .unwrap();
         assert_eq!(plugin["role"], "api");
+    }
+
+    /// Readiness has a listener of its own: its own connection budget,
+    /// small timed heads, no body buffering, the `ready` role of the filter,
+    /// and the VLAN guard; draining closes it with the table API.
+    #[test]
+    fn readiness_has_its_own_small_bounded_listener() {
+        let mut c = cfg();
+        c.ready = Some("0.0.0.0:9446".parse().unwrap());
+        c.metrics = Some("0.0.0.0:9102".parse().unwrap());
+        c.vlan = Some(VlanLeg {
+            address: "192.0.2.4".parse().unwrap(),
+            prefix_len: 24,
+        });
+        let r = render(&c, Path::new("/etc/envoy"));
+        let listeners = r.listeners["resources"].as_array().unwrap();
+        let l = listeners
+            .iter()
+            .find(|l| l["name"] == READY_LISTENER)
+            .unwrap();
+        assert_eq!(l["address"]["socket_address"]["port_value"], 9446);
+        assert_eq!(
+            l["per_connection_buffer_limit_bytes"],
+            SMALL_CONNECTION_BUFFER_BYTES
+        );
+        let filters = l["filter_chains"][0]["filters"].as_array().unwrap();
+        assert_eq!(filters[0]["name"], "envoy.filters.network.rbac");
+        let hcm = &filters[1]["typed_config"];
+        assert_eq!(hcm["request_headers_timeout"], "2.000s");
+        assert_eq!(hcm["max_request_headers_kb"], SMALL_MAX_REQUEST_HEADERS_KB);
+        assert_eq!(
+            hcm["common_http_protocol_options"]["idle_timeout"],
+            "10.000s"
+        );
+        let http: Vec<&str> = hcm["http_filters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(http, [READY_FILTER_NAME, "envoy.filters.http.router"]);
+        let plugin: Value = serde_json::from_str(
+            extension(&r, READY_FILTER_NAME)["configuration"]["value"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(plugin, json!({"role": "ready"}), "no token on this port");
+        let layer = &r.bootstrap["layered_runtime"]["layers"][0]["static_layer"];
+        assert_eq!(
+            layer["envoy.resource_limits.listener.ready.connection_limit"],
+            READY_MAX_CONNECTIONS
+        );
+        assert_eq!(
+            layer["envoy.resource_limits.listener.metrics.connection_limit"],
+            METRICS_MAX_CONNECTIONS
+        );
+        let draining = listeners_while_draining(&r.listeners);
+        let names: Vec<&str> = draining["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["name"].as_str().unwrap())
+            .collect();
+        assert!(!names.contains(&READY_LISTENER), "{names:?}");
+        assert!(!names.contains(&API_LISTENER), "{names:?}");
+        assert!(names.contains(&METRICS_LISTENER), "{names:?}");
+    }
+
+    #[test]
+    fn the_metrics_listener_bounds_heads_idle_connections_and_buffers() {
+        let mut c = cfg();
+        c.metrics = Some("0.0.0.0:9102".parse().unwrap());
+        let r = render(&c, Path::new("/etc/envoy"));
+        let l = r.listeners["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == METRICS_LISTENER)
+            .unwrap();
+        assert_eq!(
+            l["per_connection_buffer_limit_bytes"],
+            SMALL_CONNECTION_BUFFER_BYTES
+        );
+        let hcm = &l["filter_chains"][0]["filters"][0]["typed_config"];
+        assert_eq!(hcm["request_headers_timeout"], "2.000s");
+        assert_eq!(hcm["stream_idle_timeout"], "10.000s");
+        assert_eq!(hcm["max_request_headers_kb"], SMALL_MAX_REQUEST_HEADERS_KB);
+        assert_eq!(
+            hcm["common_http_protocol_options"]["idle_timeout"],
+            "10.000s"
+        );
     }
 
     #[test]

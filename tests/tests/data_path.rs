@@ -76,6 +76,129 @@ async fn readiness_is_false_until_the_first_push() {
     assert_eq!(v["routes"], lab.table.routes.len());
 }
 
+/// The readiness listener answers `GET /ready` (the same verdict as the
+/// table API) and nothing else: no table read, no push, whatever the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readiness_listener_answers_get_ready_alone() {
+    let lab = lab(1).await;
+    let ready = lab.envoy.config.ready.expect("a readiness listener");
+    let (status, body) = http_blocking(ready, "GET", "/ready", &[], b"").unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains(r#""reason":"no_table""#), "{body}");
+    lab.envoy.push_table(&lab.table).unwrap();
+    let (status, body) = http_blocking(ready, "GET", "/ready", &[], b"").unwrap();
+    assert_eq!(status, 200, "{body}");
+    let auth = format!("Bearer {PUSH_TOKEN}");
+    for (method, path, status) in [
+        ("GET", "/v1/routes", 404),
+        ("PUT", "/v1/routes", 404),
+        ("PUT", "/v1/routes/expected", 404),
+        ("PUT", "/ready", 405),
+        ("GET", "/metrics", 404),
+    ] {
+        let (got, body) = http_blocking(
+            ready,
+            method,
+            path,
+            &[("authorization", &auth)],
+            &lab.table.to_json(),
+        )
+        .unwrap();
+        assert_eq!(got, status, "{method} {path}: {body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert!(v["error"].is_string(), "{v}");
+    }
+    // Nothing was pushed there.
+    assert_eq!(
+        lab.envoy.stat("wasmcustom.oooi_sni_router_push_accepted"),
+        Some(1)
+    );
+}
+
+/// The metrics listener under a flood of unfinished 58 KB heads (the
+/// pattern that took Envoy past its memory limit): its own budget and head
+/// bounds keep Envoy's memory in check and readiness answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_heads_on_the_metrics_port_leaves_memory_and_readiness_alone() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let lab = lab(2).await;
+    lab.envoy.push_table(&lab.table).unwrap();
+    let metrics = lab.envoy.config.metrics.expect("a metrics listener");
+    let ready = lab.envoy.config.ready.expect("a readiness listener");
+    let baseline = lab.envoy.rss_bytes().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flood: Vec<_> = (0..3000)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            tokio::spawn(async move {
+                let mut head = b"GET /metrics HTTP/1.1\r\nhost: x\r\nx-pad: ".to_vec();
+                head.extend(std::iter::repeat_n(b'a', 58 * 1024));
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(mut s) = tokio::net::TcpStream::connect(metrics).await
+                        && s.write_all(&head).await.is_ok()
+                    {
+                        let mut buf = [0u8; 512];
+                        let _ =
+                            tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            })
+        })
+        .collect();
+    let mut peak = baseline;
+    let (mut ready_ok, mut checks) = (0, 0);
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        peak = peak.max(lab.envoy.rss_bytes().unwrap_or(0));
+        checks += 1;
+        let r =
+            tokio::task::spawn_blocking(move || http_blocking(ready, "GET", "/ready", &[], b""))
+                .await
+                .unwrap();
+        if matches!(r, Ok((200, _))) {
+            ready_ok += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for f in flood {
+        f.await.unwrap();
+    }
+    let overflow: u64 = lab
+        .envoy
+        .stats("downstream_cx_overflow")
+        .iter()
+        .filter(|(k, _)| k.contains(&metrics.port().to_string()))
+        .map(|(_, v)| v)
+        .sum();
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    println!(
+        "3,000 looping clients with unfinished 58 KB heads on the metrics port: RSS {:.0} -> peak \
+         {:.0} MiB (limit {:.0} MiB); {overflow} connections over its budget closed; \
+         {ready_ok}/{checks} GET /ready 200",
+        mib(baseline),
+        mib(peak),
+        mib(oooi_envoy::PROXY_MEMORY_LIMIT_BYTES),
+    );
+    assert!(overflow > 0, "the flood went over the budget");
+    assert!(
+        peak < oooi_envoy::PROXY_MEMORY_LIMIT_BYTES / 2,
+        "peak {:.0} MiB",
+        mib(peak)
+    );
+    assert_eq!(ready_ok, checks, "readiness kept answering");
+    // Prometheus is served again once it is over.
+    let (status, _) =
+        tokio::task::spawn_blocking(move || http_blocking(metrics, "GET", "/metrics", &[], b""))
+            .await
+            .unwrap()
+            .unwrap();
+    assert_eq!(status, 200);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exact_sni_reaches_each_control_plane_service() {
     let lab = Lab::pushed(1).await;
@@ -1213,8 +1336,7 @@ mod table_api_bounds {
     use std::time::{Duration, Instant};
 
     use oooi_envoy::{
-        API_IDLE_TIMEOUT_MS, API_MAX_CONNECTIONS, API_REQUEST_HEADERS_TIMEOUT_MS,
-        PROXY_MEMORY_LIMIT_BYTES,
+        API_IDLE_TIMEOUT_MS, API_REQUEST_HEADERS_TIMEOUT_MS, PROXY_MEMORY_LIMIT_BYTES,
     };
     use oooi_routes::MAX_DOCUMENT_BYTES;
     use oooi_tests::fixture::{STRANGER, WORKER_C1};
@@ -1336,8 +1458,9 @@ mod table_api_bounds {
         let stop = Arc::new(AtomicBool::new(false));
         let header_timeout = Duration::from_millis(API_REQUEST_HEADERS_TIMEOUT_MS);
         let idle_timeout = Duration::from_millis(API_IDLE_TIMEOUT_MS);
-        // Under the listener's connection budget, so a push still gets in.
-        let drippers = (API_MAX_CONNECTIONS as usize / 2).max(1);
+        // A few of each: the timeouts are what this checks (the 2,000-head
+        // flood is `pushes_and_readiness_hold_under_big_bodies_and_slowloris`).
+        let drippers = 8;
         let handles: Vec<_> = (0..drippers + 2)
             .map(|i| {
                 let stop = Arc::clone(&stop);
@@ -1597,194 +1720,265 @@ mod table_api_bounds {
     /// stays under the proxy's limit, the routing listeners keep routing,
     /// and the controller's pushes keep landing while the abuse stays
     /// within the budget.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_table_api_under_abuse_stays_under_the_memory_limit_and_takes_pushes() {
-        let mut lab = Lab::pushed(2).await;
+    /// What the controller and the readiness checks saw during one abuse
+    /// phase.
+    #[derive(Debug, Default)]
+    struct Served {
+        pushes: usize,
+        pushes_ok: usize,
+        pushes_under_2s: usize,
+        slowest_push: Duration,
+        ready: usize,
+        ready_ok: usize,
+        slowest_ready: Duration,
+    }
+
+    /// 20 pushes from the controller (one every 300 ms, each a newer
+    /// generation from `first`) and, beside them, `GET /ready` on the
+    /// readiness listener every 100 ms.
+    async fn serve_the_controller(lab: &Lab, first: u64) -> Served {
         let api = lab.envoy.api;
-        let baseline = lab.envoy.rss_bytes().expect("Envoy runs");
-        let peak = Arc::new(AtomicU64::new(baseline));
-        let stop = Arc::new(AtomicBool::new(false));
-
-        fn big_body(api: SocketAddr) {
-            let Ok(mut s) = TcpStream::connect(api) else {
-                return;
-            };
-            let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
-            let head = format!(
-                "PUT /v1/routes HTTP/1.1\r\nhost: oooi\r\ncontent-length: {MAX_DOCUMENT_BYTES}\r\n\r\n"
-            );
-            if s.write_all(head.as_bytes()).is_err() {
-                return;
-            }
-            let chunk = vec![b' '; 64 * 1024];
-            for _ in 0..MAX_DOCUMENT_BYTES / chunk.len() {
-                if s.write_all(&chunk).is_err() {
-                    return;
-                }
-            }
-        }
-        fn slowloris(api: SocketAddr, stop: &AtomicBool) {
-            let Ok(mut s) = TcpStream::connect(api) else {
-                return;
-            };
-            let _ = s.write_all(b"PUT /v1/routes HTTP/1.1\r\nhost: oooi\r\n");
-            while !stop.load(Ordering::Relaxed) {
-                if s.write_all(b"x").is_err() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(250));
-            }
-        }
-        fn h2c(api: SocketAddr) {
-            let Ok(mut s) = TcpStream::connect(api) else {
-                return;
-            };
-            let mut preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-            // A DATA frame header announcing 16 MiB, and some of its bytes.
-            preface.extend_from_slice(&[0xff, 0xff, 0xff, 0x00, 0x00, 0, 0, 0, 1]);
-            preface.extend_from_slice(&vec![0u8; 1024 * 1024]);
-            let _ = s.write_all(&preface);
-        }
-
-        let spawn_abuse = |threads: usize, slow: usize, stop: Arc<AtomicBool>| {
-            let mut handles = Vec::new();
-            for i in 0..threads {
-                let stop = Arc::clone(&stop);
-                handles.push(std::thread::spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        if i % 4 == 3 {
-                            h2c(api)
-                        } else {
-                            big_body(api)
-                        }
-                        std::thread::sleep(Duration::from_millis(100));
-                    }
-                }));
-            }
-            for _ in 0..slow {
-                let stop = Arc::clone(&stop);
-                handles.push(std::thread::spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        slowloris(api, &stop);
-                        std::thread::sleep(Duration::from_millis(100));
-                    }
-                }));
-            }
-            handles
-        };
-        let sampler = {
-            let (peak, stop) = (Arc::clone(&peak), Arc::clone(&stop));
-            let pid = lab.envoy.pid();
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status"))
-                        && let Some(kib) = s
-                            .lines()
-                            .find_map(|l| l.strip_prefix("VmRSS:"))
-                            .and_then(|v| v.trim().strip_suffix("kB"))
-                            .and_then(|v| v.trim().parse::<u64>().ok())
-                    {
-                        peak.fetch_max(kib * 1024, Ordering::Relaxed);
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-            })
-        };
-
-        // Phase 1: far over the budget (70 bodies and h2c, 200 heads).
-        let phase1_stop = Arc::new(AtomicBool::new(false));
-        let abusers = spawn_abuse(70, 200, Arc::clone(&phase1_stop));
-        let t = Instant::now();
-        let mut routed = 0;
-        while t.elapsed() < Duration::from_secs(8) {
-            // The routing listeners do not share the API's budget.
-            assert_eq!(
-                lab.who(lab.kube, Some("api.c1.example.com"), STRANGER)
-                    .await,
-                "c1-kube-apiserver"
-            );
-            routed += 1;
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-        phase1_stop.store(true, Ordering::Relaxed);
-        tokio::task::spawn_blocking(move || abusers.into_iter().for_each(|h| h.join().unwrap()))
-            .await
-            .unwrap();
-        let phase1_peak = peak.load(Ordering::Relaxed);
-        let overflow: u64 = lab
+        let ready = lab
             .envoy
-            .stats("downstream_cx_overflow")
-            .iter()
-            .filter(|(k, _)| k.contains(&api.port().to_string()))
-            .map(|(_, v)| v)
-            .sum();
-
-        // Phase 2: within the budget (an answered connection lingers up to
-        // Envoy's 1 s delayed close, so each looping client may hold two);
-        // pushes every 300 ms must land.
-        let phase2_stop = Arc::new(AtomicBool::new(false));
-        let budget = API_MAX_CONNECTIONS as usize;
-        let abusers = spawn_abuse(budget / 4, budget / 4, Arc::clone(&phase2_stop));
+            .config
+            .ready
+            .expect("the test Envoy has a readiness listener");
         let table = lab.table.clone();
+        let done = Arc::new(AtomicBool::new(false));
+        let checks = tokio::task::spawn_blocking({
+            let done = Arc::clone(&done);
+            move || {
+                let (mut n, mut ok, mut slowest) = (0, 0, Duration::ZERO);
+                while !done.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    let r = http_blocking(ready, "GET", "/ready", &[], b"");
+                    let took = t.elapsed();
+                    n += 1;
+                    if matches!(r, Ok((200, _))) && took < Duration::from_secs(2) {
+                        ok += 1;
+                    }
+                    slowest = slowest.max(took);
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                (n, ok, slowest)
+            }
+        });
         let pushes = tokio::task::spawn_blocking(move || {
             let auth = format!("Bearer {PUSH_TOKEN}");
-            let mut slowest = Duration::ZERO;
-            let mut landed = 0;
-            for generation in 2..22 {
+            let mut served = Served::default();
+            for generation in first..first + 20 {
                 let mut t = table.clone();
                 t.generation = generation;
                 let start = Instant::now();
-                let (status, body) = http_blocking(
+                let r = http_blocking(
                     api,
                     "PUT",
                     "/v1/routes",
                     &[("authorization", &auth)],
                     &t.to_json(),
-                )
-                .expect("the push is answered");
-                assert_eq!(status, 200, "generation {generation}: {body}");
-                slowest = slowest.max(start.elapsed());
-                landed += 1;
+                );
+                let took = start.elapsed();
+                served.pushes += 1;
+                match r {
+                    Ok((200, _)) => {
+                        served.pushes_ok += 1;
+                        if took < Duration::from_secs(2) {
+                            served.pushes_under_2s += 1;
+                        }
+                    }
+                    other => println!("push of generation {generation}: {other:?} after {took:?}"),
+                }
+                served.slowest_push = served.slowest_push.max(took);
                 std::thread::sleep(Duration::from_millis(300));
             }
-            (landed, slowest)
+            served
         })
         .await
         .unwrap();
-        phase2_stop.store(true, Ordering::Relaxed);
-        tokio::task::spawn_blocking(move || abusers.into_iter().for_each(|h| h.join().unwrap()))
-            .await
-            .unwrap();
+        done.store(true, Ordering::Relaxed);
+        let (ready, ready_ok, slowest_ready) = checks.await.unwrap();
+        Served {
+            ready,
+            ready_ok,
+            slowest_ready,
+            ..pushes
+        }
+    }
+
+    /// Samples Envoy's RSS every 50 ms into `peak` until `stop`.
+    fn rss_sampler(
+        pid: u32,
+        peak: Arc<AtomicU64>,
+        stop: Arc<AtomicBool>,
+    ) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status"))
+                    && let Some(kib) = s
+                        .lines()
+                        .find_map(|l| l.strip_prefix("VmRSS:"))
+                        .and_then(|v| v.trim().strip_suffix("kB"))
+                        .and_then(|v| v.trim().parse::<u64>().ok())
+                {
+                    peak.fetch_max(kib * 1024, Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    }
+
+    /// An unauthenticated 8 MiB push, looped until `stop`.
+    async fn big_bodies(api: SocketAddr, stop: Arc<AtomicBool>) {
+        use tokio::io::AsyncWriteExt;
+        let head = format!(
+            "PUT /v1/routes HTTP/1.1\r\nhost: oooi\r\ncontent-length: {MAX_DOCUMENT_BYTES}\r\n\r\n"
+        );
+        let chunk = vec![b' '; 64 * 1024];
+        while !stop.load(Ordering::Relaxed) {
+            if let Ok(mut s) = tokio::net::TcpStream::connect(api).await
+                && s.write_all(head.as_bytes()).await.is_ok()
+            {
+                for _ in 0..MAX_DOCUMENT_BYTES / chunk.len() {
+                    if stop.load(Ordering::Relaxed) || s.write_all(&chunk).await.is_err() {
+                        break;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// A slowloris client: a push head that never ends (a byte a second),
+    /// reopened whenever Envoy closes it, until `stop`.
+    async fn slowloris(api: SocketAddr, stop: Arc<AtomicBool>) {
+        use tokio::io::AsyncWriteExt;
+        while !stop.load(Ordering::Relaxed) {
+            if let Ok(mut s) = tokio::net::TcpStream::connect(api).await
+                && s.write_all(b"PUT /v1/routes HTTP/1.1\r\nhost: oooi\r\nx-pad: ")
+                    .await
+                    .is_ok()
+            {
+                while !stop.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    if s.write_all(b"a").await.is_err() {
+                        break;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The table API under the abuse anything its port admits can send:
+    /// 70 parallel unauthenticated 8 MiB bodies, then 2,000 slowloris
+    /// connections. Throughout, the controller's pushes land, readiness
+    /// (on its own listener) answers, routing goes on, and Envoy stays
+    /// under the proxy container's memory limit.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pushes_and_readiness_hold_under_big_bodies_and_slowloris() {
+        let mut lab = Lab::pushed(2).await;
+        let api = lab.envoy.api;
+        let baseline = lab.envoy.rss_bytes().expect("Envoy runs");
+        let peak = Arc::new(AtomicU64::new(baseline));
+        let stop_sampler = Arc::new(AtomicBool::new(false));
+        let sampler = rss_sampler(
+            lab.envoy.pid(),
+            Arc::clone(&peak),
+            Arc::clone(&stop_sampler),
+        );
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+
+        // Phase 1: 70 parallel unauthenticated 8 MiB bodies.
+        let stop = Arc::new(AtomicBool::new(false));
+        let bodies: Vec<_> = (0..70)
+            .map(|_| tokio::spawn(big_bodies(api, Arc::clone(&stop))))
+            .collect();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let phase1 = serve_the_controller(&lab, 2).await;
+        let routed = lab
+            .who(lab.kube, Some("api.c1.example.com"), STRANGER)
+            .await;
         stop.store(true, Ordering::Relaxed);
+        for b in bodies {
+            b.await.unwrap();
+        }
+        let peak1 = peak.load(Ordering::Relaxed);
+        let refused = lab
+            .envoy
+            .stat("wasmcustom.oooi_sni_router_push_unauthorized")
+            .unwrap_or(0);
+        println!(
+            "70 x 8 MiB unauthenticated bodies: {}/{} pushes 200 ({} under 2 s, slowest {:?}); \
+             {}/{} GET /ready 200 under 2 s (slowest {:?}); {refused} bodies refused from their head; \
+             RSS {:.0} -> peak {:.0} MiB",
+            phase1.pushes_ok,
+            phase1.pushes,
+            phase1.pushes_under_2s,
+            phase1.slowest_push,
+            phase1.ready_ok,
+            phase1.ready,
+            phase1.slowest_ready,
+            mib(baseline),
+            mib(peak1),
+        );
+        assert_eq!(routed, "c1-kube-apiserver", "routing goes on");
+        assert!(refused > 70, "the bodies were sent and refused: {refused}");
+
+        // Phase 2: 2,000 slowloris connections held open.
+        let stop = Arc::new(AtomicBool::new(false));
+        let heads: Vec<_> = (0..2000)
+            .map(|_| tokio::spawn(slowloris(api, Arc::clone(&stop))))
+            .collect();
+        // Let them all connect.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let open = lab
+            .envoy
+            .stat("http.table_api.downstream_cx_active")
+            .unwrap_or(0);
+        let phase2 = serve_the_controller(&lab, 22).await;
+        stop.store(true, Ordering::Relaxed);
+        for h in heads {
+            h.await.unwrap();
+        }
+        stop_sampler.store(true, Ordering::Relaxed);
         sampler.join().unwrap();
         let peak = peak.load(Ordering::Relaxed);
-        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
         println!(
-            "table API abuse: RSS baseline {:.0} MiB, peak over budget {:.0} MiB, peak overall {:.0} MiB \
-             (limit {:.0} MiB); {overflow} connections over the budget closed; {routed} routed \
-             connections during it; {} pushes landed within the budget, slowest {:?}",
-            mib(baseline),
-            mib(phase1_peak),
+            "2,000 slowloris connections ({open} open at Envoy): {}/{} pushes 200 ({} under 2 s, \
+             slowest {:?}); {}/{} GET /ready 200 under 2 s (slowest {:?}); RSS peak {:.0} MiB \
+             overall (limit {:.0} MiB)",
+            phase2.pushes_ok,
+            phase2.pushes,
+            phase2.pushes_under_2s,
+            phase2.slowest_push,
+            phase2.ready_ok,
+            phase2.ready,
+            phase2.slowest_ready,
             mib(peak),
             mib(PROXY_MEMORY_LIMIT_BYTES),
-            pushes.0,
-            pushes.1,
         );
+        assert!(open >= 1000, "the slowloris connections were held: {open}");
+        for (phase, served) in [("bodies", &phase1), ("slowloris", &phase2)] {
+            assert!(served.pushes_ok >= 19, "{phase}: {served:?}");
+            // Generous: the machine is shared; the figures above are the measure.
+            assert!(
+                served.slowest_push < Duration::from_secs(10),
+                "{phase}: {served:?}"
+            );
+            assert!(served.ready > 0, "{phase}: {served:?}");
+            assert!(
+                served.ready_ok * 10 >= served.ready * 9,
+                "{phase}: readiness must keep answering: {served:?}"
+            );
+        }
         assert!(
             peak < PROXY_MEMORY_LIMIT_BYTES,
             "Envoy reached {:.0} MiB",
             mib(peak)
         );
-        assert!(overflow > 0, "the budget turned connections away");
-        assert_eq!(pushes.0, 20);
-        assert!(
-            pushes.1 < Duration::from_secs(3),
-            "slowest push {:?}",
-            pushes.1
-        );
         assert!(lab.envoy.running());
         let (status, body) = http_blocking(api, "GET", "/v1/routes", &[], b"").unwrap();
         assert_eq!(status, 200);
-        assert!(body.contains(r#""generation":21"#), "{body}");
+        assert!(body.contains(r#""generation":41"#), "{body}");
     }
 }

@@ -92,3 +92,15 @@ controller.openshiftSCC forces it (a render without the cluster's APIs,
 {{- define "oooi.openshift" -}}
 {{- if or .Values.controller.openshiftSCC (.Capabilities.APIVersions.Has "security.openshift.io/v1") }}true{{ end }}
 {{- end }}
+
+{{/*
+A label map as `key=value,key=value` (sorted by key), the form the
+controller's label flags take.
+*/}}
+{{- define "oooi.labelList" -}}
+{{- $parts := list -}}
+{{- range $k, $v := . -}}
+{{- $parts = append $parts (printf "%s=%s" $k $v) -}}
+{{- end -}}
+{{- join "," $parts -}}
+{{- end -}}

@@ -81,13 +81,14 @@ pub struct Listen {
 /// The health checks of the proxy addresses, over the pod network: each
 /// proxy replica's `GET /ready` (200 while it holds the controller's
 /// current table) through its own headless push Service, so a DNS replica
-/// stops answering with a proxy that is gone or behind. `push_port` is the
-/// proxy's table API port.
+/// stops answering with a proxy that is gone or behind. `ready_port` is the
+/// proxy's readiness listener, which nothing sent to the table API can
+/// crowd out.
 pub fn proxy_checks(
     infra_name: &str,
     namespace: &str,
     proxies: &[Ipv4Addr],
-    push_port: u16,
+    ready_port: u16,
 ) -> Vec<RawHealthCheck> {
     proxies
         .iter()
@@ -100,7 +101,7 @@ pub fn proxy_checks(
                     "{}.{namespace}.svc",
                     super::proxy::push_service_name(&Component::Proxy.replica_name(infra_name, i))
                 ),
-                port: Some(push_port),
+                port: Some(ready_port),
                 path: "/ready".to_string(),
             }),
         })
@@ -231,7 +232,7 @@ pub fn specs(
             &infra_name,
             infra.metadata.namespace.as_deref().unwrap_or_default(),
             &network.proxy,
-            super::proxy::PUSH_PORT,
+            super::proxy::READY_PORT,
         ),
     };
     network

@@ -1,8 +1,9 @@
 //! NetworkPolicies the controller plans.
 //!
-//! - [`push_api_policy`]: beside each ProxyServer, the Envoy pods' push API
-//!   (the routing-table endpoint) is reachable on the pod network only from
-//!   the controller's namespace; every other port stays open.
+//! - [`push_api_policy`]: beside each ProxyServer, each port of the Envoy
+//!   pods admits only who needs it: the routing ports anyone, the push API
+//!   the controller, readiness the Infra's DNS pods, metrics the
+//!   [`MetricsScrapers`]; every other port is closed.
 //! - [`proxy_ingress_policy`]: in a hosted cluster's control-plane namespace.
 //!
 //! HyperShift's own policies in a hosted cluster's control-plane namespace
@@ -37,26 +38,149 @@ fn port_range(protocol: &str, from: i32, to: i32) -> NetworkPolicyPort {
     }
 }
 
-/// The NetworkPolicy of a ProxyServer's Envoy pods: the push port only from
-/// pods labelled `app.kubernetes.io/component=controller` in
-/// `controller_namespace` and from the same Infra's DNS pods (their health
-/// checks of `GET /ready`), every other TCP and UDP port from anywhere (the
-/// listeners behind the internal Service; the VLAN leg is a Multus network,
-/// which NetworkPolicy does not cover). Probes come from the node, which
-/// NetworkPolicy always admits. Named `<proxy>-push`, owned by the
-/// ProxyServer.
-pub fn push_api_policy(server: &ProxyServer, controller_namespace: &str) -> NetworkPolicy {
+/// Who may scrape the metrics ports of the proxy pods: pods matching
+/// `pods` in namespaces matching `namespaces` (label selectors, each
+/// `key=value` pair required). The default admits every pod of the
+/// namespaces OpenShift labels `network.openshift.io/policy-group=monitoring`
+/// (the platform and user-workload Prometheus).
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct MetricsScrapers {
+    /// Labels of the namespaces whose Prometheus may scrape the proxy pods'
+    /// metrics ports, Envoy's and the address agent's (their NetworkPolicy
+    /// admits nothing else there), as `key=value[,key=value]`.
+    #[arg(
+        long = "metrics-scraper-namespace-labels",
+        env = "OOOI_METRICS_SCRAPER_NAMESPACE_LABELS",
+        value_parser = parse_labels,
+        default_value = "network.openshift.io/policy-group=monitoring",
+        value_name = "LABELS"
+    )]
+    pub namespaces: BTreeMap<String, String>,
+    /// Labels of the scraping pods inside those namespaces (empty: any pod),
+    /// as `key=value[,key=value]`.
+    #[arg(
+        long = "metrics-scraper-pod-labels",
+        env = "OOOI_METRICS_SCRAPER_POD_LABELS",
+        value_parser = parse_labels,
+        default_value = "",
+        value_name = "LABELS"
+    )]
+    pub pods: BTreeMap<String, String>,
+}
+
+impl Default for MetricsScrapers {
+    fn default() -> Self {
+        MetricsScrapers {
+            namespaces: BTreeMap::from([(
+                "network.openshift.io/policy-group".to_string(),
+                "monitoring".to_string(),
+            )]),
+            pods: BTreeMap::new(),
+        }
+    }
+}
+
+/// `key=value[,key=value]` as a label map; the error names the bad item.
+pub fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (k, v) = item
+            .split_once('=')
+            .ok_or_else(|| format!("{item:?}: expected key=value"))?;
+        let (k, v) = (k.trim(), v.trim());
+        if k.is_empty() || k.contains(char::is_whitespace) || v.contains(char::is_whitespace) {
+            return Err(format!("{item:?}: not a label key=value"));
+        }
+        out.insert(k.to_string(), v.to_string());
+    }
+    Ok(out)
+}
+
+impl MetricsScrapers {
+    /// The peer these labels select.
+    pub fn peer(&self) -> NetworkPolicyPeer {
+        NetworkPolicyPeer {
+            namespace_selector: Some(LabelSelector {
+                match_labels: Some(self.namespaces.clone()),
+                ..LabelSelector::default()
+            }),
+            pod_selector: Some(LabelSelector {
+                match_labels: (!self.pods.is_empty()).then(|| self.pods.clone()),
+                ..LabelSelector::default()
+            }),
+            ..NetworkPolicyPeer::default()
+        }
+    }
+}
+
+/// One ingress rule: `ports` (TCP) from `from` (`None`: from anywhere).
+fn tcp_rule(ports: &[u16], from: Option<Vec<NetworkPolicyPeer>>) -> NetworkPolicyIngressRule {
+    NetworkPolicyIngressRule {
+        ports: Some(
+            ports
+                .iter()
+                .map(|p| port_range("TCP", i32::from(*p), i32::from(*p)))
+                .collect(),
+        ),
+        from,
+    }
+}
+
+/// Pods of component `c` of the same Infra (same namespace).
+fn same_infra(instance: &str, c: Component) -> NetworkPolicyPeer {
+    NetworkPolicyPeer {
+        pod_selector: Some(LabelSelector {
+            match_labels: Some(selector(instance, c)),
+            ..LabelSelector::default()
+        }),
+        ..NetworkPolicyPeer::default()
+    }
+}
+
+/// The NetworkPolicy of a ProxyServer's Envoy pods. Each port admits only
+/// who needs it:
+///
+/// - the routing ports (`tls_ports`, what the internal Service exposes):
+///   anyone;
+/// - the push port: the controller pods (labelled
+///   `app.kubernetes.io/component=controller`) of `controller_namespace`;
+/// - the readiness port: the same Infra's DNS pods (their checks of `GET
+///   /ready`);
+/// - the metrics ports (Envoy's and the address agent's): `scrapers`.
+///
+/// Nothing else: every other port of the pod network is closed. Probes
+/// come from the node, which NetworkPolicy always admits; the VLAN leg is a
+/// Multus network, which NetworkPolicy does not cover. Named
+/// `<proxy>-push`, owned by the ProxyServer.
+pub fn push_api_policy(
+    server: &ProxyServer,
+    controller_namespace: &str,
+    scrapers: &MetricsScrapers,
+) -> NetworkPolicy {
     let name = server.metadata.name.clone().unwrap_or_default();
     let instance = instance_of(&server.metadata);
-    let push = i32::from(server.spec.push_port);
-    let mut open = Vec::new();
-    if push > 1 {
-        open.push(port_range("TCP", 1, push - 1));
+    let cfg = super::proxy::envoy_config(&server.spec, "");
+    let mut metrics = vec![super::proxy::METRICS_PORT];
+    if server.spec.availability.address_takeover.is_some() {
+        metrics.push(super::workload::AGENT_METRICS_PORT as u16);
     }
-    if push < 65535 {
-        open.push(port_range("TCP", push + 1, 65535));
-    }
-    open.push(port_range("UDP", 1, 65535));
+    let controller = NetworkPolicyPeer {
+        namespace_selector: Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([(
+                "kubernetes.io/metadata.name".to_string(),
+                controller_namespace.to_string(),
+            )])),
+            ..LabelSelector::default()
+        }),
+        pod_selector: Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([(
+                keys::APP_COMPONENT.to_string(),
+                CONTROLLER_COMPONENT.to_string(),
+            )])),
+            ..LabelSelector::default()
+        }),
+        ..NetworkPolicyPeer::default()
+    };
     NetworkPolicy {
         metadata: child_meta(server, format!("{name}-push"), &instance, Component::Proxy),
         spec: Some(NetworkPolicySpec {
@@ -66,40 +190,13 @@ pub fn push_api_policy(server: &ProxyServer, controller_namespace: &str) -> Netw
             }),
             policy_types: Some(vec!["Ingress".to_string()]),
             ingress: Some(vec![
-                NetworkPolicyIngressRule {
-                    ports: Some(open),
-                    from: None,
-                },
-                NetworkPolicyIngressRule {
-                    ports: Some(vec![port_range("TCP", push, push)]),
-                    from: Some(vec![
-                        NetworkPolicyPeer {
-                            namespace_selector: Some(LabelSelector {
-                                match_labels: Some(BTreeMap::from([(
-                                    "kubernetes.io/metadata.name".to_string(),
-                                    controller_namespace.to_string(),
-                                )])),
-                                ..LabelSelector::default()
-                            }),
-                            pod_selector: Some(LabelSelector {
-                                match_labels: Some(BTreeMap::from([(
-                                    keys::APP_COMPONENT.to_string(),
-                                    CONTROLLER_COMPONENT.to_string(),
-                                )])),
-                                ..LabelSelector::default()
-                            }),
-                            ..NetworkPolicyPeer::default()
-                        },
-                        // The DNS replicas of the same Infra check `/ready`.
-                        NetworkPolicyPeer {
-                            pod_selector: Some(LabelSelector {
-                                match_labels: Some(selector(&instance, Component::Dns)),
-                                ..LabelSelector::default()
-                            }),
-                            ..NetworkPolicyPeer::default()
-                        },
-                    ]),
-                },
+                tcp_rule(&cfg.tls_ports, None),
+                tcp_rule(&[server.spec.push_port], Some(vec![controller])),
+                tcp_rule(
+                    &[super::proxy::READY_PORT],
+                    Some(vec![same_infra(&instance, Component::Dns)]),
+                ),
+                tcp_rule(&metrics, Some(vec![scrapers.peer()])),
             ]),
             ..NetworkPolicySpec::default()
         }),
@@ -240,9 +337,42 @@ mod tests {
         .expect("fixture ProxyServer")
     }
 
+    /// (ports, from) of each rule, ports as numbers.
+    fn rules(p: &NetworkPolicy) -> Vec<(Vec<i32>, Option<Vec<NetworkPolicyPeer>>)> {
+        p.spec
+            .as_ref()
+            .unwrap()
+            .ingress
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                let ports = r
+                    .ports
+                    .as_ref()
+                    .unwrap()
+                    .iter()
+                    .map(|p| {
+                        assert_eq!(p.protocol.as_deref(), Some("TCP"));
+                        assert_eq!(p.end_port, None);
+                        let IntOrString::Int(n) = p.port.clone().unwrap() else {
+                            panic!("numeric port")
+                        };
+                        n
+                    })
+                    .collect();
+                (ports, r.from.clone())
+            })
+            .collect()
+    }
+
     #[test]
-    fn the_push_port_is_open_to_the_controller_and_the_infras_dns_pods_only() {
-        let p = push_api_policy(&proxy(9445), "oooi-system");
+    fn each_proxy_port_admits_only_who_needs_it() {
+        let scrapers = MetricsScrapers {
+            namespaces: BTreeMap::from([("monitoring".to_string(), "yes".to_string())]),
+            pods: BTreeMap::from([("app".to_string(), "prometheus".to_string())]),
+        };
+        let p = push_api_policy(&proxy(9445), "oooi-system", &scrapers);
         assert_eq!(p.metadata.name.as_deref(), Some("vlan200-proxy-push"));
         assert_eq!(p.metadata.namespace.as_deref(), Some("oooi"));
         let owner = &p.metadata.owner_references.as_ref().unwrap()[0];
@@ -250,45 +380,23 @@ mod tests {
             (owner.kind.as_str(), owner.uid.as_str()),
             ("ProxyServer", "u1")
         );
-        let spec = p.spec.unwrap();
+        let spec = p.spec.clone().unwrap();
         assert_eq!(
             spec.pod_selector.unwrap().match_labels.unwrap(),
             selector("vlan200", Component::Proxy)
         );
-        let rules = spec.ingress.unwrap();
-        let ranges: Vec<(String, i32, Option<i32>)> = rules[0]
-            .ports
-            .as_ref()
-            .unwrap()
-            .iter()
-            .map(|p| {
-                let IntOrString::Int(from) = p.port.clone().unwrap() else {
-                    panic!("numeric port")
-                };
-                (p.protocol.clone().unwrap(), from, p.end_port)
-            })
-            .collect();
+        assert_eq!(spec.policy_types, Some(vec!["Ingress".to_string()]));
+        let r = rules(&p);
+        assert_eq!(r.len(), 4, "{r:?}");
+        // Routing ports (no routes: the base ports) from anywhere.
+        assert_eq!(r[0], (vec![443, 6443], None));
+        // The push port: the controller pods of the controller's namespace.
+        assert_eq!(r[1].0, vec![9445]);
+        let push = r[1].1.as_ref().unwrap();
+        assert_eq!(push.len(), 1);
         assert_eq!(
-            ranges,
-            vec![
-                ("TCP".to_string(), 1, Some(9444)),
-                ("TCP".to_string(), 9446, Some(65535)),
-                ("UDP".to_string(), 1, Some(65535)),
-            ]
-        );
-        assert!(rules[0].from.is_none(), "other ports from anywhere");
-        let push = &rules[1];
-        assert_eq!(
-            push.ports.as_ref().unwrap()[0],
-            NetworkPolicyPort {
-                protocol: Some("TCP".into()),
-                port: Some(IntOrString::Int(9445)),
-                end_port: None
-            }
-        );
-        let peer = &push.from.as_ref().unwrap()[0];
-        assert_eq!(
-            peer.namespace_selector
+            push[0]
+                .namespace_selector
                 .as_ref()
                 .unwrap()
                 .match_labels
@@ -297,7 +405,8 @@ mod tests {
             "oooi-system"
         );
         assert_eq!(
-            peer.pod_selector
+            push[0]
+                .pod_selector
                 .as_ref()
                 .unwrap()
                 .match_labels
@@ -305,21 +414,83 @@ mod tests {
                 .unwrap()["app.kubernetes.io/component"],
             "controller"
         );
-        // The same Infra's DNS pods (same namespace: no namespace selector).
-        let dns = &push.from.as_ref().unwrap()[1];
-        assert!(dns.namespace_selector.is_none());
+        // Readiness: the same Infra's DNS pods (no namespace selector: the
+        // policy's own namespace).
+        assert_eq!(r[2].0, vec![i32::from(super::super::proxy::READY_PORT)]);
+        let ready = r[2].1.as_ref().unwrap();
+        assert_eq!(ready.len(), 1);
+        assert!(ready[0].namespace_selector.is_none());
         assert_eq!(
-            dns.pod_selector.as_ref().unwrap().match_labels.as_ref(),
+            ready[0]
+                .pod_selector
+                .as_ref()
+                .unwrap()
+                .match_labels
+                .as_ref(),
             Some(&selector("vlan200", Component::Dns))
         );
-        assert_eq!(push.from.as_ref().unwrap().len(), 2);
-        // A push port at the top of the range leaves no empty range behind.
-        let top = push_api_policy(&proxy(65535), "c")
-            .spec
-            .unwrap()
-            .ingress
-            .unwrap();
-        assert_eq!(top[0].ports.as_ref().unwrap().len(), 2);
+        // Metrics: the scrapers alone (no address agent in this proxy).
+        assert_eq!(r[3], (vec![9102], Some(vec![scrapers.peer()])));
+        let peer = scrapers.peer();
+        assert_eq!(
+            peer.namespace_selector.unwrap().match_labels.unwrap()["monitoring"],
+            "yes"
+        );
+        assert_eq!(
+            peer.pod_selector.unwrap().match_labels.unwrap()["app"],
+            "prometheus"
+        );
+        // Nothing else: every port of every rule is listed above.
+        let all: Vec<i32> = r.iter().flat_map(|(p, _)| p.clone()).collect();
+        assert_eq!(all, vec![443, 6443, 9445, 9446, 9102]);
+    }
+
+    #[test]
+    fn the_address_agents_metrics_port_is_for_scrapers_and_routes_add_ports() {
+        let mut p = proxy(9445);
+        p.spec.tls_ports = vec![443, 6443, 80];
+        p.spec.availability.address_takeover = Some(crate::crd::AddressTakeover {
+            lease_prefix: "vlan200-proxy".into(),
+            addresses: vec!["198.51.100.4/24".into()],
+        });
+        let r = rules(&push_api_policy(&p, "c", &MetricsScrapers::default()));
+        assert_eq!(r[0], (vec![443, 6443, 80], None));
+        assert_eq!(
+            r[3],
+            (
+                vec![9102, 9466],
+                Some(vec![MetricsScrapers::default().peer()])
+            )
+        );
+    }
+
+    #[test]
+    fn scraper_labels_parse_and_default_to_openshift_monitoring() {
+        assert_eq!(
+            parse_labels("a=b, c.d/e=f").unwrap(),
+            BTreeMap::from([
+                ("a".to_string(), "b".to_string()),
+                ("c.d/e".to_string(), "f".to_string())
+            ])
+        );
+        assert_eq!(parse_labels("").unwrap(), BTreeMap::new());
+        for bad in ["a", "=b", "a b=c"] {
+            assert!(parse_labels(bad).unwrap_err().contains(bad), "{bad}");
+        }
+        let d = MetricsScrapers::default().peer();
+        assert_eq!(
+            d.namespace_selector.unwrap().match_labels.unwrap()["network.openshift.io/policy-group"],
+            "monitoring"
+        );
+        assert_eq!(d.pod_selector.unwrap().match_labels, None, "any pod there");
+        // The command line's defaults are the same.
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            s: MetricsScrapers,
+        }
+        let cli = <Cli as clap::Parser>::try_parse_from(["x"]).unwrap();
+        assert_eq!(cli.s, MetricsScrapers::default());
     }
 
     #[test]

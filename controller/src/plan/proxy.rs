@@ -76,6 +76,11 @@ pub const BASE_TLS_PORTS: [u16; 2] = [443, 6443];
 pub const METRICS_PORT: u16 = 9102;
 /// Port of the table API (`/v1/routes`, `/ready`) on the pod network.
 pub const PUSH_PORT: u16 = 9445;
+/// Port of the readiness listener (`GET /ready` alone) on the pod network:
+/// the kubelet's probe, the gate, the address agent and the DNS replicas'
+/// checks ask here, on a connection budget of its own that nothing sent to
+/// the push port can use up.
+pub const READY_PORT: u16 = 9446;
 /// Where Envoy's bootstrap, LDS and CDS files are mounted.
 pub const CONFIG_DIR: &str = "/etc/oooi-envoy";
 /// Where `oooi-envoy-gate` writes the listeners Envoy reads (an in-memory
@@ -382,6 +387,7 @@ pub fn envoy_config(spec: &ProxyServerSpec, push_token: &str) -> oooi_envoy::Pro
         listen_address: any,
         tls_ports: ports,
         api: SocketAddr::new(any, spec.push_port),
+        ready: Some(SocketAddr::new(any, READY_PORT)),
         // The table API listens on all addresses (the controller reaches
         // the pod IP) but refuses everything from or to the VLAN leg.
         vlan: Some(oooi_envoy::VlanLeg {
@@ -420,20 +426,22 @@ pub fn validate(spec: &ProxyServerSpec) -> Result<(), String> {
     if !spec.routes.0.is_empty() {
         table(spec, 1).validate().map_err(|e| format!("spec.{e}"))?;
     }
-    if [spec.push_port, spec.admin_port, METRICS_PORT]
+    if [spec.push_port, spec.admin_port, METRICS_PORT, READY_PORT]
         .iter()
         .any(|p| spec.tls_ports.contains(p))
     {
         return Err(format!(
-            "spec.tlsPorts: {:?} collides with pushPort {}, adminPort {} or the metrics port {METRICS_PORT}",
+            "spec.tlsPorts: {:?} collides with pushPort {}, adminPort {}, the metrics port {METRICS_PORT} or the readiness port {READY_PORT}",
             spec.tls_ports, spec.push_port, spec.admin_port
         ));
     }
-    if spec.push_port == METRICS_PORT || spec.admin_port == METRICS_PORT {
-        return Err(format!(
-            "spec.pushPort {} or spec.adminPort {} collides with the metrics port {METRICS_PORT}",
-            spec.push_port, spec.admin_port
-        ));
+    for fixed in [METRICS_PORT, READY_PORT] {
+        if spec.push_port == fixed || spec.admin_port == fixed {
+            return Err(format!(
+                "spec.pushPort {} or spec.adminPort {} collides with port {fixed} (metrics {METRICS_PORT}, readiness {READY_PORT})",
+                spec.push_port, spec.admin_port
+            ));
+        }
     }
     Ok(())
 }
@@ -444,8 +452,9 @@ pub fn validate(spec: &ProxyServerSpec) -> Result<(), String> {
 pub struct ProxyObjects {
     /// The children, with the filter rollout's ConfigMap.
     pub children: Children,
-    /// The NetworkPolicy that admits the push API from the controller's
-    /// namespace only (none when that namespace is unknown).
+    /// The NetworkPolicy that admits each port of the pods only from who
+    /// needs it, the push API from the controller's namespace only (none
+    /// when that namespace is unknown).
     pub push_policy: Option<NetworkPolicy>,
 }
 
@@ -470,6 +479,7 @@ pub fn objects(
     push_token: &str,
     filter: Option<&FilterPlan>,
     controller_namespace: Option<&str>,
+    scrapers: &super::network_policy::MetricsScrapers,
 ) -> anyhow::Result<ProxyObjects> {
     let child_proxy = match filter {
         Some(f) => f.proxy_for_children(proxy),
@@ -479,7 +489,7 @@ pub fn objects(
     children.config_map = filter.and_then(|f| f.config_map(proxy));
     Ok(ProxyObjects {
         children,
-        push_policy: controller_namespace.map(|ns| push_api_policy(proxy, ns)),
+        push_policy: controller_namespace.map(|ns| push_api_policy(proxy, ns, scrapers)),
     })
 }
 
@@ -539,13 +549,22 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
             cluster_ip: Some("None".to_string()),
             publish_not_ready_addresses: Some(true),
             selector: Some(server_selector(&name, &instance, c, replica)),
-            ports: Some(vec![ServicePort {
-                name: Some("push".to_string()),
-                port: i32::from(server.spec.push_port),
-                protocol: Some("TCP".to_string()),
-                target_port: Some(IntOrString::Int(i32::from(server.spec.push_port))),
-                ..ServicePort::default()
-            }]),
+            ports: Some(vec![
+                ServicePort {
+                    name: Some("push".to_string()),
+                    port: i32::from(server.spec.push_port),
+                    protocol: Some("TCP".to_string()),
+                    target_port: Some(IntOrString::Int(i32::from(server.spec.push_port))),
+                    ..ServicePort::default()
+                },
+                ServicePort {
+                    name: Some("ready".to_string()),
+                    port: i32::from(READY_PORT),
+                    protocol: Some("TCP".to_string()),
+                    target_port: Some(IntOrString::Int(i32::from(READY_PORT))),
+                    ..ServicePort::default()
+                },
+            ]),
             ..ServiceSpec::default()
         }),
         ..Service::default()
@@ -596,6 +615,7 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
     ];
     let (placement, pdb) = replica_placement(server, &name, &instance, c, replica);
     let push = i32::from(server.spec.push_port);
+    let ready = i32::from(READY_PORT);
     let deployment = deployment(
         server,
         PodPlan {
@@ -615,7 +635,7 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
                 "--out".to_string(),
                 LISTENERS_DIR.to_string(),
                 "--ready".to_string(),
-                format!("http://127.0.0.1:{push}/ready"),
+                format!("http://127.0.0.1:{ready}/ready"),
                 "--".to_string(),
                 "envoy".to_string(),
                 "-c".to_string(),
@@ -627,6 +647,7 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
             ],
             ports: vec![
                 port("push", push, "TCP"),
+                port("ready", ready, "TCP"),
                 port("http", i32::from(METRICS_PORT), "TCP"),
             ],
             volumes,
@@ -636,8 +657,8 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
                 mount("listeners", LISTENERS_DIR, false),
             ],
             // Not ready until the controller pushed a table (GET /ready is 503 before).
-            readiness: http_probe("/ready", push, 2, 1),
-            liveness: tcp_probe(push, 10, 6),
+            readiness: http_probe("/ready", ready, 2, 1),
+            liveness: tcp_probe(ready, 10, 6),
             resources: resources(server.spec.resources.as_ref(), "50m", "128Mi", "512Mi"),
             fs_group: None,
             placement,
@@ -654,7 +675,7 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
                     AgentPlan {
                         takeover,
                         // Envoy holds the table the controller last announced.
-                        ready_url: format!("http://127.0.0.1:{push}/ready"),
+                        ready_url: format!("http://127.0.0.1:{ready}/ready"),
                     }
                 }),
         },

@@ -669,6 +669,7 @@ pub async fn reconcile_proxy(
             &token,
             Some(&filter),
             ctx.settings.controller_namespace.as_deref(),
+            &ctx.settings.metrics_scrapers,
         )
         .map(|o| (o, token)),
         Err(e) => Err(anyhow::anyhow!(e)),

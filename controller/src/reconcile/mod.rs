@@ -59,6 +59,8 @@ pub struct Settings {
     /// NetworkPolicy admitting its push API from there only
     /// ([`crate::plan::network_policy::push_api_policy`]); `None`: no policy.
     pub controller_namespace: Option<String>,
+    /// Who may scrape the metrics ports of the proxy pods.
+    pub metrics_scrapers: crate::plan::network_policy::MetricsScrapers,
     /// Where the filter module comes from (filter rollout).
     pub filter_source: crate::rollout::SourceConfig,
     /// Images of components whose Infra names none.

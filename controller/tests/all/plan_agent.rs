@@ -134,7 +134,7 @@ fn the_agent_is_a_native_sidecar_with_two_capabilities_and_no_token() {
         } else {
             assert_eq!(arg(a, "--group"), "vlan-proxy");
             assert_eq!(arg(a, "--address"), "192.0.2.4/24,192.0.2.7/24");
-            assert_eq!(ready, "http://127.0.0.1:9445/ready");
+            assert_eq!(ready, "http://127.0.0.1:9446/ready");
         }
         let home = c
             .deployment

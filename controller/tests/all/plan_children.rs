@@ -288,10 +288,43 @@ fn proxy_children_render_envoy_through_oooi_envoy_with_the_token() {
             "--out",
             "/run/oooi-envoy",
             "--ready",
-            &format!("http://127.0.0.1:{}/ready", proxy.spec.push_port),
+            &format!(
+                "http://127.0.0.1:{}/ready",
+                oooi_controller::plan::proxy::READY_PORT
+            ),
         ]
     );
     assert_eq!(args[dash + 1..dash + 3], ["envoy", "-c"]);
+    // Readiness and liveness ask the readiness listener, never the push port.
+    let ready = i32::from(oooi_controller::plan::proxy::READY_PORT);
+    let probe = envoy.readiness_probe.as_ref().unwrap();
+    assert_eq!(
+        probe.http_get.as_ref().unwrap().path.as_deref(),
+        Some("/ready")
+    );
+    assert_eq!(
+        probe.http_get.as_ref().unwrap().port,
+        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(ready)
+    );
+    assert_eq!(
+        envoy
+            .liveness_probe
+            .as_ref()
+            .unwrap()
+            .tcp_socket
+            .as_ref()
+            .unwrap()
+            .port,
+        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(ready)
+    );
+    assert!(
+        envoy
+            .ports
+            .as_ref()
+            .unwrap()
+            .iter()
+            .any(|p| p.name.as_deref() == Some("ready") && p.container_port == ready)
+    );
     assert_eq!(args[dash + 3], "/etc/oooi-envoy/envoy.json");
     let run = envoy
         .volume_mounts
@@ -318,7 +351,10 @@ fn proxy_children_render_envoy_through_oooi_envoy_with_the_token() {
         .iter()
         .map(|l| l["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["tls_443", "tls_6443", "table_api", "metrics"]);
+    assert_eq!(
+        names,
+        ["tls_443", "tls_6443", "table_api", "ready", "metrics"]
+    );
     // The token reaches Envoy only through the Secret (it is in the table
     // API filter's configuration).
     assert!(

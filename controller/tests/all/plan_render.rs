@@ -175,6 +175,7 @@ fn two_cluster_example_routes_workers_and_apps() {
             "tls_6443",
             "tls_22623",
             "table_api",
+            "ready",
             "metrics"
         ]
     );

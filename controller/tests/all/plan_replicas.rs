@@ -194,7 +194,7 @@ fn every_dns_replica_checks_every_proxy_replica_over_the_pod_network() {
             ]
             .map(|(a, svc)| (
                 a.to_string(),
-                Some(format!("http://{svc}.oooi.svc:9445/ready"))
+                Some(format!("http://{svc}.oooi.svc:9446/ready"))
             ))
         );
         oooi_dns_config::Config::from_raw(&dns.spec.config.0).expect("the DNS server takes it");

@@ -788,9 +788,20 @@ async fn proxy_push_api_is_reachable_from_the_controller_namespace_only() {
         push["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
         "oooi-system"
     );
+    // The routing ports from anywhere; readiness and metrics each from
+    // their own peers; no other port.
+    assert!(body["spec"]["ingress"][0].get("from").is_none());
     assert_eq!(
-        body["spec"]["ingress"][0]["ports"][0],
-        json!({"protocol": "TCP", "port": 1, "endPort": 9444})
+        body["spec"]["ingress"][2]["ports"],
+        json!([{"protocol": "TCP", "port": 9446}])
+    );
+    assert_eq!(
+        body["spec"]["ingress"][3]["ports"][0],
+        json!({"protocol": "TCP", "port": 9102})
+    );
+    assert_eq!(
+        body["spec"]["ingress"][3]["from"][0]["namespaceSelector"]["matchLabels"]["network.openshift.io/policy-group"],
+        "monitoring"
     );
     let log = h.reconcile_proxy().await;
     assert!(

@@ -43,7 +43,9 @@ pub use file::{
 };
 pub use mac::Mac;
 pub use subnet::{MAX_PREFIX_LEN, Subnet};
-pub use validated::{Config, DEFAULT_PROBE_TIMEOUT_MS, MAX_PROBE_TIMEOUT_MS, Peer, Reservation};
+pub use validated::{
+    Config, DEFAULT_PROBE_TIMEOUT_MS, DEFAULT_VLAN_PORT, MAX_PROBE_TIMEOUT_MS, Peer, Reservation,
+};
 
 /// A parse or validation error: the shared [`FieldError`]. `field` is the
 /// dotted path of the offending field (for example `reservations[2].mac`,

@@ -15,6 +15,10 @@ pub const DEFAULT_PROBE_TIMEOUT_MS: u32 = 500;
 /// Longest probe wait accepted, ms.
 pub const MAX_PROBE_TIMEOUT_MS: u32 = 3000;
 
+/// The VLAN witness's port: the port IANA assigned to DHCP failover
+/// (`dhcp-failover`, 647), which nothing else on a worker VLAN uses.
+pub const DEFAULT_VLAN_PORT: u16 = 647;
+
 /// The checked pair settings.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Peer {
@@ -30,11 +34,14 @@ pub struct Peer {
     pub token: String,
     /// Heartbeat interval.
     pub heartbeat_ms: u32,
-    /// Silence after which contact with the other server counts as lost.
+    /// Silence after which a witness (the pair link, the VLAN) counts the
+    /// other server as unreachable.
     pub down_after_ms: u32,
-    /// Unanswered clients of the other scope that make this server take over.
-    pub max_unacked_clients: u32,
-    /// How long a client must have been asking to count as unanswered.
+    /// UDP port of the VLAN witness: each server sends its heartbeat
+    /// datagrams from and to this port on the two VLAN addresses.
+    pub vlan_port: u16,
+    /// How long a client must have been asking (its `secs` field) to count
+    /// as unanswered (a metric: it moves no state).
     pub unacked_wait_ms: u32,
 }
 
@@ -57,7 +64,7 @@ impl std::fmt::Debug for Peer {
             .field("token", &"<redacted>")
             .field("heartbeat_ms", &self.heartbeat_ms)
             .field("down_after_ms", &self.down_after_ms)
-            .field("max_unacked_clients", &self.max_unacked_clients)
+            .field("vlan_port", &self.vlan_port)
             .field("unacked_wait_ms", &self.unacked_wait_ms)
             .finish()
     }
@@ -330,12 +337,14 @@ fn peer(
             format!("{down_after_ms} must be at least twice heartbeat_ms {heartbeat_ms}"),
         ));
     }
-    // Kea's defaults are 10 clients and 10 s; a VLAN of a few dozen
-    // workers has fewer clients to wait for.
-    let max_unacked_clients = 3;
+    // Not a setting: both servers must agree on it, and nothing else on a
+    // worker VLAN uses it.
+    let vlan_port = DEFAULT_VLAN_PORT;
+    // Kea's `max-ack-delay` default: a client asking for 10 s went
+    // unanswered.
     let unacked_wait_ms = 10_000;
     Ok(Peer {
-        max_unacked_clients,
+        vlan_port,
         unacked_wait_ms,
         role: p.role,
         server_ip: p.server_ip,

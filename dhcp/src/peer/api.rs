@@ -174,14 +174,16 @@ pub fn router(shared: Arc<PairShared>) -> axum::Router {
         .with_state(shared)
 }
 
-/// Serves the pair API on `addr`.
+/// Serves the pair API on `addr`: [`oooi_serve::Limits::SMALL`], but bodies
+/// up to the largest batch of records (the router's own limit refuses more
+/// with 413) and a longer request time for one such batch.
 pub async fn serve(shared: Arc<PairShared>, addr: SocketAddr) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(%addr, "serving the pair API");
-    axum::serve(
-        listener,
-        router(shared).into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .await?;
-    Ok(())
+    let limits = oooi_serve::Limits {
+        max_body_bytes: shared.max_records * RECORD_LEN + 1,
+        request_timeout: Duration::from_secs(30),
+        ..oooi_serve::Limits::SMALL
+    };
+    match oooi_serve::serve(listener, router(shared), limits).await? {}
 }

@@ -127,6 +127,9 @@ pub fn heartbeat(shared: Arc<PairShared>) {
     let down_after = Duration::from_millis(u64::from(p.down_after_ms));
     let started = Instant::now();
     let mut last_answer: Option<Instant> = None;
+    // Any answer, a refused token included: the process lives.
+    let mut last_reply: Option<Instant> = None;
+    let mut vlan_was_alive = true;
     let mut skew_warned: Option<Instant> = None;
     let mut refused_logged: Option<Instant> = None;
     let m = metrics();
@@ -136,6 +139,7 @@ pub fn heartbeat(shared: Arc<PairShared>) {
         match hb {
             Heartbeat::Answered(s) => {
                 last_answer = Some(now);
+                last_reply = Some(now);
                 if let Ok(mut t) = shared.last_ok.lock() {
                     *t = Some(now);
                 }
@@ -143,7 +147,11 @@ pub fn heartbeat(shared: Arc<PairShared>) {
                     *t = Some(s);
                 }
             }
-            Heartbeat::Unauthorized | Heartbeat::Unreachable => {
+            Heartbeat::Unauthorized => {
+                last_reply = Some(now);
+                m.pair_heartbeat_failures.inc();
+            }
+            Heartbeat::Unreachable => {
                 m.pair_heartbeat_failures.inc();
             }
         }
@@ -164,16 +172,35 @@ pub fn heartbeat(shared: Arc<PairShared>) {
                 );
             }
         }
-        let reference = last_answer.unwrap_or(started);
+        let reference = last_reply.unwrap_or(started);
+        let (vlan_alive, vlan_state) = shared.vlan_view();
+        m.pair_vlan_alive.set(i64::from(vlan_alive));
+        if vlan_alive != vlan_was_alive {
+            vlan_was_alive = vlan_alive;
+            if vlan_alive {
+                tracing::info!("pair: the other server is heard on the VLAN again");
+            } else {
+                tracing::warn!(
+                    pair_link = if last_answer.is_some_and(|t| now.duration_since(t) <= down_after)
+                    {
+                        "answering"
+                    } else {
+                        "silent"
+                    },
+                    "pair: no VLAN heartbeat from the other server for down_after_ms"
+                );
+            }
+        }
         let o = Observation {
             heartbeat: hb,
             in_contact: last_answer.is_some_and(|t| now.duration_since(t) <= down_after),
             silent: now.duration_since(reference) > down_after,
             updates_stalled: shared.stalled.load(Ordering::Relaxed),
-            unacked_clients: shared.unacked.load(Ordering::Relaxed),
+            vlan_alive,
+            vlan_state,
             skew: shared.skew(),
         };
-        match next_state(shared.state(), &o, &shared.limits) {
+        match next_state(shared.state(), &o) {
             Step::Stay => {}
             Step::Move(to, reason) => {
                 if to == PairState::PartnerDown {
@@ -195,9 +222,8 @@ pub fn heartbeat(shared: Arc<PairShared>) {
                     refused_logged = Some(now);
                     tracing::error!(
                         skew_seconds = o.skew.unwrap_or(0.0),
-                        unacked_clients = o.unacked_clients,
                         reason,
-                        "pair: clients of the other server's scope go unanswered, but this server refuses to take over"
+                        "pair: the other server is silent on the pair link and on the VLAN, but this server refuses to take over"
                     );
                 }
             }

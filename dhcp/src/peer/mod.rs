@@ -30,14 +30,16 @@
 //! if the ACK had been lost on the way. When the other server does not
 //! answer, or answers heartbeats but stores none of the updates, ACKs wait
 //! (retrying) for at most `down_after_ms`; then this server moves to
-//! communication recovery (see [`crate::pair`]): ACKs leave after the local
+//! communication recovery, or partner-down when the other server is silent
+//! on the VLAN too (see [`crate::pair`]): ACKs leave after the local
 //! sync only, this server answers only its own scope from its own half, and
 //! the other server gets those leases in the exchange when contact
 //! returns (both pull and push every lease before load balancing again).
 //! A cut pair link between two live servers thus gives no duplicates: each
-//! keeps serving its own scope from its own half. A server takes over the
-//! other's scope (partner down) only when clients of that scope go
-//! unanswered, and never with a clock more than 60 s off the other's.
+//! keeps serving its own scope from its own half, as long as each hears the
+//! other on the VLAN ([`vlan`]). A server takes over the other's scope
+//! (partner down) only when the other is silent on the pair link and on
+//! the VLAN, and never with a clock more than 60 s off the other's.
 //!
 //! Records from the other server are checked against the config (subnet,
 //! pool or that MAC's reservation, never a server or gateway address, an
@@ -47,7 +49,10 @@
 //! client holds the address) is answered 409 with what was refused and the
 //! bindings held here; the sender does not ACK those leases and merges the
 //! bindings it was sent (see [`crate::leases::LeaseTable::merge_peer_commit`]
-//! for how a conflict is settled the same way on both servers).
+//! for how a conflict is settled, and
+//! [`crate::leases::LeaseTable::check_peer_half`] for the records of the
+//! receiver's half). The decision loop merges records in slices between its
+//! DHCP turns (see [`crate::server::MERGE_SLICE`]), replication first.
 
 //! ## API (bearer token, `Authorization: Bearer <token>`; a wrong token is
 //! answered 401, counted and logged with the caller's address)
@@ -67,18 +72,20 @@
 //!
 //! Modules by job: [`api`] (the pair API this server serves), [`client`]
 //! (the HTTP client of the other server's API), [`heartbeat`] (states,
-//! clock skew, the lease exchange) and [`push`] (the replication workers).
+//! clock skew, the lease exchange), [`vlan`] (the VLAN witness) and
+//! [`push`] (the replication workers).
 
 pub mod api;
 pub mod client;
 pub mod heartbeat;
 pub mod push;
+pub mod vlan;
 
 use std::fs::File;
 use std::io::{Read, Write};
 use std::net::Ipv4Addr;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -86,7 +93,7 @@ use std::time::{Duration, Instant};
 use crate::config::{Mac, Peer};
 use crate::lease_store::{StoredLease, encode_leases};
 use crate::metrics::metrics;
-use crate::pair::{Limits, PairState};
+use crate::pair::PairState;
 use crate::replication::{Admit, Order, Stream};
 
 pub use api::{router, serve};
@@ -113,6 +120,11 @@ pub enum Inbox {
         records: Vec<u8>,
         /// Signalled once they are durable here, with what was refused.
         done: Sender<MergeReport>,
+        /// Replication (a stream's request), merged before bodies sent
+        /// outside a stream (snapshots, exchanges, anything else), so that
+        /// a flood of the latter cannot hold back the ACKs that wait for
+        /// replication.
+        replication: bool,
     },
     /// Every lease this server holds, as records, on `reply`.
     Snapshot {
@@ -143,6 +155,9 @@ pub struct MergeReport {
 
 /// Most refused records named in one answer (the count is always whole).
 const REFUSED_LISTED: usize = 100;
+/// Most of this server's bindings sent back in one answer (the sender
+/// merges them; a later exchange sends the rest).
+const HOLDERS_LISTED: usize = 1000;
 
 impl MergeReport {
     /// Adds a refused record.
@@ -165,7 +180,7 @@ impl MergeReport {
                 v["reason"] = r.reason.into();
                 v
             }).collect::<Vec<_>>(),
-            "holders": self.holders.iter().map(lease).collect::<Vec<_>>(),
+            "holders": self.holders.iter().take(HOLDERS_LISTED).map(lease).collect::<Vec<_>>(),
         })
     }
 }
@@ -225,12 +240,13 @@ pub struct PairShared {
     skew_known: AtomicBool,
     /// The other server answers heartbeats but stores no lease updates.
     stalled: AtomicBool,
-    /// Clients of the other scope seen unanswered (set by the decision loop).
-    unacked: AtomicUsize,
     /// Most records one body may hold (both directions).
     pub max_records: usize,
-    /// Limits of the state machine.
-    pub limits: Limits,
+    /// Whether the VLAN witness's socket is open (until it is, the VLAN
+    /// counts as alive: no takeover on the pair link alone).
+    vlan_open: AtomicBool,
+    /// When the last valid VLAN heartbeat arrived, and the state it named.
+    vlan_last: Mutex<Option<(Instant, PairState)>>,
     /// When the other server last answered a heartbeat.
     last_ok: Mutex<Option<Instant>>,
     /// What it said its state was.
@@ -286,8 +302,45 @@ impl PairShared {
 
     /// The decision loop's count of unanswered clients of the other scope.
     pub fn set_unacked(&self, n: usize) {
-        self.unacked.store(n, Ordering::Relaxed);
         metrics().pair_unacked_clients.set(n as i64);
+    }
+
+    /// Whether the VLAN witness's socket is open.
+    pub fn set_vlan_available(&self, open: bool) {
+        self.vlan_open.store(open, Ordering::Relaxed);
+    }
+
+    /// A valid VLAN heartbeat of the other server arrived, naming `state`.
+    pub fn vlan_heard(&self, state: PairState) {
+        if let Ok(mut v) = self.vlan_last.lock() {
+            *v = Some((Instant::now(), state));
+        }
+    }
+
+    /// The VLAN witness: whether the other server was heard within
+    /// `down_after_ms` (always true while the witness cannot listen), and
+    /// the state it last named then.
+    pub fn vlan_view(&self) -> (bool, Option<PairState>) {
+        let limit = Duration::from_millis(u64::from(self.peer.down_after_ms));
+        let last = self.vlan_last.lock().ok().and_then(|v| *v);
+        let heard = last.filter(|(t, _)| t.elapsed() <= limit);
+        if !self.vlan_open.load(Ordering::Relaxed) {
+            return (true, heard.map(|(_, s)| s));
+        }
+        (heard.is_some(), heard.map(|(_, s)| s))
+    }
+
+    /// Whether the other server says (on either witness, lately) that it
+    /// took over: then its records may name addresses of this server's
+    /// half that this server never bound.
+    pub fn peer_took_over(&self) -> bool {
+        let pair = self
+            .peer_state
+            .lock()
+            .ok()
+            .and_then(|s| *s)
+            .is_some_and(|s| s == PairState::PartnerDown);
+        pair || self.vlan_view().1 == Some(PairState::PartnerDown)
     }
 
     /// Whether ACKs wait for the other server now: only while load
@@ -332,7 +385,11 @@ impl PairShared {
     /// time.
     pub fn store_records(&self, records: Vec<u8>, timeout: Duration) -> Option<MergeReport> {
         let (tx, rx) = std::sync::mpsc::channel();
-        if !self.send(Inbox::Records { records, done: tx }) {
+        if !self.send(Inbox::Records {
+            records,
+            done: tx,
+            replication: false,
+        }) {
             return None;
         }
         rx.recv_timeout(timeout).ok()
@@ -357,14 +414,22 @@ impl PairShared {
                 Admit::Apply => {
                     // Queued under the lock: the decision loop merges in
                     // queue order.
-                    let sent = self.send(Inbox::Records { records, done: tx });
+                    let sent = self.send(Inbox::Records {
+                        records,
+                        done: tx,
+                        replication: true,
+                    });
                     drop(order);
                     self.order_moved.notify_all();
                     break sent;
                 }
                 Admit::Repeat => {
                     drop(order);
-                    break self.send(Inbox::Records { records, done: tx });
+                    break self.send(Inbox::Records {
+                        records,
+                        done: tx,
+                        replication: true,
+                    });
                 }
                 Admit::Stale => return None,
                 Admit::Wait => {
@@ -431,9 +496,6 @@ impl Pair {
         b.set_nonblocking(true)?;
         metrics().pair_state.set(PairState::Syncing.code());
         crate::metrics::set_pair_status(PairState::Syncing.as_str(), "started");
-        let limits = Limits {
-            max_unacked_clients: peer.max_unacked_clients as usize,
-        };
         Ok(Pair {
             shared: Arc::new(PairShared {
                 peer,
@@ -441,9 +503,9 @@ impl Pair {
                 skew_ms: AtomicI64::new(0),
                 skew_known: AtomicBool::new(false),
                 stalled: AtomicBool::new(false),
-                unacked: AtomicUsize::new(0),
                 max_records: max_records.max(1),
-                limits,
+                vlan_open: AtomicBool::new(false),
+                vlan_last: Mutex::new(None),
                 last_ok: Mutex::new(None),
                 peer_state: Mutex::new(None),
                 inbox: Mutex::new(tx),
@@ -487,7 +549,7 @@ mod tests {
             token: "0123456789abcdef".into(),
             heartbeat_ms: 100,
             down_after_ms: 300,
-            max_unacked_clients: 3,
+            vlan_port: 647,
             unacked_wait_ms: 10_000,
         };
         let pair = Pair::new(peer, 100).unwrap();

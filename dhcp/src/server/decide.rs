@@ -17,7 +17,7 @@ use crate::config::Mac;
 use crate::leases::LeaseTable;
 use crate::metrics::{self, metrics};
 use crate::pipeline::{self, Decision, Destination, Dropped, Outcome, StoreOp};
-use crate::probe::{Found, Prober};
+use crate::probe::{Found, MAX_HELD_PER_RESPONDER, Prober, Responders, Verdict};
 
 /// Starts conflict probes (the ICMP prober; a recording double in tests).
 pub trait StartProbe {
@@ -62,38 +62,106 @@ struct PendingOffer {
     answered: u8,
 }
 
+/// Most log lines of one kind a second (the counters count every event):
+/// a flood of conflicts must cost the decision loop neither the time to
+/// write a line each nor a scan of a large map per line.
+const LOGS_PER_SECOND: u32 = 20;
+/// Most keys a [`LogLimit`] remembers.
+const LOG_KEYS: usize = 4096;
+
+/// Logs an event once per key a minute, and at most 20 lines a second
+/// (`LOGS_PER_SECOND`).
+#[derive(Debug)]
+pub struct LogLimit<K> {
+    seen: HashMap<K, Instant>,
+    second: Instant,
+    in_second: u32,
+    /// Lines left out by the per-second bound since the last one written.
+    pub suppressed: u64,
+}
+
+impl<K> Default for LogLimit<K> {
+    fn default() -> Self {
+        LogLimit {
+            seen: HashMap::new(),
+            second: Instant::now(),
+            in_second: 0,
+            suppressed: 0,
+        }
+    }
+}
+
+impl<K: std::hash::Hash + Eq> LogLimit<K> {
+    /// Whether to log the event `key` at `now` (remembered when so).
+    pub fn allow(&mut self, key: K, now: Instant) -> bool {
+        if self
+            .seen
+            .get(&key)
+            .is_some_and(|t| now.duration_since(*t) < CONFLICT_LOG_EVERY)
+        {
+            return false;
+        }
+        if now.duration_since(self.second) >= Duration::from_secs(1) {
+            self.second = now;
+            self.in_second = 0;
+        }
+        if self.in_second >= LOGS_PER_SECOND {
+            self.suppressed += 1;
+            return false;
+        }
+        self.in_second += 1;
+        if self.seen.len() >= LOG_KEYS {
+            self.seen
+                .retain(|_, t| now.duration_since(*t) < CONFLICT_LOG_EVERY);
+            if self.seen.len() >= LOG_KEYS {
+                self.seen.clear();
+            }
+        }
+        self.seen.insert(key, now);
+        true
+    }
+}
+
 /// The decision loop's state: the lease table and what it remembers
 /// between datagrams.
 pub struct Decisions {
     pub(super) table: LeaseTable,
     /// When each conflict was last logged (see `conflict_log`).
-    pub(super) conflicts_logged: HashMap<(Ipv4Addr, Mac, Mac), Instant>,
+    pub(super) conflicts_logged: LogLimit<(Ipv4Addr, Mac, Mac)>,
     /// Clients of the other scope seen unanswered while contact is lost.
     pub(super) unacked: crate::pair::Unacked,
-    /// When this server started (the clock of `unacked`).
-    started: Instant,
     /// Offers waiting for their probe, by client, and the client of each
     /// probed address.
     probing: HashMap<Mac, PendingOffer>,
     probing_ip: HashMap<Ipv4Addr, Mac>,
     /// When each in-use address found by a probe was last logged.
-    probe_conflicts_logged: HashMap<Ipv4Addr, Instant>,
+    probe_conflicts_logged: LogLimit<Ipv4Addr>,
     /// When a failed probe send was last logged.
     probe_error_logged: Option<Instant>,
+    /// The addresses each probe responder holds back (see
+    /// [`crate::probe::Responders`]).
+    responders: Responders,
+    /// Addresses held back by a probe answer, oldest conflict first: the
+    /// fallback when the free pool is spent.
+    probe_held: std::collections::VecDeque<(u64, Ipv4Addr)>,
 }
+
+/// Most probe-held addresses remembered for the fallback.
+const PROBE_HELD_TRACKED: usize = 65_536;
 
 impl Decisions {
     /// The decision state over `table`.
     pub fn new(table: LeaseTable) -> Decisions {
         Decisions {
             table,
-            conflicts_logged: HashMap::new(),
+            conflicts_logged: LogLimit::default(),
             unacked: crate::pair::Unacked::default(),
-            started: Instant::now(),
             probing: HashMap::new(),
             probing_ip: HashMap::new(),
-            probe_conflicts_logged: HashMap::new(),
+            probe_conflicts_logged: LogLimit::default(),
             probe_error_logged: None,
+            responders: Responders::default(),
+            probe_held: std::collections::VecDeque::new(),
         }
     }
 
@@ -117,7 +185,7 @@ impl Decisions {
         now: u64,
         prober: Option<&mut dyn StartProbe>,
     ) -> Step {
-        let o = match pipeline::handle(&mut self.table, datagram, now) {
+        let o = match self.decide_or_fall_back(datagram, now) {
             Ok(o) => o,
             Err(d) => {
                 metrics()
@@ -218,6 +286,7 @@ impl Decisions {
         &mut self,
         ip: Ipv4Addr,
         found: Found,
+        responder: Option<Mac>,
         now: u64,
         prober: Option<&mut dyn StartProbe>,
     ) -> Option<(Vec<u8>, Destination)> {
@@ -230,15 +299,41 @@ impl Decisions {
             return p.reply;
         }
         metrics().probe_conflicts.inc();
+        let until = now + u64::from(self.table.config().decline_quarantine_seconds);
+        if let Verdict::Ignore { first } = self.responders.answered(responder, ip, now, until) {
+            // A host answering for many addresses: its answer holds
+            // nothing back, the offer leaves.
+            let m = metrics();
+            m.probe_answers_ignored.inc();
+            m.probe_greedy_responders
+                .set(self.responders.greedy() as i64);
+            if first {
+                tracing::warn!(
+                    responder = %responder.map_or_else(|| "unknown".to_string(), |m| m.to_string()),
+                    %ip,
+                    held_at_most = MAX_HELD_PER_RESPONDER,
+                    "conflict probe: one host answers for many addresses; its answers no longer hold addresses back (counted in oooi_dhcp_probe_answers_ignored)"
+                );
+            }
+            return p.reply;
+        }
+        metrics()
+            .probe_greedy_responders
+            .set(self.responders.greedy() as i64);
         self.probe_conflict_log(ip, mac);
-        self.table.probe_answered(mac, ip, now);
+        if self.table.probe_answered(mac, ip, now) {
+            self.probe_held.push_back((now, ip));
+            if self.probe_held.len() > PROBE_HELD_TRACKED {
+                self.probe_held.pop_front();
+            }
+        }
         let answered = p.answered + 1;
         if answered >= MAX_PROBES_PER_DISCOVER {
             tracing::warn!(%mac, answered, "every address probed for this DISCOVER is in use: no offer this time");
             return None;
         }
         // Decide the DISCOVER again: the quarantined address is skipped.
-        let o = pipeline::handle(&mut self.table, &p.datagram, now).ok()?;
+        let o = self.decide_or_fall_back(&p.datagram, now).ok()?;
         match o.decision {
             Decision::Offer { ip, probe } => {
                 if self.hold_for_probe(
@@ -264,6 +359,42 @@ impl Decisions {
         }
     }
 
+    /// Decides `datagram`; when it is a DISCOVER that finds the free pool
+    /// spent while probe answers hold addresses back, the address whose
+    /// conflict is oldest is released and offered instead, unprobed
+    /// (counted, logged): clients are still answered when a host answers
+    /// probes for much of the pool.
+    fn decide_or_fall_back(&mut self, datagram: &[u8], now: u64) -> Result<Outcome, Dropped> {
+        let o = pipeline::handle(&mut self.table, datagram, now)?;
+        if !matches!(
+            o.decision,
+            Decision::NoAddress {
+                refusal: crate::leases::Refusal::PoolExhausted
+            }
+        ) {
+            return Ok(o);
+        }
+        while let Some((at, ip)) = self.probe_held.pop_front() {
+            if !self.table.clear_probe_held(ip, now) {
+                continue;
+            }
+            let mut again = pipeline::handle(&mut self.table, datagram, now)?;
+            if let Decision::Offer { ip: offered, probe } = &mut again.decision {
+                // It was answered once already: probing again would only
+                // hold it back again.
+                *probe = false;
+                metrics().offers_of_quarantined.inc();
+                tracing::warn!(
+                    ip = %offered,
+                    conflict_at = at,
+                    "free pool spent: offering the probe-quarantined address with the oldest conflict (counted in oooi_dhcp_offers_of_quarantined_addresses)"
+                );
+            }
+            return Ok(again);
+        }
+        Ok(o)
+    }
+
     /// Forgets offers whose probe result never came (it cannot, but a lost
     /// entry must not hold a client forever): the client's retransmission
     /// starts again.
@@ -281,19 +412,9 @@ impl Decisions {
     /// Logs an address found in use by a probe, once per address a minute
     /// (the counter counts every one).
     fn probe_conflict_log(&mut self, ip: Ipv4Addr, mac: Mac) {
-        let now = Instant::now();
-        if self
-            .probe_conflicts_logged
-            .get(&ip)
-            .is_some_and(|t| now.duration_since(*t) < CONFLICT_LOG_EVERY)
-        {
+        if !self.probe_conflicts_logged.allow(ip, Instant::now()) {
             return;
         }
-        if self.probe_conflicts_logged.len() > 4096 {
-            self.probe_conflicts_logged
-                .retain(|_, t| now.duration_since(*t) < CONFLICT_LOG_EVERY);
-        }
-        self.probe_conflicts_logged.insert(ip, now);
         tracing::warn!(
             %ip,
             offered_to = %mac,
@@ -303,8 +424,9 @@ impl Decisions {
     }
 
     /// A request of the other server's scope, not answered here: while
-    /// contact is lost (`recovering`), counts its client if it has been
-    /// asking for longer than `wait_ms` (see [`crate::pair::Unacked`]).
+    /// contact is lost (`recovering`), counts its client if its `secs`
+    /// field says it has been asking for `wait_ms` (see
+    /// [`crate::pair::Unacked`]; a metric only).
     /// Returns the new count of unanswered clients when it changed.
     pub fn observe_peer_scope(
         &mut self,
@@ -318,11 +440,8 @@ impl Decisions {
         let req = pipeline::parse(datagram)
             .and_then(pipeline::classify)
             .ok()?;
-        let now_ms = self.started.elapsed().as_millis() as u64;
         let before = self.unacked.count();
-        let n = self
-            .unacked
-            .observe(req.mac, req.msg.secs(), now_ms, wait_ms);
+        let n = self.unacked.observe(req.mac, req.msg.secs(), wait_ms);
         if n == before {
             return None;
         }
@@ -532,7 +651,7 @@ lease_seconds: 3600
         assert_eq!(d.probes_pending(), 1);
         let ip = p.started[0];
         let (bytes, _) = d
-            .probe_result(ip, Found::Nobody, NOW, Some(&mut p))
+            .probe_result(ip, Found::Nobody, None, NOW, Some(&mut p))
             .expect("the held offer leaves");
         assert_eq!(decode(&bytes).yiaddr(), ip);
         assert_eq!(d.probes_pending(), 0);
@@ -557,7 +676,7 @@ lease_seconds: 3600
         d.datagram(&discover(1), from(), NOW, Some(&mut p));
         let first = p.started[0];
         assert_eq!(
-            d.probe_result(first, Found::Answered, NOW, Some(&mut p)),
+            d.probe_result(first, Found::Answered, None, NOW, Some(&mut p)),
             None
         );
         assert_eq!(
@@ -568,19 +687,54 @@ lease_seconds: 3600
         let second = p.started[1];
         assert_ne!(first, second);
         let (bytes, _) = d
-            .probe_result(second, Found::Nobody, NOW, Some(&mut p))
+            .probe_result(second, Found::Nobody, None, NOW, Some(&mut p))
             .expect("the second offer leaves");
         assert_eq!(decode(&bytes).yiaddr(), second);
-        // The answered address is offered to nobody else: the eight other
-        // free addresses go to eight clients, the ninth gets nothing.
+        // The answered address is offered to nobody else while free ones
+        // remain: the eight other free addresses go to eight clients...
         for n in 2..=9 {
             let (_, offer) = sent_now(d.datagram(&discover(n), from(), NOW, None));
             assert_ne!(offer.yiaddr(), first);
         }
+        // ...then, the free pool spent, the ninth is offered the address
+        // with the oldest conflict, unprobed; a tenth gets nothing.
+        let (_, offer) = sent_now(d.datagram(&discover(10), from(), NOW, Some(&mut p)));
+        assert_eq!(offer.yiaddr(), first);
+        assert_eq!(p.started.len(), 2, "not probed again");
         assert!(matches!(
-            d.datagram(&discover(10), from(), NOW, None),
+            d.datagram(&discover(11), from(), NOW, None),
             Step::SendNow(None)
         ));
+    }
+
+    #[test]
+    fn one_responder_answering_every_probe_holds_back_a_bounded_number_of_addresses() {
+        let mut d = decisions();
+        let mut p = Recording::ok();
+        let squatter = Some(Mac([2, 0, 0, 0, 0x66, 0x66]));
+        let mut offered = Vec::new();
+        for n in 1..=6u8 {
+            d.datagram(&discover(n), from(), NOW, Some(&mut p));
+            // Every probe is answered by the same host until an offer leaves.
+            let mut reply = None;
+            while reply.is_none() {
+                let Some(&ip) = p.started.last() else { break };
+                if d.probes_pending() == 0 {
+                    break;
+                }
+                reply = d.probe_result(ip, Found::Answered, squatter, NOW, Some(&mut p));
+            }
+            if let Some((bytes, _)) = reply {
+                offered.push(decode(&bytes).yiaddr());
+            }
+        }
+        // The first client's four probes hold four addresses back (no offer
+        // this time); every later answer of that host holds nothing back.
+        assert_eq!(offered.len(), 5, "{offered:?}");
+        assert_eq!(
+            d.table().stats(NOW).lost,
+            crate::probe::MAX_HELD_PER_RESPONDER
+        );
     }
 
     #[test]
@@ -590,7 +744,10 @@ lease_seconds: 3600
         d.datagram(&discover(1), from(), NOW, Some(&mut p));
         for i in 0..usize::from(MAX_PROBES_PER_DISCOVER) {
             let ip = p.started[i];
-            assert_eq!(d.probe_result(ip, Found::Answered, NOW, Some(&mut p)), None);
+            assert_eq!(
+                d.probe_result(ip, Found::Answered, None, NOW, Some(&mut p)),
+                None
+            );
         }
         assert_eq!(p.started.len(), usize::from(MAX_PROBES_PER_DISCOVER));
         assert_eq!(d.probes_pending(), 0);
@@ -612,7 +769,13 @@ lease_seconds: 3600
     fn a_probe_result_for_an_address_nobody_waits_for_sends_nothing() {
         let mut d = decisions();
         assert_eq!(
-            d.probe_result(Ipv4Addr::new(192, 0, 2, 100), Found::Nobody, NOW, None),
+            d.probe_result(
+                Ipv4Addr::new(192, 0, 2, 100),
+                Found::Nobody,
+                None,
+                NOW,
+                None
+            ),
             None
         );
     }

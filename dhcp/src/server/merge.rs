@@ -6,7 +6,6 @@
 use std::net::Ipv4Addr;
 use std::time::Instant;
 
-use super::CONFLICT_LOG_EVERY;
 use super::decide::Decisions;
 use crate::config::Mac;
 use crate::lease_store::{decode_records, is_commit};
@@ -29,11 +28,14 @@ impl Decisions {
     /// against the config, its expiry moved onto this server's clock, and
     /// merged (see [`crate::leases::LeaseTable::merge_peer_commit`]). Returns the store
     /// operations that make the merge durable and what was refused. `skew`
-    /// is how far the other server's clock is ahead, in seconds.
+    /// is how far the other server's clock is ahead, in seconds;
+    /// `peer_took_over` whether the other server says it took over (see
+    /// [`crate::leases::LeaseTable::check_peer_half`]).
     pub fn merge_peer_records(
         &mut self,
         records: &[u8],
         skew: i64,
+        peer_took_over: bool,
         now: u64,
     ) -> (Vec<StoreOp>, MergeReport) {
         let mut report = MergeReport::default();
@@ -45,7 +47,13 @@ impl Decisions {
         for (op, mut l) in recs {
             l.expires_unix = on_local_clock(l.expires_unix, skew);
             let release = !is_commit(op);
-            if let Err(reason) = self.table.check_peer_record(&l, now) {
+            if let Err(reason) = self.table.check_peer_record(&l, now).and_then(|()| {
+                if release {
+                    Ok(())
+                } else {
+                    self.table.check_peer_half(&l, peer_took_over)
+                }
+            }) {
                 metrics::count_reason(&m.pair_records_refused, reason);
                 report.refuse(l, release, reason);
                 continue;
@@ -83,37 +91,18 @@ impl Decisions {
                 }
             }
         }
-        if !report.refused.is_empty() {
-            let first = &report.refused[0];
-            tracing::warn!(
-                refused = report.refused.len(),
-                first_ip = %first.lease.ip,
-                first_mac = %first.lease.mac,
-                first_expires = first.lease.expires_unix,
-                first_reason = first.reason,
-                "pair: refused lease records from the other server"
-            );
-        }
         (ops, report)
     }
 
     /// Logs a conflict between two live clients for one address, once per
     /// address and pair of MACs a minute (the counter counts every one).
     fn conflict_log(&mut self, ip: Ipv4Addr, ours: Mac, theirs: Mac, kept: &'static str) {
-        let now = Instant::now();
-        let key = (ip, ours, theirs);
-        if self
+        if !self
             .conflicts_logged
-            .get(&key)
-            .is_some_and(|t| now.duration_since(*t) < CONFLICT_LOG_EVERY)
+            .allow((ip, ours, theirs), Instant::now())
         {
             return;
         }
-        if self.conflicts_logged.len() > 4096 {
-            self.conflicts_logged
-                .retain(|_, t| now.duration_since(*t) < CONFLICT_LOG_EVERY);
-        }
-        self.conflicts_logged.insert(key, now);
         tracing::error!(
             %ip,
             this_server_client = %ours,
@@ -151,7 +140,7 @@ mod tests {
     fn a_record_from_the_other_server_is_stored_on_this_clock() {
         let mut d = decisions();
         let theirs = lease(100, 1, NOW + 3600 + 30);
-        let (ops, report) = d.merge_peer_records(&encode_leases([&theirs]), 30, NOW);
+        let (ops, report) = d.merge_peer_records(&encode_leases([&theirs]), 30, false, NOW);
         assert!(report.refused.is_empty());
         assert_eq!(ops, vec![StoreOp::Commit(lease(100, 1, NOW + 3600))]);
     }
@@ -159,12 +148,12 @@ mod tests {
     #[test]
     fn a_renewal_by_the_holder_moves_the_expiry_forward_and_a_repeat_writes_nothing() {
         let mut d = decisions();
-        d.merge_peer_records(&encode_leases([&lease(100, 1, NOW + 3600)]), 0, NOW);
+        d.merge_peer_records(&encode_leases([&lease(100, 1, NOW + 3600)]), 0, false, NOW);
         let renewed = lease(100, 1, NOW + 1800 + 3600);
-        let (ops, report) = d.merge_peer_records(&encode_leases([&renewed]), 0, NOW + 1800);
+        let (ops, report) = d.merge_peer_records(&encode_leases([&renewed]), 0, false, NOW + 1800);
         assert!(report.refused.is_empty());
         assert_eq!(ops, vec![StoreOp::Commit(renewed)]);
-        let (again, _) = d.merge_peer_records(&encode_leases([&renewed]), 0, NOW + 1800);
+        let (again, _) = d.merge_peer_records(&encode_leases([&renewed]), 0, false, NOW + 1800);
         assert!(again.is_empty());
     }
 
@@ -172,9 +161,9 @@ mod tests {
     fn a_record_for_an_address_another_live_client_holds_is_refused_naming_the_holder() {
         let mut d = decisions();
         let ours = lease(100, 1, NOW + 3600);
-        d.merge_peer_records(&encode_leases([&ours]), 0, NOW);
+        d.merge_peer_records(&encode_leases([&ours]), 0, false, NOW);
         let (ops, report) =
-            d.merge_peer_records(&encode_leases([&lease(100, 2, NOW + 3600)]), 0, NOW);
+            d.merge_peer_records(&encode_leases([&lease(100, 2, NOW + 3600)]), 0, false, NOW);
         assert!(ops.is_empty());
         assert_eq!(report.refused.len(), 1);
         assert_eq!(report.refused[0].reason, "another client holds the address");
@@ -189,7 +178,8 @@ mod tests {
             ..lease(100, 1, NOW + 3600)
         };
         let gateway = lease(1, 2, NOW + 3600);
-        let (ops, report) = d.merge_peer_records(&encode_leases([&outside, &gateway]), 0, NOW);
+        let (ops, report) =
+            d.merge_peer_records(&encode_leases([&outside, &gateway]), 0, false, NOW);
         assert!(ops.is_empty());
         let reasons: Vec<_> = report.refused.iter().map(|r| r.reason).collect();
         assert_eq!(
@@ -201,7 +191,7 @@ mod tests {
     #[test]
     fn a_body_that_is_not_whole_records_stores_nothing() {
         let mut d = decisions();
-        let (ops, report) = d.merge_peer_records(&[1, 2, 3], 0, NOW);
+        let (ops, report) = d.merge_peer_records(&[1, 2, 3], 0, false, NOW);
         assert!(ops.is_empty() && report.refused.is_empty());
     }
 }

@@ -82,6 +82,25 @@ pub(crate) const CONFLICT_LOG_EVERY: Duration = Duration::from_secs(60);
 /// probes the client gets no offer this time (its retransmission starts
 /// again, and every answered address stays quarantined).
 pub const MAX_PROBES_PER_DISCOVER: u8 = 4;
+/// Most records from the other server merged in one turn of the decision
+/// loop: DHCP datagrams wait behind one slice at most, however large the
+/// body (the flood measured in docs/dhcp.md).
+pub const MERGE_SLICE: usize = 1024;
+/// Most records from the other server merged per second: a flood of
+/// records (a valid token is needed) takes at most this share of the
+/// loop, and what is beyond waits its turn (the sender's request waits).
+pub const MERGE_PER_SECOND: usize = 32_768;
+
+/// A body of records from the other server being merged slice by slice.
+struct MergeJob {
+    records: Vec<u8>,
+    /// Bytes merged so far.
+    offset: usize,
+    report: crate::peer::MergeReport,
+    done: Sender<crate::peer::MergeReport>,
+    /// A replication request (merged first).
+    replication: bool,
+}
 
 /// Seconds since the Unix epoch.
 pub fn unix_now() -> u64 {
@@ -101,6 +120,11 @@ pub struct Server {
     pair: Option<Pair>,
     /// The conflict prober (None when probing is off or unavailable).
     prober: Option<crate::probe::Prober>,
+    /// Bodies of records from the other server, merged in slices in the
+    /// order they came.
+    merging: std::collections::VecDeque<MergeJob>,
+    /// Records merged in the current second, and when it began.
+    merged_in_second: (Instant, usize),
 }
 
 impl Server {
@@ -151,39 +175,57 @@ impl Server {
             durability,
             pair,
             prober,
+            merging: std::collections::VecDeque::new(),
+            merged_in_second: (Instant::now(), 0),
         }
     }
 
     /// Holds back the addresses of lease records the log lost (damaged
-    /// records found at start): none is offered to a new client until its
-    /// lease would have ended (a full lease from now at the latest), but a
-    /// client that asks for it by REQUEST (its owner) gets it, and so does
-    /// the MAC the damaged record seemed to name. Logged and counted.
-    pub fn quarantine_lost(&mut self, recovery: &Recovery) {
+    /// records found at this start, and those of earlier starts kept in
+    /// `data_dir`'s [`crate::held_back`] file): none is offered to a new
+    /// client until its lease would have ended (a full lease from the start
+    /// that found it, at the latest), but a client that asks for it by
+    /// REQUEST (its owner) gets it, and so does the MAC the damaged record
+    /// seemed to name. Logged and counted; the file is rewritten with what
+    /// is still held. An error writing it is returned (the hold-back would
+    /// not survive the next restart).
+    pub fn quarantine_lost(
+        &mut self,
+        recovery: &Recovery,
+        data_dir: &std::path::Path,
+    ) -> std::io::Result<()> {
+        use crate::held_back::{self, Held};
         let now = unix_now();
         let until = now + u64::from(self.decisions.table.config().lease_seconds);
-        for d in &recovery.dropped {
-            let Some((op, l)) = d.unverified else {
-                continue;
-            };
-            if !is_commit(op) {
-                continue;
-            }
-            let suspected = (l.mac != crate::lease_store::DECLINED_MAC).then_some(l.mac);
+        let found: Vec<Held> = recovery
+            .dropped
+            .iter()
+            .filter_map(|d| d.unverified)
+            .filter(|(op, _)| is_commit(*op))
+            .map(|(_, l)| Held {
+                ip: l.ip,
+                suspected: (l.mac != crate::lease_store::DECLINED_MAC).then_some(l.mac),
+                until,
+            })
+            .collect();
+        let earlier = held_back::load(data_dir)?;
+        let held = held_back::merge(&earlier, &found, now);
+        for h in &held {
             if self
                 .decisions
                 .table
-                .quarantine_lost(l.ip, suspected, until, now)
+                .quarantine_lost(h.ip, h.suspected, h.until, now)
             {
                 metrics().store_lost_addresses.inc();
                 tracing::warn!(
-                    ip = %l.ip,
-                    suspected_mac = %l.mac,
-                    until,
+                    ip = %h.ip,
+                    suspected_mac = %h.suspected.map_or_else(|| "none".to_string(), |m| m.to_string()),
+                    until = h.until,
                     "address of a damaged lease record held back: offered to nobody until its lease would have ended, unless its owner asks for it"
                 );
             }
         }
+        held_back::save(data_dir, &held)
     }
 
     /// Runs until a store error (fatal, see the module docs).
@@ -259,6 +301,12 @@ impl Server {
             std::thread::Builder::new()
                 .name("dhcp-pair-heartbeat".into())
                 .spawn(move || crate::peer::heartbeat(shared))?;
+            let (shared, config) = (p.shared.clone(), self.decisions.table.config().clone());
+            std::thread::Builder::new()
+                .name("dhcp-pair-vlan".into())
+                .spawn(move || {
+                    crate::peer::vlan::run(shared, config.server_ip, config.interface.clone())
+                })?;
         }
         let (jobs_tx, jobs_rx) = std::sync::mpsc::channel::<SyncJob>();
         let jobs_rx = Arc::new(Mutex::new(jobs_rx));
@@ -322,10 +370,13 @@ impl Server {
             }
             let wake = self.pair.as_ref().map(|p| &p.wake);
             let probes = self.prober.as_ref().map(|p| &p.wake);
-            let [packets, woken, probed] =
-                wait_readable(&self.socket, wake, probes, Duration::from_millis(500));
+            let wait = self.merge_wait();
+            let [packets, woken, probed] = wait_readable(&self.socket, wake, probes, wait);
             if woken {
-                self.pair_inbox(shared, jobs, out)?;
+                self.pair_inbox(shared)?;
+            }
+            if !self.merging.is_empty() {
+                self.merge_slice(shared, jobs, out)?;
             }
             if probed {
                 self.probe_results(out);
@@ -390,15 +441,23 @@ impl Server {
                 .prober
                 .as_mut()
                 .map(|p| p as &mut dyn decide::StartProbe);
-            if let Some((bytes, dest)) = self.decisions.probe_result(ip, found, now, prober) {
+            // The host that answered, by the neighbour entry its answer
+            // needed (only answered probes read the table).
+            let responder = (found == crate::probe::Found::Answered)
+                .then(|| crate::probe::neighbour_mac(ip))
+                .flatten();
+            if let Some((bytes, dest)) = self
+                .decisions
+                .probe_result(ip, found, responder, now, prober)
+            {
                 out.send(&bytes, dest, "offer");
             }
         }
     }
 
     /// A request of the other server's scope, not answered here: while
-    /// contact is lost, count its client if it has been asking for long
-    /// (see [`crate::pair::Unacked`]).
+    /// contact is lost, count its client if its `secs` says it has been
+    /// asking for long (see [`crate::pair::Unacked`]).
     fn observe_peer_scope(&mut self, datagram: &[u8]) {
         let Some(pair) = &self.pair else { return };
         let recovering = pair.shared.state().recovering();
@@ -412,14 +471,10 @@ impl Server {
     }
 
     /// Handles what the pair sent the decision loop: the state, lease
-    /// updates from the other server (merged, then made durable before they
-    /// are acknowledged) and snapshot requests.
-    fn pair_inbox(
-        &mut self,
-        shared: &Arc<Mutex<CommitState>>,
-        jobs: &Sender<SyncJob>,
-        out: &mut Sender4,
-    ) -> anyhow::Result<()> {
+    /// updates from the other server (queued; merged in slices by
+    /// `merge_slice`, then made durable before they are acknowledged) and
+    /// snapshot requests.
+    fn pair_inbox(&mut self, shared: &Arc<Mutex<CommitState>>) -> anyhow::Result<()> {
         let Some(pair) = &self.pair else {
             return Ok(());
         };
@@ -438,30 +493,37 @@ impl Server {
                 pair.shared.set_unacked(0);
             }
         }
-        let now = unix_now();
         let msgs: Vec<Inbox> = pair.inbox.try_iter().collect();
         for m in msgs {
             match m {
-                Inbox::Records { records, done } => {
-                    let skew = pair.shared.skew_for_records();
-                    let (ops, report) = self.decisions.merge_peer_records(&records, skew, now);
-                    if ops.is_empty() {
-                        // Nothing new, but what it repeats may not be
-                        // durable yet: answer once it is.
-                        let released = match shared.lock() {
-                            Ok(mut d) => d.gate.after_written(vec![Pending::PeerAck(done, report)]),
-                            Err(_) => return Err(anyhow::anyhow!("lease sync worker panicked")),
-                        };
-                        deliver(released, out);
+                Inbox::Records {
+                    records,
+                    done,
+                    replication,
+                } => {
+                    let n = records.len() / crate::lease_store::RECORD_LEN;
+                    let job = MergeJob {
+                        records,
+                        offset: 0,
+                        report: crate::peer::MergeReport::default(),
+                        done,
+                        replication,
+                    };
+                    // Replication goes before every body sent outside a
+                    // stream (one being merged pauses between slices);
+                    // among themselves each kind keeps its order.
+                    let at = if replication {
+                        self.merging
+                            .iter()
+                            .position(|j| !j.replication)
+                            .unwrap_or(self.merging.len())
                     } else {
-                        let batch = Durable {
-                            records: ops,
-                            replies: vec![Pending::PeerAck(done, report)],
-                            renewals: Vec::new(),
-                            replicate: false,
-                        };
-                        write_batch(shared, jobs, batch, out)?;
-                    }
+                        self.merging.len()
+                    };
+                    self.merging.insert(at, job);
+                    let backlog = self.merge_backlog() as i64;
+                    metrics().pair_merge_backlog.set(backlog);
+                    tracing::debug!(records = n, backlog, "pair: records queued for merging");
                 }
                 Inbox::Snapshot { reply } => {
                     let body = match shared.lock() {
@@ -473,6 +535,121 @@ impl Server {
             }
         }
         Ok(())
+    }
+
+    /// Records waiting to be merged.
+    fn merge_backlog(&self) -> usize {
+        self.merging
+            .iter()
+            .map(|j| (j.records.len() - j.offset) / crate::lease_store::RECORD_LEN)
+            .sum()
+    }
+
+    /// How long the loop may wait for datagrams: 500 ms, none while records
+    /// wait to be merged and this second's budget allows, else until the
+    /// next second's budget.
+    fn merge_wait(&self) -> Duration {
+        let idle = Duration::from_millis(500);
+        if self.merging.is_empty() {
+            return idle;
+        }
+        let (start, used) = self.merged_in_second;
+        let left = Duration::from_secs(1).saturating_sub(start.elapsed());
+        if used < MERGE_PER_SECOND || left.is_zero() {
+            Duration::ZERO
+        } else {
+            left.min(idle)
+        }
+    }
+
+    /// Merges one slice of the records from the other server (at most
+    /// [`MERGE_SLICE`] and what is left of [`MERGE_PER_SECOND`]), makes it
+    /// durable, and answers each body once all of it is durable here.
+    fn merge_slice(
+        &mut self,
+        shared: &Arc<Mutex<CommitState>>,
+        jobs: &Sender<SyncJob>,
+        out: &mut Sender4,
+    ) -> anyhow::Result<()> {
+        use crate::lease_store::RECORD_LEN;
+        let Some(pair) = &self.pair else {
+            self.merging.clear();
+            return Ok(());
+        };
+        let (start, used) = self.merged_in_second;
+        if start.elapsed() >= Duration::from_secs(1) {
+            self.merged_in_second = (Instant::now(), 0);
+        } else if used >= MERGE_PER_SECOND {
+            return Ok(());
+        }
+        let mut budget = MERGE_SLICE.min(MERGE_PER_SECOND - self.merged_in_second.1);
+        let skew = pair.shared.skew_for_records();
+        let took_over = pair.shared.peer_took_over();
+        let now = unix_now();
+        let mut ops = Vec::new();
+        let mut finished = Vec::new();
+        while budget > 0 {
+            let Some(job) = self.merging.front_mut() else {
+                break;
+            };
+            let take = ((job.records.len() - job.offset) / RECORD_LEN).min(budget);
+            let end = job.offset + take * RECORD_LEN;
+            let (o, r) = self.decisions.merge_peer_records(
+                &job.records[job.offset..end],
+                skew,
+                took_over,
+                now,
+            );
+            job.offset = end;
+            budget -= take;
+            self.merged_in_second.1 += take;
+            ops.extend(o);
+            job.report.refused.extend(r.refused);
+            job.report.holders.extend(r.holders);
+            if job.offset + RECORD_LEN > job.records.len()
+                && let Some(job) = self.merging.pop_front()
+            {
+                finished.push(job);
+            }
+        }
+        metrics()
+            .pair_merge_backlog
+            .set(self.merge_backlog() as i64);
+        let mut replies = Vec::new();
+        for job in finished {
+            let report = job.report;
+            if let Some(first) = report.refused.first() {
+                tracing::warn!(
+                    records = job.records.len() / RECORD_LEN,
+                    refused = report.refused.len(),
+                    first_ip = %first.lease.ip,
+                    first_mac = %first.lease.mac,
+                    first_expires = first.lease.expires_unix,
+                    first_reason = first.reason,
+                    "pair: refused lease records from the other server"
+                );
+            }
+            replies.push(Pending::PeerAck(job.done, report));
+        }
+        if ops.is_empty() {
+            if !replies.is_empty() {
+                // Nothing new, but what it repeats may not be durable yet:
+                // answer once it is.
+                let released = match shared.lock() {
+                    Ok(mut d) => d.gate.after_written(replies),
+                    Err(_) => return Err(anyhow::anyhow!("lease sync worker panicked")),
+                };
+                deliver(released, out);
+            }
+            return Ok(());
+        }
+        let batch = Durable {
+            records: ops,
+            replies,
+            renewals: Vec::new(),
+            replicate: false,
+        };
+        write_batch(shared, jobs, batch, out)
     }
 
     /// Applies a new config; returns the addresses released because a

@@ -51,6 +51,53 @@ pub fn sh(args: &[&str]) {
     );
 }
 
+/// Kills every process still running in network namespace `ns` (a server
+/// started under a wrapper that forks, such as `faketime`, is not the
+/// child the test holds), waits until they are gone, then deletes `ns`.
+pub fn delete_netns(ns: &str) {
+    kill_netns_processes(ns);
+    let _ = Command::new("ip").args(["netns", "del", ns]).status();
+}
+
+/// Kills every process running in network namespace `ns` and waits (up to
+/// 5 s) until none is left.
+pub fn kill_netns_processes(ns: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let pids: Vec<libc::pid_t> = Command::new("ip")
+            .args(["netns", "pids", ns])
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if pids.is_empty() || Instant::now() > deadline {
+            return;
+        }
+        for pid in pids {
+            // SAFETY: kill(2) on a process in a namespace this test made.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Makes a spawned process die with the test process (SIGKILL when the
+/// thread that spawned it ends), as a second guard beside the Drops.
+pub fn die_with_test(c: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl(2) only, between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        })
+    }
+}
+
 /// The base config of the lab (server 192.0.2.2 on br0).
 pub fn config(range_end: u8, reservation_ip: u8) -> String {
     format!(
@@ -226,7 +273,7 @@ impl Lab {
             .append(true)
             .open(self.log_path())
             .expect("log file");
-        let child = Command::new("ip")
+        let child = die_with_test(&mut Command::new("ip"))
             .args(["netns", "exec", &self.server_ns])
             .arg(env!("CARGO_BIN_EXE_oooi-dhcp"))
             .arg("serve")
@@ -391,7 +438,7 @@ exit 0
             .path()
             .join(format!("udhcpc-{}.events", self.log_seq));
         std::fs::write(&events, "").expect("events file");
-        let child = Command::new("ip")
+        let child = die_with_test(&mut Command::new("ip"))
             .args([
                 "netns", "exec", ns, "busybox", "udhcpc", "-f", "-i", "c0", "-s",
             ])
@@ -531,7 +578,7 @@ impl Drop for Lab {
         }
         self.kill9_server();
         for ns in self.clients.iter().chain(std::iter::once(&self.server_ns)) {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+            delete_netns(ns);
         }
     }
 }

@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{Lab, read_events, sh};
+use super::{Lab, delete_netns, die_with_test, kill_netns_processes, read_events, sh};
 use oooi_dhcp::pair::lb_hash;
 
 pub const TOKEN: &str = "pair-token-0123456789abcdef";
@@ -158,7 +158,7 @@ impl PairLab {
             .append(true)
             .open(self.b_dir.join("server.log"))
             .expect("log");
-        let child = Command::new("ip")
+        let child = die_with_test(&mut Command::new("ip"))
             .args(["netns", "exec", &self.b_ns])
             .args(wrapper)
             .arg(env!("CARGO_BIN_EXE_oooi-dhcp"))
@@ -178,11 +178,14 @@ impl PairLab {
         self.b = Some(child);
     }
 
+    /// Kills server B (and anything else in its namespace: a wrapper such
+    /// as `faketime` forks the server).
     pub fn kill9_b(&mut self) {
         if let Some(mut c) = self.b.take() {
             let _ = c.kill();
             let _ = c.wait();
         }
+        kill_netns_processes(&self.b_ns);
     }
 
     pub fn b_log(&self) -> String {
@@ -216,6 +219,24 @@ impl PairLab {
                 .and_then(|v| v.parse().ok())
         })
         .unwrap_or(-1.0)
+    }
+
+    /// Whether server B's `/healthz` says its DHCP loop runs (None: no
+    /// answer within 2 s).
+    pub fn b_healthy(&self) -> Option<bool> {
+        super::in_netns(&self.b_ns, move || {
+            use std::io::{Read, Write};
+            let mut s = std::net::TcpStream::connect_timeout(
+                &"127.0.0.1:9067".parse().ok()?,
+                Duration::from_secs(2),
+            )
+            .ok()?;
+            s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+            s.write_all(b"GET /healthz HTTP/1.0\r\n\r\n").ok()?;
+            let mut out = String::new();
+            s.read_to_string(&mut out).ok()?;
+            Some(out.lines().next()?.contains(" 200 "))
+        })
     }
 
     pub fn wait(&self, secs: u64, what: &str, mut f: impl FnMut() -> bool) {
@@ -369,9 +390,7 @@ impl PairLab {
 impl Drop for PairLab {
     fn drop(&mut self) {
         self.kill9_b();
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.b_ns])
-            .status();
+        delete_netns(&self.b_ns);
     }
 }
 

@@ -11,9 +11,9 @@
 //! It works through Envoy's file-based LDS. The controller renders the full
 //! listener set into the config mount ([`oooi_envoy::LDS_FILE`]); Envoy reads
 //! its listeners from another directory, which only the gate writes
-//! ([`Gate`]): at start the table API and metrics listeners alone
+//! ([`Gate`]): at start the table API, readiness and metrics listeners alone
 //! ([`oooi_envoy::listeners_before_table`]), and every listener once
-//! `GET /ready` on the table API answers 200. A config change is carried
+//! `GET /ready` (on the readiness listener) answers 200. A config change is carried
 //! over under the same rule. Each write is a rename into the directory,
 //! which is what Envoy's `watched_directory` reacts to.
 //!

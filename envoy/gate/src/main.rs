@@ -23,7 +23,8 @@ use oooi_reload::{Outcome, Reloader, Settings};
 /// kernel, so a client moves on to the next proxy address instead of being
 /// reset. Changes of the rendered file are carried over as they come.
 ///
-/// SIGTERM or SIGINT drains first: the table API's listener closes (so
+/// SIGTERM or SIGINT drains first: the table API's and the readiness
+/// listeners close (so
 /// `GET READY` fails: the address agent hands the replica's VLAN addresses
 /// to a live replica, the DNS servers stop naming it) while the routing
 /// listeners keep serving for --drain; then the signal is passed on to the
@@ -40,8 +41,8 @@ struct Args {
     /// The directory Envoy's bootstrap reads LDS from (an emptyDir).
     #[arg(long, env = "OOOI_GATE_OUT")]
     out: PathBuf,
-    /// The table API's readiness URL, e.g. http://127.0.0.1:9445/ready
-    /// (200 once the replica holds a table).
+    /// The readiness URL, e.g. http://127.0.0.1:9446/ready on the
+    /// readiness listener (200 once the replica holds a table).
     #[arg(long, env = "OOOI_GATE_READY")]
     ready: ReadyUrl,
     /// How often to ask READY until it answers 200.

@@ -1,5 +1,6 @@
 //! The table API: `PUT /v1/routes`, `GET /v1/routes`, `PUT
-//! /v1/routes/expected`, `GET /ready`.
+//! /v1/routes/expected`, `GET /ready`; on the readiness listener `GET /ready`
+//! alone.
 //!
 //! Every write is authorised from the request headers alone, before Envoy
 //! buffers any body byte: a request without a valid token is answered at
@@ -59,13 +60,16 @@ enum Awaiting {
 
 pub struct ApiRequest {
     config: Option<Rc<ApiConfig>>,
+    /// On the readiness listener: `GET /ready` and nothing else.
+    ready_only: bool,
     awaiting: Awaiting,
 }
 
 impl ApiRequest {
-    pub fn new(config: Option<Rc<ApiConfig>>) -> Self {
+    pub fn new(config: Option<Rc<ApiConfig>>, ready_only: bool) -> Self {
         ApiRequest {
             config,
+            ready_only,
             awaiting: Awaiting::Nothing,
         }
     }
@@ -349,6 +353,9 @@ impl HttpContext for ApiRequest {
         let method = header(":method").unwrap_or_default();
         let path = header(":path").unwrap_or_default();
         let path = path.split('?').next().unwrap_or("");
+        if self.ready_only && path != "/ready" {
+            return error(404, "not found: this listener answers GET /ready only");
+        }
         match (method.as_str(), path) {
             ("GET", "/ready") => match readiness() {
                 (verdict, Some((generation, digest, _)), expected) if verdict.is_ready() => respond(

@@ -38,6 +38,9 @@ pub enum Role {
         /// The listener port, for the log line.
         port: u16,
     },
+    /// The readiness listener: `GET /ready` alone, answered from the
+    /// request head.
+    Ready,
     /// The table API.
     Api {
         /// The bearer token a push must carry.
@@ -104,6 +107,12 @@ impl PluginConfig {
             "not_tls" => Role::NotTls {
                 port: port("not_tls")?,
             },
+            "ready" => {
+                if raw.port.is_some() || raw.push_token.is_some() {
+                    return Err("role ready takes no `port` or `push_token`".into());
+                }
+                Role::Ready
+            }
             "api" => match raw.push_token {
                 Some(t) if t.len() >= 16 => Role::Api {
                     push_token: t,
@@ -114,7 +123,7 @@ impl PluginConfig {
             },
             other => {
                 return Err(format!(
-                    "unknown role {other:?} (expected network, not_tls, http or api)"
+                    "unknown role {other:?} (expected network, not_tls, http, ready or api)"
                 ));
             }
         };
@@ -132,6 +141,7 @@ impl PluginConfig {
                 "role=http port={port} max_head_bytes={max_head_bytes} head_timeout_ms={head_timeout_ms}"
             ),
             Role::NotTls { port } => format!("role=not_tls port={port}"),
+            Role::Ready => "role=ready".to_string(),
             Role::Api { clusters, .. } => format!("role=api clusters={}", clusters.len()),
         }
     }
@@ -164,6 +174,10 @@ mod tests {
                 .unwrap()
                 .role,
             Role::NotTls { port: 6443 }
+        );
+        assert_eq!(
+            PluginConfig::parse(br#"{"role":"ready"}"#).unwrap().role,
+            Role::Ready
         );
         assert_eq!(
             PluginConfig::parse(
@@ -210,6 +224,10 @@ mod tests {
             (r#"{"role":"tcp","port":1}"#, "role"),
             (r#"{"role":"not_tls"}"#, "port"),
             (r#"{"role":"network","port":443,"clusters":[]}"#, "clusters"),
+            (
+                r#"{"role":"ready","push_token":"0123456789abcdef"}"#,
+                "push_token",
+            ),
             (r#"{"role":"http","port":80,"extra":1}"#, "extra"),
         ] {
             let e = PluginConfig::parse(raw.as_bytes()).unwrap_err();

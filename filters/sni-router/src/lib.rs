@@ -16,6 +16,9 @@
 //!   /v1/routes` replaces the table, `GET /v1/routes` reads it back, `PUT
 //!   /v1/routes/expected` records the table the controller holds current,
 //!   `GET /ready` says whether the replica holds a table at least that new.
+//! - `{"role":"ready"}` on the readiness listener: `GET /ready` alone, from
+//!   the request head (every other request is answered 404 or 405 at once),
+//!   so readiness checks never share the table API's connections.
 //!
 //! The table lives in proxy-wasm shared data (host side, shared by every worker
 //! thread and surviving module swaps) in the compact encoding, with a small

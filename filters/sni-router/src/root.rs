@@ -24,7 +24,8 @@ proxy_wasm::main! {{
 #[derive(Default)]
 struct Root {
     config: Option<PluginConfig>,
-    /// The table API's settings, shared by its request contexts.
+    /// The table API's settings, shared by its request contexts (`None` on
+    /// the readiness listener, which takes no writes).
     api: Option<Rc<api::ApiConfig>>,
 }
 
@@ -91,7 +92,7 @@ impl RootContext for Root {
 
     fn get_type(&self) -> Option<ContextType> {
         match self.config.as_ref().map(|c| &c.role) {
-            Some(Role::Api { .. }) => Some(ContextType::HttpContext),
+            Some(Role::Api { .. } | Role::Ready) => Some(ContextType::HttpContext),
             _ => Some(ContextType::StreamContext),
         }
     }
@@ -119,7 +120,8 @@ impl RootContext for Root {
     }
 
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
-        Some(Box::new(api::ApiRequest::new(self.api.clone())))
+        let ready_only = matches!(self.config.as_ref().map(|c| &c.role), Some(Role::Ready));
+        Some(Box::new(api::ApiRequest::new(self.api.clone(), ready_only)))
     }
 }
 

