@@ -557,10 +557,20 @@ def test_rbac_is_least_privilege():
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "patch"]},
     ], role["rules"]
-    cluster_leases = {v for g, r, v, _ in rules_of([find(objects, "ClusterRole")]) if (g, r) == ("coordination.k8s.io", "leases")}
-    assert "patch" not in cluster_leases, cluster_leases
-    # What the address agent's Lease Role grants, the controller holds.
-    assert {"get", "create", "update"} <= cluster_leases, cluster_leases
+    # The address agent makes no API request: the controller grants it
+    # nothing, so it holds no Lease verb outside that Role, and without
+    # OpenShift SCCs no verb on Roles or RoleBindings anywhere.
+    cluster_rules = rules_of([find(objects, "ClusterRole")])
+    assert not {v for g, r, v, _ in cluster_rules if (g, r) == ("coordination.k8s.io", "leases")}, cluster_rules
+    for values in ({}, {"controller": {"watchNamespace": "hcp-infra"}}):
+        everywhere = rules_of([o for o in render(values)[0] if o["kind"] in ("ClusterRole", "Role")])
+        assert not {(r, v) for g, r, v, _ in everywhere if g == "rbac.authorization.k8s.io"}, (values, everywhere)
+        leases = {(v) for g, r, v, _ in everywhere if r == "leases"}
+        assert leases == {"get", "create", "patch"}, (values, leases)
+    # With OpenShift SCCs only the SCC grants are applied: never updated or
+    # deleted by the controller (garbage collection removes them).
+    scc_rules = rules_of([o for o in render({"controller": {"openshiftSCC": True}})[0] if o["kind"] in ("ClusterRole", "Role")])
+    assert {v for g, r, v, _ in scc_rules if r in ("roles", "rolebindings")} == {"get", "list", "watch", "create", "patch"}, scc_rules
     sa = find(objects, "ServiceAccount")["metadata"]["name"]
     for kind in ("ClusterRoleBinding", "RoleBinding"):
         b = find(objects, kind)

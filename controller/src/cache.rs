@@ -253,6 +253,17 @@ pub fn observations(discovered: &Discovered) -> (Observations, Observers) {
     (obs, observers)
 }
 
+/// Makes a cache that is never watched ready and empty, so that
+/// [`Stores::wait_until_ready`] does not wait for it.
+fn mark_empty<K>(mut writer: Writer<K>)
+where
+    K: Resource + Clone,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    writer.apply_watcher_event(&watcher::Event::Init);
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+}
+
 /// Drives one shared watch in the background; returns a subscription.
 fn spawn_watch<K>(api: Api<K>, cfg: watcher::Config, writer: Writer<K>) -> ReflectHandle<K>
 where
@@ -318,6 +329,10 @@ pub struct Streams {
 pub struct Scope {
     /// Watch the oooi kinds only in this namespace.
     pub namespace: Option<String>,
+    /// `run --openshift-scc`: the SCC grants (Roles and RoleBindings) are
+    /// children, so they are watched; otherwise the controller neither
+    /// writes nor reads RBAC objects.
+    pub openshift_scc: bool,
 }
 
 /// Starts every watch. Children are watched in all namespaces (cleanup finds
@@ -344,14 +359,19 @@ pub fn start(client: &Client, scope: &Scope, w: StoreWriters, observers: Observe
         managed(),
         w.network_policies,
     );
-    // The address agents' Lease Roles and, with --openshift-scc, the SCC
-    // grants.
-    let _ = spawn_watch(scoped::<Role>(client, ns), managed(), w.roles);
-    let _ = spawn_watch(
-        scoped::<RoleBinding>(client, ns),
-        managed(),
-        w.role_bindings,
-    );
+    // With --openshift-scc the SCC grants; without it the controller holds
+    // no RBAC permission, and these caches stay empty (and ready).
+    if scope.openshift_scc {
+        let _ = spawn_watch(scoped::<Role>(client, ns), managed(), w.roles);
+        let _ = spawn_watch(
+            scoped::<RoleBinding>(client, ns),
+            managed(),
+            w.role_bindings,
+        );
+    } else {
+        mark_empty(w.roles);
+        mark_empty(w.role_bindings);
+    }
     let observed = observers
         .into_iter()
         .map(|(api, ar, writer)| {

@@ -47,6 +47,7 @@ pub async fn run(
     ));
     let scope = Scope {
         namespace: settings.watch_namespace.clone(),
+        openshift_scc: settings.openshift_scc,
     };
     let streams = cache::start(&client, &scope, writers, observers);
     info!("waiting for the watch caches");

@@ -206,22 +206,6 @@ pub fn rules() -> Vec<Rule> {
             "Leader election: the controller's Lease in its own namespace (get, create when absent, patch to take and renew).",
         ),
         rule(
-            Watched,
-            "coordination.k8s.io",
-            &["leases"],
-            &["get", "list", "watch", "create", "update", "delete"],
-            "The address agent's Lease Role: the controller creates a Role granting the agent get/create/update on leases in the component namespace, and may only grant what it holds; it also watches and removes the agents' Leases.",
-        ),
-        rule(
-            Watched,
-            "rbac.authorization.k8s.io",
-            &["roles", "rolebindings"],
-            &[
-                "get", "list", "watch", "create", "patch", "update", "delete",
-            ],
-            "The address agent's Lease Role and RoleBinding per DNS and proxy server (and with --openshift-scc the SCC grants): applied by server-side apply (patch), watched, deleted with the component (owner references). No bind or escalate: the controller holds every permission it grants.",
-        ),
-        rule(
             Cluster,
             "hypershift.openshift.io",
             &["hostedclusters", "nodepools"],
@@ -263,6 +247,11 @@ const READ_PATCH: &[&str] = &["get", "list", "watch", "patch"];
 
 /// The rules for a controller run with `--openshift-scc` or without.
 ///
+/// Only with the flag does the controller write RBAC objects: one Role and
+/// RoleBinding per component granting `use` of its SCC. Without it the
+/// controller holds no permission on `roles` or `rolebindings` at all (the
+/// address agent makes no API request, so nothing else is granted).
+///
 /// With the flag the controller only ever *uses* SecurityContextConstraints
 /// and reads the address agent's by name: the install creates that SCC (the
 /// chart, or an administrator under OLM), because an SCC's `users` and
@@ -271,6 +260,13 @@ const READ_PATCH: &[&str] = &["get", "list", "watch", "patch"];
 pub fn rules_for(openshift_scc: bool) -> Vec<Rule> {
     let mut out = rules();
     if openshift_scc {
+        out.push(rule(
+            Scope::Watched,
+            "rbac.authorization.k8s.io",
+            &["roles", "rolebindings"],
+            &["get", "list", "watch", "create", "patch"],
+            "--openshift-scc: one Role and RoleBinding per component granting use of the one SCC its pods need: applied by server-side apply (patch, and create because apply creates), watched; removed by garbage collection with the component (owner references). No bind or escalate: the controller holds every permission it grants.",
+        ));
         let mut names: Vec<&'static str> = crate::plan::scc::CANDIDATES
             .iter()
             .map(|s| s.name)
@@ -741,6 +737,8 @@ mod tests {
         assert!(allows(OOOI, "infras", "patch"));
         assert!(allows(OOOI, "proxyservers/status", "patch"));
         assert!(allows("coordination.k8s.io", "leases", "patch"));
+        assert!(!allows("coordination.k8s.io", "leases", "update"));
+        assert!(!allows("coordination.k8s.io", "leases", "delete"));
         assert!(allows("cluster.x-k8s.io", "machines", "watch"));
         assert!(!allows("cluster.x-k8s.io", "machines", "patch"));
         assert!(!allows("", "pods", "delete"));
@@ -786,9 +784,25 @@ mod tests {
             "clusterroles",
             "create"
         ));
-        // Roles are written without --openshift-scc too (the address
-        // agent's Lease Role), but never cluster-wide ones.
-        assert!(allows("rbac.authorization.k8s.io", "roles", "create"));
+        // Without --openshift-scc no RBAC object is read or written.
+        for verb in ["get", "list", "watch", "create", "patch", "delete"] {
+            for res in ["roles", "rolebindings"] {
+                assert!(
+                    !allows("rbac.authorization.k8s.io", res, verb),
+                    "{res} {verb}"
+                );
+            }
+        }
+        // With it, the SCC grants are applied but never deleted or
+        // updated by the controller (garbage collection removes them).
+        for verb in ["update", "delete"] {
+            assert!(!allows_in(
+                &with,
+                "rbac.authorization.k8s.io",
+                "roles",
+                verb
+            ));
+        }
         assert!(!allows_in(
             &with,
             "rbac.authorization.k8s.io",
@@ -1078,28 +1092,37 @@ mod tests {
     }
 
     #[test]
-    fn the_controller_holds_what_the_address_agent_lease_role_grants() {
-        for watch in [None, Some("hcp-infra")] {
-            let roles = layout_of(watch, &[]);
-            let component_ns = match watch {
-                Some(ns) => roles
+    fn leases_are_the_controllers_own_alone_in_every_install() {
+        // The address agent makes no API request: the controller grants it
+        // nothing, so it holds no Lease verb beyond its leader election in
+        // its own namespace, in every install mode.
+        for (name, roles, _) in every_install() {
+            for role in &roles {
+                for r in role
+                    .rules
                     .iter()
-                    .find(|r| r.namespace.as_deref() == Some(ns))
-                    .expect("watched Role"),
-                None => &roles[0],
-            };
-            for verb in crate::plan::workload::AGENT_LEASE_VERBS {
-                assert!(grants(component_ns, "leases", verb), "{watch:?}: {verb}");
-            }
-            for verb in ["create", "update", "delete"] {
-                assert!(
-                    grants(component_ns, "roles", verb),
-                    "{watch:?}: roles {verb}"
-                );
-                assert!(
-                    grants(component_ns, "rolebindings", verb),
-                    "{watch:?}: rolebindings {verb}"
-                );
+                    .filter(|r| r.resources.contains(&"leases"))
+                {
+                    // OLM copies `permissions` into the target namespaces
+                    // (or a ClusterRole); the chart keeps it in its own.
+                    if name.starts_with("chart") {
+                        assert_eq!(role.namespace.as_deref(), Some("oooi-system"), "{name}");
+                    }
+                    assert_eq!(r.scope, Scope::Release, "{name}");
+                    assert_eq!(r.verbs, ["get", "create", "patch"], "{name}");
+                }
+                let scc = name.contains("scc=true") || name.starts_with("OLM");
+                for res in ["roles", "rolebindings"] {
+                    assert_eq!(
+                        grants(role, res, "create"),
+                        scc && role.rules.iter().any(|r| r.scope == Scope::Watched),
+                        "{name}: {res} in {:?}",
+                        role.namespace
+                    );
+                    for verb in ["update", "delete", "bind", "escalate"] {
+                        assert!(!grants(role, res, verb), "{name}: {res} {verb}");
+                    }
+                }
             }
         }
     }

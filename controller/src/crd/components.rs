@@ -290,12 +290,13 @@ impl Default for ServerAvailability {
     }
 }
 
-/// The addresses the agent of a server may hold, and their Leases.
+/// The addresses the agent of a server may hold, and its group.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AddressTakeover {
-    /// Prefix of the Lease names (`<prefix>-a-b-c-d`, one Lease per
-    /// address), the same for every server of the component.
+    /// The agents' group (`--group`): only adverts of the same group count,
+    /// the same for every server of the component. Named for the Leases an
+    /// earlier agent kept; no Lease is made.
     #[schemars(length(min = 1, max = 200), pattern(r"^[a-z0-9][-a-z0-9]*$"))]
     pub lease_prefix: String,
     /// Every VLAN address of the component as `ip/prefix`, the server's own

@@ -61,7 +61,7 @@ pub fn failover_status(infra: &Infra) -> FailoverStatus {
 /// `restricted`.
 pub fn namespace_pod_security(infra: &Infra) -> String {
     let agent =
-        failover_mode(infra) == FailoverMode::AddressTakeover && !agent_leases(infra).is_empty();
+        failover_mode(infra) == FailoverMode::AddressTakeover && has_several_addresses(infra);
     if agent {
         "Pod Security: the namespace needs level privileged (the address agent moves the DNS or proxy addresses as root with NET_ADMIN and NET_RAW; one address per component, or failover Off, keeps it at restricted)".to_string()
     } else {
@@ -138,55 +138,17 @@ pub fn tolerations(seconds: u32) -> Vec<Toleration> {
         .collect()
 }
 
-/// The Lease of the address agents of the component `prefix` for
-/// `address`: `<prefix>-a-b-c-d` (the agent's own naming).
-pub fn lease_name(prefix: &str, address: Ipv4Addr) -> String {
-    let [a, b, c, d] = address.octets();
-    format!("{prefix}-{a}-{b}-{c}-{d}")
-}
-
-/// Every Lease the address agents of `infra` may have made: one per DNS
-/// and proxy address of its spec for a component with several, whatever
-/// its failover (a mode switched off leaves its Leases behind until the
-/// Infra goes).
-pub fn agent_leases(infra: &Infra) -> Vec<String> {
-    let name = infra.metadata.name.as_deref().unwrap_or_default();
+/// True when a DNS or proxy component of `infra` has two or more
+/// addresses: the components whose replicas may run an address agent
+/// (one address leaves nobody to take it over).
+pub fn has_several_addresses(infra: &Infra) -> bool {
     let c = &infra.spec.infra_components;
-    let parts = [
-        (
-            Component::Dns,
-            c.dns.server_ip.iter().chain(&c.dns.server_ips),
-        ),
-        (
-            Component::Proxy,
-            c.proxy.server_ip.iter().chain(&c.proxy.server_ips),
-        ),
-    ];
-    let mut out = Vec::new();
-    for (component, ips) in parts {
-        let prefix = component.derived_name(name);
-        let ips: Vec<Ipv4Addr> = ips.filter_map(|ip| address_of(ip)).collect();
-        // One address: no agent ever ran (nobody to take it over).
-        if ips.len() > 1 {
-            out.extend(ips.into_iter().map(|ip| lease_name(&prefix, ip)));
-        }
-    }
-    out
-}
-
-/// True when `lease` is one of the address agents' Leases of the Infra
-/// named `infra` (`<infra>-dns-a-b-c-d` or `<infra>-proxy-a-b-c-d`): what
-/// the deletion of an Infra whose spec cannot be read goes by.
-pub fn is_agent_lease_of(infra: &str, lease: &str) -> bool {
-    [Component::Dns, Component::Proxy].into_iter().any(|c| {
-        lease
-            .strip_prefix(&c.derived_name(infra))
-            .and_then(|rest| rest.strip_prefix('-'))
-            .is_some_and(|ip| {
-                let parts: Vec<&str> = ip.split('-').collect();
-                parts.len() == 4 && parts.iter().all(|p| p.parse::<u8>().is_ok())
-            })
-    })
+    [
+        c.dns.server_ip.iter().chain(&c.dns.server_ips),
+        c.proxy.server_ip.iter().chain(&c.proxy.server_ips),
+    ]
+    .into_iter()
+    .any(|ips| ips.filter(|ip| address_of(ip).is_some()).count() > 1)
 }
 
 #[cfg(test)]
@@ -330,47 +292,21 @@ mod tests {
     }
 
     #[test]
-    fn an_infras_agent_leases_are_told_from_others_by_name_alone() {
-        for lease in agent_leases(&two_replicas()) {
-            assert!(is_agent_lease_of("infra", &lease), "{lease}");
-        }
-        for (infra, lease) in [
-            ("infra", "infra-dhcp-192-0-2-3"),
-            ("infra", "infra-dns-192-0-2"),
-            ("infra", "infra-dns-192-0-2-300"),
-            ("infra", "infra-dns-x-0-2-3"),
-            ("infra", "infra2-dns-192-0-2-3"),
-            // Infra `infra-dns`'s Lease is not `infra`'s.
-            ("infra", "infra-dns-dns-192-0-2-3"),
-            ("infra-dns", "infra-dns-192-0-2-3"),
-        ] {
-            assert!(!is_agent_lease_of(infra, lease), "{infra}: {lease}");
-        }
-    }
-
-    #[test]
-    fn the_leases_of_an_infra_are_named_as_the_agents_name_them() {
-        let infra = two_replicas();
-        let names = agent_leases(&infra);
-        assert_eq!(
-            names,
-            [
-                "infra-dns-192-0-2-3",
-                "infra-dns-192-0-2-6",
-                "infra-proxy-192-0-2-4",
-                "infra-proxy-192-0-2-7"
-            ]
-        );
+    fn several_addresses_means_two_or_more_for_dns_or_proxy() {
+        assert!(has_several_addresses(&two_replicas()));
         assert!(
-            agent_leases(&fixtures::infra()).is_empty(),
+            !has_several_addresses(&fixtures::infra()),
             "one address each"
         );
-        // The names agents of earlier versions gave their Leases (the agent
-        // now holds none): what an Infra's deletion still cleans up.
-        assert_eq!(
-            lease_name("infra-proxy", fixtures::ip(7)),
-            "infra-proxy-192-0-2-7"
-        );
+        let mut proxy_only = fixtures::infra();
+        proxy_only.spec.infra_components.proxy.server_ips = two_replicas()
+            .spec
+            .infra_components
+            .proxy
+            .server_ips
+            .clone();
+        proxy_only.spec.infra_components.proxy.server_ip = None;
+        assert!(has_several_addresses(&proxy_only));
     }
 
     #[test]

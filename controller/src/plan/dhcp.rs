@@ -418,7 +418,6 @@ pub fn children(server: &DHCPServer) -> anyhow::Result<Children> {
         services,
         pvc: Some(pvc),
         pdb,
-        agent_rbac: None,
         deployment,
     })
 }

@@ -30,8 +30,8 @@ use super::labels::{Component, child_meta, instance_of, selector};
 use super::network::Network;
 use super::rolling::replica_placement;
 use super::workload::{
-    AgentPlan, Children, PodPlan, agent_rbac, deployment, http_probe, mount, pod_address, port,
-    resources, service_account,
+    AgentPlan, Children, PodPlan, deployment, http_probe, mount, pod_address, port, resources,
+    service_account,
 };
 use crate::crd::{DNSServer, DNSServerSpec, DnsConfigDocument, Infra, ReplicaOf, VlanInterface};
 
@@ -370,12 +370,6 @@ pub fn children(server: &DNSServer) -> anyhow::Result<Children> {
         services: service.into_iter().collect(),
         pvc: None,
         pdb,
-        agent_rbac: server
-            .spec
-            .availability
-            .address_takeover
-            .as_ref()
-            .map(|_| agent_rbac(server, &name, &instance, c)),
         deployment,
     })
 }

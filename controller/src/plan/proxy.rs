@@ -54,8 +54,8 @@ use super::network::Network;
 use super::network_policy::push_api_policy;
 use super::rolling::{replica_placement, server_selector};
 use super::workload::{
-    AgentPlan, Children, PodPlan, agent_rbac, deployment, http_probe, mount, port, resources,
-    service_account, tcp_probe,
+    AgentPlan, Children, PodPlan, deployment, http_probe, mount, port, resources, service_account,
+    tcp_probe,
 };
 use crate::crd::{
     FilterSource, Infra, Isolation, LocalObjectReference, ProxyServer, ProxyServerSpec, ReplicaOf,
@@ -702,12 +702,6 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
         services,
         pvc: None,
         pdb,
-        agent_rbac: server
-            .spec
-            .availability
-            .address_takeover
-            .as_ref()
-            .map(|_| agent_rbac(server, &name, &instance, c)),
         deployment,
     })
 }

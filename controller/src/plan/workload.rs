@@ -26,16 +26,13 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
-    Affinity, Capabilities, ConfigMap, ConfigMapProjection, Container, ContainerPort,
-    DownwardAPIProjection, DownwardAPIVolumeFile, EnvVar, EnvVarSource, KeyToPath,
+    Affinity, Capabilities, ConfigMap, Container, ContainerPort, EnvVar, EnvVarSource,
     ObjectFieldSelector, PersistentVolumeClaim, PodAffinityTerm, PodAntiAffinity,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource,
-    ResourceRequirements, SeccompProfile, Secret, SecurityContext, Service, ServiceAccount,
-    ServiceAccountTokenProjection, Sysctl, Toleration, TopologySpreadConstraint, Volume,
-    VolumeMount, VolumeProjection,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
+    Secret, SecurityContext, Service, ServiceAccount, Sysctl, Toleration, TopologySpreadConstraint,
+    Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::Resource;
@@ -73,74 +70,16 @@ pub struct Children {
     /// The disruption budget over every server of a component with several
     /// (held by the first server's children).
     pub pdb: Option<PodDisruptionBudget>,
-    /// The address agent's Lease access, when addresses move.
-    pub agent_rbac: Option<AgentRbac>,
     /// The Deployment.
     pub deployment: Deployment,
 }
 
-/// What the address agent may do in the API: read, create and update the
-/// component's Leases (no list, watch, patch or delete), through the pod's
-/// ServiceAccount.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AgentRbac {
-    /// `<server>-address-agent`.
-    pub role: Role,
-    /// Binds it to the server's ServiceAccount.
-    pub role_binding: RoleBinding,
-}
-
-/// The verbs the address agent needs on Leases.
-pub const AGENT_LEASE_VERBS: [&str; 3] = ["get", "create", "update"];
-
-/// The address agent's Role and RoleBinding for the server `name`.
-pub(crate) fn agent_rbac<K>(
-    owner: &K,
-    name: &str,
-    instance: &str,
-    component: Component,
-) -> AgentRbac
-where
-    K: Resource<DynamicType = ()>,
-{
-    let role_name = format!("{name}-address-agent");
-    AgentRbac {
-        role: Role {
-            metadata: child_meta(owner, role_name.clone(), instance, component),
-            rules: Some(vec![PolicyRule {
-                api_groups: Some(vec!["coordination.k8s.io".to_string()]),
-                resources: Some(vec!["leases".to_string()]),
-                verbs: AGENT_LEASE_VERBS.iter().map(|v| v.to_string()).collect(),
-                ..PolicyRule::default()
-            }]),
-        },
-        role_binding: RoleBinding {
-            metadata: child_meta(owner, role_name.clone(), instance, component),
-            role_ref: RoleRef {
-                api_group: "rbac.authorization.k8s.io".to_string(),
-                kind: "Role".to_string(),
-                name: role_name,
-            },
-            subjects: Some(vec![Subject {
-                kind: "ServiceAccount".to_string(),
-                name: name.to_string(),
-                namespace: owner.meta().namespace.clone(),
-                ..Subject::default()
-            }]),
-        },
-    }
-}
-
 impl Children {
     /// Every object as JSON (with `apiVersion` and `kind`), in apply order:
-    /// ServiceAccount, the agent's Role and RoleBinding, ConfigMap, Secret,
-    /// PVC, Services, PodDisruptionBudget, Deployment.
+    /// ServiceAccount, ConfigMap, Secret, PVC, Services,
+    /// PodDisruptionBudget, Deployment.
     pub fn to_values(&self) -> Vec<Value> {
         let mut out = vec![to_value(&self.service_account)];
-        if let Some(r) = &self.agent_rbac {
-            out.push(to_value(&r.role));
-            out.push(to_value(&r.role_binding));
-        }
         out.extend(self.config_map.iter().map(to_value));
         out.extend(self.secret.iter().map(to_value));
         out.extend(self.pvc.iter().map(to_value));
@@ -284,16 +223,11 @@ pub const AGENT_METRICS_PORT: i32 = 9466;
 /// The capabilities of the address agent: add and remove an address on the
 /// VLAN interface (NET_ADMIN), send gratuitous ARP (NET_RAW).
 pub const AGENT_CAPABILITIES: [&str; 2] = ["NET_ADMIN", "NET_RAW"];
-/// Where in-cluster clients read the service account token; mounted in
-/// the agent's container alone.
-pub const TOKEN_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
-/// The volume holding the agent's token.
-pub const TOKEN_VOLUME: &str = "agent-token";
 
 /// The address agent of one server.
 #[derive(Debug, Clone)]
 pub(crate) struct AgentPlan {
-    /// The component's addresses and Lease prefix.
+    /// The component's addresses and group (`leasePrefix`).
     pub takeover: crate::crd::AddressTakeover,
     /// When 200, the component on this pod may hold addresses (an
     /// `http://<ip literal>:<port>/<path>` URL; `$(POD_IP)` is expanded).
@@ -308,11 +242,7 @@ pub(crate) struct AgentPlan {
 fn agent_container(image: &str, vlan: &VlanInterface, agent: &AgentPlan) -> Container {
     let home = vlan.address.addr();
     let args = vec![
-        "--identity".to_string(),
-        "$(POD_NAME)".to_string(),
-        "--namespace".to_string(),
-        "$(POD_NAMESPACE)".to_string(),
-        "--lease-prefix".to_string(),
+        "--group".to_string(),
         agent.takeover.lease_prefix.clone(),
         "--address".to_string(),
         agent.takeover.addresses.join(","),
@@ -333,66 +263,19 @@ fn agent_container(image: &str, vlan: &VlanInterface, agent: &AgentPlan) -> Cont
         args: Some(args),
         restart_policy: Some("Always".to_string()),
         ports: Some(vec![port("agent-metrics", AGENT_METRICS_PORT, "TCP")]),
-        volume_mounts: Some(vec![mount(TOKEN_VOLUME, TOKEN_DIR, true)]),
         // 200 while the process runs; the agent is never a readiness gate.
         liveness_probe: Some(http_probe("/healthz", AGENT_METRICS_PORT, 10, 3)),
         resources: Some(resources(None, "10m", "16Mi", "64Mi")),
         security_context: Some(container_security(&AGENT_CAPABILITIES)),
         env: Some(vec![
             env_value("RUST_LOG", "info"),
+            // Read by the agent for its logs (its --identity and
+            // --namespace); it makes no API request.
             env_field("POD_NAME", "metadata.name"),
             env_field("POD_NAMESPACE", "metadata.namespace"),
             env_field(POD_IP_ENV, "status.podIP"),
         ]),
         ..Container::default()
-    }
-}
-
-/// The agent's API credentials: what the kubelet mounts for
-/// `automountServiceAccountToken`, for its container only (the component
-/// containers have no token).
-fn token_volume() -> Volume {
-    Volume {
-        name: TOKEN_VOLUME.to_string(),
-        projected: Some(ProjectedVolumeSource {
-            sources: Some(vec![
-                VolumeProjection {
-                    service_account_token: Some(ServiceAccountTokenProjection {
-                        path: "token".to_string(),
-                        expiration_seconds: Some(3607),
-                        ..ServiceAccountTokenProjection::default()
-                    }),
-                    ..VolumeProjection::default()
-                },
-                VolumeProjection {
-                    config_map: Some(ConfigMapProjection {
-                        name: "kube-root-ca.crt".to_string(),
-                        items: Some(vec![KeyToPath {
-                            key: "ca.crt".to_string(),
-                            path: "ca.crt".to_string(),
-                            ..KeyToPath::default()
-                        }]),
-                        ..ConfigMapProjection::default()
-                    }),
-                    ..VolumeProjection::default()
-                },
-                VolumeProjection {
-                    downward_api: Some(DownwardAPIProjection {
-                        items: Some(vec![DownwardAPIVolumeFile {
-                            path: "namespace".to_string(),
-                            field_ref: Some(ObjectFieldSelector {
-                                field_path: "metadata.namespace".to_string(),
-                                ..ObjectFieldSelector::default()
-                            }),
-                            ..DownwardAPIVolumeFile::default()
-                        }]),
-                    }),
-                    ..VolumeProjection::default()
-                },
-            ]),
-            ..ProjectedVolumeSource::default()
-        }),
-        ..Volume::default()
     }
 }
 
@@ -481,13 +364,13 @@ pub(crate) fn deployment<K>(owner: &K, plan: PodPlan) -> Deployment
 where
     K: Resource<DynamicType = ()>,
 {
-    let mut volumes = plan.volumes;
+    let volumes = plan.volumes;
     let mut tolerations = plan.tolerations;
     tolerations.extend(plan.pod_placement.tolerations.iter().cloned());
-    let init_containers = plan.agent.as_ref().map(|agent| {
-        volumes.push(token_volume());
-        vec![agent_container(&plan.image, &plan.vlan, agent)]
-    });
+    let init_containers = plan
+        .agent
+        .as_ref()
+        .map(|agent| vec![agent_container(&plan.image, &plan.vlan, agent)]);
     let mut pod_labels = labels(&plan.instance, plan.component);
     pod_labels.extend(plan.placement.pod_labels.clone());
     let mut match_labels = selector(&plan.instance, plan.component);

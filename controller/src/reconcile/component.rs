@@ -89,10 +89,6 @@ pub async fn apply_children(ctx: &Context, ns: &str, c: &Children, gate: &Gate) 
         written.push(apply_one(ctx, &s.roles, ns, &grant.role).await?);
         written.push(apply_one(ctx, &s.role_bindings, ns, &grant.role_binding).await?);
     }
-    if let Some(agent) = &c.agent_rbac {
-        written.push(apply_one(ctx, &s.roles, ns, &agent.role).await?);
-        written.push(apply_one(ctx, &s.role_bindings, ns, &agent.role_binding).await?);
-    }
     if let Some(cm) = &c.config_map {
         written.push(apply_one(ctx, &s.config_maps, ns, cm).await?);
     }

@@ -27,7 +27,6 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -386,7 +385,7 @@ async fn apply_cudns(ctx: &Context, infra: &Infra) -> Result<usize> {
 
 /// The deletion of an Infra whose spec cannot be decoded: what cleanup
 /// can do from its name alone (NetworkPolicies and ClusterUserDefinedNetworks
-/// found by their owner labels, the agents' Leases by their names), then its
+/// found by their owner labels), then its
 /// finalizer goes, so the deletion never hangs on a spec nobody can read.
 async fn cleanup_undecodable(obj: &Decoded<Infra>, error: &str, ctx: &Context) -> Result<Action> {
     if !obj.finalizers().iter().any(|f| f == FINALIZER) {
@@ -401,13 +400,6 @@ async fn cleanup_undecodable(obj: &Decoded<Infra>, error: &str, ctx: &Context) -
     // Whether it named a ClusterUserDefinedNetwork is in the unreadable
     // spec: look for owned ones anyway.
     delete_owned_cudns(ctx, obj).await?;
-    let leases: Api<Lease> = Api::namespaced(ctx.client.clone(), &ns);
-    for l in leases.list(&ListParams::default()).await?.items {
-        let lease = l.name_any();
-        if crate::plan::availability::is_agent_lease_of(&name, &lease) {
-            delete_if_present(&leases, &lease).await?;
-        }
-    }
     let kept: Vec<&String> = obj
         .finalizers()
         .iter()
@@ -452,12 +444,6 @@ async fn cleanup(infra: &Infra, ctx: &Context) -> Result<Action> {
     delete_foreign_policies(ctx, infra).await?;
     if cudn::names_a_cudn(infra) {
         delete_owned_cudns(ctx, infra).await?;
-    }
-    // The address agents' Leases: made by the agents, so nothing owns them.
-    let leases: Api<Lease> =
-        Api::namespaced(ctx.client.clone(), &infra.namespace().unwrap_or_default());
-    for name in crate::plan::availability::agent_leases(infra) {
-        delete_if_present(&leases, &name).await?;
     }
     ctx.event(
         infra,

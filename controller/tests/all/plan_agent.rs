@@ -1,15 +1,15 @@
 //! Address takeover: the DNS and proxy pods of an Infra with several
 //! replicas carry the address agent as a native sidecar with NET_ADMIN and
-//! NET_RAW alone, the API token in its container alone, a Role on Leases
-//! alone; the programs that parse VLAN traffic keep no capability. Without
-//! takeover (or with one replica) the pods are as before.
+//! NET_RAW alone and no API credentials (no token, no Role: it makes no
+//! API request); the programs that parse VLAN traffic keep no capability.
+//! Without takeover (or with one replica) the pods are as before.
 
 #![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
 
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use oooi_controller::crd::Infra;
 use oooi_controller::plan::pod_security::{Level, level};
-use oooi_controller::plan::workload::{AGENT_COMMAND, AGENT_CONTAINER, TOKEN_DIR};
+use oooi_controller::plan::workload::{AGENT_COMMAND, AGENT_CONTAINER};
 use oooi_controller::plan::{Children, Observed, dns, plan_infra, proxy, scc};
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
@@ -78,7 +78,7 @@ fn arg<'a>(c: &'a Container, flag: &str) -> &'a str {
 }
 
 #[test]
-fn the_agent_is_a_native_sidecar_with_two_capabilities_and_the_only_token() {
+fn the_agent_is_a_native_sidecar_with_two_capabilities_and_no_token() {
     for c in children(&infra("Auto", NAD)) {
         let name = c.deployment.metadata.name.clone().unwrap();
         let a = agent(&c).unwrap_or_else(|| panic!("{name}: no agent"));
@@ -91,12 +91,22 @@ fn the_agent_is_a_native_sidecar_with_two_capabilities_and_the_only_token() {
         assert_eq!(sc.run_as_user, Some(0));
         assert_eq!(sc.allow_privilege_escalation, Some(false));
         assert_eq!(sc.read_only_root_filesystem, Some(true));
-        // The token is the agent's alone.
+        // No container has a token: none is mounted and no volume
+        // projects one.
         let p = pod(&c);
         assert_eq!(p.automount_service_account_token, Some(false));
-        let mounts = a.volume_mounts.as_ref().unwrap();
-        assert_eq!(mounts.len(), 1);
-        assert_eq!(mounts[0].mount_path, TOKEN_DIR);
+        assert_eq!(a.volume_mounts, None, "{name}");
+        for v in p.volumes.iter().flatten() {
+            let sources = v.projected.as_ref().and_then(|pr| pr.sources.clone());
+            assert!(
+                sources
+                    .iter()
+                    .flatten()
+                    .all(|s| s.service_account_token.is_none()),
+                "{name}: volume {} projects a token",
+                v.name
+            );
+        }
         for main in &p.containers {
             let msc = main.security_context.as_ref().unwrap();
             assert_eq!(msc.capabilities.as_ref().unwrap().add, None, "{name}");
@@ -105,21 +115,24 @@ fn the_agent_is_a_native_sidecar_with_two_capabilities_and_the_only_token() {
                 main.volume_mounts
                     .iter()
                     .flatten()
-                    .all(|m| m.mount_path != TOKEN_DIR),
+                    .all(|m| !m.mount_path.starts_with("/var/run/secrets/kubernetes.io")),
                 "{name}: the component has no token"
             );
         }
-        // Its identity and where it reads readiness.
-        assert_eq!(arg(a, "--identity"), "$(POD_NAME)");
-        assert_eq!(arg(a, "--namespace"), "$(POD_NAMESPACE)");
+        // Only flags the agent has: its group, not the old Lease names;
+        // its name and namespace (for logs) come from the environment.
+        let args = a.args.as_ref().unwrap();
+        for gone in ["--lease-prefix", "--identity", "--namespace"] {
+            assert!(!args.iter().any(|x| x == gone), "{name}: {gone}");
+        }
         assert_eq!(arg(a, "--interface"), "net1");
         let ready = arg(a, "--ready-url");
         if name.contains("dns") {
-            assert_eq!(arg(a, "--lease-prefix"), "vlan-dns");
+            assert_eq!(arg(a, "--group"), "vlan-dns");
             assert_eq!(arg(a, "--address"), "192.0.2.3/24,192.0.2.6/24");
             assert_eq!(ready, "http://$(POD_IP):9153/healthz");
         } else {
-            assert_eq!(arg(a, "--lease-prefix"), "vlan-proxy");
+            assert_eq!(arg(a, "--group"), "vlan-proxy");
             assert_eq!(arg(a, "--address"), "192.0.2.4/24,192.0.2.7/24");
             assert_eq!(ready, "http://127.0.0.1:9446/ready");
         }
@@ -148,38 +161,23 @@ fn the_agent_is_a_native_sidecar_with_two_capabilities_and_the_only_token() {
 }
 
 #[test]
-fn the_agents_role_reads_creates_and_updates_leases_only() {
+fn the_agent_gets_no_role_and_no_rbac_object_is_rendered() {
     for c in children(&infra("AddressTakeover", NAD)) {
         let name = c.deployment.metadata.name.clone().unwrap();
-        let rbac = c.agent_rbac.as_ref().expect("a Role");
-        let role = serde_json::to_value(&rbac.role).unwrap();
-        assert_eq!(role["metadata"]["name"], format!("{name}-address-agent"));
-        assert_eq!(
-            role["rules"],
-            serde_json::json!([{
-                "apiGroups": ["coordination.k8s.io"],
-                "resources": ["leases"],
-                "verbs": ["get", "create", "update"],
-            }])
-        );
-        let binding = serde_json::to_value(&rbac.role_binding).unwrap();
-        assert_eq!(
-            binding["subjects"],
-            serde_json::json!([{"kind": "ServiceAccount", "name": name, "namespace": "oooi"}])
-        );
-        assert_eq!(binding["roleRef"]["name"], format!("{name}-address-agent"));
-        assert_eq!(
-            rbac.role.metadata.owner_references, c.deployment.metadata.owner_references,
-            "garbage-collected with the server"
-        );
-        // In render's output, before the Deployment.
+        assert!(agent(&c).is_some(), "{name}: no agent");
         let kinds: Vec<String> = c
             .to_values()
             .iter()
             .map(|v| v["kind"].as_str().unwrap().to_string())
             .collect();
-        let at = |k: &str| kinds.iter().position(|x| x == k).unwrap();
-        assert!(at("Role") < at("Deployment") && at("RoleBinding") < at("Deployment"));
+        for k in ["Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"] {
+            assert!(!kinds.iter().any(|x| x == k), "{name}: {k} in {kinds:?}");
+        }
+        assert_eq!(
+            c.service_account.automount_service_account_token,
+            Some(false),
+            "{name}"
+        );
     }
 }
 
@@ -212,7 +210,6 @@ fn without_takeover_the_pods_have_no_agent_no_role_and_stay_restricted() {
         for c in children(&infra(failover, network)) {
             let name = c.deployment.metadata.name.clone().unwrap();
             assert!(agent(&c).is_none(), "{failover} {network}: {name}");
-            assert!(c.agent_rbac.is_none());
             assert_eq!(level(pod(&c)), Level::Restricted);
             let mut d = c.deployment.clone();
             scc::for_openshift(&mut d);

@@ -53,7 +53,7 @@ pub fn run(
     println!(
         "\nnode loss with takeover off (OVN-style: the agents stopped; DNS answers only with proxies whose readiness passes over the pod network):"
     );
-    // Stop the agents (each releases its Leases and removes what it holds),
+    // Stop the agents (each hands its addresses on and removes what it holds),
     // then every replica gets its own address back, as its CNI gave it.
     for pid in agents {
         let _ = sh(&["kill", "-TERM", &pid.to_string()]);

@@ -261,7 +261,7 @@ pub fn run(
                 &identity,
                 "--namespace",
                 "oooi-system",
-                "--lease-prefix",
+                "--group",
                 &format!("lab-{component}"),
                 "--address",
                 &all.join(","),
