@@ -62,7 +62,9 @@ fn two_clusters_on_a_simulated_vlan_then_down_after_a_crash() {
     });
     let mut lines = Vec::new();
     let held = loop {
-        match rx.recv_timeout(Duration::from_secs(90)) {
+        // The longest step that prints nothing keeps the mocked API stopped
+        // for 120 s (the data plane must not notice).
+        match rx.recv_timeout(Duration::from_secs(300)) {
             Ok(l) => {
                 let done = l.starts_with("holding");
                 lines.push(l);
