@@ -7,9 +7,11 @@
 //! pod with `internalProxyService` then without it (each change a
 //! re-render, DNS ConfigMap swap and table push), the crash of a replica of
 //! each, and node loss with floating addresses (the address agent from the
-//! images beside every DNS and proxy replica, Leases in `oooi-kube-mock`):
-//! two node losses, their returns and a drain, then the same losses with
-//! takeover off (health-checked DNS answers). Then
+//! images beside every DNS and proxy replica, adverts on the VLAN,
+//! `oooi-kube-mock` counting API requests): a frozen node, a gray failure of
+//! the VLAN port and a node loss, their returns, the management API stopped
+//! for 5 s and 120 s, and a drain, then losses with takeover off
+//! (health-checked DNS answers). Then
 //! the lab process is killed with SIGKILL (a crash) and `down` must remove
 //! everything it left.
 //!
@@ -369,7 +371,8 @@ fn two_clusters_on_a_simulated_vlan_then_down_after_a_crash() {
     // Node loss with floating addresses, then takeover off.
     step("every agent holds its home address", "yes");
     for event in [
-        "node loss, neighbour answers (every IP packet dropped)",
+        "node frozen, neighbour answers (every process stopped, the kernel answers ARP)",
+        "gray failure (the replica's VLAN port drops every frame, links up)",
         "node loss, neighbour silent (links down)",
     ] {
         step(
@@ -378,6 +381,22 @@ fn two_clusters_on_a_simulated_vlan_then_down_after_a_crash() {
         );
         step(&format!("{event}: failed lookups or connections"), "0");
         step(&format!("{event}: arping probes answered by two MACs"), "0");
+        step(
+            &format!("{event}: lookups started after the address moved slower than 2 s"),
+            "0",
+        );
+    }
+    // The management API stopped: the data plane does not notice.
+    for outage in [
+        "API stopped 5 s (oooi-kube-mock frozen)",
+        "API stopped 120 s (oooi-kube-mock frozen)",
+    ] {
+        step(
+            &format!("{outage}: samples with an address off its home replica"),
+            "0",
+        );
+        step(&format!("{outage}: lookups slower than 1 s"), "0");
+        step(&format!("{outage}: failed lookups or connections"), "0");
     }
     step(
         "drain of replica 1 (replaced after 3 s): failed lookups or connections",
