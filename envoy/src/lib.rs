@@ -690,8 +690,6 @@ fn tls_listener(addr: IpAddr, port: u16, route: Value, refuse: Value) -> Value {
     })
 }
 
-/// Refuses connections from the VLAN network or to the proxy's VLAN address
-/// (counted as `table_api_vlan_guard.rbac.denied`).
 /// The listener Prometheus scrapes: `GET /metrics` is the admin
 /// interface's `/stats/prometheus`, anything else 404.
 fn metrics_listener(cfg: &ProxyConfig, addr: SocketAddr) -> Value {
@@ -732,9 +730,15 @@ fn metrics_listener(cfg: &ProxyConfig, addr: SocketAddr) -> Value {
             }],
         },
     }));
+    small_listener(METRICS_LISTENER, addr, filters)
+}
+
+/// A listener of small HTTP requests (metrics, readiness): its own small
+/// per-connection buffer, one filter chain.
+fn small_listener(name: &str, addr: SocketAddr, filters: Vec<Value>) -> Value {
     json!({
         "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
-        "name": METRICS_LISTENER,
+        "name": name,
         "address": socket(addr.ip(), addr.port()),
         "per_connection_buffer_limit_bytes": SMALL_CONNECTION_BUFFER_BYTES,
         "filter_chains": [{"filters": filters}],
@@ -780,13 +784,7 @@ fn ready_listener(cfg: &ProxyConfig, addr: SocketAddr, filter: Value) -> Value {
             ],
         },
     }));
-    json!({
-        "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
-        "name": READY_LISTENER,
-        "address": socket(addr.ip(), addr.port()),
-        "per_connection_buffer_limit_bytes": SMALL_CONNECTION_BUFFER_BYTES,
-        "filter_chains": [{"filters": filters}],
-    })
+    small_listener(READY_LISTENER, addr, filters)
 }
 
 /// Envoy's network RBAC filter refusing every connection from the VLAN
