@@ -56,6 +56,31 @@ class TestSchedule(unittest.TestCase):
         self.assertEqual([j.name for j in order], ["c", "b", "d", "a"])
 
 
+class TestWeights(unittest.TestCase):
+    def test_a_heavy_job_runs_beside_one_other_at_most(self):
+        import io
+        import re
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            heavy = run_tests.Job("oooi-tests::vlan_lab", ["sleep", "0.5"], Path(d))
+            light = [run_tests.Job(f"l{i}", ["sleep", "0.2"], Path(d)) for i in range(4)]
+            progress = io.StringIO()
+            run_tests.run_pool([heavy, *light], 3, 30.0, Path(d) / "logs", progress)
+        beside = {m[0]: int(m[1]) for m in re.findall(r"start  (\S+) \(beside (\d+)\)", progress.getvalue())}
+        self.assertEqual(beside["oooi-tests::vlan_lab"], 0)
+        self.assertEqual(beside["l0"], 1)
+        # while the heavy job runs, the light ones go one at a time
+        lines = progress.getvalue().splitlines()
+        heavy_end = next(i for i, line in enumerate(lines) if "ok" in line and "vlan_lab" in line)
+        for i, line in enumerate(lines[:heavy_end]):
+            if "start  l" in line:
+                self.assertIn("(beside 1)", line)
+        self.assertLessEqual(max(beside.values()), 2)
+        self.assertEqual(heavy.weight(1), 1)
+        self.assertEqual(heavy.weight(3), 2)
+
+
 class TestSummary(unittest.TestCase):
     def test_sums_every_result_line(self):
         text = (
