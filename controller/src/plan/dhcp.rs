@@ -779,6 +779,46 @@ spec:
     }
 
     #[test]
+    fn the_pair_partner_is_the_server_behind_the_peer_service_the_config_names() {
+        let server = |name: &str, ns: &str| PairPartner::Server {
+            name: name.to_string(),
+            namespace: ns.to_string(),
+        };
+        for (api, want) in [
+            (
+                "vlan-dhcp-2-peer.oooi.svc:9068",
+                server("vlan-dhcp-2", "oooi"),
+            ),
+            (
+                "vlan-dhcp-peer.oooi.svc.cluster.local:9068",
+                server("vlan-dhcp", "oooi"),
+            ),
+            ("b-peer.other.svc:9068", server("b", "other")),
+            ("b-peer.other:9068", server("b", "other")),
+            ("b-peer:9068", server("b", "mine")),
+            // An address, a Service the controller did not name, a name
+            // outside the cluster's Service domain.
+            ("10.128.3.7:9068", PairPartner::Unnamed),
+            ("[fd00::7]:9068", PairPartner::Unnamed),
+            ("dhcp-b.oooi.svc:9068", PairPartner::Unnamed),
+            ("-peer.oooi.svc:9068", PairPartner::Unnamed),
+            ("b-peer.oooi.example.com:9068", PairPartner::Unnamed),
+        ] {
+            assert_eq!(pair_partner(api, "mine"), want, "{api}");
+        }
+        // What the planner writes reads back as the other server.
+        let pair = servers("serverIPs: [192.0.2.2, 192.0.2.5]");
+        let ports: Vec<_> = pair.iter().map(policy_ports).collect();
+        assert_eq!(ports[0].pair, Some((9068, server("vlan-dhcp-2", "oooi"))));
+        assert_eq!(ports[1].pair, Some((9068, server("vlan-dhcp", "oooi"))));
+        for p in &ports {
+            assert_eq!((p.metrics.clone(), p.inventory), (vec![9067], 9069));
+        }
+        let one = servers("serverIP: 192.0.2.2");
+        assert_eq!(policy_ports(&one[0]).pair, None);
+    }
+
+    #[test]
     fn a_pair_server_without_its_token_secret_is_refused() {
         let mut pair = servers("serverIPs: [192.0.2.2, 192.0.2.5]");
         pair[1].spec.pair_token_secret = None;
