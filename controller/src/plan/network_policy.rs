@@ -21,10 +21,11 @@
 //! address never leaves the pod's network namespace (the kernel routes it
 //! over loopback), so the address agent's check of its server's health
 //! passes whatever the policy says; and the VLAN leg is a Multus network,
-//! which NetworkPolicy does not cover: DHCP (67/udp), the pair's VLAN
-//! witness (647/udp), the DNS VLAN view (53) and the proxy's VLAN
-//! listeners are guarded by the programs themselves (and, where the
-//! cluster runs it, a MultiNetworkPolicy the admin writes).
+//! which NetworkPolicy does not cover. DHCP (67/udp), the pair's VLAN
+//! witness (647/udp), the DNS VLAN view (53) and the proxy's routing ports
+//! serve the VLAN by design; what must not is kept off it by the programs
+//! (the pair API and the DHCP, DNS and agent metrics listen on the pod
+//! address alone; Envoy refuses its table API and metrics to the VLAN).
 //!
 //! HyperShift's own policies in a hosted cluster's control-plane namespace
 //! admit only known peers, so each accepted attachment gets one policy there
