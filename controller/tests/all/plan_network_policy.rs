@@ -288,3 +288,61 @@ fn the_dns_policy_lists_the_agents_metrics_port_only_with_takeover() {
         assert_eq!(policy_ports(s).metrics, vec![9153, 9466]);
     }
 }
+
+/// The labels of the pods of `c`.
+fn pod_labels(c: &oooi_controller::plan::Children) -> std::collections::BTreeMap<String, String> {
+    c.deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.metadata.as_ref())
+        .and_then(|m| m.labels.clone())
+        .expect("pod labels")
+}
+
+/// Each DHCP and DNS server's policy selects its own pods and no other
+/// replica's (the proxy's selects every Envoy pod of its Infra), with one
+/// server or several.
+#[test]
+fn each_policy_selects_its_own_servers_pods() {
+    use oooi_controller::plan::network_policy::{MetricsScrapers, PolicyPeers};
+    use oooi_controller::plan::{Children, dhcp, dns};
+    let scrapers = MetricsScrapers::default();
+    let peers = PolicyPeers {
+        controller_namespace: Some("oooi-system"),
+        scrapers: &scrapers,
+    };
+    let selects = |policy: &k8s_openapi::api::networking::v1::NetworkPolicy, c: &Children| {
+        let sel = policy
+            .spec
+            .as_ref()
+            .and_then(|s| s.pod_selector.as_ref())
+            .and_then(|s| s.match_labels.clone())
+            .expect("matchLabels");
+        let labels = pod_labels(c);
+        sel.iter().all(|(k, v)| labels.get(k) == Some(v))
+    };
+    for infra in [infra("oooi", "vlan"), replicated_infra()] {
+        let d = plan_infra(&infra, &[], &Observed::default())
+            .desired
+            .expect("valid");
+        let mut all: Vec<(String, oooi_controller::plan::workload::Objects)> = Vec::new();
+        for s in &d.dhcp {
+            all.push(("dhcp".into(), dhcp::objects(s, peers).unwrap()));
+        }
+        for s in &d.dns {
+            all.push(("dns".into(), dns::objects(s, peers).unwrap()));
+        }
+        for (i, (kind, o)) in all.iter().enumerate() {
+            let policy = o.network_policy.as_ref().expect("a policy");
+            assert!(selects(policy, &o.children), "{kind} {i}: own pods");
+            for (j, (other_kind, other)) in all.iter().enumerate() {
+                if j != i {
+                    assert!(
+                        !selects(policy, &other.children),
+                        "{kind} {i} selects the pods of {other_kind} {j}"
+                    );
+                }
+            }
+        }
+    }
+}
