@@ -44,6 +44,33 @@ fn every_example_renders_and_plans_cleanly() {
                 f.display()
             );
         }
+        // Every server's pods get their NetworkPolicy, printed just before
+        // their Deployment.
+        for server in out.objects.iter().filter(|o| {
+            ["DHCPServer", "DNSServer", "ProxyServer"].contains(&o["kind"].as_str().unwrap_or(""))
+        }) {
+            let name = server["metadata"]["name"].as_str().unwrap();
+            let suffix = if server["kind"] == "ProxyServer" {
+                "push"
+            } else {
+                "ingress"
+            };
+            let at = out
+                .objects
+                .iter()
+                .position(|o| {
+                    o["kind"] == "NetworkPolicy"
+                        && o["metadata"]["name"] == format!("{name}-{suffix}").as_str()
+                })
+                .unwrap_or_else(|| panic!("{}: no policy for {name}", f.display()));
+            let next = &out.objects[at + 1];
+            assert_eq!(
+                (next["kind"].as_str(), next["metadata"]["name"].as_str()),
+                (Some("Deployment"), Some(name)),
+                "{}",
+                f.display()
+            );
+        }
         // The YAML round-trips: every object, then one document per
         // hosted cluster's objects.
         let yaml = render::to_yaml(&out).unwrap();
