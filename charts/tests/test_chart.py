@@ -660,6 +660,45 @@ def test_metrics_service_and_monitor_select_the_controller():
     assert np["spec"]["ingress"][0]["from"][: len(peers)] == peers
 
 
+def test_controller_egress_reaches_every_port_the_component_policies_admit_it_to():
+    # The component pods' NetworkPolicies (planned by the controller, here
+    # through `render`) admit the controller's pods to some ports: the
+    # proxies' push API, the DHCP servers' lease inventory. With egress
+    # restricted, the controller's own policy must let it out to each.
+    objects, _ = render(ALL_FEATURES)
+    np = find(objects, "NetworkPolicy")
+    egress = np["spec"]["egress"]
+    out = subprocess.run(
+        [controller_bin(), "render", "-f", str(ROOT / "examples" / "dhcp-pair.yaml"), "--controller-namespace", NAMESPACE],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    controller = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/component": "controller"}},
+    }
+    needed = []
+    for o in yaml.safe_load_all(out):
+        if not o or o.get("kind") != "NetworkPolicy" or "podSelector" not in o["spec"]:
+            continue
+        pods = o["spec"]["podSelector"].get("matchLabels", {})
+        for rule in o["spec"].get("ingress", []):
+            if controller in rule.get("from", []):
+                needed += [(p["port"], pods) for p in rule["ports"]]
+    assert {port for port, _ in needed} >= {9445, 9069}, needed
+    for port, pods in needed:
+        ok = any(
+            any(p["port"] == port for p in rule["ports"])
+            and any(
+                all(pods.get(k) == v for k, v in to.get("podSelector", {}).get("matchLabels", {}).items())
+                for to in rule.get("to", [])
+            )
+            for rule in egress
+        )
+        assert ok, f"the controller's egress does not reach port {port} of the pods {pods}: {egress}"
+
+
 def test_filter_configmap_holds_the_built_module():
     data = chart_file(f"files/{WASM_KEY}")
     assert data, f"the packaged chart has no files/{WASM_KEY}: tools/dev package puts the wasm build there"
@@ -941,6 +980,43 @@ def test_prometheus_rule_alerts_parse_and_have_runbooks():
     source = yaml.safe_load((CHART_SRC / "monitoring" / "alerts.yaml").read_text())
     assert rule["spec"]["groups"] == source["groups"]
     assert "PrometheusRule" not in kinds(render()[0])
+
+
+def selectors(expr):
+    """(metric name, {label: value}) of every selector of an expression, the
+    equality matchers only, parsed with PyPI promql-parser."""
+    import promql_parser
+
+    found = []
+
+    def visit(node):
+        if isinstance(node, promql_parser.VectorSelector):
+            labels = {m.name: m.value for m in node.matchers.matchers if str(m.op) == "MatchOp.Equal"}
+            found.append((node.name, labels))
+        for attr in ("expr", "lhs", "rhs", "vector_selector", "param"):
+            child = getattr(node, attr, None)
+            if isinstance(child, promql_parser.Expr):
+                visit(child)
+        for child in getattr(node, "args", None) or []:
+            if isinstance(child, promql_parser.Expr):
+                visit(child)
+
+    visit(promql_parser.parse(expr))
+    return found
+
+
+def test_dns_upstream_alert_counts_only_what_the_upstream_is_blamed_for():
+    # A client asking for names of a dead zone makes queries fail that the
+    # upstream is not blamed for (blame="query"); that must not page.
+    rule = find(render(ALL_FEATURES)[0], "PrometheusRule")
+    (alert,) = [r for g in rule["spec"]["groups"] for r in g["rules"] if r["alert"] == "OooiDNSUpstreamFailures"]
+    sel = selectors(alert["expr"])
+    failures = [labels for name, labels in sel if name.startswith("oooi_dns_upstream_")]
+    assert [name for name, _ in sel if name.startswith("oooi_dns_upstream_")] == ["oooi_dns_upstream_unanswered_total"], sel
+    assert failures == [{"blame": "upstream"}], sel
+    # The metric and its label values are the ones oooi-dns documents.
+    dns_doc = (ROOT / "docs" / "dns.md").read_text()
+    assert "`oooi_dns_upstream_unanswered_total` | `upstream`, `blame` (`upstream`, `query`)" in dns_doc
 
 
 def test_promql_parser_refuses_a_bad_expression():

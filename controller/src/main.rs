@@ -66,8 +66,9 @@ struct RenderArgs {
     /// controller never skips it).
     #[arg(long, requires = "filter_wasm")]
     skip_filter_check: bool,
-    /// Namespace the controller runs in: the proxies' push-API
-    /// NetworkPolicy admits only the controller pods there.
+    /// Namespace the controller runs in: the component pods'
+    /// NetworkPolicies admit the controller pods there (and no other pod)
+    /// to the proxies' push API and the DHCP servers' lease inventory.
     #[arg(long, default_value = oooi_controller::render::DEFAULT_CONTROLLER_NAMESPACE)]
     controller_namespace: String,
     /// Images of components whose Infra names none, as `run` takes them.

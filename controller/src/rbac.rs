@@ -175,7 +175,7 @@ pub fn rules() -> Vec<Rule> {
             "networking.k8s.io",
             &["networkpolicies"],
             WRITE,
-            "NetworkPolicies in the hosted control-plane namespaces (clusters-<name>, any namespace) letting the proxy in, and the push API's policy beside each proxy.",
+            "NetworkPolicies in the hosted control-plane namespaces (clusters-<name>, any namespace) letting the proxy in, and beside each DHCP, DNS and proxy server the policy admitting each port of its pods from who needs it.",
         ),
         rule(
             Cluster,

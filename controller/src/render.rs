@@ -97,10 +97,11 @@ pub struct RenderInput {
     /// The filter module (`--filter-wasm`): rendered into each proxy's
     /// `<proxy>-filter` ConfigMap and named by its Envoy config.
     pub filter: Option<FilterInput>,
-    /// Namespace the controller runs in: the push API's NetworkPolicy admits
-    /// only it. Default [`DEFAULT_CONTROLLER_NAMESPACE`].
+    /// Namespace the controller runs in: the component pods' NetworkPolicies
+    /// admit the controller's pods there to the push API and the lease
+    /// inventory. Default [`DEFAULT_CONTROLLER_NAMESPACE`].
     pub controller_namespace: Option<String>,
-    /// Who may scrape the proxy pods' metrics ports.
+    /// Who may scrape the component pods' metrics ports.
     pub metrics_scrapers: plan::network_policy::MetricsScrapers,
     /// Images of components whose Infra names none (as `run` has them).
     pub images: plan::images::DefaultImages,
@@ -414,6 +415,16 @@ struct Common<'a> {
     filter: Option<(&'a Module, &'a Verdict)>,
 }
 
+impl Common<'_> {
+    /// Who the component pods' NetworkPolicies admit, as `run` has it.
+    fn policy_peers(&self) -> plan::network_policy::PolicyPeers<'_> {
+        plan::network_policy::PolicyPeers {
+            controller_namespace: Some(self.controller_namespace),
+            scrapers: self.metrics_scrapers,
+        }
+    }
+}
+
 fn render_children(
     out: &mut Rendered,
     dir: &Path,
@@ -425,8 +436,9 @@ fn render_children(
     for d in dhcp {
         let name = d.metadata.name.clone().unwrap_or_default();
         out.objects.push(object_of(d)?);
+        // As the DHCPServer reconcile plans them (the same planner).
         out.objects.extend(
-            plan::dhcp::children(d)
+            plan::dhcp::objects(d, common.policy_peers())
                 .with_context(|| format!("DHCPServer {name}"))?
                 .to_values(),
         );
@@ -439,7 +451,7 @@ fn render_children(
         let name = d.metadata.name.clone().unwrap_or_default();
         out.objects.push(object_of(d)?);
         out.objects.extend(
-            plan::dns::children(d)
+            plan::dns::objects(d, common.policy_peers())
                 .with_context(|| format!("DNSServer {name}"))?
                 .to_values(),
         );
@@ -456,14 +468,9 @@ fn render_children(
             Some((module, verdict)) => Some(first_rollout(p, module, verdict)?),
             None => None,
         };
-        let objects = plan::proxy::objects(
-            p,
-            common.push_token,
-            filter.as_ref(),
-            Some(common.controller_namespace),
-            common.metrics_scrapers,
-        )
-        .with_context(|| format!("ProxyServer {name}"))?;
+        let objects =
+            plan::proxy::objects(p, common.push_token, filter.as_ref(), common.policy_peers())
+                .with_context(|| format!("ProxyServer {name}"))?;
         out.objects.extend(objects.to_values());
         let child_proxy = match &filter {
             Some(f) => f.proxy_for_children(p),

@@ -21,9 +21,10 @@ use super::labels::{
     Component, SERVER_LABEL, child_meta, instance_of, pair_token_secret_name, selector,
 };
 use super::network::Network;
+use super::network_policy::{DhcpPorts, PairPartner, PolicyPeers, dhcp_policy};
 use super::workload::{
-    Children, Placement, PodPlan, deployment, http_probe, mount, pod_address, port, resources,
-    service_account, spread,
+    Children, Objects, Placement, PodPlan, deployment, http_probe, mount, pod_address, port,
+    resources, service_account, spread,
 };
 use crate::crd::{
     DHCPServer, DHCPServerSpec, DhcpConfigDocument, Infra, LeaseStorage, LocalObjectReference,
@@ -42,6 +43,9 @@ pub const HTTP_PORT: i32 = 9067;
 /// Port of the pair API (`--pair-listen`, on the pod address; its peer
 /// Service forwards to it).
 pub const PEER_PORT: u16 = 9068;
+/// Port of the read-only lease inventory the controller queries (on the
+/// pod address); the NetworkPolicy admits the controller's pods alone.
+pub const INVENTORY_PORT: u16 = 9069;
 /// Where the pair token Secret is mounted.
 pub const PAIR_TOKEN_DIR: &str = "/etc/oooi-dhcp-pair";
 /// Key of the pair token in its Secret (and file name in the mount).
@@ -201,9 +205,12 @@ fn default_interface() -> String {
     "net1".to_string()
 }
 
+/// What [`peer_service_name`] appends to the server's name.
+const PEER_SERVICE_SUFFIX: &str = "-peer";
+
 /// Name of the Service in front of a pair server's pair API.
 pub fn peer_service_name(server: &str) -> String {
-    format!("{server}-peer")
+    format!("{server}{PEER_SERVICE_SUFFIX}")
 }
 
 /// The DHCPServer specs derived from an Infra, with their names: one per
@@ -249,6 +256,61 @@ pub fn specs(
             (name, spec)
         })
         .collect()
+}
+
+/// The objects of a DHCPServer: its [`children`] and the NetworkPolicy of
+/// its pods ([`dhcp_policy`], none without the controller's namespace).
+pub fn objects(server: &DHCPServer, peers: PolicyPeers<'_>) -> anyhow::Result<Objects> {
+    Ok(Objects {
+        children: children(server)?,
+        network_policy: peers
+            .controller_namespace
+            .map(|ns| dhcp_policy(server, &policy_ports(server), ns, peers.scrapers)),
+    })
+}
+
+/// The ports of a DHCPServer's pods on the pod network, for its
+/// NetworkPolicy: metrics, the lease inventory and, on a server of a pair,
+/// the pair API with the other server as its config reaches it.
+pub fn policy_ports(server: &DHCPServer) -> DhcpPorts {
+    let namespace = server.metadata.namespace.as_deref().unwrap_or_default();
+    DhcpPorts {
+        metrics: vec![HTTP_PORT as u16],
+        pair: server
+            .spec
+            .config
+            .0
+            .peer
+            .as_ref()
+            .map(|p| (p.listen.port(), pair_partner(&p.api, namespace))),
+        inventory: INVENTORY_PORT,
+    }
+}
+
+/// The other server of a pair from the `api` its config names: the server
+/// behind a peer Service (`<server>-peer[.<namespace>[.svc[.<domain>]]]:<port>`,
+/// as [`configs`] writes it), else [`PairPartner::Unnamed`] (an address, or
+/// a name the controller did not write). `namespace` is the server's own.
+pub fn pair_partner(api: &str, namespace: &str) -> PairPartner {
+    let host = api.rsplit_once(':').map_or(api, |(h, _)| h);
+    if host.parse::<IpAddr>().is_ok() {
+        return PairPartner::Unnamed;
+    }
+    let mut labels = host.split('.');
+    let service = labels.next().unwrap_or_default();
+    let theirs = labels.next();
+    let rest: Vec<&str> = labels.collect();
+    // Past the namespace only the cluster's Service domain may follow.
+    if rest.first().is_some_and(|l| *l != "svc") {
+        return PairPartner::Unnamed;
+    }
+    match service.strip_suffix(PEER_SERVICE_SUFFIX) {
+        Some(name) if !name.is_empty() => PairPartner::Server {
+            name: name.to_string(),
+            namespace: theirs.unwrap_or(namespace).to_string(),
+        },
+        _ => PairPartner::Unnamed,
+    }
 }
 
 /// The children of a DHCPServer: ServiceAccount, ConfigMap, PVC, Deployment.
@@ -714,6 +776,46 @@ spec:
         ));
         std::fs::write(&p, "0123456789abcdef0123").unwrap();
         p
+    }
+
+    #[test]
+    fn the_pair_partner_is_the_server_behind_the_peer_service_the_config_names() {
+        let server = |name: &str, ns: &str| PairPartner::Server {
+            name: name.to_string(),
+            namespace: ns.to_string(),
+        };
+        for (api, want) in [
+            (
+                "vlan-dhcp-2-peer.oooi.svc:9068",
+                server("vlan-dhcp-2", "oooi"),
+            ),
+            (
+                "vlan-dhcp-peer.oooi.svc.cluster.local:9068",
+                server("vlan-dhcp", "oooi"),
+            ),
+            ("b-peer.other.svc:9068", server("b", "other")),
+            ("b-peer.other:9068", server("b", "other")),
+            ("b-peer:9068", server("b", "mine")),
+            // An address, a Service the controller did not name, a name
+            // outside the cluster's Service domain.
+            ("10.128.3.7:9068", PairPartner::Unnamed),
+            ("[fd00::7]:9068", PairPartner::Unnamed),
+            ("dhcp-b.oooi.svc:9068", PairPartner::Unnamed),
+            ("-peer.oooi.svc:9068", PairPartner::Unnamed),
+            ("b-peer.oooi.example.com:9068", PairPartner::Unnamed),
+        ] {
+            assert_eq!(pair_partner(api, "mine"), want, "{api}");
+        }
+        // What the planner writes reads back as the other server.
+        let pair = servers("serverIPs: [192.0.2.2, 192.0.2.5]");
+        let ports: Vec<_> = pair.iter().map(policy_ports).collect();
+        assert_eq!(ports[0].pair, Some((9068, server("vlan-dhcp-2", "oooi"))));
+        assert_eq!(ports[1].pair, Some((9068, server("vlan-dhcp", "oooi"))));
+        for p in &ports {
+            assert_eq!((p.metrics.clone(), p.inventory), (vec![9067], 9069));
+        }
+        let one = servers("serverIP: 192.0.2.2");
+        assert_eq!(policy_ports(&one[0]).pair, None);
     }
 
     #[test]

@@ -28,10 +28,11 @@ use oooi_dns_config::{
 use super::attachments::AttachmentOutcome;
 use super::labels::{Component, child_meta, instance_of, selector};
 use super::network::Network;
+use super::network_policy::{DnsPorts, PolicyPeers, dns_policy};
 use super::rolling::replica_placement;
 use super::workload::{
-    AgentPlan, Children, PodPlan, deployment, http_probe, mount, pod_address, port, resources,
-    service_account,
+    AGENT_METRICS_PORT, AgentPlan, Children, Objects, PodPlan, deployment, http_probe, mount,
+    pod_address, port, resources, service_account,
 };
 use crate::crd::{DNSServer, DNSServerSpec, DnsConfigDocument, Infra, ReplicaOf, VlanInterface};
 
@@ -272,6 +273,33 @@ pub fn specs(
             Some((Component::Dns.replica_name(&infra_name, i), spec))
         })
         .collect()
+}
+
+/// The objects of a DNSServer: its [`children`] and the NetworkPolicy of
+/// its pods ([`dns_policy`], none without the controller's namespace).
+pub fn objects(server: &DNSServer, peers: PolicyPeers<'_>) -> anyhow::Result<Objects> {
+    Ok(Objects {
+        children: children(server)?,
+        network_policy: peers
+            .controller_namespace
+            .map(|_| dns_policy(server, &policy_ports(server), peers.scrapers)),
+    })
+}
+
+/// The ports of a DNSServer's pods on the pod network, for its
+/// NetworkPolicy: every container port but the VLAN view's.
+pub fn policy_ports(server: &DNSServer) -> DnsPorts {
+    let mut metrics = vec![HTTP_PORT as u16];
+    if server.spec.availability.address_takeover.is_some() {
+        metrics.push(AGENT_METRICS_PORT as u16);
+    }
+    DnsPorts {
+        view: POD_VIEW_PORT,
+        metrics,
+        // The kubelet's alone; none while `/healthz` shares the metrics
+        // port (`HTTP_PORT`).
+        health: Vec::new(),
+    }
 }
 
 /// The children of a DNSServer: ServiceAccount, ConfigMap, the ClusterIP

@@ -45,17 +45,15 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use oooi_routes::{Cidr, Route, RouteMatch, RouteTable, Upstream};
 
-use k8s_openapi::api::networking::v1::NetworkPolicy;
-
 use super::attachments::{AttachmentOutcome, ResolvedService};
 use super::filter::FilterPlan;
 use super::labels::{Component, child_meta, instance_of, push_token_secret_name, selector};
 use super::network::Network;
-use super::network_policy::push_api_policy;
+use super::network_policy::{PolicyPeers, push_api_policy};
 use super::rolling::{replica_placement, server_selector};
 use super::workload::{
-    AgentPlan, Children, PodPlan, deployment, http_probe, mount, port, resources, service_account,
-    tcp_probe,
+    AgentPlan, Children, Objects, PodPlan, deployment, http_probe, mount, port, resources,
+    service_account, tcp_probe,
 };
 use crate::crd::{
     FilterSource, Infra, Isolation, LocalObjectReference, ProxyServer, ProxyServerSpec, ReplicaOf,
@@ -446,51 +444,27 @@ pub fn validate(spec: &ProxyServerSpec) -> Result<(), String> {
     Ok(())
 }
 
-/// Everything a ProxyServer owns, as its reconciler applies it and `render`
-/// prints it.
-#[derive(Debug, Clone)]
-pub struct ProxyObjects {
-    /// The children, with the filter rollout's ConfigMap.
-    pub children: Children,
-    /// The NetworkPolicy that admits each port of the pods only from who
-    /// needs it, the push API from the controller's namespace only (none
-    /// when that namespace is unknown).
-    pub push_policy: Option<NetworkPolicy>,
-}
-
-impl ProxyObjects {
-    /// Every object as JSON, in apply order.
-    pub fn to_values(&self) -> Vec<serde_json::Value> {
-        let mut out = self.children.to_values();
-        out.extend(
-            self.push_policy
-                .iter()
-                .filter_map(|p| serde_json::to_value(p).ok()),
-        );
-        out
-    }
-}
-
 /// The objects of `proxy`: its children planned from the proxy as the
 /// filter rollout points it at its module ([`FilterPlan::proxy_for_children`]),
-/// the rollout's derived ConfigMap, and the push API's NetworkPolicy.
+/// the rollout's derived ConfigMap, and the NetworkPolicy of its pods
+/// ([`push_api_policy`]).
 pub fn objects(
     proxy: &ProxyServer,
     push_token: &str,
     filter: Option<&FilterPlan>,
-    controller_namespace: Option<&str>,
-    scrapers: &super::network_policy::MetricsScrapers,
-) -> anyhow::Result<ProxyObjects> {
+    peers: PolicyPeers<'_>,
+) -> anyhow::Result<Objects> {
     let child_proxy = match filter {
         Some(f) => f.proxy_for_children(proxy),
         None => proxy.clone(),
     };
     let mut children = children(&child_proxy, push_token)?;
     children.config_map = filter.and_then(|f| f.config_map(proxy));
-    Ok(ProxyObjects {
+    Ok(Objects {
         children,
-        push_policy: controller_namespace
-            .map(|ns| push_api_policy(proxy, &policy_ports(proxy), ns, scrapers)),
+        network_policy: peers
+            .controller_namespace
+            .map(|ns| push_api_policy(proxy, &policy_ports(proxy), ns, peers.scrapers)),
     })
 }
 

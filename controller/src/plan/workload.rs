@@ -32,6 +32,7 @@ use k8s_openapi::api::core::v1::{
     Secret, SecurityContext, Service, ServiceAccount, Sysctl, Toleration, TopologySpreadConstraint,
     Volume, VolumeMount,
 };
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -99,6 +100,32 @@ impl Children {
             (None, None) => return None,
         };
         Some(format!("sha256:{}", hex::encode(Sha256::digest(&data))))
+    }
+}
+
+/// A component's children with the NetworkPolicy of its pods: everything
+/// its reconciler applies and `render` prints, planned by one function per
+/// component (`plan::{dhcp,dns,proxy}::objects`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Objects {
+    /// The children, planned from the server's spec alone.
+    pub children: Children,
+    /// Which port of the pods admits whom (`plan::network_policy`); none
+    /// when the controller's namespace is unknown.
+    pub network_policy: Option<NetworkPolicy>,
+}
+
+impl Objects {
+    /// Every object as JSON, in apply order: the children's, with the
+    /// NetworkPolicy just before the Deployment, so the pods never run
+    /// without it.
+    pub fn to_values(&self) -> Vec<Value> {
+        let mut out = self.children.to_values();
+        let at = out.len().saturating_sub(1);
+        if let Some(p) = &self.network_policy {
+            out.insert(at, to_value(p));
+        }
+        out
     }
 }
 

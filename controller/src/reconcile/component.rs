@@ -1,7 +1,8 @@
 //! Reconcilers of the derived kinds: DHCPServer, DNSServer, ProxyServer.
 //!
 //! Each writes its children (planned from its spec alone by
-//! `plan::{dhcp,dns,proxy}::children`), then its status from the real
+//! `plan::{dhcp,dns,proxy}::children`) and the NetworkPolicy of its pods
+//! (`plan::{dhcp,dns,proxy}::objects`), then its status from the real
 //! Deployment. The ProxyServer reconciler also brings every Envoy replica to
 //! the routing table of its spec ([`crate::push`]) and reports per-replica
 //! sync (`RoutesSynced`).
@@ -30,12 +31,14 @@ use crate::crd::{
     ServerStatus, condition,
 };
 use crate::plan::labels::{SERVER_LABEL, instance_of};
+use crate::plan::network_policy::PolicyPeers;
 use crate::plan::proxy::next_table;
 use crate::plan::readiness::{
     Rollout, invalid_conditions, rollout, rollout_conditions, server_status,
 };
 use crate::plan::rolling::{self, Gate, ReplicaState};
 use crate::plan::template_hash::template_hash;
+use crate::plan::workload::Objects;
 use crate::plan::{Children, PlannedCondition, merge_conditions};
 use crate::push::{Outcome, Replica};
 
@@ -63,20 +66,20 @@ where
     Ok(apply(&api, live.as_deref(), desired.clone()).await?)
 }
 
-/// Applies every child (ServiceAccount, with `--openshift-scc` its SCC Role
+/// Applies every object (ServiceAccount, with `--openshift-scc` its SCC Role
 /// and RoleBinding, ConfigMap, Secret, PVC, Services, PodDisruptionBudget,
-/// Deployment, in that
-/// order, so the pods find what they mount and are admitted); returns how
-/// many were written.
+/// NetworkPolicy, Deployment, in that order, so the pods find what they
+/// mount, are admitted, and never run without their NetworkPolicy);
+/// returns how many were written.
 ///
 /// The Deployment waits when `gate` says so (a replica whose restart would
 /// take a second replica of its component down, see [`rolling::gate`]);
 /// everything else, which the programs reload, is applied at once.
-pub async fn apply_children(ctx: &Context, ns: &str, c: &Children, gate: &Gate) -> Result<usize> {
+pub async fn apply_objects(ctx: &Context, ns: &str, o: &Objects, gate: &Gate) -> Result<usize> {
     let s = &ctx.stores;
     // On OpenShift the SCC assigns UID and fsGroup. The template hash stays
     // that of the portable plan, so the rolling gate compares like with like.
-    let mut platform = c.clone();
+    let mut platform = o.children.clone();
     if ctx.settings.openshift_scc {
         crate::plan::scc::for_openshift(&mut platform.deployment);
     }
@@ -106,6 +109,9 @@ pub async fn apply_children(ctx: &Context, ns: &str, c: &Children, gate: &Gate) 
     }
     if remove_stale(ctx, ns, c).await? {
         written.push(Applied::Written);
+    }
+    if let Some(policy) = &o.network_policy {
+        written.push(apply_one(ctx, &s.network_policies, ns, policy).await?);
     }
     match gate {
         Gate::Apply => written.push(apply_one(ctx, &s.deployments, ns, &c.deployment).await?),
@@ -253,7 +259,7 @@ pub async fn reconcile_dhcp(obj: Arc<Decoded<DHCPServer>>, ctx: Arc<Context>) ->
                 d,
                 d.status.as_ref(),
                 "DHCPServer",
-                crate::plan::dhcp::children,
+                crate::plan::dhcp::objects,
                 // A DHCP pair's servers restart on their own: each serves
                 // the whole pool while the other is down.
                 |_, _, _| Gate::Apply,
@@ -273,7 +279,7 @@ pub async fn reconcile_dns(obj: Arc<Decoded<DNSServer>>, ctx: Arc<Context>) -> R
                 d,
                 d.status.as_ref(),
                 "DNSServer",
-                crate::plan::dns::children,
+                crate::plan::dns::objects,
                 dns_gate,
                 &ctx,
             )
@@ -405,13 +411,14 @@ fn decode_status<K, S: DeserializeOwned>(obj: &Decoded<K>) -> Option<S> {
     serde_json::from_value(obj.status.clone()?).ok()
 }
 
-/// The reconcile of a component whose children are all there is to it (DHCP,
-/// DNS): plan and apply the children, read the rollout, patch the status.
+/// The reconcile of a component whose objects are all there is to it (DHCP,
+/// DNS): plan and apply the children and the NetworkPolicy, read the
+/// rollout, patch the status.
 async fn reconcile_server<K>(
     obj: &K,
     status: Option<&ServerStatus>,
     kind: &'static str,
-    plan: fn(&K) -> anyhow::Result<Children>,
+    plan: fn(&K, PolicyPeers<'_>) -> anyhow::Result<Objects>,
     gate: fn(&Context, &K, &Deployment) -> Gate,
     ctx: &Context,
 ) -> Result<Action>
@@ -425,11 +432,12 @@ where
     let ns = namespace(obj)?;
     let generation = obj.meta().generation;
     let mut again = RESYNC;
-    let (planned, digest, rollout) = match plan(obj) {
-        Ok(children) => {
+    let (planned, digest, rollout) = match plan(obj, ctx.settings.policy_peers()) {
+        Ok(objects) => {
+            let children = &objects.children;
             let gate = gate(ctx, obj, &children.deployment);
-            apply_children(ctx, &ns, &children, &gate).await?;
-            let refused = admission_conditions(ctx, &ns, &children).await?;
+            apply_objects(ctx, &ns, &objects, &gate).await?;
+            let refused = admission_conditions(ctx, &ns, children).await?;
             let r = rollout_of(ctx, &ns, &children.deployment.name_any());
             let mut planned = rollout_conditions(&r);
             if let Gate::Wait(why) = &gate {
@@ -664,14 +672,10 @@ pub async fn reconcile_proxy(
     // Filter rollout: the checked module, its derived ConfigMap, the status.
     let filter = crate::rollout::prepare(&ctx.rollout, &ctx.stores, obj).await;
     let objects = match push_token(&ctx, obj).await {
-        Ok(token) => crate::plan::proxy::objects(
-            obj,
-            &token,
-            Some(&filter),
-            ctx.settings.controller_namespace.as_deref(),
-            &ctx.settings.metrics_scrapers,
-        )
-        .map(|o| (o, token)),
+        Ok(token) => {
+            crate::plan::proxy::objects(obj, &token, Some(&filter), ctx.settings.policy_peers())
+                .map(|o| (o, token))
+        }
         Err(e) => Err(anyhow::anyhow!(e)),
     };
     match objects {
@@ -682,10 +686,7 @@ pub async fn reconcile_proxy(
         }
         Ok((objects, token)) => {
             let gate = proxy_gate(&ctx, obj, &objects.children.deployment, &token);
-            apply_children(&ctx, &ns, &objects.children, &gate).await?;
-            if let Some(policy) = &objects.push_policy {
-                apply_one(&ctx, &ctx.stores.network_policies, &ns, policy).await?;
-            }
+            apply_objects(&ctx, &ns, &objects, &gate).await?;
             let refused = admission_conditions(&ctx, &ns, &objects.children).await?;
             let r = rollout_of(&ctx, &ns, &objects.children.deployment.name_any());
             st.replicas = r.replicas;

@@ -55,11 +55,12 @@ pub struct Settings {
     /// Grant each component's ServiceAccount the OpenShift SCC its pods
     /// need ([`crate::plan::scc`]).
     pub openshift_scc: bool,
-    /// The controller's own namespace: each ProxyServer gets a
-    /// NetworkPolicy admitting its push API from there only
-    /// ([`crate::plan::network_policy::push_api_policy`]); `None`: no policy.
+    /// The controller's own namespace: the NetworkPolicy of each DHCP, DNS
+    /// and proxy server's pods admits the controller's pods there to the
+    /// push API and the lease inventory ([`crate::plan::network_policy`]);
+    /// `None`: no policy.
     pub controller_namespace: Option<String>,
-    /// Who may scrape the metrics ports of the proxy pods.
+    /// Who may scrape the metrics ports of the component pods.
     pub metrics_scrapers: crate::plan::network_policy::MetricsScrapers,
     /// Where the filter module comes from (filter rollout).
     pub filter_source: crate::rollout::SourceConfig,
@@ -67,6 +68,17 @@ pub struct Settings {
     pub images: crate::plan::images::DefaultImages,
     /// Placement of components whose Infra leaves it unset.
     pub placement: crate::plan::placement::DefaultPlacement,
+}
+
+impl Settings {
+    /// Who the component pods' NetworkPolicies admit from outside their
+    /// Infra.
+    pub fn policy_peers(&self) -> crate::plan::network_policy::PolicyPeers<'_> {
+        crate::plan::network_policy::PolicyPeers {
+            controller_namespace: self.controller_namespace.as_deref(),
+            scrapers: &self.metrics_scrapers,
+        }
+    }
 }
 
 /// Errors of one reconciliation. The variant name is the `reason` label of

@@ -83,3 +83,266 @@ fn the_proxy_policy_opens_its_routing_ports_and_the_agents_metrics_port_with_tak
     assert_eq!(ports.metrics, vec![9102, 9466]);
     assert!(ports.routing.contains(&8443), "{ports:?}");
 }
+
+/// An Infra `vlan` with a DHCP pair and two DNS and proxy replicas, the
+/// addresses moving between replicas (`failover: Auto`: the agent's
+/// metrics port on every DNS and proxy pod).
+fn replicated_infra() -> oooi_controller::crd::Infra {
+    serde_saphyr::from_str(
+        r#"
+apiVersion: hostedcluster.densityops.com/v1alpha1
+kind: Infra
+metadata: {name: vlan, namespace: oooi, uid: uid-vlan, generation: 1}
+spec:
+  networkConfig: {cidr: 192.0.2.0/24, networkAttachmentDefinition: vlan, dnsServers: [10.0.0.10]}
+  infraComponents:
+    dhcp: {serverIPs: [192.0.2.2, 192.0.2.5], rangeStart: 192.0.2.100, rangeEnd: 192.0.2.199, image: dhcp:1}
+    dns: {serverIPs: [192.0.2.3, 192.0.2.6], image: dns:1}
+    proxy: {serverIPs: [192.0.2.4, 192.0.2.7], image: envoy:1}
+  availability: {failover: Auto}
+"#,
+    )
+    .expect("fixture Infra parses")
+}
+
+const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+/// (protocol, port) of every rule of a policy.
+fn policy_ports_of(p: &k8s_openapi::api::networking::v1::NetworkPolicy) -> Vec<(String, i32)> {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    p.spec
+        .as_ref()
+        .and_then(|s| s.ingress.clone())
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|r| r.ports.clone().unwrap_or_default())
+        .map(|p| {
+            let n = match p.port {
+                Some(IntOrString::Int(n)) => n,
+                other => panic!("numeric port: {other:?}"),
+            };
+            (p.protocol.unwrap_or_default(), n)
+        })
+        .collect()
+}
+
+/// (protocol, port) of every container port of the pods.
+fn container_ports(c: &oooi_controller::plan::Children) -> Vec<(String, i32)> {
+    let pod = c
+        .deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .expect("pod spec");
+    pod.containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten())
+        .flat_map(|c| c.ports.clone().unwrap_or_default())
+        .map(|p| (p.protocol.unwrap_or_default(), p.container_port))
+        .collect()
+}
+
+/// Every port a component's pods declare is either on the VLAN leg alone
+/// or named by its NetworkPolicy (or, for a port only the kubelet probes,
+/// by its planner's health list): a port added to the pods without a word
+/// on who may reach it fails here.
+#[test]
+fn every_pod_network_port_of_each_component_is_in_its_policy() {
+    use oooi_controller::plan::network_policy::{MetricsScrapers, PolicyPeers};
+    use oooi_controller::plan::{dhcp, dns, proxy};
+    let d = plan_infra(&replicated_infra(), &[], &Observed::default())
+        .desired
+        .expect("valid");
+    let scrapers = MetricsScrapers::default();
+    let peers = PolicyPeers {
+        controller_namespace: Some("oooi-system"),
+        scrapers: &scrapers,
+    };
+    let tcp = |p: u16| ("TCP".to_string(), i32::from(p));
+    let mut checked = 0;
+    for s in &d.dhcp {
+        let o = dhcp::objects(s, peers).unwrap();
+        let open = policy_ports_of(o.network_policy.as_ref().expect("a policy"));
+        for port in container_ports(&o.children) {
+            // DHCP itself: the VLAN leg.
+            let vlan = port == ("UDP".to_string(), 67);
+            assert!(
+                vlan || open.contains(&port),
+                "{port:?} of {:?}",
+                s.metadata.name
+            );
+            checked += 1;
+        }
+        // The pair API and the lease inventory, which the pods' ports list
+        // only once they serve it.
+        assert!(open.contains(&tcp(dhcp::PEER_PORT)), "{open:?}");
+        assert!(open.contains(&tcp(dhcp::INVENTORY_PORT)), "{open:?}");
+    }
+    for s in &d.dns {
+        let o = dns::objects(s, peers).unwrap();
+        let open = policy_ports_of(o.network_policy.as_ref().expect("a policy"));
+        let health: Vec<(String, i32)> = dns::policy_ports(s)
+            .health
+            .iter()
+            .map(|p| tcp(*p))
+            .collect();
+        for port in container_ports(&o.children) {
+            // The VLAN view's port 53: the VLAN leg.
+            let vlan = port.1 == 53;
+            assert!(
+                vlan || open.contains(&port) || health.contains(&port),
+                "{port:?} of {:?}: {open:?}",
+                s.metadata.name
+            );
+            checked += 1;
+        }
+        assert!(open.contains(&("UDP".to_string(), 5353)), "{open:?}");
+        assert!(open.contains(&tcp(9466)), "the agent's metrics: {open:?}");
+    }
+    for s in &d.proxy {
+        let o = proxy::objects(s, TOKEN, None, peers).unwrap();
+        let open = policy_ports_of(o.network_policy.as_ref().expect("a policy"));
+        for port in container_ports(&o.children) {
+            assert!(open.contains(&port), "{port:?} of {:?}", s.metadata.name);
+            checked += 1;
+        }
+    }
+    assert!(checked > 10, "{checked} ports checked");
+}
+
+#[test]
+fn without_the_controllers_namespace_no_component_gets_a_policy() {
+    use oooi_controller::plan::network_policy::{MetricsScrapers, PolicyPeers};
+    use oooi_controller::plan::{dhcp, dns, proxy};
+    let d = plan_infra(&replicated_infra(), &[], &Observed::default())
+        .desired
+        .expect("valid");
+    let scrapers = MetricsScrapers::default();
+    let peers = PolicyPeers {
+        controller_namespace: None,
+        scrapers: &scrapers,
+    };
+    let o = dhcp::objects(&d.dhcp[0], peers).unwrap();
+    assert!(o.network_policy.is_none());
+    assert_eq!(o.children, dhcp::children(&d.dhcp[0]).unwrap());
+    assert!(
+        dns::objects(&d.dns[0], peers)
+            .unwrap()
+            .network_policy
+            .is_none()
+    );
+    let p = proxy::objects(&d.proxy[0], TOKEN, None, peers).unwrap();
+    assert!(p.network_policy.is_none());
+}
+
+/// In the apply order `render` prints and the reconcilers follow, each
+/// server's NetworkPolicy comes just before its Deployment: its pods never
+/// run unprotected.
+#[test]
+fn the_policy_comes_before_the_pods_it_protects() {
+    use oooi_controller::plan::network_policy::{MetricsScrapers, PolicyPeers};
+    use oooi_controller::plan::{dhcp, dns};
+    let d = plan_infra(&replicated_infra(), &[], &Observed::default())
+        .desired
+        .expect("valid");
+    let scrapers = MetricsScrapers::default();
+    let peers = PolicyPeers {
+        controller_namespace: Some("ctl"),
+        scrapers: &scrapers,
+    };
+    for values in [
+        dhcp::objects(&d.dhcp[1], peers).unwrap().to_values(),
+        dns::objects(&d.dns[1], peers).unwrap().to_values(),
+    ] {
+        let kinds: Vec<&str> = values.iter().map(|v| v["kind"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds[kinds.len() - 2..],
+            ["NetworkPolicy", "Deployment"],
+            "{kinds:?}"
+        );
+        let policy = &values[kinds.len() - 2];
+        assert!(
+            policy["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .ends_with("-2-ingress"),
+            "{policy}"
+        );
+    }
+}
+
+#[test]
+fn the_dns_policy_lists_the_agents_metrics_port_only_with_takeover() {
+    use oooi_controller::plan::dns::{POD_VIEW_PORT, policy_ports};
+    let d = plan_infra(&infra("oooi", "vlan"), &[], &Observed::default())
+        .desired
+        .expect("valid");
+    let ports = policy_ports(&d.dns[0]);
+    assert_eq!(ports.view, POD_VIEW_PORT);
+    assert_eq!(ports.metrics, vec![9153], "no agent without takeover");
+    assert!(ports.health.is_empty(), "/healthz shares the metrics port");
+    let d = plan_infra(&replicated_infra(), &[], &Observed::default())
+        .desired
+        .expect("valid");
+    for s in &d.dns {
+        assert_eq!(policy_ports(s).metrics, vec![9153, 9466]);
+    }
+}
+
+/// The labels of the pods of `c`.
+fn pod_labels(c: &oooi_controller::plan::Children) -> std::collections::BTreeMap<String, String> {
+    c.deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.metadata.as_ref())
+        .and_then(|m| m.labels.clone())
+        .expect("pod labels")
+}
+
+/// Each DHCP and DNS server's policy selects its own pods and no other
+/// replica's (the proxy's selects every Envoy pod of its Infra), with one
+/// server or several.
+#[test]
+fn each_policy_selects_its_own_servers_pods() {
+    use oooi_controller::plan::network_policy::{MetricsScrapers, PolicyPeers};
+    use oooi_controller::plan::{Children, dhcp, dns};
+    let scrapers = MetricsScrapers::default();
+    let peers = PolicyPeers {
+        controller_namespace: Some("oooi-system"),
+        scrapers: &scrapers,
+    };
+    let selects = |policy: &k8s_openapi::api::networking::v1::NetworkPolicy, c: &Children| {
+        let sel = policy
+            .spec
+            .as_ref()
+            .and_then(|s| s.pod_selector.as_ref())
+            .and_then(|s| s.match_labels.clone())
+            .expect("matchLabels");
+        let labels = pod_labels(c);
+        sel.iter().all(|(k, v)| labels.get(k) == Some(v))
+    };
+    for infra in [infra("oooi", "vlan"), replicated_infra()] {
+        let d = plan_infra(&infra, &[], &Observed::default())
+            .desired
+            .expect("valid");
+        let mut all: Vec<(String, oooi_controller::plan::workload::Objects)> = Vec::new();
+        for s in &d.dhcp {
+            all.push(("dhcp".into(), dhcp::objects(s, peers).unwrap()));
+        }
+        for s in &d.dns {
+            all.push(("dns".into(), dns::objects(s, peers).unwrap()));
+        }
+        for (i, (kind, o)) in all.iter().enumerate() {
+            let policy = o.network_policy.as_ref().expect("a policy");
+            assert!(selects(policy, &o.children), "{kind} {i}: own pods");
+            for (j, (other_kind, other)) in all.iter().enumerate() {
+                if j != i {
+                    assert!(
+                        !selects(policy, &other.children),
+                        "{kind} {i} selects the pods of {other_kind} {j}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -44,6 +44,33 @@ fn every_example_renders_and_plans_cleanly() {
                 f.display()
             );
         }
+        // Every server's pods get their NetworkPolicy, printed just before
+        // their Deployment.
+        for server in out.objects.iter().filter(|o| {
+            ["DHCPServer", "DNSServer", "ProxyServer"].contains(&o["kind"].as_str().unwrap_or(""))
+        }) {
+            let name = server["metadata"]["name"].as_str().unwrap();
+            let suffix = if server["kind"] == "ProxyServer" {
+                "push"
+            } else {
+                "ingress"
+            };
+            let at = out
+                .objects
+                .iter()
+                .position(|o| {
+                    o["kind"] == "NetworkPolicy"
+                        && o["metadata"]["name"] == format!("{name}-{suffix}").as_str()
+                })
+                .unwrap_or_else(|| panic!("{}: no policy for {name}", f.display()));
+            let next = &out.objects[at + 1];
+            assert_eq!(
+                (next["kind"].as_str(), next["metadata"]["name"].as_str()),
+                (Some("Deployment"), Some(name)),
+                "{}",
+                f.display()
+            );
+        }
         // The YAML round-trips: every object, then one document per
         // hosted cluster's objects.
         let yaml = render::to_yaml(&out).unwrap();
@@ -66,26 +93,30 @@ fn two_cluster_example_routes_workers_and_apps() {
             "ServiceAccount",
             "ConfigMap",
             "PersistentVolumeClaim",
+            "NetworkPolicy",
             "Deployment",
             "DNSServer",
             "ServiceAccount",
             "ConfigMap",
             "Service",
+            "NetworkPolicy",
             "Deployment",
             "ProxyServer",
             "ServiceAccount",
             "Secret",
             "Service",
             "Service",
-            "Deployment",
             "NetworkPolicy",
+            "Deployment",
             "NetworkPolicy",
             "NetworkPolicy",
             "PlanSummary",
         ]
     );
-    // The push API admits only the controller's namespace; each accepted
-    // attachment opens its control-plane namespace to this Infra's proxy.
+    // Each server's pods get their policy just before their Deployment;
+    // the push API and the lease inventory admit only the controller's
+    // namespace; each accepted attachment opens its control-plane namespace
+    // to this Infra's proxy.
     let policies: Vec<(&str, &str)> = out
         .objects
         .iter()
@@ -97,20 +128,37 @@ fn two_cluster_example_routes_workers_and_apps() {
             )
         })
         .collect();
-    assert_eq!(policies.len(), 3, "{policies:?}");
-    assert!(policies[0].1.ends_with("-push"), "{policies:?}");
-    let push = &out
-        .objects
-        .iter()
-        .find(|o| o["kind"] == "NetworkPolicy")
-        .unwrap();
-    let from = &push["spec"]["ingress"];
-    assert!(
-        from.to_string()
-            .contains(render::DEFAULT_CONTROLLER_NAMESPACE),
-        "{from}"
+    assert_eq!(
+        policies[..3],
+        [
+            ("oooi", "vlan200-dhcp-ingress"),
+            ("oooi", "vlan200-dns-ingress"),
+            ("oooi", "vlan200-proxy-push")
+        ],
+        "{policies:?}"
     );
-    let cp: Vec<&str> = policies[1..].iter().map(|p| p.0).collect();
+    let policy = |name: &str| {
+        out.objects
+            .iter()
+            .find(|o| o["kind"] == "NetworkPolicy" && o["metadata"]["name"] == name)
+            .unwrap()
+    };
+    for name in ["vlan200-dhcp-ingress", "vlan200-proxy-push"] {
+        let from = &policy(name)["spec"]["ingress"];
+        assert!(
+            from.to_string()
+                .contains(render::DEFAULT_CONTROLLER_NAMESPACE),
+            "{name}: {from}"
+        );
+    }
+    // The DNS pod view from anyone (no `from`), UDP and TCP.
+    let view = &policy("vlan200-dns-ingress")["spec"]["ingress"][0];
+    assert!(view.get("from").is_none(), "{view}");
+    assert_eq!(
+        view["ports"],
+        serde_json::json!([{"protocol": "UDP", "port": 5353}, {"protocol": "TCP", "port": 5353}])
+    );
+    let cp: Vec<&str> = policies[3..].iter().map(|p| p.0).collect();
     assert_eq!(cp, ["clusters-c1", "clusters-c2"], "{policies:?}");
     let routes_file = out
         .files
@@ -350,8 +398,9 @@ fn the_binary_prints_crds_and_writes_a_render_directory() {
     let objects = std::fs::read_dir(dir.path().join("objects"))
         .unwrap()
         .count();
-    // The 19 objects of the example (three NetworkPolicies) and the PlanSummary.
-    assert_eq!(objects, 20);
+    // The 21 objects of the example (five NetworkPolicies: one per server,
+    // one per control-plane namespace) and the PlanSummary.
+    assert_eq!(objects, 22);
 
     // No module: a note says the filter ConfigMap is missing (its content
     // and `--filter-wasm` are tested in render_filter.rs).

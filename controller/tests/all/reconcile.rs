@@ -754,8 +754,8 @@ fn scc_settings() -> Settings {
 }
 
 /// The push API of the Envoy pods admits the controller's namespace only:
-/// a NetworkPolicy owned by the ProxyServer, applied after the Deployment,
-/// not re-applied when unchanged.
+/// a NetworkPolicy owned by the ProxyServer, applied just before the
+/// Deployment, not re-applied when unchanged.
 #[tokio::test]
 async fn proxy_push_api_is_reachable_from_the_controller_namespace_only() {
     let settings = Settings {
@@ -770,7 +770,7 @@ async fn proxy_push_api_is_reachable_from_the_controller_namespace_only() {
         .iter()
         .position(|x| x.ends_with("/deployments/vlan200-proxy"))
         .unwrap();
-    assert_eq!(l[dep + 1], format!("PATCH {np}"), "{l:#?}");
+    assert_eq!(l[dep - 1], format!("PATCH {np}"), "{l:#?}");
     let r = apply_of(&log, np);
     assert_apply(r);
     let body = r.body.as_ref().unwrap();
@@ -828,6 +828,8 @@ async fn openshift_scc_grants_each_component_its_scc_before_its_pods() {
             format!("PATCH {rbac}/rolebindings/vlan200-dhcp-scc"),
             "PATCH /api/v1/namespaces/oooi/configmaps/vlan200-dhcp-config".to_string(),
             "PATCH /api/v1/namespaces/oooi/persistentvolumeclaims/vlan200-dhcp-leases".to_string(),
+            "PATCH /apis/networking.k8s.io/v1/namespaces/oooi/networkpolicies/vlan200-dhcp-ingress"
+                .to_string(),
             "PATCH /apis/apps/v1/namespaces/oooi/deployments/vlan200-dhcp".to_string(),
             format!("PATCH {G}/dhcpservers/vlan200-dhcp/status"),
         ]
@@ -976,6 +978,8 @@ async fn deleting_everything_leaves_no_object_the_controller_created() {
         "/namespaces/clusters-c1/networkpolicies/",
         "/namespaces/clusters-c2/networkpolicies/",
         "/namespaces/oooi/networkpolicies/vlan200-proxy-push",
+        "/namespaces/oooi/networkpolicies/vlan200-dns-ingress",
+        "/namespaces/oooi/networkpolicies/vlan200-dhcp-ingress",
     ] {
         assert!(made.iter().any(|p| p.contains(kind)), "{kind}: {made:#?}");
     }
@@ -1200,6 +1204,176 @@ async fn a_dhcp_pair_gets_one_token_two_servers_and_their_children_and_leaves_no
         .filter(|p| !p.contains("/events/"))
         .collect();
     assert!(left.is_empty(), "left in the cluster: {left:#?}");
+}
+
+/// The DNS and DHCP pods get one NetworkPolicy each, owned by their
+/// server, applied just before their Deployment and not again while
+/// unchanged: the DNS pod view admits anyone, the metrics ports the
+/// scrapers, a pair's API the other server alone and the lease inventory
+/// the controller alone. A server that goes takes its policy with it
+/// (garbage collection through the owner reference), and deleting the
+/// Infra leaves no policy behind.
+#[tokio::test]
+async fn dns_and_dhcp_pods_get_their_policies_with_their_servers_and_lose_them_with_them() {
+    let settings = Settings {
+        controller_namespace: Some("oooi-system".into()),
+        ..Settings::default()
+    };
+    let mut h = Harness::with_settings(false, settings);
+    h.mock.insert(&infra_path(), pair_infra_json(1));
+    h.reconcile_infra().await; // finalizer
+    h.reconcile_infra().await; // derived objects
+    let nps = "/apis/networking.k8s.io/v1/namespaces/oooi/networkpolicies";
+    let uid = |h: &Harness, path: &str| h.mock.get(path).unwrap()["metadata"]["uid"].clone();
+
+    let log = h.reconcile_dns().await;
+    let l = lines(&log);
+    let np = format!("{nps}/vlan200-dns-ingress");
+    let dep = l
+        .iter()
+        .position(|x| x.ends_with("/deployments/vlan200-dns"))
+        .unwrap();
+    assert_eq!(l[dep - 1], format!("PATCH {np}"), "{l:#?}");
+    let r = apply_of(&log, &np);
+    assert_apply(r);
+    let body = r.body.as_ref().unwrap();
+    assert_eq!(body["metadata"]["ownerReferences"][0]["kind"], "DNSServer");
+    assert_eq!(
+        body["metadata"]["ownerReferences"][0]["uid"],
+        uid(&h, &format!("{G}/dnsservers/vlan200-dns"))
+    );
+    assert_eq!(
+        body["spec"]["podSelector"]["matchLabels"]["hostedcluster.densityops.com/server"],
+        "vlan200-dns"
+    );
+    let ingress = body["spec"]["ingress"].as_array().unwrap();
+    assert_eq!(ingress.len(), 2, "{body}");
+    assert!(ingress[0].get("from").is_none(), "the pod view: anyone");
+    assert_eq!(
+        ingress[0]["ports"],
+        json!([{"protocol": "UDP", "port": 5353}, {"protocol": "TCP", "port": 5353}])
+    );
+    assert_eq!(
+        ingress[1]["ports"],
+        json!([{"protocol": "TCP", "port": 9153}])
+    );
+    assert_eq!(
+        ingress[1]["from"][0]["namespaceSelector"]["matchLabels"]["network.openshift.io/policy-group"],
+        "monitoring"
+    );
+    // Settled: the status follows the Deployment, then nothing.
+    let log = h.reconcile_dns().await;
+    assert!(
+        !lines(&log).iter().any(|x| x.contains("networkpolicies")),
+        "unchanged policy re-applied: {:#?}",
+        lines(&log)
+    );
+
+    for (server, other) in [
+        ("vlan200-dhcp", "vlan200-dhcp-2"),
+        ("vlan200-dhcp-2", "vlan200-dhcp"),
+    ] {
+        let path = format!("{G}/dhcpservers/{server}");
+        let log = h.run(&path, component::reconcile_dhcp).await;
+        let l = lines(&log);
+        let np = format!("{nps}/{server}-ingress");
+        let dep = l
+            .iter()
+            .position(|x| x.ends_with(&format!("/deployments/{server}")))
+            .unwrap();
+        assert_eq!(l[dep - 1], format!("PATCH {np}"), "{l:#?}");
+        let body = apply_of(&log, &np).body.clone().unwrap();
+        assert_eq!(body["metadata"]["ownerReferences"][0]["kind"], "DHCPServer");
+        assert_eq!(
+            body["metadata"]["ownerReferences"][0]["uid"],
+            uid(&h, &path)
+        );
+        assert_eq!(
+            body["spec"]["podSelector"]["matchLabels"]["hostedcluster.densityops.com/server"],
+            server
+        );
+        let ingress = body["spec"]["ingress"].as_array().unwrap();
+        assert_eq!(ingress.len(), 3, "{body}");
+        assert_eq!(
+            ingress[0]["ports"],
+            json!([{"protocol": "TCP", "port": 9067}])
+        );
+        assert_eq!(
+            ingress[1]["ports"],
+            json!([{"protocol": "TCP", "port": 9068}])
+        );
+        assert_eq!(
+            ingress[1]["from"],
+            json!([{"podSelector": {"matchLabels": {
+                "app.kubernetes.io/name": "oooi",
+                "app.kubernetes.io/component": "dhcp",
+                "hostedcluster.densityops.com/server": other}}}])
+        );
+        assert_eq!(
+            ingress[2]["ports"],
+            json!([{"protocol": "TCP", "port": 9069}])
+        );
+        assert_eq!(
+            ingress[2]["from"],
+            json!([{
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "oooi-system"}},
+                "podSelector": {"matchLabels": {"app.kubernetes.io/component": "controller"}}}])
+        );
+        let log = h.run(&path, component::reconcile_dhcp).await;
+        assert!(
+            !lines(&log).iter().any(|x| x.contains("networkpolicies")),
+            "{:#?}",
+            lines(&log)
+        );
+    }
+
+    // Back to one DHCP address: the second server goes, and its policy with
+    // it; the first server's policy loses the pair API.
+    let mut one = pair_infra_json(2);
+    one["spec"]["infraComponents"]["dhcp"]["serverIPs"] = json!(["198.51.100.2"]);
+    one["metadata"]["finalizers"] = json!([reconcile_support::FINALIZER]);
+    h.mock.insert(&infra_path(), one);
+    h.reconcile_infra().await;
+    h.mock.collect_garbage();
+    assert!(
+        h.mock
+            .get(&format!("{nps}/vlan200-dhcp-2-ingress"))
+            .is_none()
+    );
+    let log = h.reconcile_dhcp().await;
+    let body = apply_of(&log, &format!("{nps}/vlan200-dhcp-ingress"))
+        .body
+        .clone()
+        .unwrap();
+    let ports: Vec<&Value> = body["spec"]["ingress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["ports"][0]["port"])
+        .collect();
+    assert_eq!(ports, [&json!(9067), &json!(9069)], "{body}");
+    assert_eq!(
+        body["spec"]["podSelector"]["matchLabels"],
+        json!({"app.kubernetes.io/name": "oooi", "app.kubernetes.io/component": "dhcp",
+               "app.kubernetes.io/instance": "vlan200"}),
+        "a single server's pod carries no server label"
+    );
+
+    // Deleting the Infra: its servers go, and their policies with them.
+    for p in [
+        format!("{nps}/vlan200-dns-ingress"),
+        format!("{nps}/vlan200-dhcp-ingress"),
+    ] {
+        assert!(h.mock.get(&p).is_some(), "{p}");
+    }
+    let mut infra = h.mock.get(&infra_path()).unwrap();
+    infra["metadata"]["deletionTimestamp"] = json!("2026-12-03T08:05:00Z");
+    h.mock.insert(&infra_path(), infra);
+    h.reconcile_infra().await;
+    assert!(h.mock.get(&infra_path()).is_none(), "finalizer removed");
+    h.mock.collect_garbage();
+    let left = h.mock.paths(nps);
+    assert!(left.is_empty(), "policies left: {left:#?}");
 }
 
 const CUDNS: &str = "/apis/k8s.ovn.org/v1/clusteruserdefinednetworks";
