@@ -55,6 +55,18 @@ enum Command {
         /// and the wildcard would expose the API on the VLAN.
         #[arg(long, env = "OOOI_DHCP_PAIR_LISTEN")]
         pair_listen: Option<SocketAddr>,
+        /// Addresses of the read-only lease inventory API (`/inventory/v1`,
+        /// bearer token). Repeat the flag, or give a comma-separated list
+        /// (also in the environment variable): in a pod, the pod's own
+        /// address and 127.0.0.1 (for `kubectl port-forward`). None: not
+        /// served.
+        #[arg(long, env = "OOOI_DHCP_INVENTORY_LISTEN", value_delimiter = ',')]
+        inventory_listen: Vec<SocketAddr>,
+        /// File holding the inventory API's bearer token (at least 16
+        /// characters; a mounted Secret). Required with
+        /// `--inventory-listen`; read again when it changes.
+        #[arg(long, env = "OOOI_DHCP_INVENTORY_TOKEN_FILE")]
+        inventory_token_file: Option<PathBuf>,
     },
     /// Validate CONFIG and print the pool and reservations.
     Check {
@@ -112,13 +124,38 @@ fn list_leases(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The inventory API's addresses and token file, checked before anything
+/// starts.
+struct InventoryArgs {
+    listen: Vec<SocketAddr>,
+    token_file: Option<PathBuf>,
+}
+
+impl InventoryArgs {
+    fn check(&self) -> anyhow::Result<Option<PathBuf>> {
+        if self.listen.is_empty() {
+            return Ok(None);
+        }
+        let Some(f) = &self.token_file else {
+            anyhow::bail!(
+                "--inventory-listen (OOOI_DHCP_INVENTORY_LISTEN) needs --inventory-token-file (OOOI_DHCP_INVENTORY_TOKEN_FILE)"
+            );
+        };
+        oooi_dhcp::inventory::api::Token::load(f)
+            .map_err(|e| anyhow::anyhow!("--inventory-token-file: {e}"))?;
+        Ok(Some(f.clone()))
+    }
+}
+
 async fn serve(
     config: PathBuf,
     data_dir: PathBuf,
     metrics_addr: SocketAddr,
     durability: Durability,
     pair_listen: Option<SocketAddr>,
+    inventory: InventoryArgs,
 ) -> anyhow::Result<()> {
+    let inventory_token = inventory.check()?;
     let (c, reloader) = Reloader::start(&config, Settings::default(), Config::from_yaml)?;
     let (store, recovery) = LeaseStore::open(&data_dir)
         .map_err(|e| anyhow::anyhow!("cannot open lease store {}: {e}", data_dir.display()))?;
@@ -163,6 +200,26 @@ async fn serve(
             data_dir.display()
         )
     })?;
+    server.keep_meta(&data_dir).map_err(|e| {
+        anyhow::anyhow!("cannot keep lease metadata in {}: {e}", data_dir.display())
+    })?;
+    let inventory_api = match inventory_token {
+        Some(token_file) => {
+            let (shared, end) = oooi_dhcp::inventory::Inventory::new(server.refusals())?;
+            server.serve_inventory(end);
+            Some((shared, token_file))
+        }
+        None => None,
+    };
+    let inventory_addrs = inventory.listen;
+    let inventory_api = async move {
+        match inventory_api {
+            Some((shared, token_file)) => {
+                oooi_dhcp::inventory::api::serve(shared, &token_file, &inventory_addrs).await
+            }
+            None => std::future::pending().await,
+        }
+    };
     let dhcp = tokio::task::spawn_blocking(move || server.run());
     let pair_api = async move {
         match api {
@@ -174,6 +231,7 @@ async fn serve(
         r = dhcp => r?,
         r = serve_http(metrics_addr) => r,
         r = pair_api => r,
+        r = inventory_api => r,
         r = terminated() => r,
     }
 }
@@ -218,7 +276,23 @@ async fn main() {
             metrics_addr,
             durability,
             pair_listen,
-        } => serve(config, data_dir, metrics_addr, durability, pair_listen).await,
+            inventory_listen,
+            inventory_token_file,
+        } => {
+            let inventory = InventoryArgs {
+                listen: inventory_listen,
+                token_file: inventory_token_file,
+            };
+            serve(
+                config,
+                data_dir,
+                metrics_addr,
+                durability,
+                pair_listen,
+                inventory,
+            )
+            .await
+        }
     };
     if let Err(e) = result {
         eprintln!("oooi-dhcp: {e}");
