@@ -74,11 +74,20 @@ enum Command {
         config: PathBuf,
     },
     /// List the leases recorded in a data directory (read-only; safe beside
-    /// a running server).
+    /// a running server). With the server's config, the rows are the
+    /// inventory API's (states, host names, client ids, last transaction)
+    /// as far as the disk knows them: offers, releases and probe conflicts
+    /// live in the running server's memory only.
     Leases {
         /// Directory of the lease log.
         #[arg(long, env = "OOOI_DHCP_DATA_DIR")]
         data_dir: PathBuf,
+        /// The server's config file: rows as the inventory API builds them.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// `table` or `json` (the inventory API's rows; needs `--config`).
+        #[arg(long, short = 'o', default_value = "table")]
+        output: LeasesOutput,
     },
 }
 
@@ -103,6 +112,72 @@ fn check(path: &Path) -> anyhow::Result<()> {
         println!("known {mac} {}", hostname.as_deref().unwrap_or("-"));
     }
     println!("unknown clients: {:?}", c.unknown_clients);
+    Ok(())
+}
+
+/// The output of `oooi-dhcp leases`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LeasesOutput {
+    Table,
+    Json,
+}
+
+/// The inventory's rows of a data directory, under `config`: the log's
+/// leases, the held-back addresses and the lease metadata file.
+fn inventory_rows(dir: &Path, config: &Path) -> anyhow::Result<Vec<oooi_dhcp_inventory::LeaseRow>> {
+    use oooi_dhcp::inventory::{meta::Meta, rows::View};
+    use oooi_dhcp::leases::LeaseTable;
+    let now = server::unix_now();
+    let c = Config::load(config).map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
+    let leases = LeaseStore::read_only(dir)
+        .map_err(|e| anyhow::anyhow!("cannot read leases in {}: {e}", dir.display()))?;
+    let mut table = LeaseTable::from_store(Arc::new(c), leases.iter());
+    for h in oooi_dhcp::held_back::load(dir)? {
+        if h.until > now {
+            table.quarantine_lost(h.ip, h.suspected, h.until, now);
+        }
+    }
+    let meta = Meta::load(dir);
+    let view = View {
+        table: &table,
+        meta: &meta,
+        now,
+    };
+    let mut rows: Vec<_> = view.rows().collect();
+    rows.sort_by_key(|r| r.address);
+    Ok(rows)
+}
+
+fn print_rows(rows: &[oooi_dhcp_inventory::LeaseRow], output: LeasesOutput) -> anyhow::Result<()> {
+    if output == LeasesOutput::Json {
+        println!("{}", serde_json::to_string_pretty(rows)?);
+        return Ok(());
+    }
+    println!(
+        "{:<16} {:<18} {:<12} {:<10} {:<8} {:<24} {:<16} {:<12} client_id",
+        "ip", "mac", "expires", "state", "reserved", "hostname", "answered_by", "cltt"
+    );
+    for r in rows {
+        let role = r.answered_by.map(|b| {
+            serde_json::to_value(b)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default()
+        });
+        println!(
+            "{:<16} {:<18} {:<12} {:<10} {:<8} {:<24} {:<16} {:<12} {}",
+            r.address,
+            r.mac.as_deref().unwrap_or("-"),
+            r.expires_unix,
+            r.state.as_str(),
+            r.reserved,
+            r.hostname.as_deref().unwrap_or("-"),
+            role.as_deref().unwrap_or("-"),
+            r.cltt_unix
+                .map_or_else(|| "-".to_string(), |t| t.to_string()),
+            r.client_id.as_deref().unwrap_or("-"),
+        );
+    }
     Ok(())
 }
 
@@ -194,14 +269,15 @@ async fn serve(
         )
     });
     let mut server = Server::new(socket, store, Arc::new(c), rx, durability, pair);
+    // Before the hold-backs: a held-back address forgets what was known.
+    server.keep_meta(&data_dir).map_err(|e| {
+        anyhow::anyhow!("cannot keep lease metadata in {}: {e}", data_dir.display())
+    })?;
     server.quarantine_lost(&recovery, &data_dir).map_err(|e| {
         anyhow::anyhow!(
             "cannot keep the held-back addresses in {}: {e}",
             data_dir.display()
         )
-    })?;
-    server.keep_meta(&data_dir).map_err(|e| {
-        anyhow::anyhow!("cannot keep lease metadata in {}: {e}", data_dir.display())
     })?;
     let inventory_api = match inventory_token {
         Some(token_file) => {
@@ -269,7 +345,19 @@ async fn main() {
         .init();
     let result = match Cli::parse().command {
         Command::Check { config } => check(&config),
-        Command::Leases { data_dir } => list_leases(&data_dir),
+        Command::Leases {
+            data_dir,
+            config,
+            output,
+        } => match (config, output) {
+            (None, LeasesOutput::Table) => list_leases(&data_dir),
+            (None, LeasesOutput::Json) => Err(anyhow::anyhow!(
+                "-o json needs --config (the rows are the inventory API's)"
+            )),
+            (Some(config), output) => {
+                inventory_rows(&data_dir, &config).and_then(|rows| print_rows(&rows, output))
+            }
+        },
         Command::Serve {
             config,
             data_dir,

@@ -109,6 +109,25 @@ fn bound(events: &std::path::Path) -> Option<lab::Event> {
         .find(|e| e.reason == "bound")
 }
 
+/// `oooi-dhcp leases --data-dir --config -o json`.
+fn offline_rows(lab: &Lab) -> Vec<LeaseRow> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_oooi-dhcp"))
+        .arg("leases")
+        .arg("--data-dir")
+        .arg(lab.data_dir())
+        .arg("--config")
+        .arg(lab.config_dir().join("config.yaml"))
+        .args(["-o", "json"])
+        .output()
+        .expect("oooi-dhcp leases");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("rows as JSON")
+}
+
 // ---- crafted relayed requests ----
 
 fn mac_of(n: u16) -> [u8; 6] {
@@ -368,6 +387,20 @@ fn leases_granted_renewed_released_declined_and_probe_conflicted_show_up_with_th
     lab.wait_for(5, "the utilisation gauge", || {
         (lab.metric("oooi_dhcp_pool_utilisation_ratio") - range.utilisation()).abs() < 1e-9
     });
+
+    // The offline command builds the same rows from the data directory
+    // once the metadata file has been written (every 5 s at most).
+    let api_row = leases(&lab, &format!("ip={dh_ip}")).remove(0);
+    lab.wait_for(15, "the offline row equal to the API's", || {
+        offline_rows(&lab).contains(&api_row)
+    });
+    let offline = offline_rows(&lab);
+    let declined_offline = offline
+        .iter()
+        .find(|r| r.address == std::net::IpAddr::V4(dip))
+        .expect("the declined address offline");
+    assert_eq!(declined_offline.state, LeaseState::Declined);
+    assert_eq!(declined_offline.mac.as_deref(), Some(mac_text(m).as_str()));
 
     // The second listen address serves the same.
     let (code, _) = get_from(&lab, [127, 0, 0, 2], "/inventory/v1/pools", Some(TOKEN));
@@ -641,4 +674,54 @@ fn a_flood_of_made_up_macs_keeps_the_remembered_clients_bounded() {
             .len(),
         1
     );
+}
+
+#[test]
+fn in_a_pair_the_other_halfs_client_is_shown_as_not_this_servers_half_and_its_lease_as_learned() {
+    use lab::pair::{PairLab, last, mac_for};
+    let mut p = PairLab::new();
+    let token = p.lab.dir.path().join("inventory-token");
+    std::fs::write(&token, TOKEN).expect("token");
+    p.lab.serve_args = vec![
+        "--inventory-listen".into(),
+        "127.0.0.1:9069".into(),
+        "--inventory-token-file".into(),
+        token.display().to_string(),
+    ];
+    p.lab.start_server();
+    p.start_b();
+    p.both_balancing();
+    // A client of the secondary's scope: server B answers it.
+    let theirs = mac_for(false, 1, true);
+    let ns = p.lab.add_client(&theirs);
+    let (events, _) = p.lab.udhcpc(&ns, &[]);
+    p.wait(20, "udhcpc bound by B", || last(&events, "bound").is_some());
+    let ip: Ipv4Addr = last(&events, "bound")
+        .expect("bound")
+        .get("ip")
+        .parse()
+        .expect("ip");
+    // A stayed silent, and says why.
+    let w = why(&p.lab, &theirs);
+    assert!(
+        reasons(&w).contains(&RefusalReason::NotThisServersHalf),
+        "{w:?}"
+    );
+    assert_eq!(w.server.role, ServerRole::Primary);
+    assert_eq!(w.server.pair_state.as_deref(), Some("load-balancing"));
+    // A learned the lease from B: answered by the secondary, its client's
+    // own expiry (not the lead the other server adds).
+    p.wait(10, "the lease replicated to A", || {
+        leases(&p.lab, &format!("ip={ip}"))
+            .first()
+            .is_some_and(|r| r.answered_by == Some(ServerRole::Secondary))
+    });
+    let r = &leases(&p.lab, &format!("ip={ip}"))[0];
+    assert_eq!(r.state, LeaseState::Active);
+    assert_eq!(r.mac.as_deref(), Some(theirs.as_str()));
+    let cltt = r.cltt_unix.expect("cltt estimated from the record");
+    let now = w.server.now_unix;
+    assert!(r.expires_unix <= now + 61, "{r:?}: the client's expiry");
+    assert!(cltt + 62 >= r.expires_unix && cltt <= now + 1, "{r:?}");
+    assert!(refusals(&p.lab, RefusalReason::NotThisServersHalf) >= 1.0);
 }
