@@ -83,9 +83,15 @@ impl View<'_> {
     /// The row of `ip`'s binding `b`, or None when it holds nothing (an
     /// ended offer or quarantine).
     pub fn row(&self, ip: Ipv4Addr, b: &Binding) -> Option<LeaseRow> {
+        let (state, expires, mac) = self.classify(ip, b)?;
+        self.build(ip, state, expires, mac)
+    }
+
+    /// A row's state, end and client, without building it (nothing is
+    /// allocated: the pool figures and the filters use this).
+    fn classify(&self, ip: Ipv4Addr, b: &Binding) -> Option<(LeaseState, u64, Option<Mac>)> {
         let now = self.now;
-        let cfg = self.table.config();
-        let (state, expires, mac) = match b.state {
+        Some(match b.state {
             State::Offered { until } => {
                 (until > now).then_some((LeaseState::Offered, until, Some(b.mac)))?
             }
@@ -130,7 +136,49 @@ impl View<'_> {
                     )
                 }
             }
-        };
+        })
+    }
+
+    /// The host name of `mac`'s row at `ip`.
+    fn hostname(&self, ip: Ipv4Addr, mac: Option<Mac>) -> Option<&str> {
+        let mac = mac?;
+        self.table
+            .config()
+            .hostname(&mac)
+            .or_else(|| self.meta.get(ip, mac)?.hostname.as_deref())
+    }
+
+    /// Whether a row of this state and client may match `q` (its filters
+    /// that need no row: state, MAC, host name); the row itself is checked
+    /// with [`LeaseQuery::matches`] after.
+    fn may_match(&self, q: &LeaseQuery, ip: Ipv4Addr, state: LeaseState, mac: Option<Mac>) -> bool {
+        if q.state.is_some_and(|s| s != state) {
+            return false;
+        }
+        if let Some(want) = &q.mac {
+            let want = oooi_dhcp_inventory::canonical_mac(want).and_then(|m| Mac::parse(&m));
+            if want.is_none() || want != mac {
+                return false;
+            }
+        }
+        if let Some(h) = &q.hostname
+            && !self
+                .hostname(ip, mac)
+                .is_some_and(|rh| rh.eq_ignore_ascii_case(h))
+        {
+            return false;
+        }
+        true
+    }
+
+    fn build(
+        &self,
+        ip: Ipv4Addr,
+        state: LeaseState,
+        expires: u64,
+        mac: Option<Mac>,
+    ) -> Option<LeaseRow> {
+        let cfg = self.table.config();
         let meta = mac.and_then(|m| self.meta.get(ip, m));
         let reserved = mac.is_some_and(|m| cfg.reservations.get(&m).is_some_and(|r| r.ip == ip));
         let hostname = mac
@@ -183,7 +231,13 @@ impl View<'_> {
         let size = q.page_size();
         let mut rows = Vec::with_capacity(size + 1);
         for (ip, b) in bindings {
-            if let Some(r) = self.row(ip, b)
+            let Some((state, expires, mac)) = self.classify(ip, b) else {
+                continue;
+            };
+            if !self.may_match(q, ip, state, mac) {
+                continue;
+            }
+            if let Some(r) = self.build(ip, state, expires, mac)
                 && q.matches(&r)
             {
                 rows.push(r);
@@ -237,7 +291,7 @@ impl View<'_> {
             } else {
                 continue;
             };
-            match self.row(ip, b).map(|r| r.state) {
+            match self.classify(ip, b).map(|(state, _, _)| state) {
                 Some(LeaseState::Active) => figures.assigned += 1,
                 Some(LeaseState::Offered) => figures.offered += 1,
                 Some(LeaseState::HeldBack) => figures.held_back += 1,
@@ -467,14 +521,24 @@ reservations:
     fn a_page_equals_the_contracts_page_over_every_row() {
         use proptest::prelude::*;
         let ops = proptest::collection::vec((0u8..4, 1u8..12), 0..40);
-        let query = (0u8..4, 1u32..6, proptest::option::of(95u8..112));
-        proptest!(ProptestConfig::with_cases(300), |(ops in ops, (state, limit, after) in query)| {
+        let query = (
+            0u8..4,
+            1u32..6,
+            proptest::option::of(95u8..112),
+            proptest::option::of(1u8..12),
+            proptest::option::of(0u8..2),
+        );
+        proptest!(ProptestConfig::with_cases(300), |(ops in ops, (state, limit, after, by_mac, by_host) in query)| {
             let mut t = table();
             let mut m = Meta::default();
             for (op, n) in ops {
                 match op {
                     0 => { let _ = t.offer(mac(n), None, NOW); }
-                    1 => if let Ok(a) = t.offer(mac(n), None, NOW) { let _ = t.commit(mac(n), a, NOW); },
+                    1 => if let Ok(a) = t.offer(mac(n), None, NOW) {
+                        let _ = t.commit(mac(n), a, NOW);
+                        let sent = Sent { client_id: None, hostname: Some(format!("vm-{}", n % 3)) };
+                        m.transacted(a, mac(n), &sent, ServerRole::Single, NOW);
+                    },
                     2 => if let Some(a) = t.current(mac(n), NOW) { t.release(mac(n), a, NOW); m.released(a, mac(n), ServerRole::Single, NOW); },
                     _ => if let Some(a) = t.current(mac(n), NOW) { t.decline(mac(n), a, NOW); m.declined(a, mac(n), ServerRole::Single, NOW); },
                 }
@@ -483,6 +547,8 @@ reservations:
                 state: [None, Some(LeaseState::Active), Some(LeaseState::Offered), Some(LeaseState::Declined)][usize::from(state)],
                 limit: Some(limit),
                 after: after.map(|n| IpAddr::V4(ip(n))),
+                mac: by_mac.map(|n| mac(n).to_string().to_uppercase()),
+                hostname: by_host.map(|h| ["vm-1", "VM-2"][usize::from(h)].to_string()),
                 ..LeaseQuery::default()
             };
             let v = View { table: &t, meta: &m, now: NOW };
