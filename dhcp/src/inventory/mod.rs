@@ -349,6 +349,50 @@ mod tests {
     }
 
     #[test]
+    fn a_busy_reservation_is_its_own_reason() {
+        let r = Refusal::ReservedAddressInUse {
+            ip: Ipv4Addr::new(192, 0, 2, 50),
+            holder: Mac([2, 0, 0, 0, 0, 1]),
+        };
+        let d = Decision::NoAddress { refusal: r };
+        assert_eq!(
+            refusal_of_decision(&d, None, None).map(|(r, a, _)| (r, a)),
+            Some((
+                RefusalReason::ReservedAddressInUse,
+                Some(Ipv4Addr::new(192, 0, 2, 50))
+            ))
+        );
+    }
+
+    /// Option 12 is kept only as printable ASCII (trailing NULs dropped),
+    /// so a strange host name never costs the client its answer.
+    #[test]
+    fn a_host_name_is_kept_when_printable_and_never_breaks_decoding() {
+        use dhcproto::v4::{DhcpOption, OptionCode};
+        let with = |name: &[u8]| {
+            let mut m = vec![0u8; 240];
+            m[0] = 1;
+            m[1] = 1;
+            m[2] = 6;
+            m[28..34].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+            m[236..240].copy_from_slice(&[99, 130, 83, 99]);
+            m.extend_from_slice(&[53, 1, 1, 12, name.len() as u8]);
+            m.extend_from_slice(name);
+            m.push(255);
+            let msg = crate::pipeline::parse(&m).expect("decodes");
+            match msg.opts().get(OptionCode::Hostname) {
+                Some(DhcpOption::Hostname(h)) => Some(h.clone()),
+                _ => None,
+            }
+        };
+        assert_eq!(with(b"vm-a").as_deref(), Some("vm-a"));
+        assert_eq!(with(b"vm-a\0\0").as_deref(), Some("vm-a"));
+        assert_eq!(with(b"\xff\xfe"), None);
+        assert_eq!(with(b"two words"), None);
+        assert_eq!(with(b"\0"), None);
+    }
+
+    #[test]
     fn the_raw_hardware_address_is_read_only_from_ethernet_requests() {
         let mut d = vec![0u8; 240];
         d[0] = 1;

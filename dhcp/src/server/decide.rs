@@ -655,6 +655,52 @@ lease_seconds: 3600
     }
 
     #[test]
+    fn refusals_are_recorded_for_their_client_and_leases_keep_what_it_sent() {
+        use oooi_dhcp_inventory::RefusalReason;
+        let mut d = decisions();
+        // A selecting REQUEST for another server: the client took its offer.
+        let other = datagram(
+            MessageType::Request,
+            mac(1),
+            vec![
+                DhcpOption::RequestedIpAddress(Ipv4Addr::new(192, 0, 2, 100)),
+                DhcpOption::ServerIdentifier(Ipv4Addr::new(192, 0, 2, 99)),
+            ],
+        );
+        d.datagram(&other, from(), NOW, None);
+        // A REQUEST for an address outside the pool: NAKed, not allowed.
+        let outside = Ipv4Addr::new(192, 0, 2, 60);
+        sent_now(d.datagram(&request(1, outside), from(), NOW, None));
+        // A datagram too short to decode: counted, no client to name.
+        d.datagram(&[1, 2, 3], from(), NOW, None);
+        let r = d.refusals.lock().unwrap();
+        let events = r.events(Mac(mac(1)));
+        let reasons: Vec<_> = events.iter().map(|e| e.reason).collect();
+        assert_eq!(
+            reasons,
+            vec![RefusalReason::OtherServerChosen, RefusalReason::NotAllowed]
+        );
+        assert_eq!(events[1].address, Some(std::net::IpAddr::V4(outside)));
+        assert_eq!(events[1].message, "REQUEST");
+        assert_eq!(r.counts()[&RefusalReason::Malformed], 1);
+        drop(r);
+        // A granted lease keeps the client id and host name it sent.
+        let hello = datagram(
+            MessageType::Discover,
+            mac(2),
+            vec![
+                DhcpOption::ClientIdentifier(vec![1, 2, 0, 0, 0, 0, 2]),
+                DhcpOption::Hostname("vm-2".into()),
+            ],
+        );
+        let (_, offer) = sent_now(d.datagram(&hello, from(), NOW, None));
+        let meta = d.meta.get(offer.yiaddr(), Mac(mac(2))).expect("metadata");
+        assert_eq!(meta.hostname.as_deref(), Some("vm-2"));
+        assert_eq!(meta.client_id.as_deref(), Some(&[1, 2, 0, 0, 0, 0, 2][..]));
+        assert_eq!(meta.cltt, Some(NOW));
+    }
+
+    #[test]
     fn an_offer_is_sent_at_once_and_promises_nothing_durable() {
         let mut d = decisions();
         let (kind, offer) = sent_now(d.datagram(&discover(1), from(), NOW, None));
