@@ -205,6 +205,14 @@ pub fn check_relay(cfg: &Config, req: &Request) -> Result<(), Dropped> {
     Ok(())
 }
 
+/// [`Decision::Ignore`]'s reason for a client neither reserved nor known
+/// under `unknown_clients: ignore` (the inventory counts it by this).
+pub const IGNORED_UNKNOWN_CLIENT: &str = "unknown client (unknown_clients: ignore)";
+/// [`Decision::Ignore`]'s reason for a REQUEST naming another server.
+pub const IGNORED_OTHER_SERVER: &str = "client selected another server";
+/// [`Decision::Ignore`]'s reason for a message type no server handles.
+pub const IGNORED_MESSAGE_TYPE: &str = "message type not handled by a server";
+
 /// The lease decision for one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
@@ -292,7 +300,7 @@ pub fn decide(table: &mut LeaseTable, req: &Request, now: u64) -> Decision {
         )
     {
         return Decision::Ignore {
-            reason: "unknown client (unknown_clients: ignore)",
+            reason: IGNORED_UNKNOWN_CLIENT,
         };
     }
     match req.kind {
@@ -306,7 +314,7 @@ pub fn decide(table: &mut LeaseTable, req: &Request, now: u64) -> Decision {
                 Some(id) if id != server_ip => {
                     table.withdraw_offer(req.mac);
                     return Decision::Ignore {
-                        reason: "client selected another server",
+                        reason: IGNORED_OTHER_SERVER,
                     };
                 }
                 Some(_) => (req.requested_ip().unwrap_or(ciaddr), true),
@@ -388,7 +396,7 @@ pub fn decide(table: &mut LeaseTable, req: &Request, now: u64) -> Decision {
         }
         MessageType::Inform => Decision::InformAck,
         _ => Decision::Ignore {
-            reason: "message type not handled by a server",
+            reason: IGNORED_MESSAGE_TYPE,
         },
     }
 }

@@ -26,7 +26,9 @@ use oooi_dhcp_inventory::{LeaseQuery, LeaseRow, PoolFigures, RefusalReason, Serv
 use crate::config::Mac;
 use crate::lease_store::DECLINED_MAC;
 use crate::leases::{Binding, LeaseTable, Refusal, State};
-use crate::pipeline::{Decision, Dropped};
+use crate::pipeline::{
+    Decision, Dropped, IGNORED_MESSAGE_TYPE, IGNORED_OTHER_SERVER, IGNORED_UNKNOWN_CLIENT,
+};
 use refusals::Refusals;
 
 /// A question for the decision loop.
@@ -197,15 +199,9 @@ pub fn refusal_of_decision(
             reason,
         )),
         Decision::Ignore { reason } => match *reason {
-            "unknown client (unknown_clients: ignore)" => {
-                Some((RefusalReason::UnknownClientIgnored, None, reason))
-            }
-            "client selected another server" => {
-                Some((RefusalReason::OtherServerChosen, asked, reason))
-            }
-            "message type not handled by a server" => {
-                Some((RefusalReason::Malformed, None, reason))
-            }
+            IGNORED_UNKNOWN_CLIENT => Some((RefusalReason::UnknownClientIgnored, None, reason)),
+            IGNORED_OTHER_SERVER => Some((RefusalReason::OtherServerChosen, asked, reason)),
+            IGNORED_MESSAGE_TYPE => Some((RefusalReason::Malformed, None, reason)),
             _ => None,
         },
         _ => None,
@@ -329,7 +325,7 @@ mod tests {
             Some((RefusalReason::InUse, Some(ip)))
         );
         let ignored = Decision::Ignore {
-            reason: "unknown client (unknown_clients: ignore)",
+            reason: IGNORED_UNKNOWN_CLIENT,
         };
         assert_eq!(
             refusal_of_decision(&ignored, None, None).map(|r| r.0),
