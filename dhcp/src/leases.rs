@@ -404,6 +404,30 @@ impl LeaseTable {
         self.by_ip.get(&ip)
     }
 
+    /// Every binding (live or ended), in no particular order.
+    pub fn bindings(&self) -> impl Iterator<Item = (Ipv4Addr, &Binding)> {
+        self.by_ip.iter().map(|(ip, b)| (*ip, b))
+    }
+
+    /// Whether `ip`'s binding was last merged from the other server of a
+    /// pair (its end carries the lead of lazy updates, see
+    /// [`crate::peer_holds`]).
+    pub fn is_replica(&self, ip: Ipv4Addr) -> bool {
+        self.replica.contains(&ip)
+    }
+
+    /// The address `mac` was last bound or offered, when that binding is
+    /// still its own (live or ended).
+    pub fn last_address(&self, mac: Mac) -> Option<Ipv4Addr> {
+        let ip = *self.last_ip.get(&mac)?;
+        self.bound_to(mac, ip).then_some(ip)
+    }
+
+    /// Size of the dynamic pool.
+    pub fn pool_size(&self) -> usize {
+        self.pool_size
+    }
+
     /// Whether `mac` could take `ip` at `now` without taking it from anyone.
     fn usable_by(&self, mac: Mac, ip: Ipv4Addr, now: u64) -> bool {
         if !self.allowed(mac, ip) {

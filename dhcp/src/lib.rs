@@ -12,10 +12,12 @@
 //! other server has them), [`request`] the classified request the pipeline, the lease
 //! table and the pair's scope rule read, [`probe`] the ICMP echo sent before
 //! offering an address that has no binding of its client, [`held_back`] the
-//! addresses of damaged log records, held back across restarts.
+//! addresses of damaged log records, held back across restarts, [`inventory`]
+//! the read-only lease inventory API (rows, pool figures, refusals by reason).
 
 pub mod commit;
 pub mod held_back;
+pub mod inventory;
 pub mod lease_store;
 pub mod leases;
 pub mod metrics;

@@ -55,6 +55,18 @@ enum Command {
         /// and the wildcard would expose the API on the VLAN.
         #[arg(long, env = "OOOI_DHCP_PAIR_LISTEN")]
         pair_listen: Option<SocketAddr>,
+        /// Addresses of the read-only lease inventory API (`/inventory/v1`,
+        /// bearer token). Repeat the flag, or give a comma-separated list
+        /// (also in the environment variable): in a pod, the pod's own
+        /// address and 127.0.0.1 (for `kubectl port-forward`). None: not
+        /// served.
+        #[arg(long, env = "OOOI_DHCP_INVENTORY_LISTEN", value_delimiter = ',')]
+        inventory_listen: Vec<SocketAddr>,
+        /// File holding the inventory API's bearer token (at least 16
+        /// characters; a mounted Secret). Required with
+        /// `--inventory-listen`; read again when it changes.
+        #[arg(long, env = "OOOI_DHCP_INVENTORY_TOKEN_FILE")]
+        inventory_token_file: Option<PathBuf>,
     },
     /// Validate CONFIG and print the pool and reservations.
     Check {
@@ -62,11 +74,20 @@ enum Command {
         config: PathBuf,
     },
     /// List the leases recorded in a data directory (read-only; safe beside
-    /// a running server).
+    /// a running server). With the server's config, the rows are the
+    /// inventory API's (states, host names, client ids, last transaction)
+    /// as far as the disk knows them: offers, releases and probe conflicts
+    /// live in the running server's memory only.
     Leases {
         /// Directory of the lease log.
         #[arg(long, env = "OOOI_DHCP_DATA_DIR")]
         data_dir: PathBuf,
+        /// The server's config file: rows as the inventory API builds them.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// `table` or `json` (the inventory API's rows; needs `--config`).
+        #[arg(long, short = 'o', default_value = "table")]
+        output: LeasesOutput,
     },
 }
 
@@ -94,6 +115,72 @@ fn check(path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The output of `oooi-dhcp leases`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LeasesOutput {
+    Table,
+    Json,
+}
+
+/// The inventory's rows of a data directory, under `config`: the log's
+/// leases, the held-back addresses and the lease metadata file.
+fn inventory_rows(dir: &Path, config: &Path) -> anyhow::Result<Vec<oooi_dhcp_inventory::LeaseRow>> {
+    use oooi_dhcp::inventory::{meta::Meta, rows::View};
+    use oooi_dhcp::leases::LeaseTable;
+    let now = server::unix_now();
+    let c = Config::load(config).map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
+    let leases = LeaseStore::read_only(dir)
+        .map_err(|e| anyhow::anyhow!("cannot read leases in {}: {e}", dir.display()))?;
+    let mut table = LeaseTable::from_store(Arc::new(c), leases.iter());
+    for h in oooi_dhcp::held_back::load(dir)? {
+        if h.until > now {
+            table.quarantine_lost(h.ip, h.suspected, h.until, now);
+        }
+    }
+    let meta = Meta::load(dir);
+    let view = View {
+        table: &table,
+        meta: &meta,
+        now,
+    };
+    let mut rows: Vec<_> = view.rows().collect();
+    rows.sort_by_key(|r| r.address);
+    Ok(rows)
+}
+
+fn print_rows(rows: &[oooi_dhcp_inventory::LeaseRow], output: LeasesOutput) -> anyhow::Result<()> {
+    if output == LeasesOutput::Json {
+        println!("{}", serde_json::to_string_pretty(rows)?);
+        return Ok(());
+    }
+    println!(
+        "{:<16} {:<18} {:<12} {:<10} {:<8} {:<24} {:<16} {:<12} client_id",
+        "ip", "mac", "expires", "state", "reserved", "hostname", "answered_by", "cltt"
+    );
+    for r in rows {
+        let role = r.answered_by.map(|b| {
+            serde_json::to_value(b)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default()
+        });
+        println!(
+            "{:<16} {:<18} {:<12} {:<10} {:<8} {:<24} {:<16} {:<12} {}",
+            r.address,
+            r.mac.as_deref().unwrap_or("-"),
+            r.expires_unix,
+            r.state.as_str(),
+            r.reserved,
+            r.hostname.as_deref().unwrap_or("-"),
+            role.as_deref().unwrap_or("-"),
+            r.cltt_unix
+                .map_or_else(|| "-".to_string(), |t| t.to_string()),
+            r.client_id.as_deref().unwrap_or("-"),
+        );
+    }
+    Ok(())
+}
+
 fn list_leases(dir: &Path) -> anyhow::Result<()> {
     let now = server::unix_now();
     let leases = LeaseStore::read_only(dir)
@@ -112,13 +199,38 @@ fn list_leases(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The inventory API's addresses and token file, checked before anything
+/// starts.
+struct InventoryArgs {
+    listen: Vec<SocketAddr>,
+    token_file: Option<PathBuf>,
+}
+
+impl InventoryArgs {
+    fn check(&self) -> anyhow::Result<Option<PathBuf>> {
+        if self.listen.is_empty() {
+            return Ok(None);
+        }
+        let Some(f) = &self.token_file else {
+            anyhow::bail!(
+                "--inventory-listen (OOOI_DHCP_INVENTORY_LISTEN) needs --inventory-token-file (OOOI_DHCP_INVENTORY_TOKEN_FILE)"
+            );
+        };
+        oooi_dhcp::inventory::api::Token::load(f)
+            .map_err(|e| anyhow::anyhow!("--inventory-token-file: {e}"))?;
+        Ok(Some(f.clone()))
+    }
+}
+
 async fn serve(
     config: PathBuf,
     data_dir: PathBuf,
     metrics_addr: SocketAddr,
     durability: Durability,
     pair_listen: Option<SocketAddr>,
+    inventory: InventoryArgs,
 ) -> anyhow::Result<()> {
+    let inventory_token = inventory.check()?;
     let (c, reloader) = Reloader::start(&config, Settings::default(), Config::from_yaml)?;
     let (store, recovery) = LeaseStore::open(&data_dir)
         .map_err(|e| anyhow::anyhow!("cannot open lease store {}: {e}", data_dir.display()))?;
@@ -157,12 +269,33 @@ async fn serve(
         )
     });
     let mut server = Server::new(socket, store, Arc::new(c), rx, durability, pair);
+    // Before the hold-backs: a held-back address forgets what was known.
+    server.keep_meta(&data_dir).map_err(|e| {
+        anyhow::anyhow!("cannot keep lease metadata in {}: {e}", data_dir.display())
+    })?;
     server.quarantine_lost(&recovery, &data_dir).map_err(|e| {
         anyhow::anyhow!(
             "cannot keep the held-back addresses in {}: {e}",
             data_dir.display()
         )
     })?;
+    let inventory_api = match inventory_token {
+        Some(token_file) => {
+            let (shared, end) = oooi_dhcp::inventory::Inventory::new(server.refusals())?;
+            server.serve_inventory(end);
+            Some((shared, token_file))
+        }
+        None => None,
+    };
+    let inventory_addrs = inventory.listen;
+    let inventory_api = async move {
+        match inventory_api {
+            Some((shared, token_file)) => {
+                oooi_dhcp::inventory::api::serve(shared, &token_file, &inventory_addrs).await
+            }
+            None => std::future::pending().await,
+        }
+    };
     let dhcp = tokio::task::spawn_blocking(move || server.run());
     let pair_api = async move {
         match api {
@@ -174,6 +307,7 @@ async fn serve(
         r = dhcp => r?,
         r = serve_http(metrics_addr) => r,
         r = pair_api => r,
+        r = inventory_api => r,
         r = terminated() => r,
     }
 }
@@ -211,14 +345,42 @@ async fn main() {
         .init();
     let result = match Cli::parse().command {
         Command::Check { config } => check(&config),
-        Command::Leases { data_dir } => list_leases(&data_dir),
+        Command::Leases {
+            data_dir,
+            config,
+            output,
+        } => match (config, output) {
+            (None, LeasesOutput::Table) => list_leases(&data_dir),
+            (None, LeasesOutput::Json) => Err(anyhow::anyhow!(
+                "-o json needs --config (the rows are the inventory API's)"
+            )),
+            (Some(config), output) => {
+                inventory_rows(&data_dir, &config).and_then(|rows| print_rows(&rows, output))
+            }
+        },
         Command::Serve {
             config,
             data_dir,
             metrics_addr,
             durability,
             pair_listen,
-        } => serve(config, data_dir, metrics_addr, durability, pair_listen).await,
+            inventory_listen,
+            inventory_token_file,
+        } => {
+            let inventory = InventoryArgs {
+                listen: inventory_listen,
+                token_file: inventory_token_file,
+            };
+            serve(
+                config,
+                data_dir,
+                metrics_addr,
+                durability,
+                pair_listen,
+                inventory,
+            )
+            .await
+        }
     };
     if let Err(e) = result {
         eprintln!("oooi-dhcp: {e}");

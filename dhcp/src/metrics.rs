@@ -142,6 +142,11 @@ pub struct Metrics {
     pub probe_answers_ignored: Counter,
     /// Offers of a probe-quarantined address because the free pool ran out.
     pub offers_of_quarantined: Counter,
+    /// Refusals and silences toward a client, by
+    /// [`oooi_dhcp_inventory::RefusalReason`].
+    pub refusals: Family<ReasonLabels, Counter>,
+    /// Inventory API requests refused for a bad or missing token.
+    pub inventory_unauthorized: Counter,
 }
 
 /// The process-wide metrics.
@@ -202,7 +207,26 @@ pub fn metrics() -> &'static Metrics {
             probe_greedy_responders: Gauge::default(),
             probe_answers_ignored: Counter::default(),
             offers_of_quarantined: Counter::default(),
+            refusals: Family::default(),
+            inventory_unauthorized: Counter::default(),
         };
+        // Every reason is exported from the start (at 0), so an alert on
+        // one has a series before its first refusal.
+        for r in oooi_dhcp_inventory::RefusalReason::ALL {
+            let _ = m.refusals.get_or_create(&ReasonLabels {
+                reason: r.as_str().to_string(),
+            });
+        }
+        r.register(
+            "oooi_dhcp_refusals",
+            "Refusals and silences toward a client, by reason (the inventory API's /why keeps the last few per client)",
+            m.refusals.clone(),
+        );
+        r.register(
+            "oooi_dhcp_inventory_unauthorized",
+            "Inventory API requests refused for a bad or missing token",
+            m.inventory_unauthorized.clone(),
+        );
         r.register(
             "oooi_dhcp_messages_received",
             "DHCP requests received, by message type",

@@ -90,7 +90,20 @@ fn copy_options(area: &[u8], out: &mut Vec<u8>) -> Option<Option<u8>> {
         }
         let len = *area.get(i + 1)? as usize;
         let value = area.get(i + 2..i + 2 + len)?;
-        if option_len_ok(code, len) {
+        if code == 12 {
+            // The host name, kept for the lease inventory only when it is
+            // printable ASCII (trailing NULs some clients send dropped):
+            // anything else would fail the decoder and drop the request.
+            let name = value
+                .iter()
+                .rposition(|b| *b != 0)
+                .map_or(&value[..0], |end| &value[..=end]);
+            if !name.is_empty() && name.iter().all(u8::is_ascii_graphic) {
+                out.push(code);
+                out.push(name.len() as u8);
+                out.extend_from_slice(name);
+            }
+        } else if option_len_ok(code, len) {
             if code == 52 {
                 overload = Some(value[0]);
             } else {
@@ -106,8 +119,8 @@ fn copy_options(area: &[u8], out: &mut Vec<u8>) -> Option<Option<u8>> {
 
 /// Stage 1a: keeps only the options the server reads (message type,
 /// requested address, server identifier, parameter request list, maximum
-/// message size, client identifier, relay agent information) with valid
-/// lengths, and drops every other option before decoding. Unknown or
+/// message size, client identifier, relay agent information, and the host
+/// name when it is printable ASCII) with valid lengths, and drops every other option before decoding. Unknown or
 /// malformed options are thus ignored rather than trusted to a decoder
 /// (dhcproto 0.15 asserts on some option lengths in debug builds), and
 /// decoding is cheaper. Option overload (52, RFC 2131 §4.1) is read: the
@@ -191,6 +204,14 @@ pub fn check_relay(cfg: &Config, req: &Request) -> Result<(), Dropped> {
     }
     Ok(())
 }
+
+/// [`Decision::Ignore`]'s reason for a client neither reserved nor known
+/// under `unknown_clients: ignore` (the inventory counts it by this).
+pub const IGNORED_UNKNOWN_CLIENT: &str = "unknown client (unknown_clients: ignore)";
+/// [`Decision::Ignore`]'s reason for a REQUEST naming another server.
+pub const IGNORED_OTHER_SERVER: &str = "client selected another server";
+/// [`Decision::Ignore`]'s reason for a message type no server handles.
+pub const IGNORED_MESSAGE_TYPE: &str = "message type not handled by a server";
 
 /// The lease decision for one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -279,7 +300,7 @@ pub fn decide(table: &mut LeaseTable, req: &Request, now: u64) -> Decision {
         )
     {
         return Decision::Ignore {
-            reason: "unknown client (unknown_clients: ignore)",
+            reason: IGNORED_UNKNOWN_CLIENT,
         };
     }
     match req.kind {
@@ -293,7 +314,7 @@ pub fn decide(table: &mut LeaseTable, req: &Request, now: u64) -> Decision {
                 Some(id) if id != server_ip => {
                     table.withdraw_offer(req.mac);
                     return Decision::Ignore {
-                        reason: "client selected another server",
+                        reason: IGNORED_OTHER_SERVER,
                     };
                 }
                 Some(_) => (req.requested_ip().unwrap_or(ciaddr), true),
@@ -375,7 +396,7 @@ pub fn decide(table: &mut LeaseTable, req: &Request, now: u64) -> Decision {
         }
         MessageType::Inform => Decision::InformAck,
         _ => Decision::Ignore {
-            reason: "message type not handled by a server",
+            reason: IGNORED_MESSAGE_TYPE,
         },
     }
 }
@@ -606,6 +627,11 @@ pub struct Outcome {
     pub store: Vec<StoreOp>,
     /// The encoded reply and where it goes.
     pub reply: Option<(Vec<u8>, Destination)>,
+    /// The address a REQUEST named (server-identified or requested address,
+    /// else ciaddr), for the inventory's refusal events.
+    pub asked: Option<Ipv4Addr>,
+    /// The client identifier and host name the client sent.
+    pub sent: crate::inventory::meta::Sent,
 }
 
 /// BOOTP's minimum message size; some clients drop shorter replies.
@@ -660,12 +686,27 @@ pub fn handle(table: &mut LeaseTable, buf: &[u8], now: u64) -> Result<Outcome, D
         }
         encode_within(&mut m, max).map(|b| (b, dest))
     });
+    let asked = (req.kind == MessageType::Request)
+        .then(|| req.requested_ip().unwrap_or(req.msg.ciaddr()))
+        .filter(|ip| !ip.is_unspecified());
+    let sent = crate::inventory::meta::Sent {
+        client_id: match req.msg.opts().get(OptionCode::ClientIdentifier) {
+            Some(DhcpOption::ClientIdentifier(id)) => Some(id.clone()),
+            _ => None,
+        },
+        hostname: match req.msg.opts().get(OptionCode::Hostname) {
+            Some(DhcpOption::Hostname(h)) => Some(h.clone()),
+            _ => None,
+        },
+    };
     Ok(Outcome {
         kind: req.kind,
         mac: req.mac,
         decision,
         store,
         reply,
+        asked,
+        sent,
     })
 }
 

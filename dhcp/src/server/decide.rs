@@ -13,7 +13,16 @@ use std::time::{Duration, Instant};
 use super::durable::Reply;
 use super::report::observe;
 use super::{CONFLICT_LOG_EVERY, MAX_PROBES_PER_DISCOVER};
+use std::sync::{Arc, Mutex};
+
+use oooi_dhcp_inventory::RefusalReason;
+
 use crate::config::Mac;
+use crate::inventory::{
+    self,
+    meta::Meta,
+    refusals::{self, Refusals},
+};
 use crate::leases::LeaseTable;
 use crate::metrics::{self, metrics};
 use crate::pipeline::{self, Decision, Destination, Dropped, Outcome, StoreOp};
@@ -144,6 +153,11 @@ pub struct Decisions {
     /// Addresses held back by a probe answer, oldest conflict first: the
     /// fallback when the free pool is spent.
     probe_held: std::collections::VecDeque<(u64, Ipv4Addr)>,
+    /// What the inventory knows of each lease beyond the table.
+    pub meta: Meta,
+    /// Refusals by reason and the last few per client (read by the
+    /// inventory API).
+    pub refusals: Arc<Mutex<Refusals>>,
 }
 
 /// Most probe-held addresses remembered for the fallback.
@@ -162,7 +176,92 @@ impl Decisions {
             probe_error_logged: None,
             responders: Responders::default(),
             probe_held: std::collections::VecDeque::new(),
+            meta: Meta::default(),
+            refusals: Arc::new(Mutex::new(Refusals::default())),
         }
+    }
+
+    /// Counts a refusal (metric and inventory) and keeps it among `mac`'s
+    /// last events when the client is known.
+    pub(super) fn refuse(
+        &mut self,
+        mac: Option<Mac>,
+        reason: RefusalReason,
+        message: &str,
+        address: Option<Ipv4Addr>,
+        detail: &str,
+        now: u64,
+    ) {
+        metrics()
+            .refusals
+            .get_or_create(&metrics::ReasonLabels {
+                reason: reason.as_str().to_string(),
+            })
+            .inc();
+        let Ok(mut r) = self.refusals.lock() else {
+            return;
+        };
+        match mac {
+            Some(mac) => r.record(
+                mac,
+                refusals::event(
+                    now,
+                    reason,
+                    message,
+                    address.map(std::net::IpAddr::V4),
+                    Some(detail),
+                ),
+            ),
+            None => r.count(reason),
+        }
+    }
+
+    /// What a decided request changes in the inventory: the lease's
+    /// metadata, and the refusal it counts as, if any.
+    pub(super) fn note(&mut self, o: &Outcome, now: u64) {
+        let by = inventory::rows::role_of(&self.table);
+        match &o.decision {
+            Decision::Offer { ip, .. } => self.meta.transacted(*ip, o.mac, &o.sent, by, now),
+            Decision::Ack { commit } => {
+                self.meta
+                    .transacted(commit.lease.ip, o.mac, &o.sent, by, now)
+            }
+            Decision::Released { ip } => self.meta.released(*ip, o.mac, by, now),
+            Decision::Declined { quarantine } => self.meta.declined(quarantine.ip, o.mac, by, now),
+            _ => {}
+        }
+        let holder = o.asked.and_then(|a| self.table.get(a)).copied();
+        if let Some((reason, address, detail)) =
+            inventory::refusal_of_decision(&o.decision, o.asked, holder.as_ref())
+        {
+            self.refuse(
+                Some(o.mac),
+                reason,
+                inventory::message_name(o.kind),
+                address,
+                detail,
+                now,
+            );
+        }
+    }
+
+    /// A datagram dropped before a decision: a client's request counts as a
+    /// refusal (a BOOTREPLY, another server's, does not).
+    fn note_drop(&mut self, datagram: &[u8], d: Dropped, now: u64) {
+        if datagram.first() == Some(&2) {
+            return;
+        }
+        let (reason, detail) = inventory::refusal_of_drop(d);
+        let message =
+            inventory::raw_message_type(datagram).map_or("UNKNOWN", inventory::message_name);
+        self.refuse(
+            inventory::raw_mac(datagram),
+            reason,
+            message,
+            None,
+            detail,
+            now,
+        );
     }
 
     /// The lease table.
@@ -195,10 +294,12 @@ impl Decisions {
                     })
                     .inc();
                 tracing::debug!(%from, reason = d.as_str(), "datagram dropped");
+                self.note_drop(datagram, d, now);
                 return Step::Dropped(d);
             }
         };
         observe(&o, from);
+        self.note(&o, now);
         if let Decision::Offer { ip, probe } = o.decision
             && self.hold_for_probe(datagram, &o, ip, probe, None, prober)
         {
@@ -321,7 +422,17 @@ impl Decisions {
             .probe_greedy_responders
             .set(self.responders.greedy() as i64);
         self.probe_conflict_log(ip, mac);
+        self.refuse(
+            Some(mac),
+            RefusalReason::ProbeConflict,
+            "DISCOVER",
+            Some(ip),
+            "a host answered the conflict probe: the address is quarantined and another one is tried",
+            now,
+        );
         if self.table.probe_answered(mac, ip, now) {
+            let by = inventory::rows::role_of(&self.table);
+            self.meta.probe_conflict(ip, mac, by);
             self.probe_held.push_back((now, ip));
             if self.probe_held.len() > PROBE_HELD_TRACKED {
                 self.probe_held.pop_front();
@@ -334,6 +445,7 @@ impl Decisions {
         }
         // Decide the DISCOVER again: the quarantined address is skipped.
         let o = self.decide_or_fall_back(&p.datagram, now).ok()?;
+        self.note(&o, now);
         match o.decision {
             Decision::Offer { ip, probe } => {
                 if self.hold_for_probe(
@@ -540,6 +652,52 @@ lease_seconds: 3600
             self.started.push(ip);
             (self.answer)()
         }
+    }
+
+    #[test]
+    fn refusals_are_recorded_for_their_client_and_leases_keep_what_it_sent() {
+        use oooi_dhcp_inventory::RefusalReason;
+        let mut d = decisions();
+        // A selecting REQUEST for another server: the client took its offer.
+        let other = datagram(
+            MessageType::Request,
+            mac(1),
+            vec![
+                DhcpOption::RequestedIpAddress(Ipv4Addr::new(192, 0, 2, 100)),
+                DhcpOption::ServerIdentifier(Ipv4Addr::new(192, 0, 2, 99)),
+            ],
+        );
+        d.datagram(&other, from(), NOW, None);
+        // A REQUEST for an address outside the pool: NAKed, not allowed.
+        let outside = Ipv4Addr::new(192, 0, 2, 60);
+        sent_now(d.datagram(&request(1, outside), from(), NOW, None));
+        // A datagram too short to decode: counted, no client to name.
+        d.datagram(&[1, 2, 3], from(), NOW, None);
+        let r = d.refusals.lock().unwrap();
+        let events = r.events(Mac(mac(1)));
+        let reasons: Vec<_> = events.iter().map(|e| e.reason).collect();
+        assert_eq!(
+            reasons,
+            vec![RefusalReason::OtherServerChosen, RefusalReason::NotAllowed]
+        );
+        assert_eq!(events[1].address, Some(std::net::IpAddr::V4(outside)));
+        assert_eq!(events[1].message, "REQUEST");
+        assert_eq!(r.counts()[&RefusalReason::Malformed], 1);
+        drop(r);
+        // A granted lease keeps the client id and host name it sent.
+        let hello = datagram(
+            MessageType::Discover,
+            mac(2),
+            vec![
+                DhcpOption::ClientIdentifier(vec![1, 2, 0, 0, 0, 0, 2]),
+                DhcpOption::Hostname("vm-2".into()),
+            ],
+        );
+        let (_, offer) = sent_now(d.datagram(&hello, from(), NOW, None));
+        let meta = d.meta.get(offer.yiaddr(), Mac(mac(2))).expect("metadata");
+        assert_eq!(meta.hostname.as_deref(), Some("vm-2"));
+        assert_eq!(meta.client_id.as_deref(), Some(&[1, 2, 0, 0, 0, 0, 2][..]));
+        assert_eq!(meta.cltt, Some(NOW));
     }
 
     #[test]

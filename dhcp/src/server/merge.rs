@@ -44,6 +44,8 @@ impl Decisions {
         };
         let m = metrics();
         let mut ops = Vec::new();
+        let peer = crate::inventory::rows::peer_role_of(&self.table)
+            .unwrap_or(oooi_dhcp_inventory::ServerRole::Single);
         for (op, mut l) in recs {
             l.expires_unix = on_local_clock(l.expires_unix, skew);
             let release = !is_commit(op);
@@ -60,7 +62,10 @@ impl Decisions {
             }
             if release {
                 match self.table.merge_peer_release(l, now) {
-                    Ok(true) => ops.push(StoreOp::Release(l.ip)),
+                    Ok(true) => {
+                        self.meta.released(l.ip, l.mac, peer, now);
+                        ops.push(StoreOp::Release(l.ip))
+                    }
                     Ok(false) => {}
                     Err(reason) => {
                         metrics::count_reason(&m.pair_records_refused, reason);
@@ -70,9 +75,13 @@ impl Decisions {
                 continue;
             }
             match self.table.merge_peer_commit(l, now) {
-                Ok(Merged::Stored(l)) => ops.push(StoreOp::Commit(l)),
+                Ok(Merged::Stored(l)) => {
+                    self.learned(&l, peer);
+                    ops.push(StoreOp::Commit(l))
+                }
                 Ok(Merged::Known) => {}
                 Ok(Merged::Replaced { lease, loser }) => {
+                    self.learned(&lease, peer);
                     m.pair_conflicts.inc();
                     self.conflict_log(lease.ip, loser, lease.mac, "the other server's half: its binding is kept, this server's client gets a NAK at its next renewal");
                     ops.push(StoreOp::Commit(lease));
@@ -92,6 +101,25 @@ impl Decisions {
             }
         }
         (ops, report)
+    }
+
+    /// A binding the other server (`peer`) sent, stored here: its
+    /// metadata says so. The client's last transaction is its expiry less
+    /// the lead and one lease time (when the other server granted or
+    /// renewed it); a quarantine has no client.
+    fn learned(
+        &mut self,
+        l: &crate::lease_store::StoredLease,
+        peer: oooi_dhcp_inventory::ServerRole,
+    ) {
+        if l.mac == crate::lease_store::DECLINED_MAC {
+            self.meta.forget(l.ip);
+            return;
+        }
+        let lease = u64::from(self.table.config().lease_seconds);
+        let lead = crate::peer_holds::lead(self.table.config().lease_seconds);
+        let cltt = l.expires_unix.checked_sub(lead + lease);
+        self.meta.learned(l.ip, l.mac, peer, cltt);
     }
 
     /// Logs a conflict between two live clients for one address, once per

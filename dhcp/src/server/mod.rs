@@ -125,6 +125,12 @@ pub struct Server {
     merging: std::collections::VecDeque<MergeJob>,
     /// Records merged in the current second, and when it began.
     merged_in_second: (Instant, usize),
+    /// The inventory API's questions, when it is served.
+    inventory: Option<crate::inventory::InventoryLoop>,
+    /// Where the lease metadata is saved, and the saver's queue.
+    meta_saver: Option<(std::path::PathBuf, Sender<Vec<u8>>)>,
+    /// When the lease metadata was last handed to the saver.
+    meta_saved: Instant,
 }
 
 impl Server {
@@ -177,6 +183,65 @@ impl Server {
             prober,
             merging: std::collections::VecDeque::new(),
             merged_in_second: (Instant::now(), 0),
+            inventory: None,
+            meta_saver: None,
+            meta_saved: Instant::now(),
+        }
+    }
+
+    /// The refusals the decision loop records (the inventory API reads
+    /// them).
+    pub fn refusals(&self) -> Arc<Mutex<crate::inventory::refusals::Refusals>> {
+        self.decisions.refusals.clone()
+    }
+
+    /// Answers the inventory API's questions (see [`crate::inventory`]).
+    pub fn serve_inventory(&mut self, inventory: crate::inventory::InventoryLoop) {
+        self.inventory = Some(inventory);
+    }
+
+    /// Loads the lease metadata kept in `data_dir` (see
+    /// [`crate::inventory::meta`]) and saves it there while the server
+    /// runs, from a thread of its own. Entries of addresses the table no
+    /// longer binds are dropped.
+    pub fn keep_meta(&mut self, data_dir: &std::path::Path) -> std::io::Result<()> {
+        let mut meta = crate::inventory::meta::Meta::load(data_dir);
+        let table = &self.decisions.table;
+        meta.retain(|ip| table.get(ip).is_some());
+        self.decisions.meta = meta;
+        let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+        let dir = data_dir.to_path_buf();
+        std::thread::Builder::new()
+            .name("dhcp-lease-meta".into())
+            .spawn(move || {
+                while let Ok(mut bytes) = rx.recv() {
+                    // Only the newest version matters.
+                    while let Ok(newer) = rx.try_recv() {
+                        bytes = newer;
+                    }
+                    if let Err(e) = crate::inventory::meta::save(&dir, &bytes) {
+                        tracing::warn!(dir = %dir.display(), error = %e, "lease metadata not saved: client ids and host names of this start return at each client's next transaction after a restart");
+                    }
+                }
+            })?;
+        self.meta_saver = Some((data_dir.to_path_buf(), tx));
+        Ok(())
+    }
+
+    /// Answers the inventory API's waiting questions.
+    fn inventory_answers(&mut self) {
+        let Some(inv) = &self.inventory else { return };
+        let mut drain = [0u8; 256];
+        while matches!((&inv.wake).read(&mut drain), Ok(n) if n > 0) {}
+        let now = unix_now();
+        for ask in inv.asks.try_iter() {
+            let a = crate::inventory::answer(
+                &self.decisions.table,
+                &self.decisions.meta,
+                &ask.question,
+                now,
+            );
+            let _ = ask.reply.send(a);
         }
     }
 
@@ -216,6 +281,7 @@ impl Server {
                 .table
                 .quarantine_lost(h.ip, h.suspected, h.until, now)
             {
+                self.decisions.meta.forget(h.ip);
                 metrics().store_lost_addresses.inc();
                 tracing::warn!(
                     ip = %h.ip,
@@ -370,10 +436,15 @@ impl Server {
             }
             let wake = self.pair.as_ref().map(|p| &p.wake);
             let probes = self.prober.as_ref().map(|p| &p.wake);
+            let asked = self.inventory.as_ref().map(|i| &i.wake);
             let wait = self.merge_wait();
-            let [packets, woken, probed] = wait_readable(&self.socket, wake, probes, wait);
+            let [packets, woken, probed, questions] =
+                wait_readable(&self.socket, wake, probes, asked, wait);
             if woken {
                 self.pair_inbox(shared)?;
+            }
+            if questions {
+                self.inventory_answers();
             }
             if !self.merging.is_empty() {
                 self.merge_slice(shared, jobs, out)?;
@@ -698,5 +769,15 @@ impl Server {
             (s.pool_size - s.free) as f64 / s.pool_size as f64
         };
         m.pool_utilisation.set(util);
+        if let Some((_, saver)) = &self.meta_saver
+            && self.meta_saved.elapsed() >= crate::inventory::meta::SAVE_EVERY
+        {
+            let table = &self.decisions.table;
+            self.decisions.meta.retain(|ip| table.get(ip).is_some());
+            if let Some(bytes) = self.decisions.meta.take_changes() {
+                let _ = saver.send(bytes);
+                self.meta_saved = Instant::now();
+            }
+        }
     }
 }

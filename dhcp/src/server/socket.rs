@@ -46,25 +46,28 @@ pub fn open_socket(interface: Option<&str>, port: u16) -> std::io::Result<UdpSoc
     Ok(s.into())
 }
 
-/// Waits until the socket, the pair's wake-up end or the prober's is
-/// readable, or `timeout`; returns which are (in that order).
+/// Waits until the socket, the pair's wake-up end, the prober's or the
+/// inventory API's is readable, or `timeout`; returns which are (in that
+/// order).
 pub(super) fn wait_readable(
     socket: &UdpSocket,
     pair: Option<&UnixStream>,
     probes: Option<&UnixStream>,
+    inventory: Option<&UnixStream>,
     timeout: Duration,
-) -> [bool; 3] {
+) -> [bool; 4] {
     let fd = |w: Option<&UnixStream>| w.map_or(-1, |w| w.as_raw_fd());
-    let mut pfds = [socket.as_raw_fd(), fd(pair), fd(probes)].map(|fd| libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    });
+    let mut pfds =
+        [socket.as_raw_fd(), fd(pair), fd(probes), fd(inventory)].map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
     let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: three valid pollfds (a negative fd is ignored by poll).
-    let rc = unsafe { libc::poll(pfds.as_mut_ptr(), 3, ms) };
+    // SAFETY: four valid pollfds (a negative fd is ignored by poll).
+    let rc = unsafe { libc::poll(pfds.as_mut_ptr(), 4, ms) };
     if rc <= 0 {
-        return [false; 3];
+        return [false; 4];
     }
     pfds.map(|p| p.revents & libc::POLLIN != 0)
 }

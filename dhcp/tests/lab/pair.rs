@@ -60,6 +60,8 @@ pub struct PairLab {
     pub b_ns: String,
     pub b_dir: PathBuf,
     b: Option<Child>,
+    /// The token file both servers read (removed on drop).
+    token: PathBuf,
 }
 
 impl PairLab {
@@ -70,13 +72,13 @@ impl PairLab {
     /// A pair whose two configs are first changed by `edit` (e.g. a
     /// smaller pool).
     pub fn with_config(edit: impl Fn(String) -> String) -> PairLab {
-        let token = std::env::temp_dir().join(format!(
-            "oooi-pair-token-{}-{}",
-            std::process::id(),
-            NEXT.load(Ordering::SeqCst)
-        ));
-        std::fs::write(&token, TOKEN).expect("token");
-        let token = token.display().to_string();
+        // One number for the token file and B's namespace: two pairs of
+        // one test process never share either.
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let token_path =
+            std::env::temp_dir().join(format!("oooi-pair-token-{}-{n}", std::process::id()));
+        std::fs::write(&token_path, TOKEN).expect("token");
+        let token = token_path.display().to_string();
         let a = pair_config(
             "br0",
             "192.0.2.2",
@@ -87,7 +89,6 @@ impl PairLab {
             &token,
         );
         let lab = Lab::new(&edit(a));
-        let n = NEXT.fetch_add(1, Ordering::SeqCst);
         let b_ns = format!("odp{}x{n}b", std::process::id());
         sh(&["ip", "netns", "add", &b_ns]);
         sh(&["ip", "-n", &b_ns, "link", "set", "lo", "up"]);
@@ -144,6 +145,7 @@ impl PairLab {
             b_ns,
             b_dir,
             b: None,
+            token: token_path,
         }
     }
 
@@ -391,6 +393,7 @@ impl Drop for PairLab {
     fn drop(&mut self) {
         self.kill9_b();
         delete_netns(&self.b_ns);
+        let _ = std::fs::remove_file(&self.token);
     }
 }
 
