@@ -60,6 +60,9 @@ pub struct PairLab {
     pub b_ns: String,
     pub b_dir: PathBuf,
     b: Option<Child>,
+    /// Holds the pair token both servers read; removed after the servers
+    /// (fields drop in order).
+    _token_dir: tempfile::TempDir,
 }
 
 impl PairLab {
@@ -70,11 +73,10 @@ impl PairLab {
     /// A pair whose two configs are first changed by `edit` (e.g. a
     /// smaller pool).
     pub fn with_config(edit: impl Fn(String) -> String) -> PairLab {
-        let token = std::env::temp_dir().join(format!(
-            "oooi-pair-token-{}-{}",
-            std::process::id(),
-            NEXT.load(Ordering::SeqCst)
-        ));
+        // Beside the lab's own directory (which the config must name
+        // before the lab exists), removed with the pair.
+        let token_dir = tempfile::tempdir().expect("token dir");
+        let token = token_dir.path().join("pair-token");
         std::fs::write(&token, TOKEN).expect("token");
         let token = token.display().to_string();
         let a = pair_config(
@@ -144,6 +146,7 @@ impl PairLab {
             b_ns,
             b_dir,
             b: None,
+            _token_dir: token_dir,
         }
     }
 
@@ -176,6 +179,12 @@ impl PairLab {
             .spawn()
             .expect("start server b");
         self.b = Some(child);
+    }
+
+    /// Server B's process id (`ip netns exec` execs the server, so the
+    /// child is the server; not so under a wrapper that forks).
+    pub fn b_pid(&self) -> Option<u32> {
+        self.b.as_ref().map(Child::id)
     }
 
     /// Kills server B (and anything else in its namespace: a wrapper such
