@@ -51,6 +51,11 @@ fn a_flood_of_the_metrics_port_keeps_memory_and_connections_bounded_and_the_heal
         Some(200),
         "/healthz stays on the metrics port too"
     );
+    assert_eq!(
+        get(health, "/metrics", Duration::from_secs(2)).map(|(s, _)| s),
+        Some(404),
+        "the health listener serves /healthz alone"
+    );
     let pid = server.0.id();
     let baseline = sample(pid).unwrap();
 
