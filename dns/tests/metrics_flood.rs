@@ -79,12 +79,17 @@ fn a_flood_of_the_metrics_port_keeps_memory_and_connections_bounded_and_the_heal
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let metrics_during = get(metrics, "/metrics", Duration::from_secs(2)).map(|(s, _)| s);
-    let (mut probes, mut healthy, mut answered) = (0, 0, 0);
+    // The same probe on the metrics port, for comparison: it shares that
+    // listener's 64 connections with the flood (printed, not asserted:
+    // whether a probe finds a free slot is a race).
+    let (mut probes, mut healthy, mut healthy_on_metrics, mut answered) = (0, 0, 0, 0);
     while probes < 40 {
         probes += 1;
         if healthz(health) == Some(200) {
             healthy += 1;
+        }
+        if healthz(metrics) == Some(200) {
+            healthy_on_metrics += 1;
         }
         if probes % 4 == 0
             && support::dig(DNS, DNS_PORT, &["+short", "api.c1.example.com"]).trim() == "192.0.2.4"
@@ -97,7 +102,8 @@ fn a_flood_of_the_metrics_port_keeps_memory_and_connections_bounded_and_the_heal
     let peaks = watch.stop();
     println!(
         "oooi-dns, metrics port flooded ({tally:?}): RSS {:.1} -> peak {:.1} MiB, sockets {} -> peak {}; \
-         /healthz on the health listener {healthy}/{probes}; DNS {answered}/10; /metrics during the flood: {metrics_during:?}",
+         /healthz on the health listener {healthy}/{probes}, on the metrics listener {healthy_on_metrics}/{probes}; \
+         DNS {answered}/10",
         mib(baseline.rss),
         mib(peaks.rss),
         baseline.sockets,
