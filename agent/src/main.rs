@@ -90,7 +90,8 @@ struct Args {
     #[arg(long, env = "OOOI_AGENT_INTERFACE", default_value = "net1")]
     interface: String,
     /// The component's readiness URL (200 = ready): oooi-dns
-    /// http://$(POD_IP):9153/healthz, the proxy http://127.0.0.1:9445/ready.
+    /// http://$(POD_IP):9154/healthz (its health listener), the proxy
+    /// http://127.0.0.1:9446/ready.
     #[arg(long, env = "OOOI_AGENT_READY_URL")]
     ready_url: ReadyUrl,
     /// How often to ask --ready-url.

@@ -20,7 +20,6 @@ import copy
 import functools
 import json
 import subprocess
-import tempfile
 from pathlib import Path
 
 import jsonschema
@@ -28,7 +27,7 @@ import kubernetes_validate
 import yaml
 
 from test_docs import strict
-from test_chart import KUBE_VERSION, REQUIRED, WASM_KEY, chart_file, controller_bin, find, merged, render
+from test_chart import KUBE_VERSION, REQUIRED, WASM_KEY, chart_file, controller_bin, find, merged, render, scratch_dir
 
 HERE = Path(__file__).resolve().parent
 DIGEST = "sha256:" + "ab" * 32
@@ -48,7 +47,7 @@ IMAGE_ENV = {"OOOI_DHCP_IMAGE": "RELATED_IMAGE_DHCP", "OOOI_DNS_IMAGE": "RELATED
 
 @functools.lru_cache(maxsize=None)
 def _bundle_dir():
-    out = Path(tempfile.mkdtemp(prefix="oooi-bundle-"))
+    out = scratch_dir("oooi-bundle-")
     wasm = out / WASM_KEY
     wasm.write_bytes(chart_file(f"files/{WASM_KEY}"))
     args = [controller_bin(), "bundle", "--out", str(out / "bundle"), "--filter-wasm", str(wasm)]
@@ -163,7 +162,7 @@ def test_bundle_manifests_are_valid_kubernetes():
 
 def test_bundle_refuses_an_image_by_tag():
     proc = subprocess.run(
-        [controller_bin(), "bundle", "--out", tempfile.mkdtemp(), "--filter-wasm", "/dev/null"]
+        [controller_bin(), "bundle", "--out", str(scratch_dir("oooi-bundle-refused-")), "--filter-wasm", "/dev/null"]
         + [a for n, r in NAMES.items() for a in ("--image", f"{n}={REGISTRY}/{r}:0.1.0")],
         capture_output=True,
         text=True,

@@ -151,7 +151,12 @@ async fn readyz_handler(State(s): State<HttpState>) -> impl IntoResponse {
     }
 }
 
-/// Serves [`router`] on `addr` until `shutdown` resolves.
+/// Serves [`router`] on `addr` until `shutdown` resolves, within
+/// [`oooi_serve::Limits::SMALL`] like every component's small listener: at
+/// most 64 connections, heads within 5 s and 16 KiB, idle connections closed
+/// after 30 s. Whoever reaches the port (Prometheus, the kubelet, anything
+/// the NetworkPolicy admits) cannot take the controller past its memory
+/// limit by holding connections or sending unfinished heads.
 pub async fn serve_http(
     addr: SocketAddr,
     metrics: Metrics,
@@ -162,10 +167,22 @@ pub async fn serve_http(
         .await
         .with_context(|| format!("--http-addr {addr}: cannot bind"))?;
     info!(%addr, "serving /metrics, /healthz, /readyz");
-    axum::serve(listener, router(metrics, health))
-        .with_graceful_shutdown(shutdown)
-        .await?;
-    Ok(())
+    serve_listener(listener, metrics, health, shutdown).await
+}
+
+/// [`serve_http`] on a bound listener.
+async fn serve_listener(
+    listener: tokio::net::TcpListener,
+    metrics: Metrics,
+    health: Arc<Health>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    tokio::select! {
+        served = oooi_serve::serve(listener, router(metrics, health), oooi_serve::Limits::SMALL) => {
+            match served? {}
+        }
+        () = shutdown => Ok(()),
+    }
 }
 
 /// Resolves on SIGTERM or SIGINT.
@@ -418,11 +435,12 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = watch::channel(false);
-        let server = tokio::spawn(
-            axum::serve(listener, router(metrics, health.clone()))
-                .with_graceful_shutdown(Shutdown(rx).wait())
-                .into_future(),
-        );
+        let server = tokio::spawn(serve_listener(
+            listener,
+            metrics,
+            health.clone(),
+            Shutdown(rx).wait(),
+        ));
         assert_eq!(get(addr, "/healthz").await.0, 200);
         assert_eq!(get(addr, "/readyz").await.0, 503, "not ready before start");
         health.set_ready();

@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 use oooi_dns::config::Config;
 use oooi_dns::engine::Engine;
 use oooi_dns::metrics;
-use oooi_dns::server::serve;
+use oooi_dns::server::{HttpAddrs, serve};
 use oooi_reload::{Outcome, Reloader, Settings};
 
 /// Split-horizon DNS server for oooi.
@@ -35,6 +35,14 @@ enum Command {
         /// would expose it on the VLAN.
         #[arg(long, env = "OOOI_DNS_METRICS_ADDR")]
         metrics_addr: Option<SocketAddr>,
+        /// Address (`ip:port`) of a listener serving `/healthz` alone, with
+        /// a connection budget of its own: point readiness and liveness
+        /// probes (and the address agent) here, so that whatever holds the
+        /// metrics port's connections cannot make the pod unready. Unset:
+        /// no such listener (`/healthz` is still on the metrics endpoint).
+        /// Bind it to the pod's own address too.
+        #[arg(long, env = "OOOI_DNS_HEALTH_ADDR")]
+        health_addr: Option<SocketAddr>,
         /// The pod's own address: listeners written `$(POD_IP):port` in the
         /// config bind it (and nothing else). In a pod, the `POD_IP`
         /// variable from the downward API (`status.podIP`).
@@ -139,6 +147,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Serve {
             config,
             metrics_addr,
+            health_addr,
             pod_ip,
             drain_seconds,
         } => {
@@ -160,7 +169,7 @@ async fn main() -> anyhow::Result<()> {
                 Outcome::Rejected(_) => metrics::count_reload("rejected"),
             });
             tokio::select! {
-                r = serve(engine, rx, metrics_addr) => r,
+                r = serve(engine, rx, HttpAddrs { metrics: metrics_addr, health: health_addr }) => r,
                 r = drain(Duration::from_secs(drain_seconds)) => r,
             }
         }

@@ -1,5 +1,6 @@
-//! Prometheus metrics (`oooi_dns_*`) and the HTTP endpoint for `/metrics`
-//! and `/healthz`.
+//! Prometheus metrics (`oooi_dns_*`) and the HTTP endpoints: `/metrics`
+//! (and `/healthz`) on the metrics listener, `/healthz` alone on the health
+//! listener.
 
 use std::sync::OnceLock;
 
@@ -453,7 +454,9 @@ async fn healthz() -> (axum::http::StatusCode, &'static str) {
 }
 
 /// Serves `/metrics` and `/healthz` on `listener`, within
-/// [`oooi_serve::Limits::SMALL`].
+/// [`oooi_serve::Limits::SMALL`]. `/healthz` stays here for whoever knows
+/// only this port; the kubelet and the address agent ask the health
+/// listener ([`serve_health`]), whose budget nothing sent here can use up.
 pub async fn serve_http(listener: tokio::net::TcpListener) -> anyhow::Result<()> {
     let app = axum::Router::new()
         .route("/metrics", axum::routing::get(|| async { render() }))
@@ -462,4 +465,29 @@ pub async fn serve_http(listener: tokio::net::TcpListener) -> anyhow::Result<()>
         tracing::info!(%addr, "serving /metrics and /healthz");
     }
     match oooi_serve::serve(listener, app, oooi_serve::Limits::SMALL).await? {}
+}
+
+/// The health listener's bounds: its callers (the kubelet's probes, the
+/// address agent's poll) send a whole head at once and no body, so a head
+/// gets 2 s and a quiet connection 10 s; 32 connections leave room for the
+/// probes many times over.
+pub const HEALTH_LIMITS: oooi_serve::Limits = oooi_serve::Limits {
+    max_connections: 32,
+    head_timeout: std::time::Duration::from_secs(2),
+    idle_timeout: std::time::Duration::from_secs(10),
+    request_timeout: std::time::Duration::from_secs(2),
+    max_head_bytes: 8 * 1024,
+    max_body_bytes: 0,
+};
+
+/// Serves `/healthz` alone on `listener`, within [`HEALTH_LIMITS`]: a
+/// listener with a connection budget of its own, so a flood of the
+/// metrics port (idle connections, unfinished heads) cannot make the pod
+/// unready.
+pub async fn serve_health(listener: tokio::net::TcpListener) -> anyhow::Result<()> {
+    let app = axum::Router::new().route("/healthz", axum::routing::get(healthz));
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "serving /healthz");
+    }
+    match oooi_serve::serve(listener, app, HEALTH_LIMITS).await? {}
 }

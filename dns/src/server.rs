@@ -210,24 +210,46 @@ impl Listeners {
     }
 }
 
+/// Where the HTTP endpoints listen.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HttpAddrs {
+    /// `/metrics` and `/healthz`; unset: the config's `http`, if any.
+    pub metrics: Option<SocketAddr>,
+    /// `/healthz` alone, on a listener of its own (its own connection
+    /// budget: a flood of the metrics port leaves the probes alone).
+    pub health: Option<SocketAddr>,
+}
+
 /// Serves the engine's config: binds every listener (failing if one cannot
-/// be bound), serves `/metrics` and `/healthz` on `metrics` or else the
-/// config's `http` address, and re-applies the listener set each time
-/// `changed` fires (after a reload).
+/// be bound), serves `/metrics` and `/healthz` on `http.metrics` or else
+/// the config's `http` address, `/healthz` on `http.health`, and re-applies
+/// the listener set each time `changed` fires (after a reload).
 pub async fn serve(
     engine: Arc<Engine>,
     mut changed: tokio::sync::watch::Receiver<()>,
-    metrics: Option<SocketAddr>,
+    http: HttpAddrs,
 ) -> anyhow::Result<()> {
-    let (addrs, http) = {
+    let (addrs, metrics) = {
         let s = engine.config();
-        (s.config.listeners(), metrics.or(s.config.http))
+        (s.config.listeners(), http.metrics.or(s.config.http))
     };
-    if let Some(http) = http {
-        let listener = tokio::net::TcpListener::bind(http).await?;
+    if let Some(addr) = metrics {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("metrics endpoint {addr}: {e}"))?;
         tokio::spawn(async move {
             if let Err(e) = crate::metrics::serve_http(listener).await {
                 tracing::error!(error = %e, "metrics endpoint failed");
+            }
+        });
+    }
+    if let Some(addr) = http.health {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("health endpoint {addr}: {e}"))?;
+        tokio::spawn(async move {
+            if let Err(e) = crate::metrics::serve_health(listener).await {
+                tracing::error!(error = %e, "health endpoint failed");
             }
         });
     }

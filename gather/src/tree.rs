@@ -187,13 +187,13 @@ mod tests {
 
     #[test]
     fn the_destination_holds_the_version_file() {
-        let dest = std::env::temp_dir().join(format!("oooi-gather-version-{}", std::process::id()));
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("gather");
         let tree = Tree::create(&dest).unwrap();
         let text = std::fs::read_to_string(dest.join("version")).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines, ["oooi-must-gather", env!("CARGO_PKG_VERSION")]);
         assert!(tree.root().starts_with(&dest));
-        std::fs::remove_dir_all(&dest).unwrap();
     }
 
     #[test]

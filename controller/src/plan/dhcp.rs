@@ -740,10 +740,9 @@ spec:
             // (with a token file where the Secret would be mounted).
             let text = &c.config_map.as_ref().unwrap().data.as_ref().unwrap()["config.yaml"];
             let mut raw = RawConfig::from_yaml(text).unwrap();
-            let token = tempfile_token();
-            raw.peer.as_mut().unwrap().token_file = token.clone();
+            let (_dir, token) = tempfile_token();
+            raw.peer.as_mut().unwrap().token_file = token;
             oooi_dhcp_config::Config::from_raw(&raw).unwrap();
-            let _ = std::fs::remove_file(token);
         }
         // The secondary's Deployment selects its own pod alone; the primary
         // keeps the one-server selector.
@@ -768,14 +767,12 @@ spec:
         assert!(matches(&budget, &pod_labels(&a)) && matches(&budget, &pod_labels(&b)));
     }
 
-    fn tempfile_token() -> PathBuf {
-        let p = std::env::temp_dir().join(format!(
-            "oooi-plan-pair-token-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
+    /// A token file, removed with the returned directory.
+    fn tempfile_token() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("pair-token");
         std::fs::write(&p, "0123456789abcdef0123").unwrap();
-        p
+        (dir, p)
     }
 
     #[test]

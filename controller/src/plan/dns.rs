@@ -40,8 +40,14 @@ use crate::crd::{DNSServer, DNSServerSpec, DnsConfigDocument, Infra, ReplicaOf, 
 pub const CONFIG_DIR: &str = "/etc/oooi-dns";
 /// Config file name (ConfigMap key).
 pub const CONFIG_FILE: &str = "config.yaml";
-/// Health and metrics port (`serve --metrics-addr`, on the pod address).
+/// Metrics port (`serve --metrics-addr`, on the pod address): `/metrics`
+/// for Prometheus (and `/healthz`, for whoever knows only this port).
 pub const HTTP_PORT: i32 = 9153;
+/// Health port (`serve --health-addr`, on the pod address): `/healthz`
+/// alone, with a connection budget of its own, for the kubelet's probes and
+/// the address agent; whatever holds the metrics port's connections cannot
+/// make the pod unready. Container port `health`.
+pub const HEALTH_PORT: i32 = 9154;
 /// Port of the pod view inside the pod (the Service maps 53 to it).
 pub const POD_VIEW_PORT: u16 = 5353;
 /// The VLAN view's port.
@@ -296,9 +302,8 @@ pub fn policy_ports(server: &DNSServer) -> DnsPorts {
     DnsPorts {
         view: POD_VIEW_PORT,
         metrics,
-        // The kubelet's alone; none while `/healthz` shares the metrics
-        // port (`HTTP_PORT`).
-        health: Vec::new(),
+        // The kubelet's alone: the probes' own listener.
+        health: vec![HEALTH_PORT as u16],
     }
 }
 
@@ -358,6 +363,8 @@ pub fn children(server: &DNSServer) -> anyhow::Result<Children> {
                 format!("{CONFIG_DIR}/{CONFIG_FILE}"),
                 "--metrics-addr".to_string(),
                 pod_address(HTTP_PORT),
+                "--health-addr".to_string(),
+                pod_address(HEALTH_PORT),
             ],
             ports: vec![
                 port("dns-udp", i32::from(VLAN_VIEW_PORT), "UDP"),
@@ -365,11 +372,12 @@ pub fn children(server: &DNSServer) -> anyhow::Result<Children> {
                 port("pod-dns-udp", i32::from(POD_VIEW_PORT), "UDP"),
                 port("pod-dns-tcp", i32::from(POD_VIEW_PORT), "TCP"),
                 port("http", HTTP_PORT, "TCP"),
+                port("health", HEALTH_PORT, "TCP"),
             ],
             volumes,
             mounts: vec![mount("config", CONFIG_DIR, true)],
-            readiness: http_probe("/healthz", HTTP_PORT, 5, 3),
-            liveness: http_probe("/healthz", HTTP_PORT, 10, 6),
+            readiness: http_probe("/healthz", HEALTH_PORT, 5, 3),
+            liveness: http_probe("/healthz", HEALTH_PORT, 10, 6),
             resources: resources(server.spec.resources.as_ref(), "10m", "32Mi", "256Mi"),
             fs_group: None,
             placement,
@@ -386,7 +394,7 @@ pub fn children(server: &DNSServer) -> anyhow::Result<Children> {
                     AgentPlan {
                         takeover,
                         // Every listener of the config is bound.
-                        ready_url: format!("http://{}/healthz", pod_address(HTTP_PORT)),
+                        ready_url: format!("http://{}/healthz", pod_address(HEALTH_PORT)),
                     }
                 }),
         },

@@ -130,7 +130,7 @@ fn the_agent_is_a_native_sidecar_with_two_capabilities_and_no_token() {
         if name.contains("dns") {
             assert_eq!(arg(a, "--group"), "vlan-dns");
             assert_eq!(arg(a, "--address"), "192.0.2.3/24,192.0.2.6/24");
-            assert_eq!(ready, "http://$(POD_IP):9153/healthz");
+            assert_eq!(ready, "http://$(POD_IP):9154/healthz");
         } else {
             assert_eq!(arg(a, "--group"), "vlan-proxy");
             assert_eq!(arg(a, "--address"), "192.0.2.4/24,192.0.2.7/24");

@@ -124,7 +124,7 @@ fn dhcp_children_carry_config_pvc_and_raw_socket_capability() {
             "$(POD_IP):9067"
         ]
     );
-    assert_metrics_on_the_pod_address(ctr);
+    assert_probes_on_the_pod_address(ctr, "--metrics-addr");
     assert!(ctr.readiness_probe.as_ref().unwrap().http_get.is_some());
     assert!(ctr.liveness_probe.is_some());
     assert!(ctr.resources.as_ref().unwrap().requests.is_some());
@@ -201,16 +201,54 @@ fn dns_children_serve_the_pod_view_through_a_cluster_ip() {
             "--config",
             "/etc/oooi-dns/config.yaml",
             "--metrics-addr",
-            "$(POD_IP):9153"
+            "$(POD_IP):9153",
+            "--health-addr",
+            "$(POD_IP):9154"
         ]
     );
-    assert_metrics_on_the_pod_address(ctr);
+    // The probes ask the health listener, whose connections nothing sent
+    // to the metrics port can take.
+    assert_probes_on_the_pod_address(ctr, "--health-addr");
+    assert_eq!(
+        ctr.liveness_probe
+            .as_ref()
+            .unwrap()
+            .http_get
+            .as_ref()
+            .unwrap()
+            .port,
+        ctr.readiness_probe
+            .as_ref()
+            .unwrap()
+            .http_get
+            .as_ref()
+            .unwrap()
+            .port
+    );
+    let ports: Vec<(&str, i32)> = ctr
+        .ports
+        .as_ref()
+        .unwrap()
+        .iter()
+        .filter(|p| p.protocol.as_deref() == Some("TCP"))
+        .map(|p| (p.name.as_deref().unwrap(), p.container_port))
+        .collect();
+    assert_eq!(
+        ports,
+        [
+            ("dns-tcp", 53),
+            ("pod-dns-tcp", 5353),
+            ("http", plan::dns::HTTP_PORT),
+            ("health", plan::dns::HEALTH_PORT)
+        ]
+    );
 }
 
-/// The metrics and health endpoint binds the pod-network address (the
-/// downward API's `status.podIP`), never 0.0.0.0, which would include the
-/// VLAN interface; the probes use the same port.
-fn assert_metrics_on_the_pod_address(ctr: &k8s_openapi::api::core::v1::Container) {
+/// The endpoint the probes ask (named by its flag, `listener`) binds the
+/// pod-network address (the downward API's `status.podIP`), never 0.0.0.0,
+/// which would include the VLAN interface; the readiness probe uses its
+/// port.
+fn assert_probes_on_the_pod_address(ctr: &k8s_openapi::api::core::v1::Container, listener: &str) {
     let env = ctr.env.as_ref().unwrap();
     let pod_ip = env.iter().find(|e| e.name == "POD_IP").expect("POD_IP env");
     let field = pod_ip
@@ -222,7 +260,7 @@ fn assert_metrics_on_the_pod_address(ctr: &k8s_openapi::api::core::v1::Container
         .unwrap();
     assert_eq!(field.field_path, "status.podIP");
     let args = ctr.args.as_ref().unwrap();
-    let at = args.iter().position(|a| a == "--metrics-addr").unwrap();
+    let at = args.iter().position(|a| a == listener).unwrap();
     let port = args[at + 1]
         .strip_prefix("$(POD_IP):")
         .expect("pod address");

@@ -280,7 +280,7 @@ fn the_dns_policy_lists_the_agents_metrics_port_only_with_takeover() {
     let ports = policy_ports(&d.dns[0]);
     assert_eq!(ports.view, POD_VIEW_PORT);
     assert_eq!(ports.metrics, vec![9153], "no agent without takeover");
-    assert!(ports.health.is_empty(), "/healthz shares the metrics port");
+    assert_eq!(ports.health, vec![9154], "the probes' own listener");
     let d = plan_infra(&replicated_infra(), &[], &Observed::default())
         .desired
         .expect("valid");

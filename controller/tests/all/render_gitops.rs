@@ -134,9 +134,8 @@ fn input_with_infra() -> RenderInput {
 
 #[test]
 fn render_binary_exits_non_zero_for_an_attachment_without_its_infra() {
-    let dir = std::env::temp_dir().join(format!("oooi-render-noinfra-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("attachment.yaml");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("attachment.yaml");
     std::fs::write(&file, attachment_only()).unwrap();
     let run = |extra: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_oooi-controller"))
@@ -155,7 +154,6 @@ fn render_binary_exits_non_zero_for_an_attachment_without_its_infra() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("is not in the input"), "{stderr}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]

@@ -60,8 +60,9 @@ pub struct PairLab {
     pub b_ns: String,
     pub b_dir: PathBuf,
     b: Option<Child>,
-    /// The token file both servers read (removed on drop).
-    token: PathBuf,
+    /// Holds the pair token both servers read; removed after the servers
+    /// (fields drop in order).
+    _token_dir: tempfile::TempDir,
 }
 
 impl PairLab {
@@ -72,13 +73,13 @@ impl PairLab {
     /// A pair whose two configs are first changed by `edit` (e.g. a
     /// smaller pool).
     pub fn with_config(edit: impl Fn(String) -> String) -> PairLab {
-        // One number for the token file and B's namespace: two pairs of
-        // one test process never share either.
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
-        let token_path =
-            std::env::temp_dir().join(format!("oooi-pair-token-{}-{n}", std::process::id()));
-        std::fs::write(&token_path, TOKEN).expect("token");
-        let token = token_path.display().to_string();
+        // Beside the lab's own directory (which the config must name
+        // before the lab exists), removed with the pair.
+        let token_dir = tempfile::tempdir().expect("token dir");
+        let token = token_dir.path().join("pair-token");
+        std::fs::write(&token, TOKEN).expect("token");
+        let token = token.display().to_string();
         let a = pair_config(
             "br0",
             "192.0.2.2",
@@ -145,7 +146,7 @@ impl PairLab {
             b_ns,
             b_dir,
             b: None,
-            token: token_path,
+            _token_dir: token_dir,
         }
     }
 
@@ -178,6 +179,12 @@ impl PairLab {
             .spawn()
             .expect("start server b");
         self.b = Some(child);
+    }
+
+    /// Server B's process id (`ip netns exec` execs the server, so the
+    /// child is the server; not so under a wrapper that forks).
+    pub fn b_pid(&self) -> Option<u32> {
+        self.b.as_ref().map(Child::id)
     }
 
     /// Kills server B (and anything else in its namespace: a wrapper such

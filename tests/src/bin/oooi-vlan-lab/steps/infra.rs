@@ -151,6 +151,9 @@ pub fn data_plane(
                     dns_mounted.to_string_lossy().into_owned(),
                     "--metrics-addr".into(),
                     "127.0.0.1:9153".into(),
+                    // The probes' own listener, as in the pod.
+                    "--health-addr".into(),
+                    "127.0.0.1:9154".into(),
                     // The pod view binds the pod address only.
                     "--pod-ip".into(),
                     super::pods::dns_pod_ip(i),
@@ -263,7 +266,7 @@ pub fn data_plane(
     );
     for (dns_ns, (ip, _)) in ns.dns.iter().zip(&dns) {
         let got = wait_until(15, "oooi-dns /healthz", || {
-            lab.me_in(dns_ns, &["http", "GET", "127.0.0.1:9153", "/healthz"])
+            lab.me_in(dns_ns, &["http", "GET", "127.0.0.1:9154", "/healthz"])
         })
         .map(|s| s.split_whitespace().next().unwrap_or("").to_string())
         .unwrap_or_else(|e| format!("{e:#}"));

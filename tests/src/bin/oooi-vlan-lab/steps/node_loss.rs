@@ -243,7 +243,7 @@ pub fn run(
             "dns",
             &ns.dns,
             &r.replicas.dns,
-            "http://127.0.0.1:9153/healthz".to_string(),
+            "http://127.0.0.1:9154/healthz".to_string(),
         ),
         (
             "proxy",

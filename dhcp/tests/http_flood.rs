@@ -1,0 +1,111 @@
+//! Server B of a DHCP pair (the real `oooi-dhcp`, in the lab's network
+//! namespaces; needs root) with its two HTTP listeners flooded in turn:
+//! its metrics and health listener (127.0.0.1:9067 in its namespace), then
+//! its pair API (10.99.0.2:9068, flooded from the pod link's other end).
+//! Each flood is 1,000 connections sending 58 KB of a request head that
+//! never ends and 500 silent ones, each opened again as soon as the server
+//! closes it. B's resident memory stays far below the DHCP pod's limit, it
+//! never holds more of a flood's connections than the listener's limit,
+//! its DHCP loop stays healthy, and each listener answers once its flood
+//! ends.
+
+mod lab;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use lab::pair::PairLab;
+use oooi_flood::{Flood, Shape, Watch, get, in_netns, mib, sample};
+
+/// The DHCP pod's default memory limit is 128 MiB (the controller's DHCP
+/// plan); the server must stay well below it with its lease store.
+const RSS_BOUND: u64 = 64 * 1024 * 1024;
+
+fn shape() -> Shape {
+    Shape {
+        unfinished_heads: 1000,
+        idle: 500,
+        ..Shape::default()
+    }
+}
+
+/// Floods `target` from namespace `from` for the 5 s head timeout and a
+/// bit more, watching B: the peaks and what B held before.
+fn flood_b(p: &PairLab, pid: u32, from: &str, target: SocketAddr, what: &str) {
+    let baseline = sample(pid).expect("server B runs");
+    let watch = Watch::start(pid);
+    let flood = Flood::start_in_netns(format!("/run/netns/{from}"), target, shape());
+    let started = Instant::now();
+    while flood.tally().closed_by_server < 3000 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{what}: the flood never got going: {:?}",
+            flood.tally()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(6));
+    // B's DHCP loop keeps turning meanwhile (its /healthz is on the metrics
+    // listener, crowded out during that listener's own flood).
+    let healthy_during = p.b_healthy();
+    let tally = flood.stop();
+    let peaks = watch.stop();
+    println!(
+        "oooi-dhcp B, {what} flooded for {:.1} s ({tally:?}): RSS {:.1} -> peak {:.1} MiB, \
+         sockets {} -> peak {}; /healthz during: {healthy_during:?}",
+        started.elapsed().as_secs_f64(),
+        mib(baseline.rss),
+        mib(peaks.rss),
+        baseline.sockets,
+        peaks.sockets
+    );
+    assert!(
+        peaks.rss < RSS_BOUND,
+        "{what}: peak RSS {:.1} MiB\n{}",
+        mib(peaks.rss),
+        p.logs()
+    );
+    // Past the limit each connection is closed as it is accepted; allow
+    // that one, and the partner's heartbeat and lease connections.
+    let limit = oooi_serve::Limits::SMALL.max_connections;
+    assert!(
+        peaks.sockets <= baseline.sockets + limit + 3,
+        "{what}: {} sockets at the peak, {} before the flood, limit {limit}",
+        peaks.sockets,
+        baseline.sockets
+    );
+}
+
+#[test]
+fn floods_of_the_metrics_port_and_the_pair_api_keep_the_servers_memory_and_connections_bounded() {
+    let mut p = PairLab::new();
+    p.lab.start_server();
+    p.start_b();
+    p.both_balancing();
+    let pid = p.b_pid().expect("server B started");
+    let b_ns = p.b_ns.clone();
+    let a_ns = p.lab.server_ns.clone();
+
+    let metrics: SocketAddr = "127.0.0.1:9067".parse().expect("addr");
+    flood_b(&p, pid, &b_ns, metrics, "metrics listener");
+    p.wait(15, "B's /metrics after the flood", || {
+        in_netns(format!("/run/netns/{b_ns}"), move || {
+            get(metrics, "/metrics", Duration::from_secs(2))
+        })
+        .is_some_and(|(s, body)| s == 200 && body.contains("oooi_dhcp_"))
+    });
+    assert_eq!(p.b_healthy(), Some(true), "{}", p.logs());
+
+    let api: SocketAddr = "10.99.0.2:9068".parse().expect("addr");
+    flood_b(&p, pid, &a_ns, api, "pair API");
+    // Answered again: a request without the token is refused by the API
+    // itself, not by a full listener.
+    p.wait(15, "B's pair API after the flood", || {
+        in_netns(format!("/run/netns/{a_ns}"), move || {
+            get(api, "/pair/v1/leases", Duration::from_secs(2))
+        })
+        .is_some_and(|(s, _)| s == 401)
+    });
+    assert_eq!(p.b_healthy(), Some(true), "{}", p.logs());
+    p.both_balancing();
+}
