@@ -400,7 +400,6 @@ impl Drop for PairLab {
     fn drop(&mut self) {
         self.kill9_b();
         delete_netns(&self.b_ns);
-        let _ = std::fs::remove_file(&self.token);
     }
 }
 
