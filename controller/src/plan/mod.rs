@@ -34,6 +34,7 @@ pub mod network;
 pub mod network_policy;
 pub mod observed;
 pub mod placement;
+pub mod pools;
 pub mod pod_security;
 pub mod proxy;
 pub mod public_dns;
