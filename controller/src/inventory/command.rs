@@ -486,11 +486,12 @@ fn notes(out: &mut String, notes: &[String]) {
 
 /// One server's answer to `why`.
 #[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct WhyAnswer {
     /// The Infra, `namespace/name`.
     pub infra: String,
     /// The DHCPServer.
-    pub server: String,
+    pub dhcp_server: String,
     /// Its answer.
     #[serde(flatten)]
     pub why: Why,
@@ -511,7 +512,7 @@ pub async fn collect_why<R: Reach>(
         match first_answer::<Why>(s, async |p| reach::why(reach, p, &s.token, &mac).await).await {
             Ok(why) => out.push(WhyAnswer {
                 infra: s.infra.clone(),
-                server: s.name.clone(),
+                dhcp_server: s.name.clone(),
                 why,
             }),
             Err(e) => notes.push(format!("{}: {} not reached: {e:#}", s.infra, s.name)),
@@ -545,7 +546,7 @@ pub fn render_why(answers: &[WhyAnswer], notes: &[String], output: Output) -> an
             for a in answers {
                 let w = &a.why;
                 let role = format!("{:?}", w.server.role).to_lowercase();
-                let _ = writeln!(s, "{} {} ({role}) about {}:", a.infra, a.server, w.mac);
+                let _ = writeln!(s, "{} {} ({role}) about {}:", a.infra, a.dhcp_server, w.mac);
                 match &w.lease {
                     Some(l) => {
                         let _ = writeln!(

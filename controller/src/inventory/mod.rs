@@ -117,11 +117,12 @@ mod tests {
             pod("other-dhcp-z", "other", None, true),
         ];
         let names = |v: Vec<PodTarget>| v.into_iter().map(|p| p.name).collect::<Vec<_>>();
-        // A single server: its instance's pods without a server label,
-        // Ready first.
+        // A single server: its instance's pods without a server label or
+        // with its own (left from when it was a pair's primary), Ready
+        // first.
         assert_eq!(
             names(pods_of(&meta("vlan-dhcp", "vlan"), false, &pods)),
-            ["vlan-dhcp-b", "vlan-dhcp-a"]
+            ["vlan-dhcp-b", "vlan-dhcp-p", "vlan-dhcp-a"]
         );
         // A pair's servers: each its own.
         assert_eq!(

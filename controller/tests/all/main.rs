@@ -14,6 +14,7 @@ mod dns_config_rule;
 mod docs_examples;
 mod docs_reference;
 mod hosted;
+mod inventory;
 mod olm_bundle;
 mod plan;
 mod plan_agent;
