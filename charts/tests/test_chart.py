@@ -883,6 +883,7 @@ ALERTS = {
     "OooiDNSUpstreamFailures",
     "OooiDHCPPoolNearlyExhausted",
     "OooiDHCPPoolExhausted",
+    "OooiDHCPProbeConflicts",
     "OooiFilterRolloutRejected",
     "OooiAttachmentExcluded",
     "OooiConfigReloadRejected",

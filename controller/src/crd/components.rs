@@ -141,7 +141,11 @@ pub struct DhcpPoolStatus {
     category = "oooi",
     printcolumn(name = "Address", type_ = "string", json_path = ".spec.vlan.address"),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
-    printcolumn(name = "Assigned", type_ = "integer", json_path = ".status.pools.assigned"),
+    printcolumn(
+        name = "Assigned",
+        type_ = "integer",
+        json_path = ".status.pools.assigned"
+    ),
     printcolumn(name = "Free", type_ = "integer", json_path = ".status.pools.free"),
     printcolumn(
         name = "Pool%",

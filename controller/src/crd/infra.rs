@@ -42,11 +42,7 @@ use super::components::PodPlacement;
         type_ = "integer",
         json_path = ".status.dhcpPools.assigned"
     ),
-    printcolumn(
-        name = "Free",
-        type_ = "integer",
-        json_path = ".status.dhcpPools.free"
-    ),
+    printcolumn(name = "Free", type_ = "integer", json_path = ".status.dhcpPools.free"),
     printcolumn(
         name = "Pool%",
         type_ = "integer",

@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use anyhow::{Context as _, anyhow};
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use oooi_dhcp_inventory::{LeaseQuery, LeaseRow, LeaseState, ServerInfo, Why, canonical_mac};
 use serde::Serialize;
 
@@ -184,12 +184,19 @@ pub struct Inventory {
 }
 
 /// The DHCPServers of the selection, with their tokens and pods.
-pub async fn servers(client: &Client, sel: &Selection, notes: &mut Vec<String>) -> anyhow::Result<Vec<Server>> {
+pub async fn servers(
+    client: &Client,
+    sel: &Selection,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<Vec<Server>> {
     let api: Api<Decoded<DHCPServer>> = match &sel.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let list = api.list(&ListParams::default()).await.context("listing DHCPServers")?;
+    let list = api
+        .list(&ListParams::default())
+        .await
+        .context("listing DHCPServers")?;
     let mut out = Vec::new();
     let mut pods_by_ns: BTreeMap<String, Vec<Pod>> = BTreeMap::new();
     let mut items: Vec<Decoded<DHCPServer>> = list.items;
@@ -206,7 +213,9 @@ pub async fn servers(client: &Client, sel: &Selection, notes: &mut Vec<String>) 
             continue;
         };
         let Some(secret) = &server.spec.inventory_token_secret else {
-            notes.push(format!("DHCPServer {ns}/{name} has no inventory (spec.inventoryTokenSecret unset)"));
+            notes.push(format!(
+                "DHCPServer {ns}/{name} has no inventory (spec.inventoryTokenSecret unset)"
+            ));
             continue;
         };
         let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
@@ -220,12 +229,18 @@ pub async fn servers(client: &Client, sel: &Selection, notes: &mut Vec<String>) 
                 .filter(|t| !t.is_empty()),
             Ok(None) => None,
             Err(e) => {
-                notes.push(format!("{ns}/{name}: cannot read Secret {}: {e}", secret.name));
+                notes.push(format!(
+                    "{ns}/{name}: cannot read Secret {}: {e}",
+                    secret.name
+                ));
                 continue;
             }
         };
         let Some(token) = token else {
-            notes.push(format!("{ns}/{name}: Secret {} has no `{INVENTORY_TOKEN_KEY}` yet", secret.name));
+            notes.push(format!(
+                "{ns}/{name}: Secret {} has no `{INVENTORY_TOKEN_KEY}` yet",
+                secret.name
+            ));
             continue;
         };
         if !pods_by_ns.contains_key(&ns) {
@@ -298,7 +313,9 @@ pub async fn owners(client: &Client, infra: &str, notes: &mut Vec<String>) -> Ow
     let resources = match observe::discover(client).await {
         Ok(d) => [VMIS, MACHINES].map(|api| d.get(api).cloned()),
         Err(e) => {
-            notes.push(format!("cannot read the KubeVirt and CAPI CRDs ({e}): no VM or Machine joined"));
+            notes.push(format!(
+                "cannot read the KubeVirt and CAPI CRDs ({e}): no VM or Machine joined"
+            ));
             return o;
         }
     };
@@ -321,7 +338,11 @@ async fn list_in(client: &Client, ar: &ApiResource, ns: &str) -> kube::Result<Ve
 }
 
 /// The whole inventory of the selection, joined.
-pub async fn collect<R: Reach>(client: &Client, reach: &R, sel: &Selection) -> anyhow::Result<Inventory> {
+pub async fn collect<R: Reach>(
+    client: &Client,
+    reach: &R,
+    sel: &Selection,
+) -> anyhow::Result<Inventory> {
     let mut inv = Inventory::default();
     let servers = servers(client, sel, &mut inv.notes).await?;
     let mut by_infra: BTreeMap<String, Vec<(String, Vec<LeaseRow>)>> = BTreeMap::new();
@@ -333,9 +354,14 @@ pub async fn collect<R: Reach>(client: &Client, reach: &R, sel: &Selection) -> a
         match got {
             Ok((info, rows)) => {
                 inv.now_unix = inv.now_unix.max(info.now_unix);
-                by_infra.entry(s.infra.clone()).or_default().push((s.name.clone(), rows));
+                by_infra
+                    .entry(s.infra.clone())
+                    .or_default()
+                    .push((s.name.clone(), rows));
             }
-            Err(e) => inv.notes.push(format!("{}: {} not reached: {e:#}", s.infra, s.name)),
+            Err(e) => inv
+                .notes
+                .push(format!("{}: {} not reached: {e:#}", s.infra, s.name)),
         }
     }
     for (infra, answers) in by_infra {
@@ -343,10 +369,12 @@ pub async fn collect<R: Reach>(client: &Client, reach: &R, sel: &Selection) -> a
         let mut rows = join(&infra, &answers, &owners);
         if let Some(c) = &sel.cluster {
             rows.retain(|r| {
-                r.hosted_cluster.as_deref().is_some_and(|hc| match hc.split_once('/') {
-                    Some((ns, name)) => names(c, ns, name),
-                    None => hc == c,
-                })
+                r.hosted_cluster
+                    .as_deref()
+                    .is_some_and(|hc| match hc.split_once('/') {
+                        Some((ns, name)) => names(c, ns, name),
+                        None => hc == c,
+                    })
             });
         }
         inv.leases.extend(rows);
@@ -356,14 +384,22 @@ pub async fn collect<R: Reach>(client: &Client, reach: &R, sel: &Selection) -> a
 
 /// Seconds from `now` to `t`, as `in 5m` or `3h ago`.
 pub fn relative(t: u64, now: u64) -> String {
-    let (d, future) = if t >= now { (t - now, true) } else { (now - t, false) };
+    let (d, future) = if t >= now {
+        (t - now, true)
+    } else {
+        (now - t, false)
+    };
     let s = match d {
         0..60 => format!("{d}s"),
         60..3600 => format!("{}m", d / 60),
         3600..172_800 => format!("{}h", d / 3600),
         _ => format!("{}d", d / 86_400),
     };
-    if future { format!("in {s}") } else { format!("{s} ago") }
+    if future {
+        format!("in {s}")
+    } else {
+        format!("{s} ago")
+    }
 }
 
 fn dash(v: Option<&str>) -> String {
@@ -430,7 +466,9 @@ pub fn render(inv: &Inventory, output: Output) -> anyhow::Result<String> {
                 })
                 .collect();
             let mut out = table(
-                &["INFRA", "ADDRESS", "MAC", "HOSTNAME", "STATE", "EXPIRES", "VMI", "CLUSTER"],
+                &[
+                    "INFRA", "ADDRESS", "MAC", "HOSTNAME", "STATE", "EXPIRES", "VMI", "CLUSTER",
+                ],
                 &rows,
             );
             notes(&mut out, &inv.notes);
@@ -448,8 +486,15 @@ pub fn render(inv: &Inventory, output: Output) -> anyhow::Result<String> {
                         dash(r.lease.client_id.as_deref()),
                         dash(r.lease.hostname.as_deref()),
                         r.lease.state.to_string(),
-                        if r.lease.reserved { "yes".into() } else { "no".into() },
-                        r.lease.cltt_unix.map(|t| relative(t, now)).unwrap_or_else(|| "-".into()),
+                        if r.lease.reserved {
+                            "yes".into()
+                        } else {
+                            "no".into()
+                        },
+                        r.lease
+                            .cltt_unix
+                            .map(|t| relative(t, now))
+                            .unwrap_or_else(|| "-".into()),
                         relative(r.lease.expires_unix, now),
                         vmi_cell(r),
                         dash(r.vm.as_deref()),
@@ -466,9 +511,22 @@ pub fn render(inv: &Inventory, output: Output) -> anyhow::Result<String> {
                 .collect();
             let mut out = table(
                 &[
-                    "INFRA", "ADDRESS", "MAC", "CLIENT-ID", "HOSTNAME", "STATE", "RESERVED",
-                    "LAST-SEEN", "EXPIRES", "VMI", "VM", "MACHINE", "NODEPOOL", "CLUSTER",
-                    "ANSWERED-BY", "SERVERS",
+                    "INFRA",
+                    "ADDRESS",
+                    "MAC",
+                    "CLIENT-ID",
+                    "HOSTNAME",
+                    "STATE",
+                    "RESERVED",
+                    "LAST-SEEN",
+                    "EXPIRES",
+                    "VMI",
+                    "VM",
+                    "MACHINE",
+                    "NODEPOOL",
+                    "CLUSTER",
+                    "ANSWERED-BY",
+                    "SERVERS",
                 ],
                 &rows,
             );
@@ -530,14 +588,21 @@ fn rfc3339(t: u64) -> String {
 }
 
 /// `why` as the output format says (table and wide print the same text).
-pub fn render_why(answers: &[WhyAnswer], notes: &[String], output: Output) -> anyhow::Result<String> {
+pub fn render_why(
+    answers: &[WhyAnswer],
+    notes: &[String],
+    output: Output,
+) -> anyhow::Result<String> {
     #[derive(Serialize)]
     struct Out<'a> {
         servers: &'a [WhyAnswer],
         #[serde(skip_serializing_if = "<[String]>::is_empty")]
         notes: &'a [String],
     }
-    let out = Out { servers: answers, notes };
+    let out = Out {
+        servers: answers,
+        notes,
+    };
     Ok(match output {
         Output::Json => serde_json::to_string_pretty(&out)? + "\n",
         Output::Yaml => serde_saphyr::to_string(&out)?,
@@ -556,7 +621,10 @@ pub fn render_why(answers: &[WhyAnswer], notes: &[String], output: Output) -> an
                             l.state,
                             if l.reserved { " (reserved)" } else { "" },
                             relative(l.expires_unix, w.server.now_unix),
-                            l.hostname.as_deref().map(|h| format!(", host name {h}")).unwrap_or_default(),
+                            l.hostname
+                                .as_deref()
+                                .map(|h| format!(", host name {h}"))
+                                .unwrap_or_default(),
                         );
                     }
                     None => {
@@ -576,12 +644,17 @@ pub fn render_why(answers: &[WhyAnswer], notes: &[String], output: Output) -> an
                                 format!("({})", relative(e.at_unix, w.server.now_unix)),
                                 e.message.clone(),
                                 e.reason.to_string(),
-                                e.address.map(|a| a.to_string()).unwrap_or_else(|| "-".into()),
+                                e.address
+                                    .map(|a| a.to_string())
+                                    .unwrap_or_else(|| "-".into()),
                                 e.detail.clone().unwrap_or_default(),
                             ]
                         })
                         .collect();
-                    let t = table(&["    AT", "", "MESSAGE", "REASON", "ADDRESS", "DETAIL"], &rows);
+                    let t = table(
+                        &["    AT", "", "MESSAGE", "REASON", "ADDRESS", "DETAIL"],
+                        &rows,
+                    );
                     s.push_str(&t);
                 }
             }
@@ -610,7 +683,11 @@ pub async fn run(args: LeasesArgs) -> anyhow::Result<String> {
 
 /// The command over a given client and way to the pods (tests give a
 /// mocked API and loopback servers).
-pub async fn run_with<R: Reach>(client: &Client, reach: &R, args: &LeasesArgs) -> anyhow::Result<String> {
+pub async fn run_with<R: Reach>(
+    client: &Client,
+    reach: &R,
+    args: &LeasesArgs,
+) -> anyhow::Result<String> {
     let sel = args.selection()?;
     match &args.command {
         Some(LeasesCommand::Why { mac }) => {
@@ -653,12 +730,19 @@ mod tests {
             #[command(flatten)]
             leases: LeasesArgs,
         }
-        let a = Cli::try_parse_from(["x", "--mac", "52-54-00-AA-00-01", "--state", "held_back"]).unwrap();
+        let a = Cli::try_parse_from(["x", "--mac", "52-54-00-AA-00-01", "--state", "held_back"])
+            .unwrap();
         let sel = a.leases.selection().unwrap();
         assert_eq!(sel.query.mac.as_deref(), Some("52:54:00:aa:00:01"));
         assert_eq!(sel.query.state, Some(LeaseState::HeldBack));
         let a = Cli::try_parse_from(["x", "--mac", "52:54"]).unwrap();
-        assert!(a.leases.selection().unwrap_err().to_string().contains("--mac 52:54"));
+        assert!(
+            a.leases
+                .selection()
+                .unwrap_err()
+                .to_string()
+                .contains("--mac 52:54")
+        );
         assert!(Cli::try_parse_from(["x", "--state", "bound"]).is_err());
         let a = Cli::try_parse_from(["x", "why", "52:54:00:aa:00:01", "-o", "json"]).unwrap();
         assert!(matches!(a.leases.command, Some(LeasesCommand::Why { .. })));

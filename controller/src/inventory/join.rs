@@ -248,13 +248,11 @@ fn owner_of(e: &mut JoinedLease, owners: &Owners) {
     e.node_pool = machine
         .and_then(|m| m.node_pool.clone())
         .or_else(|| vmi.and_then(|v| v.node_pool.clone()));
-    e.hosted_cluster = machine
-        .and_then(|m| m.hosted_cluster.clone())
-        .or_else(|| {
-            namespace
-                .as_ref()
-                .and_then(|ns| owners.clusters.get(ns).cloned())
-        });
+    e.hosted_cluster = machine.and_then(|m| m.hosted_cluster.clone()).or_else(|| {
+        namespace
+            .as_ref()
+            .and_then(|ns| owners.clusters.get(ns).cloned())
+    });
     e.namespace = namespace;
 }
 
@@ -363,7 +361,12 @@ mod tests {
             // By MAC, any spelling; the Machine through its
             // infrastructureRef; NodePool and cluster from its annotations.
             (
-                row("192.0.2.50", Some("52:54:00:aa:00:01"), LeaseState::Active, 10),
+                row(
+                    "192.0.2.50",
+                    Some("52:54:00:aa:00:01"),
+                    LeaseState::Active,
+                    10,
+                ),
                 (
                     Some("c1-workers-abc12"),
                     Some("c1-workers-abc12"),
@@ -377,7 +380,12 @@ mod tests {
             // NodePool from the MachineDeployment label; the cluster from
             // the control-plane namespace.
             (
-                row("192.0.2.51", Some("52:54:00:bb:00:02"), LeaseState::Offered, 10),
+                row(
+                    "192.0.2.51",
+                    Some("52:54:00:bb:00:02"),
+                    LeaseState::Offered,
+                    10,
+                ),
                 (
                     Some("c2-pool-x"),
                     None,
@@ -390,7 +398,12 @@ mod tests {
             // No VMI has the MAC: a live row finds the Machine reporting
             // its address.
             (
-                row("192.0.2.70", Some("52:54:00:cc:00:03"), LeaseState::Active, 10),
+                row(
+                    "192.0.2.70",
+                    Some("52:54:00:cc:00:03"),
+                    LeaseState::Active,
+                    10,
+                ),
                 (
                     None,
                     None,
@@ -402,12 +415,22 @@ mod tests {
             ),
             // ... an expired one does not (the address may be another's now).
             (
-                row("192.0.2.70", Some("52:54:00:cc:00:04"), LeaseState::Expired, 10),
+                row(
+                    "192.0.2.70",
+                    Some("52:54:00:cc:00:04"),
+                    LeaseState::Expired,
+                    10,
+                ),
                 (None, None, None, None, None, None),
             ),
             // A MAC nobody knows.
             (
-                row("192.0.2.80", Some("52:54:00:dd:00:05"), LeaseState::Active, 10),
+                row(
+                    "192.0.2.80",
+                    Some("52:54:00:dd:00:05"),
+                    LeaseState::Active,
+                    10,
+                ),
                 (None, None, None, None, None, None),
             ),
             // A quarantined address without a client: by the VMI that
@@ -428,8 +451,8 @@ mod tests {
         for (r, want) in table {
             let got = join("oooi/vlan", &[("vlan-dhcp".into(), vec![r.clone()])], &o);
             assert_eq!(got.len(), 1);
-            let want = [want.0, want.1, want.2, want.3, want.4, want.5]
-                .map(|w| w.map(str::to_string));
+            let want =
+                [want.0, want.1, want.2, want.3, want.4, want.5].map(|w| w.map(str::to_string));
             assert_eq!(who(&got[0]), want, "{r:?}");
             assert_eq!(got[0].lease, r);
         }
@@ -437,11 +460,21 @@ mod tests {
 
     #[test]
     fn a_pairs_two_copies_are_one_row_with_the_fresher_lease() {
-        let a = row("192.0.2.50", Some("52:54:00:aa:00:01"), LeaseState::Active, 100);
+        let a = row(
+            "192.0.2.50",
+            Some("52:54:00:aa:00:01"),
+            LeaseState::Active,
+            100,
+        );
         let mut b = a.clone();
         b.cltt_unix = Some(200);
         b.answered_by = Some(ServerRole::Secondary);
-        let other = row("192.0.2.9", Some("52:54:00:aa:00:09"), LeaseState::Active, 1);
+        let other = row(
+            "192.0.2.9",
+            Some("52:54:00:aa:00:09"),
+            LeaseState::Active,
+            1,
+        );
         let got = join(
             "oooi/vlan",
             &[

@@ -135,6 +135,9 @@ mod tests {
         );
         let p = &pods_of(&meta("other-dhcp", "other"), false, &pods)[0];
         assert_eq!(p.ip, Some("10.128.0.9".parse().unwrap()));
-        assert_eq!(dhcp_pod_selector(), "app.kubernetes.io/name=oooi,app.kubernetes.io/component=dhcp");
+        assert_eq!(
+            dhcp_pod_selector(),
+            "app.kubernetes.io/name=oooi,app.kubernetes.io/component=dhcp"
+        );
     }
 }

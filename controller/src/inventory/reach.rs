@@ -199,7 +199,11 @@ async fn get_json<R: Reach, T: DeserializeOwned>(
 }
 
 /// `GET /pools`.
-pub async fn pools<R: Reach>(reach: &R, pod: &PodTarget, token: &str) -> anyhow::Result<PoolReport> {
+pub async fn pools<R: Reach>(
+    reach: &R,
+    pod: &PodTarget,
+    token: &str,
+) -> anyhow::Result<PoolReport> {
     get_json(reach, pod, &format!("{API_PREFIX}/pools"), token).await
 }
 

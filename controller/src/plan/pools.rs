@@ -244,9 +244,7 @@ mod tests {
 
     use std::collections::BTreeMap;
 
-    use oooi_dhcp_inventory::{
-        LeaseRow, LeaseState, RefusalReason, ServerInfo, ServerRole,
-    };
+    use oooi_dhcp_inventory::{LeaseRow, LeaseState, RefusalReason, ServerInfo, ServerRole};
 
     use super::*;
     use crate::crd::status;
@@ -324,7 +322,10 @@ mod tests {
     fn reservations_are_counted_but_never_exhausted() {
         let mut r = pool(RESERVATIONS, 4, 4, 0, 0);
         r.reserved = 4;
-        let s = summarize(&report(vec![pool("192.0.2.100-192.0.2.109", 10, 5, 0, 5), r]));
+        let s = summarize(&report(vec![
+            pool("192.0.2.100-192.0.2.109", 10, 5, 0, 5),
+            r,
+        ]));
         assert_eq!((s.total, s.assigned, s.free, s.reserved), (14, 9, 5, 4));
         // Utilisation of the dynamic pool only.
         assert_eq!(s.utilisation_percent, 50);
@@ -347,7 +348,15 @@ mod tests {
     #[test]
     fn the_fullest_pools_are_listed_and_the_rest_counted() {
         let pools: Vec<PoolFigures> = (0..20u64)
-            .map(|i| pool(&format!("10.0.{i}.1-10.0.{i}.100"), 100, i * 5, 0, 100 - i * 5))
+            .map(|i| {
+                pool(
+                    &format!("10.0.{i}.1-10.0.{i}.100"),
+                    100,
+                    i * 5,
+                    0,
+                    100 - i * 5,
+                )
+            })
             .collect();
         let s = summarize(&report(pools));
         assert_eq!(s.pools.len(), MAX_POOLS);
@@ -358,9 +367,20 @@ mod tests {
         let c = pool_conditions(&s);
         let nearly = c.iter().find(|c| c.type_ == POOL_NEARLY_EXHAUSTED).unwrap();
         assert_eq!(nearly.status, status::TRUE);
-        assert!(nearly.message.contains("pool 10.0.19.1-10.0.19.100: 5 of 100 free"));
-        assert!(nearly.message.contains("(12 more pools not listed)"), "{}", nearly.message);
-        assert!(!nearly.message.contains("10.0.16.1"), "80% is not above 80%");
+        assert!(
+            nearly
+                .message
+                .contains("pool 10.0.19.1-10.0.19.100: 5 of 100 free")
+        );
+        assert!(
+            nearly.message.contains("(12 more pools not listed)"),
+            "{}",
+            nearly.message
+        );
+        assert!(
+            !nearly.message.contains("10.0.16.1"),
+            "80% is not above 80%"
+        );
     }
 
     /// Pool figures counted from lease rows, as a server would.
@@ -464,8 +484,18 @@ mod tests {
         // Freed addresses: the conditions flip, at the new time.
         let freed = summarize(&report(vec![pool("p", 10, 5, 0, 5)]));
         let st2 = server_status_with_pools(&st, freed, &t1);
-        let ex = st2.conditions.iter().find(|c| c.type_ == POOL_EXHAUSTED).unwrap();
-        assert_eq!((ex.status.as_str(), &ex.last_transition_time), (status::FALSE, &t1));
-        assert_eq!(st2.conditions.iter().filter(|c| c.type_ == "Ready").count(), 1);
+        let ex = st2
+            .conditions
+            .iter()
+            .find(|c| c.type_ == POOL_EXHAUSTED)
+            .unwrap();
+        assert_eq!(
+            (ex.status.as_str(), &ex.last_transition_time),
+            (status::FALSE, &t1)
+        );
+        assert_eq!(
+            st2.conditions.iter().filter(|c| c.type_ == "Ready").count(),
+            1
+        );
     }
 }

@@ -44,7 +44,6 @@ use crate::crd::{
     ComponentsStatus, DHCPServer, DNSServer, DhcpPoolsStatus, FINALIZER, Infra, ProxyServer,
     condition,
 };
-use crate::plan::{cudn, pools};
 use crate::plan::infra::{infra_status, servers_status};
 use crate::plan::labels::{
     Component, INFRA_LABEL, inventory_token_secret_name, labels, owner_refs,
@@ -52,6 +51,7 @@ use crate::plan::labels::{
 };
 use crate::plan::network::{MAX_DHCP_SERVERS, MAX_REPLICAS};
 use crate::plan::{PlannedCondition, merge_conditions};
+use crate::plan::{cudn, pools};
 
 /// Resync period.
 const RESYNC: Duration = Duration::from_secs(300);
@@ -309,7 +309,10 @@ async fn apply_infra(infra: &Infra, ctx: &Context) -> Result<Action> {
             ));
         }
     }
-    let had_pools = infra.status.as_ref().is_some_and(|s| s.dhcp_pools.is_some());
+    let had_pools = infra
+        .status
+        .as_ref()
+        .is_some_and(|s| s.dhcp_pools.is_some());
     if had_pools && st.dhcp_pools.is_none() {
         // A merge patch leaves a field it does not name: remove the figures
         // of a DHCP that is gone explicitly, once.

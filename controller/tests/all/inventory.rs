@@ -119,7 +119,11 @@ async fn serve(fake: Fake) -> SocketAddr {
                     let mac = canonical_mac(&q["mac"]).unwrap();
                     json_answer(Why {
                         server: info(&f),
-                        lease: f.rows.iter().find(|r| r.mac.as_ref() == Some(&mac)).cloned(),
+                        lease: f
+                            .rows
+                            .iter()
+                            .find(|r| r.mac.as_ref() == Some(&mac))
+                            .cloned(),
                         events: f.events.get(&mac).cloned().unwrap_or_default(),
                         mac,
                     })
@@ -168,9 +172,27 @@ fn row(ip: &str, mac: &str, host: &str, state: LeaseState, cltt_ago: u64) -> Lea
 
 fn fake() -> Fake {
     let mut rows = vec![
-        row("198.51.100.100", "52:54:00:aa:00:01", "c1-workers-abc12", LeaseState::Active, 300),
-        row("198.51.100.101", "52:54:00:aa:00:02", "c1-workers-def34", LeaseState::Active, 600),
-        row("198.51.100.102", "52:54:00:ee:00:09", "stray", LeaseState::Expired, 7200),
+        row(
+            "198.51.100.100",
+            "52:54:00:aa:00:01",
+            "c1-workers-abc12",
+            LeaseState::Active,
+            300,
+        ),
+        row(
+            "198.51.100.101",
+            "52:54:00:aa:00:02",
+            "c1-workers-def34",
+            LeaseState::Active,
+            600,
+        ),
+        row(
+            "198.51.100.102",
+            "52:54:00:ee:00:09",
+            "stray",
+            LeaseState::Expired,
+            7200,
+        ),
     ];
     // A quarantined address: a probe found it in use.
     rows.push(LeaseRow {
@@ -232,7 +254,10 @@ fn cluster(mock: &MockApi) {
     let g = "/apis/hostedcluster.densityops.com/v1alpha1/namespaces/oooi";
     mock.insert(&format!("{g}/dhcpservers/vlan200-dhcp"), server);
     mock.insert(&format!("{g}/infras/vlan200"), infra_json(1));
-    mock.insert(&format!("{g}/infraclusterattachments/c1"), attachment_json("c1"));
+    mock.insert(
+        &format!("{g}/infraclusterattachments/c1"),
+        attachment_json("c1"),
+    );
     mock.insert(
         "/api/v1/namespaces/oooi/secrets/vlan200-dhcp-inventory-token",
         json!({"apiVersion": "v1", "kind": "Secret",
@@ -253,10 +278,18 @@ fn cluster(mock: &MockApi) {
                           "conditions": [{"type": "Ready", "status": "True"}]}}),
     );
     for (plural, group, kind) in [
-        ("virtualmachineinstances", "kubevirt.io", "VirtualMachineInstance"),
+        (
+            "virtualmachineinstances",
+            "kubevirt.io",
+            "VirtualMachineInstance",
+        ),
         ("machines", "cluster.x-k8s.io", "Machine"),
     ] {
-        let version = if group == "kubevirt.io" { "v1" } else { "v1beta1" };
+        let version = if group == "kubevirt.io" {
+            "v1"
+        } else {
+            "v1beta1"
+        };
         mock.insert(
             &format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{plural}.{group}"),
             json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
@@ -267,8 +300,18 @@ fn cluster(mock: &MockApi) {
         );
     }
     for (vmi, mac, ip, machine) in [
-        ("c1-workers-abc12", "52:54:00:aa:00:01", "198.51.100.100", "c1-workers-7f9c-abc12"),
-        ("c1-workers-def34", "52:54:00:aa:00:02", "198.51.100.101", "c1-workers-7f9c-def34"),
+        (
+            "c1-workers-abc12",
+            "52:54:00:aa:00:01",
+            "198.51.100.100",
+            "c1-workers-7f9c-abc12",
+        ),
+        (
+            "c1-workers-def34",
+            "52:54:00:aa:00:02",
+            "198.51.100.101",
+            "c1-workers-7f9c-def34",
+        ),
     ] {
         mock.insert(
             &format!("/apis/kubevirt.io/v1/namespaces/clusters-c1/virtualmachineinstances/{vmi}"),
@@ -311,7 +354,10 @@ async fn setup() -> (MockApi, Loopback) {
     let mock = MockApi::start();
     cluster(&mock);
     let addr = serve(fake()).await;
-    let reach = Loopback(BTreeMap::from([("vlan200-dhcp-6d5f-x7k2p".to_string(), addr)]));
+    let reach = Loopback(BTreeMap::from([(
+        "vlan200-dhcp-6d5f-x7k2p".to_string(),
+        addr,
+    )]));
     (mock, reach)
 }
 
@@ -329,9 +375,22 @@ oooi/vlan200   198.51.100.103   -                   -                  declined 
     assert_eq!(out, want, "\n{out}");
     // Every request the command made, in the namespaces it needs.
     let lines: Vec<String> = mock.log().iter().map(|r| r.line()).collect();
-    assert!(lines.contains(&"GET /api/v1/namespaces/oooi/secrets/vlan200-dhcp-inventory-token".to_string()), "{lines:?}");
-    assert!(lines.contains(&"GET /apis/kubevirt.io/v1/namespaces/clusters-c1/virtualmachineinstances".to_string()), "{lines:?}");
-    assert!(mock.log().iter().all(|r| !r.is_write()), "the command writes nothing");
+    assert!(
+        lines.contains(
+            &"GET /api/v1/namespaces/oooi/secrets/vlan200-dhcp-inventory-token".to_string()
+        ),
+        "{lines:?}"
+    );
+    assert!(
+        lines.contains(
+            &"GET /apis/kubevirt.io/v1/namespaces/clusters-c1/virtualmachineinstances".to_string()
+        ),
+        "{lines:?}"
+    );
+    assert!(
+        mock.log().iter().all(|r| !r.is_write()),
+        "the command writes nothing"
+    );
 }
 
 #[tokio::test]
@@ -367,13 +426,27 @@ async fn leases_filters_by_cluster_mac_and_state_and_prints_json() {
         })
     );
     // The MAC filter goes to the server, in any spelling.
-    let out = run_with(&mock.client, &reach, &args(&["--mac", "52-54-00-AA-00-02", "-o", "wide"]))
-        .await
-        .unwrap();
+    let out = run_with(
+        &mock.client,
+        &reach,
+        &args(&["--mac", "52-54-00-AA-00-02", "-o", "wide"]),
+    )
+    .await
+    .unwrap();
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 2, "{out}");
-    assert!(lines[0].starts_with("INFRA ") && lines[0].contains("NODEPOOL"), "{out}");
-    for cell in ["198.51.100.101", "c1-workers-7f9c-def34", "c1-workers", "clusters/c1", "10m ago", "single"] {
+    assert!(
+        lines[0].starts_with("INFRA ") && lines[0].contains("NODEPOOL"),
+        "{out}"
+    );
+    for cell in [
+        "198.51.100.101",
+        "c1-workers-7f9c-def34",
+        "c1-workers",
+        "clusters/c1",
+        "10m ago",
+        "single",
+    ] {
         assert!(lines[1].contains(cell), "{cell} in {out}");
     }
     let asked: Vec<String> = mock
@@ -382,7 +455,11 @@ async fn leases_filters_by_cluster_mac_and_state_and_prints_json() {
         .filter(|r| r.path() == "/api/v1/namespaces/oooi/pods")
         .map(|r| r.query("labelSelector").unwrap())
         .collect();
-    assert!(asked.iter().all(|s| s == "app.kubernetes.io/name=oooi,app.kubernetes.io/component=dhcp"));
+    assert!(
+        asked
+            .iter()
+            .all(|s| s == "app.kubernetes.io/name=oooi,app.kubernetes.io/component=dhcp")
+    );
 }
 
 #[tokio::test]
@@ -400,15 +477,23 @@ oooi/vlan200 vlan200-dhcp (single) about 52:54:00:ee:00:09:
     2026-12-07T07:59:00Z   (1m ago)   DISCOVER   unknown_client_ignored   -                
 ";
     assert_eq!(out, want, "\n{out}");
-    let out = run_with(&mock.client, &reach, &args(&["why", "52:54:00:ee:00:09", "-o", "json"]))
-        .await
-        .unwrap();
+    let out = run_with(
+        &mock.client,
+        &reach,
+        &args(&["why", "52:54:00:ee:00:09", "-o", "json"]),
+    )
+    .await
+    .unwrap();
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["servers"][0]["dhcpServer"], "vlan200-dhcp");
     assert_eq!(v["servers"][0]["server"]["role"], "single");
     assert_eq!(v["servers"][0]["events"][0]["reason"], "probe_conflict");
     assert_eq!(v["servers"][0]["lease"]["address"], "198.51.100.102");
-    assert!(run_with(&mock.client, &reach, &args(&["why", "not-a-mac"])).await.is_err());
+    assert!(
+        run_with(&mock.client, &reach, &args(&["why", "not-a-mac"]))
+            .await
+            .is_err()
+    );
 }
 
 #[tokio::test]
@@ -419,17 +504,30 @@ async fn a_server_that_refuses_the_token_or_does_not_answer_is_a_note() {
         |s| s["data"]["token"] = crate::reconcile_support::base64_encode(b"wrong-token"),
     );
     let addr = serve(fake()).await;
-    let reach = Loopback(BTreeMap::from([("vlan200-dhcp-6d5f-x7k2p".to_string(), addr)]));
+    let reach = Loopback(BTreeMap::from([(
+        "vlan200-dhcp-6d5f-x7k2p".to_string(),
+        addr,
+    )]));
     let out = run_with(&mock.client, &reach, &args(&[])).await.unwrap();
-    assert!(out.contains("note: oooi/vlan200: vlan200-dhcp not reached"), "{out}");
+    assert!(
+        out.contains("note: oooi/vlan200: vlan200-dhcp not reached"),
+        "{out}"
+    );
     assert!(out.contains("401 Unauthorized"), "{out}");
     assert_eq!(out.lines().count(), 2, "{out}");
-    let out = run_with(&mock.client, &Loopback(BTreeMap::new()), &args(&["-o", "json"]))
-        .await
-        .unwrap();
+    let out = run_with(
+        &mock.client,
+        &Loopback(BTreeMap::new()),
+        &args(&["-o", "json"]),
+    )
+    .await
+    .unwrap();
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["leases"], json!([]));
-    assert!(v["notes"][0].as_str().unwrap().contains("does not answer"), "{out}");
+    assert!(
+        v["notes"][0].as_str().unwrap().contains("does not answer"),
+        "{out}"
+    );
 }
 
 #[tokio::test]
@@ -439,7 +537,10 @@ async fn the_poll_writes_pool_figures_once_and_then_only_when_they_change() {
     let mut f = fake();
     let addr = serve(f.clone()).await;
     // The controller reaches the pod on its address; here, on loopback.
-    let reach = Loopback(BTreeMap::from([("vlan200-dhcp-6d5f-x7k2p".to_string(), addr)]));
+    let reach = Loopback(BTreeMap::from([(
+        "vlan200-dhcp-6d5f-x7k2p".to_string(),
+        addr,
+    )]));
     let (ctx, mut caches) = context(
         &mock,
         Settings::default(),
@@ -449,7 +550,8 @@ async fn the_poll_writes_pool_figures_once_and_then_only_when_they_change() {
     caches.sync(&mock);
     let round = poll_once(&ctx, &reach).await;
     assert_eq!((round.answered, round.written, round.failed), (1, 1, 0));
-    let path = "/apis/hostedcluster.densityops.com/v1alpha1/namespaces/oooi/dhcpservers/vlan200-dhcp";
+    let path =
+        "/apis/hostedcluster.densityops.com/v1alpha1/namespaces/oooi/dhcpservers/vlan200-dhcp";
     let st = mock.get(path).unwrap()["status"].clone();
     assert_eq!(
         st["pools"],
@@ -483,7 +585,10 @@ async fn the_poll_writes_pool_figures_once_and_then_only_when_they_change() {
     f.pools[0].quarantined = 0;
     f.pools[0].free = 0;
     let full = serve(f).await;
-    let reach = Loopback(BTreeMap::from([("vlan200-dhcp-6d5f-x7k2p".to_string(), full)]));
+    let reach = Loopback(BTreeMap::from([(
+        "vlan200-dhcp-6d5f-x7k2p".to_string(),
+        full,
+    )]));
     let round = poll_once(&ctx, &reach).await;
     assert_eq!(round.written, 1);
     let st = mock.get(path).unwrap()["status"].clone();
