@@ -426,6 +426,9 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
                 out.push_str(&" ".repeat(pad));
             }
         }
+        // An empty last cell leaves no padding behind.
+        let kept = out.trim_end_matches(' ').len();
+        out.truncate(kept);
         out.push('\n');
     };
     line(header.iter().map(|h| h.to_string()).collect(), &mut out);

@@ -474,7 +474,7 @@ oooi/vlan200 vlan200-dhcp (single) about 52:54:00:ee:00:09:
   refusals, oldest first:
     AT                                MESSAGE    REASON                   ADDRESS          DETAIL
     2026-12-07T07:58:00Z   (2m ago)   DISCOVER   probe_conflict           198.51.100.103   198.51.100.103 answered an ARP probe
-    2026-12-07T07:59:00Z   (1m ago)   DISCOVER   unknown_client_ignored   -                
+    2026-12-07T07:59:00Z   (1m ago)   DISCOVER   unknown_client_ignored   -
 ";
     assert_eq!(out, want, "\n{out}");
     let out = run_with(
