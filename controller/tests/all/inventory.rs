@@ -391,6 +391,30 @@ oooi/vlan200   198.51.100.103   -                   -                  declined 
         mock.log().iter().all(|r| !r.is_write()),
         "the command writes nothing"
     );
+    // Exactly the permissions docs/operations.md lists for the command (the
+    // port-forward, `create pods/portforward`, goes to loopback here).
+    let used: std::collections::BTreeSet<(String, String, String)> = mock
+        .log()
+        .iter()
+        .filter_map(|r| oooi_controller::rbac::request_attributes(&r.method, &r.uri))
+        .collect();
+    let want: std::collections::BTreeSet<(String, String, String)> = [
+        ("hostedcluster.densityops.com", "dhcpservers", "list"),
+        (
+            "hostedcluster.densityops.com",
+            "infraclusterattachments",
+            "list",
+        ),
+        ("", "secrets", "get"),
+        ("", "pods", "list"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "get"),
+        ("kubevirt.io", "virtualmachineinstances", "list"),
+        ("cluster.x-k8s.io", "machines", "list"),
+    ]
+    .into_iter()
+    .map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string()))
+    .collect();
+    assert_eq!(used, want);
 }
 
 #[tokio::test]
@@ -600,4 +624,81 @@ async fn the_poll_writes_pool_figures_once_and_then_only_when_they_change() {
     let round = poll_once(&ctx, &Loopback(BTreeMap::new())).await;
     assert_eq!((round.answered, round.failed), (0, 1));
     assert_eq!(mock.get(path).unwrap()["status"]["pools"]["free"], 0);
+}
+
+/// The Infra carries its DHCP server's figures and pool conditions; the
+/// server's own reconcile keeps them (it does not own them).
+#[tokio::test]
+async fn the_infra_shows_its_servers_figures_and_the_server_reconcile_keeps_them() {
+    use oooi_controller::reconcile::{component, infra};
+    let mock = MockApi::start();
+    cluster(&mock);
+    let g = "/apis/hostedcluster.densityops.com/v1alpha1/namespaces/oooi";
+    let infra_path = format!("{g}/infras/vlan200");
+    let server_path = format!("{g}/dhcpservers/vlan200-dhcp");
+    mock.insert(
+        &infra_path,
+        crate::reconcile_support::finalized(infra_json(1)),
+    );
+    let mut f = fake();
+    f.pools[0].assigned = 70;
+    f.pools[0].free = 9;
+    let addr = serve(f).await;
+    let reach = Loopback(BTreeMap::from([(
+        "vlan200-dhcp-6d5f-x7k2p".to_string(),
+        addr,
+    )]));
+    let (ctx, mut caches) = context(
+        &mock,
+        Settings::default(),
+        Discovered::default(),
+        Observations::default(),
+    );
+    caches.sync(&mock);
+    assert_eq!(poll_once(&ctx, &reach).await.written, 1);
+    crate::reconcile_support::reconcile_at(&mock, &mut caches, &ctx, &infra_path, infra::reconcile)
+        .await;
+    let st = mock.get(&infra_path).unwrap()["status"].clone();
+    assert_eq!(st["dhcpPools"]["assigned"], 70);
+    assert_eq!(st["dhcpPools"]["free"], 9);
+    assert_eq!(st["dhcpPools"]["utilisationPercent"], 88);
+    let cond = |st: &Value, t: &str| {
+        st["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == t)
+            .cloned()
+            .unwrap()
+    };
+    let nearly = cond(&st, "PoolNearlyExhausted");
+    assert_eq!(nearly["status"], "True");
+    assert!(
+        nearly["message"]
+            .as_str()
+            .unwrap()
+            .contains("pool 198.51.100.100-198.51.100.179: 9 of 80 free"),
+        "{nearly}"
+    );
+    assert_eq!(cond(&st, "PoolExhausted")["status"], "False");
+    // The DHCPServer's reconcile writes its rollout status and keeps the
+    // figures and the pool conditions.
+    crate::reconcile_support::reconcile_at(
+        &mock,
+        &mut caches,
+        &ctx,
+        &server_path,
+        component::reconcile_dhcp,
+    )
+    .await;
+    let st = mock.get(&server_path).unwrap()["status"].clone();
+    assert_eq!(st["pools"]["free"], 9);
+    assert_eq!(cond(&st, "PoolNearlyExhausted")["status"], "True");
+    assert!(
+        st["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "Ready")
+    );
 }
