@@ -31,7 +31,7 @@ use oooi_dhcp_inventory::{
 use serde::de::DeserializeOwned;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::plan::dhcp::INVENTORY_PORT;
+use oooi_dhcp_inventory::PORT as INVENTORY_PORT;
 
 /// The largest answer read (a full page of rows is far smaller).
 pub const MAX_BODY: usize = 8 << 20;

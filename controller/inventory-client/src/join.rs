@@ -27,7 +27,11 @@ use kube::api::DynamicObject;
 use oooi_dhcp_inventory::{LeaseRow, canonical_mac};
 use serde::{Deserialize, Serialize};
 
-use crate::observe::{DEPLOYMENT_LABEL, vmi};
+use crate::objects::{machine_addresses, vmi_interfaces};
+
+/// Label CAPI puts on the Machines of a MachineDeployment; HyperShift names
+/// the MachineDeployment after the NodePool.
+const DEPLOYMENT_LABEL: &str = oooi_vocabulary::labels::CAPI_DEPLOYMENT_NAME;
 
 /// HyperShift's annotation (and node label) naming a NodePool,
 /// `namespace/name` on CAPI objects.
@@ -90,12 +94,11 @@ fn ip_of(s: &str) -> Option<IpAddr> {
     s.trim().split('/').next()?.parse().ok()
 }
 
-/// A VMI's facts (interfaces as [`crate::observe::vmi`] reads them).
+/// A VMI's facts (interfaces as [`vmi_interfaces`] reads them).
 pub fn vmi_facts(obj: &DynamicObject) -> VmiFacts {
-    let seen = vmi(obj);
     let mut macs = Vec::new();
     let mut ips = Vec::new();
-    for i in &seen.interfaces {
+    for i in &vmi_interfaces(obj) {
         if let Some(m) = i.mac.as_deref().and_then(canonical_mac)
             && !macs.contains(&m)
         {
@@ -132,8 +135,7 @@ pub fn machine_facts(obj: &DynamicObject) -> MachineFacts {
             .map(str::to_string),
         node_pool,
         hosted_cluster: obj.annotations().get(CLUSTER_ANNOTATION).cloned(),
-        addresses: crate::observe::machine(obj)
-            .addresses
+        addresses: machine_addresses(obj)
             .iter()
             .filter_map(|s| ip_of(s))
             .collect(),
