@@ -21,7 +21,8 @@ use std::time::Duration;
 use anyhow::{Context as _, anyhow, bail};
 use http::{Request, StatusCode, header};
 use http_body_util::{BodyExt, Empty, Limited};
-use hyper::body::Bytes;
+/// The body of an answer.
+pub use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
