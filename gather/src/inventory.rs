@@ -76,6 +76,9 @@ pub fn owners(vmis: &[Value], machines: &[Value], attachments: &[Value]) -> Owne
     o
 }
 
+/// Per Infra (`namespace/name`), each server's name and rows.
+type Answers = BTreeMap<String, Vec<(String, Vec<LeaseRow>)>>;
+
 /// Asks every DHCPServer's pods for their leases and writes the joined
 /// inventory of each namespace; a server not reached is an error line.
 pub async fn gather<R: Reach>(
@@ -90,9 +93,7 @@ pub async fn gather<R: Reach>(
         .iter()
         .filter_map(|p| serde_json::from_value(p.clone()).ok())
         .collect();
-    // namespace → infra → (server, rows)
-    let mut by_ns: BTreeMap<String, BTreeMap<String, Vec<(String, Vec<LeaseRow>)>>> =
-        BTreeMap::new();
+    let mut by_ns: BTreeMap<String, Answers> = BTreeMap::new();
     let mut notes: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut now: BTreeMap<String, u64> = BTreeMap::new();
     for d in dhcp {
