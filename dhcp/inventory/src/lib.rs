@@ -275,7 +275,8 @@ pub fn canonical_hex(s: &str) -> Option<String> {
         .filter(|c| *c != ':' && *c != '-')
         .map(|c| c.to_ascii_lowercase())
         .collect();
-    if hex.is_empty() || !hex.len().is_multiple_of(2) || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+    if hex.is_empty() || !hex.len().is_multiple_of(2) || !hex.chars().all(|c| c.is_ascii_hexdigit())
+    {
         return None;
     }
     Some(hex)
