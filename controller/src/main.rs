@@ -213,6 +213,7 @@ enum Command {
     },
     /// List the DHCP leases, joined with VMs, Machines and hosted clusters;
     /// `leases why MAC`: why a client got no address.
+    #[command(long_about = oooi_controller::inventory::command::LONG_ABOUT)]
     Leases(oooi_controller::inventory::command::LeasesArgs),
     /// Write the CR reference pages of the docs site (from the CRD schemas).
     DocsReference {

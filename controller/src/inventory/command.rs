@@ -34,19 +34,18 @@ use crate::observe::{self, MACHINES, VMIS, control_plane_namespace};
 use crate::plan::dhcp::INVENTORY_TOKEN_KEY;
 use crate::plan::labels::instance_of;
 
-/// `oooi-controller leases`.
-#[derive(clap::Args, Debug, Clone)]
-#[command(
-    about = "List the DHCP leases of the Infras, joined with VMs, Machines and hosted clusters",
-    long_about = "List the DHCP leases of the Infras, joined with their VMs, Machines, NodePools and hosted clusters.\n\n\
+/// The long help of `oooi-controller leases`.
+pub const LONG_ABOUT: &str = "List the DHCP leases of the Infras, joined with their VMs, Machines, NodePools and hosted clusters.\n\n\
 Talks to the cluster as kubectl does (KUBECONFIG, ~/.kube/config, or in cluster). For each DHCPServer it reads the Infra's \
 inventory token Secret (<infra>-dhcp-inventory-token) and asks the server's pod through a port-forward (the server's \
 inventory API answers on the pod's loopback, port 9069). It needs, in the Infra's namespace: list dhcpservers, \
 infraclusterattachments and pods, get secrets, create pods/portforward; and, for the join, list virtualmachineinstances \
 and machines in the hosted clusters' control-plane namespaces (without them the VM columns stay empty and a note says why).\n\n\
-Examples:\n  oooi-controller leases\n  oooi-controller leases --infra vlan200 -o wide\n  oooi-controller leases --mac 52:54:00:aa:00:01 -o json\n  oooi-controller leases why 52:54:00:aa:00:01",
-    args_conflicts_with_subcommands = true
-)]
+Examples:\n  oooi-controller leases\n  oooi-controller leases --infra vlan200 -o wide\n  oooi-controller leases --mac 52:54:00:aa:00:01 -o json\n  oooi-controller leases why 52:54:00:aa:00:01";
+
+/// `oooi-controller leases`.
+#[derive(clap::Args, Debug, Clone)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct LeasesArgs {
     /// `why MAC`.
     #[command(subcommand)]
