@@ -701,4 +701,20 @@ async fn the_infra_shows_its_servers_figures_and_the_server_reconcile_keeps_them
             .iter()
             .any(|c| c["type"] == "Ready")
     );
+    // DHCP turned off: the Infra's figures and pool conditions go.
+    mock.update(&infra_path, |i| {
+        i["spec"]["infraComponents"]["dhcp"]["enabled"] = json!(false)
+    });
+    crate::reconcile_support::reconcile_at(&mock, &mut caches, &ctx, &infra_path, infra::reconcile)
+        .await;
+    let st = mock.get(&infra_path).unwrap()["status"].clone();
+    assert!(st.get("dhcpPools").is_none(), "{st}");
+    assert!(
+        st["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["type"] != "PoolNearlyExhausted" && c["type"] != "PoolExhausted"),
+        "{st}"
+    );
 }
