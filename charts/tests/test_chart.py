@@ -922,6 +922,7 @@ ALERTS = {
     "OooiDNSUpstreamFailures",
     "OooiDHCPPoolNearlyExhausted",
     "OooiDHCPPoolExhausted",
+    "OooiDHCPProbeConflicts",
     "OooiFilterRolloutRejected",
     "OooiAttachmentExcluded",
     "OooiConfigReloadRejected",

@@ -250,16 +250,31 @@ pub async fn controllers(
         error_policy,
         ctx.clone(),
     );
+    // The DHCP servers' pool figures, asked on the pod network; stops with
+    // the controllers.
+    let poll = {
+        let ctx = ctx.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            tokio::select! {
+                _ = crate::inventory::poll::run(ctx, crate::inventory::reach::Direct::default()) => {}
+                _ = shutdown => {}
+            }
+        }
+    };
     let proxy =
         proxy_ctl
             .graceful_shutdown_on(shutdown)
             .run(component::reconcile_proxy, error_policy, ctx);
-    futures::future::join5(
-        drain("Infra", infra),
-        drain("InfraClusterAttachment", att),
-        drain("DHCPServer", dhcp),
-        drain("DNSServer", dns),
-        drain("ProxyServer", proxy),
+    futures::future::join(
+        futures::future::join5(
+            drain("Infra", infra),
+            drain("InfraClusterAttachment", att),
+            drain("DHCPServer", dhcp),
+            drain("DNSServer", dns),
+            drain("ProxyServer", proxy),
+        ),
+        poll,
     )
     .await;
 }

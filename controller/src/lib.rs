@@ -14,6 +14,10 @@
 //! - [`plan`]: pure planners, (CRs + observed state) → desired objects,
 //!   configs, routing tables, readiness and conditions. No I/O. [`render`]
 //!   (the offline `render` command) calls the same planners.
+//! - [`inventory`]: the DHCP servers' lease inventory: pool figures for
+//!   the status (pure summary and conditions, and the poll that asks the
+//!   servers), the join of leases to VMs, Machines and hosted clusters, and
+//!   the `leases` command.
 //! - [`crd`]: the custom resource types; CRD YAML is generated from them.
 //! - [`metrics`], [`leader`], [`rbac`], [`docs_reference`], [`olm`]: the
 //!   metrics registry, leader election, the RBAC the controller needs, the
@@ -24,6 +28,7 @@ pub mod controllers;
 pub mod crd;
 pub mod docs_reference;
 pub mod hosted;
+pub mod inventory;
 pub mod leader;
 pub mod metrics;
 pub mod observe;

@@ -4,6 +4,7 @@
 //! - `render`: plan offline from CR files and print (or write) every object.
 //! - `run`: the controller (in cluster, or with $KUBECONFIG).
 //! - `rbac`: the ClusterRole rules the controller needs.
+//! - `leases`: who has which DHCP address (and `leases why MAC`).
 //! - `docs-reference`: write the CR reference pages of the docs site.
 
 use std::path::PathBuf;
@@ -211,6 +212,10 @@ enum Command {
         #[arg(long, default_value_t = 5)]
         interval_seconds: u64,
     },
+    /// List the DHCP leases, joined with VMs, Machines and hosted clusters;
+    /// `leases why MAC`: why a client got no address.
+    #[command(long_about = oooi_controller::inventory::command::LONG_ABOUT)]
+    Leases(oooi_controller::inventory::command::LeasesArgs),
     /// Write the CR reference pages of the docs site (from the CRD schemas).
     DocsReference {
         /// Directory of the pages (the docs site's `docs/reference`).
@@ -306,6 +311,17 @@ fn bundle(args: BundleArgs) -> anyhow::Result<()> {
         std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
         eprintln!("catalog written to {}", path.display());
     }
+    Ok(())
+}
+
+fn leases(args: oooi_controller::inventory::command::LeasesArgs) -> anyhow::Result<()> {
+    // kube's TLS needs one process-level provider (see Cargo.toml).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let text = rt.block_on(oooi_controller::inventory::command::run(args))?;
+    print!("{text}");
     Ok(())
 }
 
@@ -428,6 +444,7 @@ fn main() -> ExitCode {
             attempts,
             interval_seconds,
         } => probe(&urls, timeout_seconds, attempts, interval_seconds),
+        Command::Leases(args) => leases(args),
         Command::DocsReference { out } => oooi_controller::docs_reference::write(&out),
     };
     match result {

@@ -96,6 +96,7 @@ struct Inner {
     replicas_seen: std::sync::Mutex<std::collections::BTreeMap<String, Vec<String>>>,
     filter_rejected: Family<ProxyLabels, Gauge>,
     attachments_excluded: Family<InfraLabels, Gauge>,
+    inventory_polls: Family<PushLabels, Counter>,
 }
 
 /// Every metric of the controller process.
@@ -141,6 +142,12 @@ impl Metrics {
         let table_generation = Family::<ReplicaLabels, Gauge>::default();
         let filter_rejected = Family::<ProxyLabels, Gauge>::default();
         let attachments_excluded = Family::<InfraLabels, Gauge>::default();
+        let inventory_polls = Family::<PushLabels, Counter>::default();
+        registry.register(
+            "oooi_controller_inventory_polls",
+            "Asks of a DHCP server's lease inventory for its pool figures, by outcome (answered, unreachable, no_token, no_pod)",
+            inventory_polls.clone(),
+        );
         registry.register(
             "oooi_controller_proxy_replicas",
             "Envoy replicas of a ProxyServer holding the controller's table (in_sync) or not (out_of_sync: not ready, unreachable or refusing) after its last sync",
@@ -216,7 +223,18 @@ impl Metrics {
             replicas_seen: std::sync::Mutex::default(),
             filter_rejected,
             attachments_excluded,
+            inventory_polls,
         }))
+    }
+
+    /// Counts one ask of a DHCP server's inventory, by outcome.
+    pub fn inventory_polled(&self, outcome: &str) {
+        self.0
+            .inventory_polls
+            .get_or_create(&PushLabels {
+                outcome: outcome.into(),
+            })
+            .inc();
     }
 
     /// Counts one reconciliation of `kind` and its duration.

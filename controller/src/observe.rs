@@ -16,7 +16,6 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
-use serde_json::Value;
 use tracing::{info, warn};
 
 use crate::crd::InfraClusterAttachment;
@@ -161,87 +160,29 @@ pub struct Observations {
     pub hosted: crate::hosted::Hosted,
 }
 
-fn strings(v: &Value) -> Vec<String> {
-    match v {
-        Value::String(s) => vec![s.clone()],
-        Value::Array(a) => a
-            .iter()
-            .filter_map(|x| x.as_str().map(str::to_string))
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
 /// A Machine's name and `status.addresses[].address`.
 pub fn machine(obj: &DynamicObject) -> ObservedMachine {
-    let addresses = obj.data["status"]["addresses"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|x| x["address"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
     ObservedMachine {
         name: obj.name_any(),
-        addresses,
+        addresses: oooi_inventory_client::objects::machine_addresses(obj),
     }
 }
 
-/// A VMI's name and `status.interfaces` (name, MAC, `ipAddress` and
-/// `ipAddresses` merged without duplicates), plus the interfaces of
-/// `spec.domain.devices.interfaces` with a `macAddress` that the status does
-/// not report yet: a VMI's MAC is known from its creation, its address only
-/// once its guest took a lease.
+/// A VMI's name and interfaces as
+/// [`oooi_inventory_client::objects::vmi_interfaces`] reads them (status
+/// and spec merged: a VMI's MAC is known from its creation, its address only
+/// once its guest took a lease).
 pub fn vmi(obj: &DynamicObject) -> ObservedVmi {
-    let mut interfaces: Vec<ObservedInterface> = obj.data["status"]["interfaces"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|i| {
-                    let mut ips = strings(&i["ipAddress"]);
-                    for ip in strings(&i["ipAddresses"]) {
-                        if !ips.contains(&ip) {
-                            ips.push(ip);
-                        }
-                    }
-                    ObservedInterface {
-                        name: i["name"].as_str().map(str::to_string),
-                        mac: i["mac"].as_str().map(str::to_string),
-                        ip_addresses: ips,
-                    }
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    for i in obj.data["spec"]["domain"]["devices"]["interfaces"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
-        let Some(mac) = i["macAddress"].as_str() else {
-            continue;
-        };
-        let name = i["name"].as_str().map(str::to_string);
-        match interfaces
-            .iter_mut()
-            .find(|s| s.name.is_some() && s.name == name)
-        {
-            Some(reported) => {
-                if reported.mac.is_none() {
-                    reported.mac = Some(mac.to_string());
-                }
-            }
-            None => interfaces.push(ObservedInterface {
-                name,
-                mac: Some(mac.to_string()),
-                ip_addresses: Vec::new(),
-            }),
-        }
-    }
     ObservedVmi {
         name: obj.name_any(),
-        interfaces,
+        interfaces: oooi_inventory_client::objects::vmi_interfaces(obj)
+            .into_iter()
+            .map(|i| ObservedInterface {
+                name: i.name,
+                mac: i.mac,
+                ip_addresses: i.ip_addresses,
+            })
+            .collect(),
     }
 }
 
@@ -338,7 +279,7 @@ impl Observations {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn dynamic(v: Value) -> DynamicObject {
         serde_json::from_value(v).unwrap()

@@ -639,6 +639,26 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
             pair_tokens.join(", ")
         ));
     }
+    let mut inventory_tokens: Vec<String> = plans
+        .iter()
+        .filter_map(|(_, _, p)| p.desired.as_ref())
+        .flat_map(|d| d.dhcp.iter())
+        .chain(input.dhcp_servers.iter())
+        .filter_map(|d| {
+            d.spec
+                .inventory_token_secret
+                .as_ref()
+                .map(|s| s.name.clone())
+        })
+        .collect();
+    inventory_tokens.sort();
+    inventory_tokens.dedup();
+    if !inventory_tokens.is_empty() {
+        out.notes.push(format!(
+            "the DHCP inventory token Secret(s) {} (key `token`) are not included: the controller creates each once with a random token",
+            inventory_tokens.join(", ")
+        ));
+    }
     let common = Common {
         push_token,
         controller_namespace,

@@ -12,6 +12,7 @@ use oooi_vocabulary::labels as keys;
 use serde_json::{Value, json};
 
 use crate::components::{self, component_of};
+use crate::inventory;
 use crate::kinds::{self, APP_SELECTOR, CHILDREN, INFRA_LABEL, OOOI, OOOI_VERSION, OPTIONAL, Res};
 use crate::summary::{self, EndpointAnswer, Gathered};
 use crate::tree::{self, Tree};
@@ -292,6 +293,20 @@ pub fn vmi_interfaces(v: &Value) -> Value {
 
 /// Runs the gather and writes the tree; returns it (with its failures).
 pub async fn run(client: Client, options: &Options) -> std::io::Result<Tree> {
+    let reach = oooi_inventory_client::reach::PortForward {
+        client: client.clone(),
+        timeout: options.request_timeout,
+    };
+    run_with(client, options, &reach).await
+}
+
+/// [`run`], reaching the DHCP servers' lease inventory through `reach`
+/// (tests give loopback servers; the mocked API cannot port-forward).
+pub async fn run_with<R: oooi_inventory_client::reach::Reach>(
+    client: Client,
+    options: &Options,
+    reach: &R,
+) -> std::io::Result<Tree> {
     let mut tree = Tree::create(&options.dest)?;
     let api = Api {
         client,
@@ -330,6 +345,15 @@ pub async fn run(client: Client, options: &Options) -> std::io::Result<Tree> {
         .collect();
     namespaces.extend(options.extra_namespaces.iter().cloned());
 
+    // The DHCP servers' inventory tokens, kept in memory to ask them (never
+    // written: every Secret value is redacted).
+    let token_secrets = inventory::token_secrets(
+        &crs.iter()
+            .filter(|(r, _)| r.kind == "DHCPServer")
+            .flat_map(|(_, items)| items.iter().cloned())
+            .collect::<Vec<_>>(),
+    );
+    let mut tokens: BTreeMap<(String, String), String> = BTreeMap::new();
     let secrets_res = kinds::builtin("", "v1", "Secret", "secrets");
     let mut secrets = Vec::new();
     for ns in &namespaces {
@@ -337,6 +361,19 @@ pub async fn run(client: Client, options: &Options) -> std::io::Result<Tree> {
             Ok(items) => {
                 for s in &items {
                     tree.redactor.learn_secret(s);
+                    let key = (
+                        namespace_of(s).unwrap_or("").to_string(),
+                        name_of(s).to_string(),
+                    );
+                    if token_secrets.contains(&key)
+                        && let Some(t) = s["data"]["token"].as_str().and_then(|b| {
+                            use base64::Engine as _;
+                            base64::engine::general_purpose::STANDARD.decode(b).ok()
+                        })
+                        && let Ok(t) = String::from_utf8(t)
+                    {
+                        tokens.insert(key, t.trim().to_string());
+                    }
                 }
                 secrets.extend(items);
             }
@@ -481,7 +518,7 @@ pub async fn run(client: Client, options: &Options) -> std::io::Result<Tree> {
         }
     }
 
-    gather_hosted(&api, &mut tree, &g, &optional).await;
+    let (vmis, machines) = gather_hosted(&api, &mut tree, &g, &optional).await;
 
     let since = options
         .logs_since
@@ -502,6 +539,8 @@ pub async fn run(client: Client, options: &Options) -> std::io::Result<Tree> {
                 g.endpoints.insert(key, answers);
             }
         }
+        let owners = inventory::owners(&vmis, &machines, &g.attachments);
+        inventory::gather(reach, &mut tree, &g.dhcp, &pods, &tokens, &owners).await;
     }
 
     let text = summary::render(&g, tree.errors());
@@ -547,7 +586,16 @@ pub fn referenced_nads(infras: &[Value]) -> BTreeSet<(String, String)> {
 /// The HostedClusters the attachments name, their NodePools, and the
 /// Machines' addresses and VMIs' interfaces of their control-plane
 /// namespaces.
-async fn gather_hosted(api: &Api, tree: &mut Tree, g: &Gathered, optional: &BTreeMap<&str, Res>) {
+/// Writes the hosted clusters' objects; returns the whole VMIs and
+/// Machines (the inventory's join reads them; only their trimmed form is
+/// written).
+async fn gather_hosted(
+    api: &Api,
+    tree: &mut Tree,
+    g: &Gathered,
+    optional: &BTreeMap<&str, Res>,
+) -> (Vec<Value>, Vec<Value>) {
+    let (mut vmis, mut machines) = (Vec::new(), Vec::new());
     let mut seen = BTreeSet::new();
     for a in &g.attachments {
         let spec = &a["spec"];
@@ -606,11 +654,16 @@ async fn gather_hosted(api: &Api, tree: &mut Tree, g: &Gathered, optional: &BTre
                         let path = tree::object_path(Some(&cp_ns), res.plural, name_of(o));
                         tree.write_object(&path, &trim(o));
                     }
+                    match kind {
+                        "Machine" => machines.extend(items),
+                        _ => vmis.extend(items),
+                    }
                 }
                 Err(e) => tree.error(format!("list {kind}s in {cp_ns}"), e),
             }
         }
     }
+    (vmis, machines)
 }
 
 /// The containers of a pod (init containers first) and whether each has a

@@ -7,6 +7,7 @@
 
 pub mod components;
 pub mod gather;
+pub mod inventory;
 pub mod kinds;
 pub mod redact;
 pub mod summary;

@@ -222,6 +222,9 @@ pub fn render(g: &Gathered, errors: &[String]) -> String {
     let _ = writeln!(s, "\nDHCPServers ({}):", g.dhcp.len());
     for d in &g.dhcp {
         let _ = writeln!(s, "  {}  {}", key(d), conditions(d));
+        if let Some(line) = pools_line(&d["status"]["pools"]) {
+            let _ = writeln!(s, "    {line}");
+        }
         for p in pods_of(g, d, "dhcp") {
             let _ = writeln!(s, "    pod {}  {}", key(p), endpoint_line(g, p, "dhcp"));
         }
@@ -321,10 +324,63 @@ fn endpoint_line(g: &Gathered, pod: &Value, component: &str) -> String {
     }
 }
 
+/// A DHCPServer's pool figures (its `status.pools`, from the server's lease
+/// inventory), on one line: totals, use, the fullest pool, the refusals.
+pub fn pools_line(p: &Value) -> Option<String> {
+    p.as_object()?;
+    let n = |k: &str| p[k].as_i64().unwrap_or(0);
+    let mut line = format!(
+        "pools: total={} assigned={} offered={} free={} quarantined={} reserved={} heldBack={} used={}%",
+        n("total"),
+        n("assigned"),
+        n("offered"),
+        n("free"),
+        n("quarantined"),
+        n("reserved"),
+        n("heldBack"),
+        n("utilisationPercent"),
+    );
+    if let Some(first) = p["pools"].as_array().and_then(|a| a.first()) {
+        let _ = write!(
+            line,
+            "; fullest {} {}/{} free",
+            first["range"].as_str().unwrap_or("?"),
+            first["free"],
+            first["total"]
+        );
+    }
+    if n("morePools") > 0 {
+        let _ = write!(line, " (+{} pools)", n("morePools"));
+    }
+    if let Some(r) = p["refusals"].as_object().filter(|r| !r.is_empty()) {
+        let parts: Vec<String> = r.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = write!(line, "; refusals {}", parts.join(" "));
+    }
+    Some(line)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_dhcp_servers_pool_figures_fit_one_line() {
+        let p = json!({
+            "total": 80, "assigned": 79, "offered": 0, "free": 0, "quarantined": 1,
+            "reserved": 0, "heldBack": 0, "utilisationPercent": 100,
+            "pools": [{"range": "192.0.2.100-192.0.2.179", "total": 80, "assigned": 79,
+                       "free": 0, "quarantined": 1, "reserved": 0, "utilisationPercent": 100}],
+            "morePools": 2,
+            "refusals": {"pool_exhausted": 12, "probe_conflict": 1}
+        });
+        assert_eq!(
+            pools_line(&p).unwrap(),
+            "pools: total=80 assigned=79 offered=0 free=0 quarantined=1 reserved=0 heldBack=0 used=100%; \
+             fullest 192.0.2.100-192.0.2.179 0/80 free (+2 pools); refusals pool_exhausted=12 probe_conflict=1"
+        );
+        assert_eq!(pools_line(&Value::Null), None);
+    }
 
     #[test]
     fn conditions_show_the_message_of_the_one_at_fault() {

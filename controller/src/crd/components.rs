@@ -59,6 +59,73 @@ pub struct ServerStatus {
     /// SHA-256 of the rendered config file the pods run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_digest: Option<String>,
+    /// DHCP servers only: the pool figures its lease inventory API last
+    /// reported (the controller asks every 30 s; kept while the server does
+    /// not answer). Absent until the first answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pools: Option<DhcpPoolsStatus>,
+}
+
+/// Pool figures of a DHCP server: totals over its pools, and at most 8
+/// pools, the fullest first (a bounded summary: leases themselves are never
+/// in a status; `oooi-controller leases` lists them).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DhcpPoolsStatus {
+    /// Addresses in every pool (reservations included).
+    pub total: i64,
+    /// Bound to a client and not expired.
+    pub assigned: i64,
+    /// Offered, not yet requested.
+    #[serde(default)]
+    pub offered: i64,
+    /// Free to give out now.
+    pub free: i64,
+    /// Declined, probe-conflicted or lost: out of use for a while.
+    pub quarantined: i64,
+    /// Reserved for known clients.
+    pub reserved: i64,
+    /// Held back after a pair split.
+    #[serde(default)]
+    pub held_back: i64,
+    /// The share of the dynamic pools not free, in percent (rounded down;
+    /// reservations left out, as in the conditions).
+    pub utilisation_percent: i32,
+    /// The pools, the fullest first, at most 8.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<DhcpPoolStatus>,
+    /// Pools left out of `pools`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub more_pools: i32,
+    /// Refusals and silences toward clients since the server started, by
+    /// reason (`probe_conflict`, `pool_exhausted`, ...; reasons never seen
+    /// are absent).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub refusals: BTreeMap<String, i64>,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
+}
+
+/// Figures of one pool.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DhcpPoolStatus {
+    /// The range, `first-last`, or `reservations`.
+    pub range: String,
+    /// Addresses in it.
+    pub total: i64,
+    /// Bound to a client and not expired.
+    pub assigned: i64,
+    /// Free to give out now.
+    pub free: i64,
+    /// Declined, probe-conflicted or lost.
+    pub quarantined: i64,
+    /// Reserved for known clients.
+    pub reserved: i64,
+    /// The share not free, in percent (rounded down).
+    pub utilisation_percent: i32,
 }
 
 /// A DHCP server on the VLAN.
@@ -74,6 +141,17 @@ pub struct ServerStatus {
     category = "oooi",
     printcolumn(name = "Address", type_ = "string", json_path = ".spec.vlan.address"),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(
+        name = "Assigned",
+        type_ = "integer",
+        json_path = ".status.pools.assigned"
+    ),
+    printcolumn(name = "Free", type_ = "integer", json_path = ".status.pools.free"),
+    printcolumn(
+        name = "Pool%",
+        type_ = "integer",
+        json_path = ".status.pools.utilisationPercent"
+    ),
     printcolumn(
         name = "Age",
         type_ = "date",
@@ -103,6 +181,11 @@ pub struct DHCPServerSpec {
     /// where `config.peer.token_file` points.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pair_token_secret: Option<LocalObjectReference>,
+    /// Secret (key `token`) with the bearer token of the server's read-only
+    /// lease inventory API (port 9069, on the pod address and on the pod's
+    /// loopback for port-forward). Without it the API is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory_token_secret: Option<LocalObjectReference>,
     /// How this server's pods ride out a lost node.
     #[serde(default)]
     pub availability: ServerAvailability,

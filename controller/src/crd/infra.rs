@@ -38,6 +38,17 @@ use super::components::PodPlacement;
         json_path = ".status.attachments.accepted"
     ),
     printcolumn(
+        name = "Assigned",
+        type_ = "integer",
+        json_path = ".status.dhcpPools.assigned"
+    ),
+    printcolumn(name = "Free", type_ = "integer", json_path = ".status.dhcpPools.free"),
+    printcolumn(
+        name = "Pool%",
+        type_ = "integer",
+        json_path = ".status.dhcpPools.utilisationPercent"
+    ),
+    printcolumn(
         name = "Reason",
         type_ = "string",
         priority = "1",
@@ -530,6 +541,11 @@ pub struct InfraStatus {
     /// `spec.availability.failover`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failover: Option<FailoverStatus>,
+    /// The DHCP pool figures of the fullest of the Infra's DHCP servers
+    /// (the two servers of a pair serve one pool, so their figures are
+    /// not added up). Absent until a server's inventory answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhcp_pools: Option<super::DhcpPoolsStatus>,
 }
 
 /// The failover an Infra runs and what a lost replica costs there.

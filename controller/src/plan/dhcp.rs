@@ -18,7 +18,8 @@ use oooi_dhcp_config::{
 
 use super::attachments::AttachmentOutcome;
 use super::labels::{
-    Component, SERVER_LABEL, child_meta, instance_of, pair_token_secret_name, selector,
+    Component, SERVER_LABEL, child_meta, instance_of, inventory_token_secret_name,
+    pair_token_secret_name, selector,
 };
 use super::network::Network;
 use super::network_policy::{DhcpPorts, PairPartner, PolicyPeers, dhcp_policy};
@@ -43,13 +44,18 @@ pub const HTTP_PORT: i32 = 9067;
 /// Port of the pair API (`--pair-listen`, on the pod address; its peer
 /// Service forwards to it).
 pub const PEER_PORT: u16 = 9068;
-/// Port of the read-only lease inventory the controller queries (on the
-/// pod address); the NetworkPolicy admits the controller's pods alone.
-pub const INVENTORY_PORT: u16 = 9069;
 /// Where the pair token Secret is mounted.
 pub const PAIR_TOKEN_DIR: &str = "/etc/oooi-dhcp-pair";
 /// Key of the pair token in its Secret (and file name in the mount).
 pub const PAIR_TOKEN_KEY: &str = "token";
+/// Port of the lease inventory API (`--inventory-listen`, on the pod
+/// address for the controller and on the pod's loopback for port-forward);
+/// the NetworkPolicy admits the controller's pods alone.
+pub const INVENTORY_PORT: u16 = oooi_dhcp_inventory::PORT;
+/// Where the inventory token Secret is mounted.
+pub const INVENTORY_TOKEN_DIR: &str = "/etc/oooi-dhcp-inventory";
+/// Key of the inventory token in its Secret (and file name in the mount).
+pub const INVENTORY_TOKEN_KEY: &str = "token";
 
 /// The DHCP config for an Infra and its accepted attachments, as the first
 /// server runs it (see [`configs`] for every server).
@@ -251,6 +257,9 @@ pub fn specs(
                     storage_class_name: comp.storage_class_name.clone(),
                 },
                 pair_token_secret,
+                inventory_token_secret: Some(LocalObjectReference {
+                    name: inventory_token_secret_name(&infra_name),
+                }),
                 availability: super::availability::server_availability(infra, Component::Dhcp, &[]),
             };
             (name, spec)
@@ -382,6 +391,36 @@ pub fn children(server: &DHCPServer) -> anyhow::Result<Children> {
         mount("leases", DATA_DIR, false),
     ];
     let mut services = Vec::new();
+    if let Some(secret) = &server.spec.inventory_token_secret {
+        volumes.push(Volume {
+            name: "inventory-token".to_string(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret.name.clone()),
+                items: Some(vec![KeyToPath {
+                    key: INVENTORY_TOKEN_KEY.to_string(),
+                    path: INVENTORY_TOKEN_KEY.to_string(),
+                    ..KeyToPath::default()
+                }]),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+        mounts.push(mount("inventory-token", INVENTORY_TOKEN_DIR, true));
+        // The pod address for the controller's status poll (the
+        // NetworkPolicy admits the controller's pods there); the pod's
+        // loopback for `oooi-controller leases`, whose port-forward arrives
+        // inside the pod's network namespace. Never the VLAN.
+        args.extend([
+            "--inventory-listen".to_string(),
+            format!(
+                "{},127.0.0.1:{INVENTORY_PORT}",
+                pod_address(i32::from(INVENTORY_PORT))
+            ),
+            "--inventory-token-file".to_string(),
+            format!("{INVENTORY_TOKEN_DIR}/{INVENTORY_TOKEN_KEY}"),
+        ]);
+        ports.push(port("inventory", i32::from(INVENTORY_PORT), "TCP"));
+    }
     let mut placement = Placement::default();
     let mut pdb = None;
     if let Some(peer) = &cfg.peer {

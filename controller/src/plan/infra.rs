@@ -379,6 +379,8 @@ pub fn infra_status(
         components,
         attachments: plan.totals.clone(),
         failover: Some(super::availability::failover_status(infra)),
+        // The reconciler adds its DHCP servers' figures.
+        dhcp_pools: None,
     }
 }
 

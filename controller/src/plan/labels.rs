@@ -62,6 +62,13 @@ pub fn pair_token_secret_name(infra: &str) -> String {
     format!("{infra}-dhcp-pair-token")
 }
 
+/// Name of the Secret (key `token`) an Infra's DHCP servers take as the
+/// bearer token of their lease inventory API (one for both servers of a
+/// pair: the controller and `oooi-controller leases` ask either).
+pub fn inventory_token_secret_name(infra: &str) -> String {
+    format!("{infra}-dhcp-inventory-token")
+}
+
 /// Name of the push-token Secret of an Infra's proxy (key `token`).
 pub fn push_token_secret_name(infra: &str) -> String {
     format!("{infra}-proxy-push-token")

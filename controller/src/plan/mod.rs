@@ -35,6 +35,7 @@ pub mod network_policy;
 pub mod observed;
 pub mod placement;
 pub mod pod_security;
+pub mod pools;
 pub mod proxy;
 pub mod public_dns;
 pub mod readiness;

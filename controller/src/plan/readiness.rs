@@ -113,12 +113,22 @@ pub fn server_status(
     now: &Time,
 ) -> ServerStatus {
     let old: &[Condition] = existing.map(|s| s.conditions.as_slice()).unwrap_or(&[]);
+    let mut conditions = merge_conditions(old, planned, generation, now);
+    // The DHCP pool figures and their conditions are the inventory poll's
+    // ([`super::pools`]): kept as they are.
+    conditions.extend(
+        old.iter()
+            .filter(|c| super::pools::is_pool_condition(&c.type_))
+            .filter(|c| !planned.iter().any(|p| p.type_ == c.type_))
+            .cloned(),
+    );
     ServerStatus {
         observed_generation: generation,
-        conditions: merge_conditions(old, planned, generation, now),
+        conditions,
         replicas: r.replicas,
         ready_replicas: r.ready,
         config_digest: digest,
+        pools: existing.and_then(|s| s.pools.clone()),
     }
 }
 

@@ -1,8 +1,9 @@
 //! The Infra reconciler.
 //!
-//! Apply: make sure the push-token Secret exists, and for a DHCP pair the
-//! pair-token Secret (each created once with a random token, never
-//! overwritten), plan the Infra with its attachments and the observed
+//! Apply: make sure the push-token Secret exists, with DHCP the inventory
+//! token Secret (the bearer token of the servers' lease inventory API), and
+//! for a DHCP pair the pair-token Secret (each created once with a random
+//! token, never overwritten), plan the Infra with its attachments and the observed
 //! workers, apply the derived DHCPServer(s)/DNSServer/ProxyServer (or delete
 //! one whose component was disabled, or the second DHCPServer of a pair that
 //! went back to one address), and write the status (per component readiness
@@ -40,15 +41,17 @@ use super::step::{Announce, observe_infra, write_status};
 use super::{Context, Error, Result};
 use crate::cache::{Decoded, cached};
 use crate::crd::{
-    ComponentsStatus, DHCPServer, DNSServer, FINALIZER, Infra, ProxyServer, condition,
+    ComponentsStatus, DHCPServer, DNSServer, DhcpPoolsStatus, FINALIZER, Infra, ProxyServer,
+    condition,
 };
-use crate::plan::cudn;
 use crate::plan::infra::{infra_status, servers_status};
 use crate::plan::labels::{
-    Component, INFRA_LABEL, labels, owner_refs, pair_token_secret_name, push_token_secret_name,
+    Component, INFRA_LABEL, inventory_token_secret_name, labels, owner_refs,
+    pair_token_secret_name, push_token_secret_name,
 };
 use crate::plan::network::{MAX_DHCP_SERVERS, MAX_REPLICAS};
 use crate::plan::{PlannedCondition, merge_conditions};
+use crate::plan::{cudn, pools};
 
 /// Resync period.
 const RESYNC: Duration = Duration::from_secs(300);
@@ -200,6 +203,10 @@ async fn apply_infra(infra: &Infra, ctx: &Context) -> Result<Action> {
         let secret = pair_token_secret_name(&name);
         ensure_token(ctx, infra, &ns, secret, Component::Dhcp).await?;
     }
+    if comps.dhcp.enabled {
+        let secret = inventory_token_secret_name(&name);
+        ensure_token(ctx, infra, &ns, secret, Component::Dhcp).await?;
+    }
     let plan = observe_infra(ctx, infra).await?;
     ctx.metrics.set_attachments_excluded(
         &format!(
@@ -282,6 +289,42 @@ async fn apply_infra(infra: &Infra, ctx: &Context) -> Result<Action> {
         infra.metadata.generation,
         &now,
     ));
+    // The pool figures of the fullest of its DHCP servers, as their
+    // inventory poll last wrote them, and that server's pool conditions.
+    if comps.dhcp.enabled {
+        let servers: Vec<DhcpPoolsStatus> = (0..MAX_DHCP_SERVERS)
+            .filter_map(|i| {
+                let server = Component::Dhcp.replica_name(&name, i);
+                let d = cached(&ctx.stores.dhcp_servers, &ns, &server)?;
+                d.get()?.status.as_ref()?.pools.clone()
+            })
+            .collect();
+        st.dhcp_pools = pools::fullest(servers.iter());
+        if let Some(p) = &st.dhcp_pools {
+            st.conditions.extend(merge_conditions(
+                &existing,
+                &pools::pool_conditions(p),
+                infra.metadata.generation,
+                &now,
+            ));
+        }
+    }
+    let had_pools = infra
+        .status
+        .as_ref()
+        .is_some_and(|s| s.dhcp_pools.is_some());
+    if had_pools && st.dhcp_pools.is_none() {
+        // A merge patch leaves a field it does not name: remove the figures
+        // of a DHCP that is gone explicitly, once.
+        let api: Api<Infra> = Api::namespaced(ctx.client.clone(), &ns);
+        api.patch_status(
+            &name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"status": {"dhcpPools": null}})),
+        )
+        .await?;
+        written += 1;
+    }
     let announce = Announce {
         condition: condition::READY,
         action: "Reconcile",

@@ -15,6 +15,7 @@ mod docs_examples;
 mod docs_reference;
 mod hosted;
 mod http_flood;
+mod inventory;
 mod olm_bundle;
 mod plan;
 mod plan_agent;

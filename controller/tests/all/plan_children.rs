@@ -121,10 +121,54 @@ fn dhcp_children_carry_config_pvc_and_raw_socket_capability() {
             "--data-dir",
             "/var/lib/oooi-dhcp",
             "--metrics-addr",
-            "$(POD_IP):9067"
+            "$(POD_IP):9067",
+            "--inventory-listen",
+            "$(POD_IP):9069,127.0.0.1:9069",
+            "--inventory-token-file",
+            "/etc/oooi-dhcp-inventory/token"
         ]
     );
     assert_probes_on_the_pod_address(ctr, "--metrics-addr");
+    // The lease inventory: on the pod address (the controller's poll) and
+    // the pod's loopback (port-forward), its token mounted read-only from
+    // the Infra's inventory token Secret.
+    let inventory = ctr
+        .ports
+        .iter()
+        .flatten()
+        .find(|p| p.name.as_deref() == Some("inventory"))
+        .unwrap();
+    assert_eq!(
+        (inventory.container_port, inventory.protocol.as_deref()),
+        (9069, Some("TCP"))
+    );
+    let m = ctr
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.name == "inventory-token")
+        .unwrap();
+    assert_eq!(
+        (m.mount_path.as_str(), m.read_only),
+        ("/etc/oooi-dhcp-inventory", Some(true))
+    );
+    let vol = dep
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "inventory-token")
+        .unwrap();
+    assert_eq!(
+        vol.secret.as_ref().unwrap().secret_name.as_deref(),
+        Some("vlan-dhcp-inventory-token")
+    );
     assert!(ctr.readiness_probe.as_ref().unwrap().http_get.is_some());
     assert!(ctr.liveness_probe.is_some());
     assert!(ctr.resources.as_ref().unwrap().requests.is_some());

@@ -190,11 +190,13 @@ async fn first_reconcile_adds_the_finalizer_then_applies_derived_objects_and_sta
         json!(["hostedcluster.densityops.com/cleanup"])
     );
 
-    // 2: token Secret, the three derived objects, status, event.
+    // 2: the token Secrets (push, DHCP inventory), the three derived
+    // objects, status, event.
     let log = h.reconcile_infra().await;
     assert_eq!(
         lines(&log),
         vec![
+            "POST /api/v1/namespaces/oooi/secrets".to_string(),
             "POST /api/v1/namespaces/oooi/secrets".to_string(),
             format!("PATCH {G}/dhcpservers/vlan200-dhcp"),
             format!("PATCH {G}/dnsservers/vlan200-dns"),
@@ -210,7 +212,23 @@ async fn first_reconcile_adds_the_finalizer_then_applies_derived_objects_and_sta
         secret["metadata"]["labels"]["app.kubernetes.io/managed-by"],
         "oooi-controller"
     );
-    for r in &log[1..4] {
+    let inventory = log[1].body.as_ref().unwrap();
+    assert_eq!(
+        inventory["metadata"]["name"],
+        "vlan200-dhcp-inventory-token"
+    );
+    assert_eq!(owner_uid(inventory), "uid-infra");
+    assert_eq!(
+        inventory["metadata"]["labels"]["app.kubernetes.io/component"],
+        "dhcp"
+    );
+    let token = reconcile_support::base64_decode(&inventory["data"]["token"]);
+    assert_eq!(token.len(), 64, "32 random bytes in hex");
+    assert_eq!(
+        log[2].body.as_ref().unwrap()["spec"]["inventoryTokenSecret"]["name"],
+        "vlan200-dhcp-inventory-token"
+    );
+    for r in &log[2..5] {
         assert_apply(r);
         let body = r.body.as_ref().unwrap();
         assert_eq!(owner_uid(body), "uid-infra", "{}", r.line());
@@ -223,13 +241,13 @@ async fn first_reconcile_adds_the_finalizer_then_applies_derived_objects_and_sta
             "vlan200"
         );
     }
-    let proxy = log[3].body.as_ref().unwrap();
+    let proxy = log[4].body.as_ref().unwrap();
     let routes = proxy["spec"]["routes"].as_array().unwrap();
     assert!(
         routes.iter().any(|r| r["sni"] == "api.c1.example.com"),
         "{proxy}"
     );
-    let status = &log[4].body.as_ref().unwrap()["status"];
+    let status = &log[5].body.as_ref().unwrap()["status"];
     assert_eq!(status["observedGeneration"], 1);
     assert_eq!(
         status["attachments"],
@@ -241,7 +259,7 @@ async fn first_reconcile_adds_the_finalizer_then_applies_derived_objects_and_sta
         condition(status, "WorkersObserved")["reason"],
         "OptionalAPIsMissing"
     );
-    let event = log[5].body.as_ref().unwrap();
+    let event = log[6].body.as_ref().unwrap();
     assert_eq!(event["reason"], "ComponentsNotReady");
     assert_eq!(event["regarding"]["name"], "vlan200");
 
@@ -649,8 +667,8 @@ async fn two_hundred_attachments_plan_apply_and_settle() {
     let started = std::time::Instant::now();
     let log = h.reconcile_infra().await;
     let first = started.elapsed();
-    assert_eq!(writes(&log).len(), 6, "{:#?}", lines(&log));
-    assert_eq!(log.len(), 6, "six writes and no read: {:#?}", lines(&log));
+    assert_eq!(writes(&log).len(), 7, "{:#?}", lines(&log));
+    assert_eq!(log.len(), 7, "seven writes and no read: {:#?}", lines(&log));
     let proxy = apply_of(&log, &format!("{G}/proxyservers/vlan200-proxy"));
     let routes = proxy.body.as_ref().unwrap()["spec"]["routes"]
         .as_array()
@@ -1060,6 +1078,7 @@ async fn a_dhcp_pair_gets_one_token_two_servers_and_their_children_and_leaves_no
         vec![
             "POST /api/v1/namespaces/oooi/secrets".to_string(),
             "POST /api/v1/namespaces/oooi/secrets".to_string(),
+            "POST /api/v1/namespaces/oooi/secrets".to_string(),
             format!("PATCH {G}/dhcpservers/vlan200-dhcp"),
             format!("PATCH {G}/dhcpservers/vlan200-dhcp-2"),
             format!("PATCH {G}/dnsservers/vlan200-dns"),
@@ -1079,12 +1098,17 @@ async fn a_dhcp_pair_gets_one_token_two_servers_and_their_children_and_leaves_no
     let token = reconcile_support::base64_decode(&h.mock.get(token_path).unwrap()["data"]["token"]);
     assert_eq!(token.len(), 64, "32 random bytes in hex");
     for (r, role, other) in [
-        (&log[2], "primary", "vlan200-dhcp-2-peer"),
-        (&log[3], "secondary", "vlan200-dhcp-peer"),
+        (&log[3], "primary", "vlan200-dhcp-2-peer"),
+        (&log[4], "secondary", "vlan200-dhcp-peer"),
     ] {
         assert_apply(r);
         let spec = &r.body.as_ref().unwrap()["spec"];
         assert_eq!(spec["pairTokenSecret"]["name"], "vlan200-dhcp-pair-token");
+        // One inventory token for both servers of the pair.
+        assert_eq!(
+            spec["inventoryTokenSecret"]["name"],
+            "vlan200-dhcp-inventory-token"
+        );
         assert_eq!(spec["config"]["peer"]["role"], role);
         assert_eq!(
             spec["config"]["peer"]["api"],
@@ -1406,6 +1430,7 @@ async fn a_managed_cluster_user_defined_network_is_created_kept_updated_and_dele
         lines(&log),
         vec![
             "POST /api/v1/namespaces/oooi/secrets".to_string(),
+            "POST /api/v1/namespaces/oooi/secrets".to_string(),
             format!("PATCH {G}/dhcpservers/vlan200-dhcp"),
             format!("PATCH {G}/dnsservers/vlan200-dns"),
             format!("PATCH {G}/proxyservers/vlan200-proxy"),
@@ -1416,16 +1441,16 @@ async fn a_managed_cluster_user_defined_network_is_created_kept_updated_and_dele
         ]
     );
     assert_eq!(
-        log[4].query("labelSelector").as_deref(),
+        log[5].query("labelSelector").as_deref(),
         Some(
             "hostedcluster.densityops.com/infra=vlan200,hostedcluster.densityops.com/infra-namespace=oooi"
         )
     );
     assert_eq!(
-        log[5].query("fieldManager").as_deref(),
+        log[6].query("fieldManager").as_deref(),
         Some("oooi-controller")
     );
-    let cudn = log[5].body.as_ref().unwrap();
+    let cudn = log[6].body.as_ref().unwrap();
     assert_eq!(cudn["apiVersion"], "k8s.ovn.org/v1");
     assert_eq!(cudn["kind"], "ClusterUserDefinedNetwork");
     assert_eq!(cudn["metadata"]["name"], "vlan200");

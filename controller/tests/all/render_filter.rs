@@ -76,7 +76,13 @@ fn a_checked_module_is_rendered_as_the_rollout_writes_it_and_the_deployment_proj
         render::OFFLINE_PUSH_TOKEN,
     )
     .unwrap_or_else(|e| panic!("{e:#}"));
-    assert!(with.notes.is_empty(), "{:?}", with.notes);
+    // The only note is the DHCP inventory token's (no filter note).
+    assert_eq!(with.notes.len(), 1, "{:?}", with.notes);
+    assert!(
+        with.notes[0].starts_with("the DHCP inventory token Secret(s)"),
+        "{:?}",
+        with.notes
+    );
 
     let cm_value = find(&with.objects, "ConfigMap", &format!("{PROXY}-filter"))
         .expect("the filter ConfigMap is rendered");
@@ -276,7 +282,13 @@ fn without_the_flag_a_note_names_the_missing_config_map_and_nothing_else_changes
     );
     assert!(err.contains("not included"), "{err}");
     assert!(err.contains("--filter-wasm PATH"), "{err}");
-    assert_eq!(err.lines().count(), 1, "{err}");
+    // ... beside the one every DHCP server brings: its inventory token.
+    assert_eq!(err.lines().count(), 2, "{err}");
+    assert!(
+        err.lines().nth(1).is_some_and(|l| l
+            .starts_with("note: the DHCP inventory token Secret(s) vlan200-dhcp-inventory-token")),
+        "{err}"
+    );
     // stdout is the plain render, with no filter ConfigMap.
     let plain = render::render(
         &input("two-clusters.yaml", None),
