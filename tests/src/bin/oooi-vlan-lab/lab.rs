@@ -170,7 +170,8 @@ impl Lab {
         log: &str,
         p: &Program<'static>,
     ) -> Result<Started> {
-        let argv = launcher.argv(ns, p, sibling)?;
+        // Each container is named after its namespace.
+        let argv = launcher.argv(ns, ns, p, sibling)?;
         let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
         let pid = self.spawn_argv(log, &argv)?;
         Ok(Started {
