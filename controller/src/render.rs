@@ -106,6 +106,9 @@ pub struct RenderInput {
     pub images: plan::images::DefaultImages,
     /// Placement of components whose Infra leaves it unset (as `run` has it).
     pub placement: plan::placement::DefaultPlacement,
+    /// Resources of components whose server leaves them unset (as `run`
+    /// has them).
+    pub resources: plan::resources::DefaultResources,
     /// Refuse documents of other kinds instead of skipping them.
     pub strict_kinds: bool,
     /// The documents of other kinds that were skipped, one line each.
@@ -410,6 +413,8 @@ struct Common<'a> {
     push_token: &'a str,
     controller_namespace: &'a str,
     metrics_scrapers: &'a plan::network_policy::MetricsScrapers,
+    /// Resources of components whose server leaves them unset.
+    resources: &'a plan::resources::DefaultResources,
     /// The filter module and the check's verdict on it.
     filter: Option<(&'a Module, &'a Verdict)>,
 }
@@ -426,7 +431,7 @@ fn render_children(
         let name = d.metadata.name.clone().unwrap_or_default();
         out.objects.push(object_of(d)?);
         out.objects.extend(
-            plan::dhcp::children(d)
+            plan::dhcp::children(&common.resources.dhcp(d))
                 .with_context(|| format!("DHCPServer {name}"))?
                 .to_values(),
         );
@@ -439,7 +444,7 @@ fn render_children(
         let name = d.metadata.name.clone().unwrap_or_default();
         out.objects.push(object_of(d)?);
         out.objects.extend(
-            plan::dns::children(d)
+            plan::dns::children(&common.resources.dns(d))
                 .with_context(|| format!("DNSServer {name}"))?
                 .to_values(),
         );
@@ -457,7 +462,7 @@ fn render_children(
             None => None,
         };
         let objects = plan::proxy::objects(
-            p,
+            &common.resources.proxy(p),
             common.push_token,
             filter.as_ref(),
             Some(common.controller_namespace),
@@ -636,6 +641,7 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
         push_token,
         controller_namespace,
         metrics_scrapers: &input.metrics_scrapers,
+        resources: &input.resources,
         filter: input
             .filter
             .as_ref()

@@ -67,6 +67,8 @@ pub struct Settings {
     pub images: crate::plan::images::DefaultImages,
     /// Placement of components whose Infra leaves it unset.
     pub placement: crate::plan::placement::DefaultPlacement,
+    /// Resources of components whose server leaves them unset.
+    pub resources: crate::plan::resources::DefaultResources,
 }
 
 /// Errors of one reconciliation. The variant name is the `reason` label of
