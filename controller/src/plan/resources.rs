@@ -80,8 +80,21 @@ fn is_quantity(s: &str) -> bool {
         && int.chars().all(|c| c.is_ascii_digit());
     let suffix_ok = matches!(
         suffix,
-        "" | "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" | "n" | "u" | "m" | "k" | "M" | "G" | "T"
-            | "P" | "E"
+        "" | "Ki"
+            | "Mi"
+            | "Gi"
+            | "Ti"
+            | "Pi"
+            | "Ei"
+            | "n"
+            | "u"
+            | "m"
+            | "k"
+            | "M"
+            | "G"
+            | "T"
+            | "P"
+            | "E"
     ) || suffix
         .strip_prefix(['e', 'E'])
         .map(|e| e.strip_prefix(['+', '-']).unwrap_or(e))
@@ -131,7 +144,9 @@ mod tests {
 
     #[test]
     fn quantities_are_checked_by_the_kubernetes_grammar() {
-        for ok in ["100m", "0.5", ".5", "1", "128Mi", "1G", "2e3", "1E+2", "+1Ki"] {
+        for ok in [
+            "100m", "0.5", ".5", "1", "128Mi", "1G", "2e3", "1E+2", "+1Ki",
+        ] {
             assert!(is_quantity(ok), "{ok}");
         }
         for bad in ["", "lots", "1.2.3", "12MB", "Mi", "1e", "m"] {
@@ -176,9 +191,8 @@ mod tests {
     #[test]
     fn a_kinds_default_fills_what_a_server_leaves_unset_and_its_own_wins() {
         let mut infra = crate::plan::fixtures::infra();
-        infra.spec.infra_components.dns.resources = Some(
-            serde_json::from_value(serde_json::json!({"requests": {"cpu": "5m"}})).unwrap(),
-        );
+        infra.spec.infra_components.dns.resources =
+            Some(serde_json::from_value(serde_json::json!({"requests": {"cpu": "5m"}})).unwrap());
         let got = rendered(
             infra,
             r#"{"dhcp": {"requests": {"cpu": "20m", "memory": "48Mi"}, "limits": {"memory": "96Mi"}},
@@ -200,7 +214,10 @@ mod tests {
     #[test]
     fn a_bad_default_names_the_kind_field_and_value() {
         let e = parse_resources(r#"{"proxy": {"requests": {"memory": "lots"}}}"#).unwrap_err();
-        assert!(e.contains("proxy.requests.memory") && e.contains("lots"), "{e}");
+        assert!(
+            e.contains("proxy.requests.memory") && e.contains("lots"),
+            "{e}"
+        );
         let e = parse_resources(r#"{"envoy": {}}"#).unwrap_err();
         assert!(e.contains("envoy"), "{e}");
     }
