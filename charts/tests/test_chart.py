@@ -135,6 +135,17 @@ ALL_FEATURES = {
 # shared by the tests
 
 
+REVISION_TAG = re.compile(rf"{re.escape(APP_VERSION)}-g[0-9a-f]{{10}}(-dirty)?")
+
+
+@functools.lru_cache(maxsize=None)
+def image_tag():
+    """The default tag of every image the packaged chart names: its
+    appVersion, which `tools/dev package` sets to the checkout's revision
+    tag (the tag `tools/dev images` gives the images of that checkout)."""
+    return helm.Chart.load(chart_path()).metadata["appVersion"]
+
+
 def chart_path():
     """The packaged chart under test."""
     archive = os.environ.get("OOOI_CHART_ARCHIVE")
@@ -711,7 +722,9 @@ def test_filter_configmap_holds_the_built_module():
     marker = b"OOOI_BUILD_ID="
     assert data.count(marker) == 1, "the module has no single build id slot"
     slot = data[data.index(marker) + len(marker) :][:32].split(b"\0", 1)[0].decode()
-    assert re.fullmatch(rf"{re.escape(APP_VERSION)}-g[0-9a-f]{{10}}(-dirty)?", slot), f"the chart's module has build id {slot!r}, not the release's"
+    assert REVISION_TAG.fullmatch(slot), f"the chart's module has build id {slot!r}, not the release's"
+    # One build id: the images' default tag is the module's.
+    assert slot == image_tag(), (slot, image_tag())
     assert len(data) <= MAX_WASM_BYTES, f"filter module is {len(data)} bytes, over the 512 KiB budget"
     for values, name, namespaces in (
         ({}, "oooi-sni-router", [NAMESPACE]),
@@ -892,24 +905,61 @@ def test_component_images_reach_the_controller():
     env = {e["name"]: e.get("value") for e in _controller_env({})}
     dep = find(render()[0], "Deployment")
     c = dep["spec"]["template"]["spec"]["containers"][0]
-    assert c["image"] == f"{REGISTRY}/oooi-controller:{APP_VERSION}", c["image"]
+    # By default every image by the revision tag of the build that packaged
+    # the chart, which no other build reuses: IfNotPresent never keeps a
+    # stale image.
+    assert REVISION_TAG.fullmatch(image_tag()), image_tag()
+    assert c["image"] == f"{REGISTRY}/oooi-controller:{image_tag()}", c["image"]
     assert c["imagePullPolicy"] == "IfNotPresent"
-    assert env["OOOI_DHCP_IMAGE"] == f"{REGISTRY}/oooi-dhcp:{APP_VERSION}", env
-    assert env["OOOI_DNS_IMAGE"] == f"{REGISTRY}/oooi-dns:{APP_VERSION}", env
-    assert env["OOOI_PROXY_IMAGE"] == f"{REGISTRY}/oooi-proxy:{APP_VERSION}", env
+    assert env["OOOI_DHCP_IMAGE"] == f"{REGISTRY}/oooi-dhcp:{image_tag()}", env
+    assert env["OOOI_DNS_IMAGE"] == f"{REGISTRY}/oooi-dns:{image_tag()}", env
+    assert env["OOOI_PROXY_IMAGE"] == f"{REGISTRY}/oooi-proxy:{image_tag()}", env
     # Global override, a per-image registry, tag and digest.
     env = {e["name"]: e.get("value") for e in _controller_env(ALL_FEATURES)}
     c = find(render(ALL_FEATURES)[0], "Deployment")["spec"]["template"]["spec"]["containers"][0]
-    assert c["image"] == f"mirror.example.com:5000/oooi/oooi-controller:{APP_VERSION}@sha256:" + "ab" * 32, c["image"]
+    assert c["image"] == f"mirror.example.com:5000/oooi/oooi-controller:{image_tag()}@sha256:" + "ab" * 32, c["image"]
     assert c["imagePullPolicy"] == "Always"
-    assert env["OOOI_DHCP_IMAGE"] == f"mirror.example.com:5000/oooi/oooi-dhcp:{APP_VERSION}", env
+    assert env["OOOI_DHCP_IMAGE"] == f"mirror.example.com:5000/oooi/oooi-dhcp:{image_tag()}", env
     assert env["OOOI_DNS_IMAGE"] == "mirror.example.com:5000/oooi/oooi-dns:0.1.0-rc1", env
     assert env["OOOI_PROXY_IMAGE"] == "docker.io/envoyproxy/envoy:v1.40.0", env
 
 
+def test_component_resources_reach_the_controller_and_its_pods():
+    # None by default: the controller keeps its built-in requests and limits.
+    assert "OOOI_COMPONENT_RESOURCES" not in {e["name"] for e in _controller_env({})}
+    given = {
+        "proxy": {"requests": {"cpu": "200m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+        "dhcp": {"requests": {"cpu": 1, "memory": "48Mi"}},
+    }
+    env = {e["name"]: e.get("value") for e in _controller_env({"components": {"resources": given}})}
+    passed = env["OOOI_COMPONENT_RESOURCES"]
+    # The controller reads the variable as the chart writes it: `render`
+    # takes the same flag and plans the pods of an example Infra with it.
+    proc = subprocess.run(
+        [controller_bin(), "render", "-f", str(ROOT / "examples" / "single-cluster.yaml")],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "OOOI_COMPONENT_RESOURCES": passed},
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = {}
+    for d in yaml.safe_load_all(proc.stdout):
+        if isinstance(d, dict) and d.get("kind") == "Deployment":
+            component = d["metadata"]["labels"]["app.kubernetes.io/component"]
+            main = next(c for c in d["spec"]["template"]["spec"]["containers"] if c["name"] == component)
+            got[component] = main["resources"]
+    assert got["proxy"] == given["proxy"], got
+    assert got["dhcp"] == {"requests": {"cpu": "1", "memory": "48Mi"}}, got
+    # A kind left out keeps the built-in default.
+    assert got["dns"] == {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "256Mi"}}, got
+    # The schema refuses an unknown kind and a quantity the API would.
+    expect_render_failure({"components": {"resources": {"envoy": {}}}}, "envoy")
+    expect_render_failure({"components": {"resources": {"dns": {"limits": {"memory": "lots"}}}}}, "memory")
+
+
 def test_packaged_chart_is_versioned_as_the_workspace():
     chart = helm.Chart.load(chart_path())
-    assert chart.metadata["version"] == APP_VERSION and chart.metadata["appVersion"] == APP_VERSION, chart.metadata
+    assert chart.metadata["version"] == APP_VERSION, chart.metadata
+    assert REVISION_TAG.fullmatch(chart.metadata["appVersion"]), chart.metadata
     assert Path(chart_path()).name == f"oooi-{APP_VERSION}.tgz", chart_path()
     # The archive holds the chart folder as it is in the repository, plus the module.
     assert yaml.safe_load((CHART_SRC / "values.yaml").read_text()) == chart.values, "packaged values differ from charts/oooi/values.yaml"

@@ -385,7 +385,9 @@ def test_docs_shell_blocks_run_as_written():
             dep = next(o for o in objects if o["kind"] == "Deployment")
             image = dep["spec"]["template"]["spec"]["containers"][0]["image"]
             want = overlay.path("dist/oooi-controller.digest").read_text().strip()
-            assert image == f"{registry.host}/oooi/oooi-controller:{APP_VERSION}@{want}", f"{where}: {image}"
+            # The tag part is the chart's appVersion, the revision tag of
+            # the same checkout; the digest pins the image.
+            assert image == f"{registry.host}/oooi/oooi-controller:{tag}@{want}", f"{where}: {image}"
             env_images = {e["name"]: e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"] if e["name"].endswith("_IMAGE")}
             for name in ("dhcp", "dns", "proxy"):
                 d = overlay.path(f"dist/oooi-{name}.digest").read_text().strip()

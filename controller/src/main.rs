@@ -78,6 +78,10 @@ struct RenderArgs {
     /// Placement of components whose Infra leaves it unset, as `run` takes it.
     #[command(flatten)]
     placement: oooi_controller::plan::placement::DefaultPlacement,
+    /// Resources of components whose server leaves them unset, as `run`
+    /// takes them.
+    #[command(flatten)]
+    resources: oooi_controller::plan::resources::DefaultResources,
     /// Who may scrape the components' metrics ports, as `run` takes it.
     #[command(flatten)]
     metrics_scrapers: oooi_controller::plan::network_policy::MetricsScrapers,
@@ -244,6 +248,7 @@ fn render(a: RenderArgs) -> anyhow::Result<oooi_controller::render::Rendered> {
         controller_namespace: Some(a.controller_namespace),
         images: a.images,
         placement: a.placement,
+        resources: a.resources,
         metrics_scrapers: a.metrics_scrapers,
         strict_kinds: a.strict_kinds,
         gitops: a.gitops,

@@ -107,6 +107,9 @@ pub struct RenderInput {
     pub images: plan::images::DefaultImages,
     /// Placement of components whose Infra leaves it unset (as `run` has it).
     pub placement: plan::placement::DefaultPlacement,
+    /// Resources of components whose server leaves them unset (as `run`
+    /// has them).
+    pub resources: plan::resources::DefaultResources,
     /// Refuse documents of other kinds instead of skipping them.
     pub strict_kinds: bool,
     /// The documents of other kinds that were skipped, one line each.
@@ -411,6 +414,8 @@ struct Common<'a> {
     push_token: &'a str,
     controller_namespace: &'a str,
     metrics_scrapers: &'a plan::network_policy::MetricsScrapers,
+    /// Resources of components whose server leaves them unset.
+    resources: &'a plan::resources::DefaultResources,
     /// The filter module and the check's verdict on it.
     filter: Option<(&'a Module, &'a Verdict)>,
 }
@@ -438,7 +443,7 @@ fn render_children(
         out.objects.push(object_of(d)?);
         // As the DHCPServer reconcile plans them (the same planner).
         out.objects.extend(
-            plan::dhcp::objects(d, common.policy_peers())
+            plan::dhcp::objects(&common.resources.dhcp(d), common.policy_peers())
                 .with_context(|| format!("DHCPServer {name}"))?
                 .to_values(),
         );
@@ -451,7 +456,7 @@ fn render_children(
         let name = d.metadata.name.clone().unwrap_or_default();
         out.objects.push(object_of(d)?);
         out.objects.extend(
-            plan::dns::objects(d, common.policy_peers())
+            plan::dns::objects(&common.resources.dns(d), common.policy_peers())
                 .with_context(|| format!("DNSServer {name}"))?
                 .to_values(),
         );
@@ -468,9 +473,13 @@ fn render_children(
             Some((module, verdict)) => Some(first_rollout(p, module, verdict)?),
             None => None,
         };
-        let objects =
-            plan::proxy::objects(p, common.push_token, filter.as_ref(), common.policy_peers())
-                .with_context(|| format!("ProxyServer {name}"))?;
+        let objects = plan::proxy::objects(
+            &common.resources.proxy(p),
+            common.push_token,
+            filter.as_ref(),
+            common.policy_peers(),
+        )
+        .with_context(|| format!("ProxyServer {name}"))?;
         out.objects.extend(objects.to_values());
         let child_proxy = match &filter {
             Some(f) => f.proxy_for_children(p),
@@ -663,6 +672,7 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
         push_token,
         controller_namespace,
         metrics_scrapers: &input.metrics_scrapers,
+        resources: &input.resources,
         filter: input
             .filter
             .as_ref()

@@ -90,6 +90,9 @@ pub struct RunArgs {
     /// Placement of components whose Infra leaves it unset.
     #[command(flatten)]
     pub placement: crate::plan::placement::DefaultPlacement,
+    /// Resources of components whose server leaves them unset.
+    #[command(flatten)]
+    pub resources: crate::plan::resources::DefaultResources,
     /// Who may scrape the components' metrics ports.
     #[command(flatten)]
     pub metrics_scrapers: crate::plan::network_policy::MetricsScrapers,
@@ -315,6 +318,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             },
             images: args.images.clone(),
             placement: args.placement.clone(),
+            resources: args.resources.clone(),
             metrics_scrapers: args.metrics_scrapers.clone(),
         };
         let controllers = crate::controllers::run(

@@ -167,7 +167,9 @@ pub struct DHCPServerSpec {
     pub image: String,
     /// The whole oooi-dhcp config file.
     pub config: DhcpConfigDocument,
-    /// Compute resources.
+    /// Compute resources. Default: the controller's default for the kind
+    /// (`--component-resources`, the chart's `components.resources`), else
+    /// the built-in requests and limits of the kind.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
     /// Where the pods run and how their images are pulled.
@@ -246,7 +248,9 @@ pub struct DNSServerSpec {
     pub image: String,
     /// The whole oooi-dns config file.
     pub config: DnsConfigDocument,
-    /// Compute resources.
+    /// Compute resources. Default: the controller's default for the kind
+    /// (`--component-resources`, the chart's `components.resources`), else
+    /// the built-in requests and limits of the kind.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
     /// Where the pods run and how their images are pulled.
@@ -481,7 +485,9 @@ pub struct ProxyServerSpec {
     /// true. Of several replicas, the first makes it, for all of them.
     #[serde(default = "default_true")]
     pub internal_service: bool,
-    /// Compute resources.
+    /// Compute resources. Default: the controller's default for the kind
+    /// (`--component-resources`, the chart's `components.resources`), else
+    /// the built-in requests and limits of the kind.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
     /// Where the pods run and how their images are pulled.

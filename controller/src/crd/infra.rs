@@ -381,7 +381,9 @@ pub struct DhcpComponent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub image: Option<String>,
-    /// Compute resources. Default: requests 10m CPU / 32Mi, limit 128Mi.
+    /// Compute resources. Default: the controller's default for the kind
+    /// (`--component-resources`, the chart's `components.resources`), else
+    /// requests 10m CPU / 32Mi, limit 128Mi.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
     /// Where the pods run and how their images are pulled; each field
@@ -432,7 +434,9 @@ pub struct DnsComponent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub image: Option<String>,
-    /// Compute resources. Default: requests 10m CPU / 32Mi, limit 256Mi.
+    /// Compute resources. Default: the controller's default for the kind
+    /// (`--component-resources`, the chart's `components.resources`), else
+    /// requests 10m CPU / 32Mi, limit 256Mi.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
     /// Where the pods run and how their images are pulled; each field
@@ -490,7 +494,9 @@ pub struct ProxyComponent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub image: Option<String>,
-    /// Compute resources. Default: requests 50m CPU / 128Mi, limit 512Mi.
+    /// Compute resources. Default: the controller's default for the kind
+    /// (`--component-resources`, the chart's `components.resources`), else
+    /// requests 50m CPU / 128Mi, limit 512Mi.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
     /// Where the pods run and how their images are pulled; each field

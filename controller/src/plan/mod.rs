@@ -40,6 +40,7 @@ pub mod proxy;
 pub mod public_dns;
 pub mod readiness;
 pub mod reservations;
+pub mod resources;
 pub mod rolling;
 pub mod scc;
 pub mod template_hash;

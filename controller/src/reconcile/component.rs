@@ -255,6 +255,7 @@ fn rollout_of(ctx: &Context, ns: &str, name: &str) -> Rollout {
 pub async fn reconcile_dhcp(obj: Arc<Decoded<DHCPServer>>, ctx: Arc<Context>) -> Result<Action> {
     match &obj.object {
         Ok(d) => {
+            let d = &ctx.settings.resources.dhcp(d);
             reconcile_server(
                 d,
                 d.status.as_ref(),
@@ -275,6 +276,7 @@ pub async fn reconcile_dhcp(obj: Arc<Decoded<DHCPServer>>, ctx: Arc<Context>) ->
 pub async fn reconcile_dns(obj: Arc<Decoded<DNSServer>>, ctx: Arc<Context>) -> Result<Action> {
     match &obj.object {
         Ok(d) => {
+            let d = &ctx.settings.resources.dns(d);
             reconcile_server(
                 d,
                 d.status.as_ref(),
@@ -536,7 +538,7 @@ fn dns_gate(ctx: &Context, me: &DNSServer, desired: &Deployment) -> Gate {
         me.spec.replica,
         desired,
         |d: &DNSServer| {
-            let planned = crate::plan::dns::children(d).ok();
+            let planned = crate::plan::dns::children(&ctx.settings.resources.dns(d)).ok();
             Some((
                 d.spec.replica?,
                 planned.map(|c| template_hash(&c.deployment)),
@@ -554,7 +556,8 @@ fn proxy_gate(ctx: &Context, me: &ProxyServer, desired: &Deployment, token: &str
         me.spec.replica,
         desired,
         |p: &ProxyServer| {
-            let planned = crate::plan::proxy::children(p, token).ok();
+            let planned =
+                crate::plan::proxy::children(&ctx.settings.resources.proxy(p), token).ok();
             Some((
                 p.spec.replica?,
                 planned.map(|c| template_hash(&c.deployment)),
@@ -672,10 +675,13 @@ pub async fn reconcile_proxy(
     // Filter rollout: the checked module, its derived ConfigMap, the status.
     let filter = crate::rollout::prepare(&ctx.rollout, &ctx.stores, obj).await;
     let objects = match push_token(&ctx, obj).await {
-        Ok(token) => {
-            crate::plan::proxy::objects(obj, &token, Some(&filter), ctx.settings.policy_peers())
-                .map(|o| (o, token))
-        }
+        Ok(token) => crate::plan::proxy::objects(
+            &ctx.settings.resources.proxy(obj),
+            &token,
+            Some(&filter),
+            ctx.settings.policy_peers(),
+        )
+        .map(|o| (o, token)),
         Err(e) => Err(anyhow::anyhow!(e)),
     };
     match objects {

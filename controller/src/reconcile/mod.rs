@@ -68,6 +68,8 @@ pub struct Settings {
     pub images: crate::plan::images::DefaultImages,
     /// Placement of components whose Infra leaves it unset.
     pub placement: crate::plan::placement::DefaultPlacement,
+    /// Resources of components whose server leaves them unset.
+    pub resources: crate::plan::resources::DefaultResources,
 }
 
 impl Settings {

@@ -87,6 +87,15 @@ fn in_lab_netns(pid: i32, prefix: &str) -> bool {
         .any(|n| n.starts_with(&format!("{prefix}-")))
 }
 
+/// Whether container `name` exists and its process runs.
+fn container_running(name: &str) -> bool {
+    Command::new("podman")
+        .args(["inspect", "--format", "{{.State.Running}}", name])
+        .stderr(Stdio::null())
+        .output()
+        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "true")
+}
+
 /// A data-plane program the lab started (one replica of a pod).
 #[derive(Clone)]
 pub struct Started {
@@ -170,7 +179,8 @@ impl Lab {
         log: &str,
         p: &Program<'static>,
     ) -> Result<Started> {
-        let argv = launcher.argv(ns, p, sibling)?;
+        // Each container is named after its namespace.
+        let argv = launcher.argv(ns, ns, p, sibling)?;
         let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
         let pid = self.spawn_argv(log, &argv)?;
         Ok(Started {
@@ -195,7 +205,13 @@ impl Lab {
                 run(&["kill", "-KILL", &s.pid.to_string()])?;
             }
             Launcher::Images { .. } => {
-                run(&["podman", "kill", "--signal", "KILL", &s.ns])?;
+                // A container that stopped on its own meanwhile needs no
+                // kill (podman refuses one that is not running).
+                if let Err(e) = run(&["podman", "kill", "--signal", "KILL", &s.ns])
+                    && container_running(&s.ns)
+                {
+                    return Err(e);
+                }
             }
         }
         self.reap(s.pid, Duration::from_secs(10))?;
@@ -229,11 +245,29 @@ impl Lab {
         sent: std::time::Instant,
         within: Duration,
     ) -> Result<Option<Duration>> {
-        let exited = self.wait_exit(s.pid, within)?;
+        let exited = match &s.launcher {
+            Launcher::Build => self.wait_exit(s.pid, within)?,
+            // The container's process, not the `podman run --rm` client,
+            // which removes the container after it (slow on a loaded
+            // machine with the vfs store).
+            Launcher::Images { .. } => {
+                let deadline = std::time::Instant::now() + within;
+                loop {
+                    if !container_running(&s.ns) {
+                        break true;
+                    }
+                    if std::time::Instant::now() > deadline {
+                        break false;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        };
         let took = sent.elapsed();
         if !exited {
             self.kill_9(s)?;
         } else if matches!(s.launcher, Launcher::Images { .. }) {
+            self.reap(s.pid, Duration::from_secs(30))?;
             let _ = Command::new("podman")
                 .args(["rm", "--force", "--time", "0", "--ignore", &s.ns])
                 .stdout(Stdio::null())

@@ -10,10 +10,13 @@
 //!   adds, see `replicas`), each with `net1` on the bridge, running
 //!   `oooi-dhcp`, `oooi-dns` and Envoy with the filter from the rendered
 //!   files only: by default the
-//!   images `localhost/oooi-{dhcp,dns,proxy}:<version>` under podman (as
-//!   their pods run them: UID 0, the pod's capabilities only, read-only root
-//!   filesystem, in the namespace's network), with `--from-build` the
-//!   cargo-built binaries and the `envoy` on PATH;
+//!   images `localhost/oooi-{dhcp,dns,proxy}:<version>` under podman in the
+//!   namespace's network, each container with the security context render
+//!   planned for its pod (`launch::RunAs`: UID 65532, no capability, no
+//!   privilege escalation, read-only root, the pod's sysctls; the address
+//!   agent UID 0 with NET_ADMIN and NET_RAW only), checked against the
+//!   running process; with `--from-build` the cargo-built binaries (as
+//!   root) and the `envoy` on PATH;
 //! - `<p>-mgmt`: the management pod network (a bridge the proxy and DNS pods
 //!   are on, the DNS pod at 10.128.0.3); a management pod there asks the DNS
 //!   pod view (port 5353) for `api.<cluster>.<base>`: the internal proxy with

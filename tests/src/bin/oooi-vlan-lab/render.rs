@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, anyhow, bail};
 use serde_json::Value;
 
+use oooi_tests::launch::RunAs;
+
 use crate::clients::Push;
 use crate::lab::{Lab, run, sibling};
 use crate::replicas::Replicas;
@@ -60,6 +62,9 @@ pub struct Rendered {
     pub internal_proxy: Option<String>,
     /// The DNS servers' upstreams (`address[:port]`).
     pub upstreams: Vec<String>,
+    /// The pod spec render planned for each component (`dhcp`, `dns`,
+    /// `proxy`): its Deployment's `spec.template.spec`.
+    pub pods: BTreeMap<String, Value>,
 }
 
 impl Rendered {
@@ -73,6 +78,7 @@ impl Rendered {
             .with_context(|| format!("cannot read {}", manifests_path.display()))?;
         let docs = yaml_docs(&manifests)?;
         let first = render(&dir.join("render"), manifests_path, wasm)?;
+        let pods = first.pods.clone();
         let (dhcp_cfg, dns_cfg, routes_file, envoy_src) = (
             first.dhcp_cfg.clone(),
             first.dns_cfg.clone(),
@@ -201,7 +207,35 @@ impl Rendered {
             clusters,
             internal_proxy,
             upstreams,
+            pods,
         })
+    }
+
+    /// The security context render planned for container `container` of
+    /// `component`'s pods: what the lab runs it with.
+    pub fn security(&self, component: &str, container: &str) -> Result<RunAs> {
+        let pod = self
+            .pods
+            .get(component)
+            .ok_or_else(|| anyhow!("render planned no {component} Deployment"))?;
+        RunAs::of_pod(pod, container)
+            .with_context(|| format!("the rendered {component} pod, container {container}"))
+    }
+
+    /// The command of container `container` of `component`'s pods, as
+    /// render planned it.
+    pub fn command(&self, component: &str, container: &str) -> Result<String> {
+        let pod = self
+            .pods
+            .get(component)
+            .ok_or_else(|| anyhow!("render planned no {component} Deployment"))?;
+        ["containers", "initContainers"]
+            .iter()
+            .flat_map(|list| pod[list].as_array().into_iter().flatten())
+            .find(|c| c["name"] == container)
+            .and_then(|c| c["command"][0].as_str())
+            .map(str::to_string)
+            .ok_or_else(|| anyhow!("the rendered {component} pod has no command for {container}"))
     }
 
     /// The isolation of `cluster`'s names, as the lab prints it.
@@ -274,6 +308,9 @@ pub struct RenderedFiles {
     pub dns_cfg: PathBuf,
     pub routes_file: PathBuf,
     pub envoy_src: PathBuf,
+    /// Each component's pod spec (the first of its Deployments; every
+    /// other one of the component must run its containers alike).
+    pub pods: BTreeMap<String, Value>,
 }
 
 /// Runs `oooi-controller render -f manifests --out out`, as a user would.
@@ -304,7 +341,56 @@ pub fn render(out: &Path, manifests: &Path, wasm: &Path) -> Result<RenderedFiles
         dns_cfg: find("-dns.yaml")?,
         routes_file: find("-proxy-routes.json")?,
         envoy_src,
+        pods: pods(&out.join("objects"))?,
     })
+}
+
+/// The pod spec of each component's Deployments in render's `objects`
+/// directory, by the component label; fails when two Deployments of one
+/// component run a container with different security contexts (the lab
+/// runs every replica of a component alike).
+fn pods(objects: &Path) -> Result<BTreeMap<String, Value>> {
+    let mut out: BTreeMap<String, Value> = BTreeMap::new();
+    for path in walk(objects) {
+        if !path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().contains("-deployment-"))
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)?;
+        let d: Value = serde_saphyr::from_str(&text)
+            .with_context(|| format!("{} is not YAML", path.display()))?;
+        let Some(component) = d["metadata"]["labels"]["app.kubernetes.io/component"].as_str()
+        else {
+            continue;
+        };
+        let pod = d["spec"]["template"]["spec"].clone();
+        match out.get(component) {
+            None => {
+                out.insert(component.to_string(), pod);
+            }
+            Some(first) => {
+                let names = |p: &Value| -> Vec<String> {
+                    ["containers", "initContainers"]
+                        .iter()
+                        .flat_map(|l| p[l].as_array().cloned().unwrap_or_default())
+                        .filter_map(|c| c["name"].as_str().map(str::to_string))
+                        .collect()
+                };
+                for name in names(&pod) {
+                    let (a, b) = (RunAs::of_pod(first, &name)?, RunAs::of_pod(&pod, &name)?);
+                    if a != b {
+                        bail!(
+                            "{}: container {name} runs unlike the first {component} pod's ({a:?} against {b:?})",
+                            path.display()
+                        );
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The documents of a multi-document YAML manifest.

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Result, anyhow, bail};
-use oooi_tests::launch::Program;
+use oooi_tests::launch::{Launcher, Program, RunAs, Volume};
 
 use super::topology::{Namespaces, replica_suffix};
 use crate::UpArgs;
@@ -101,18 +101,24 @@ pub fn data_plane(
     let launcher = args.launcher();
     println!("data plane: {}", launcher.describe());
     launcher.check()?;
-    // The lease store stays owned by root: the container runs as UID 0 with
-    // every capability but the pod's dropped (no CAP_DAC_OVERRIDE), so it
-    // writes only a directory it owns.
+    // Every container runs with the security context render planned for
+    // its pod: the lease store is the claim the pod's fsGroup owns, as the
+    // kubelet hands it over.
+    let mut shapes = Vec::new();
     lab.launch(
         &launcher,
         dhcp_ns,
         "oooi-dhcp",
         &Program {
             binary: "oooi-dhcp",
+            entrypoint: "/usr/local/bin/oooi-dhcp".into(),
             image: "dhcp",
-            caps: &["NET_BIND_SERVICE", "NET_RAW"],
-            mounts: vec![(render_dir.clone(), false), (data.clone(), true)],
+            security: r.security("dhcp", "dhcp")?,
+            mounts: vec![
+                (render_dir.clone(), Volume::Config),
+                (data.clone(), Volume::Claim),
+            ],
+            env: Vec::new(),
             args: vec![
                 "serve".into(),
                 "--config".into(),
@@ -124,6 +130,7 @@ pub fn data_plane(
             ],
         },
     )?;
+    shapes.push(("oooi-dhcp", dhcp_ns.clone(), r.security("dhcp", "dhcp")?));
     // Like each DNS pod: its ConfigMap is a kubelet mount, updated by the
     // `..data` symlink swap, which oooi-dns watches.
     let mut dns = Vec::new();
@@ -142,9 +149,11 @@ pub fn data_plane(
             &format!("oooi-dns{suffix}"),
             &Program {
                 binary: "oooi-dns",
+                entrypoint: "/usr/local/bin/oooi-dns".into(),
                 image: "dns",
-                caps: &["NET_BIND_SERVICE"],
-                mounts: vec![(dns_mount.clone(), false)],
+                security: r.security("dns", "dns")?,
+                mounts: vec![(dns_mount.clone(), Volume::Config)],
+                env: Vec::new(),
                 args: vec![
                     "serve".into(),
                     "--config".into(),
@@ -160,6 +169,7 @@ pub fn data_plane(
                 ],
             },
         )?;
+        shapes.push(("oooi-dns", dns_ns.clone(), r.security("dns", "dns")?));
         dns.push((ip.clone(), started));
         dns_mounts.push(dns_mount);
     }
@@ -234,15 +244,19 @@ pub fn data_plane(
             ]
             .map(String::from),
         );
+        // The bootstrap beside the pod's emptyDir: the Secret's file.
         let envoy = Program {
             binary: "oooi-envoy-gate",
+            entrypoint: r.command("proxy", "proxy")?,
             image: "proxy",
-            caps: &["NET_BIND_SERVICE"],
+            security: r.security("proxy", "proxy")?,
             mounts: vec![
-                (envoy_dir.clone(), false),
-                (filter_dir.clone(), false),
-                (run_dir.clone(), true),
+                (envoy_dir.clone(), Volume::Config),
+                (filter_dir.clone(), Volume::Config),
+                (run_dir.clone(), Volume::Config),
+                (listeners.clone(), Volume::EmptyDir),
             ],
+            env: Vec::new(),
             args,
         };
         let started = lab.launch(
@@ -251,6 +265,7 @@ pub fn data_plane(
             &format!("envoy{}", replica_suffix(i)),
             &envoy,
         )?;
+        shapes.push(("envoy", proxy_ns.clone(), r.security("proxy", "proxy")?));
         proxies.push((ip.clone(), started));
     }
     let got = wait_until(15, "oooi-dhcp /healthz", || {
@@ -259,6 +274,10 @@ pub fn data_plane(
     .map(|s| s.split_whitespace().next().unwrap_or("").to_string())
     .unwrap_or_else(|e| format!("{e:#}"));
     println!("\ninfra on the VLAN:");
+    // Each container is named after its namespace.
+    for (program, ns, security) in &shapes {
+        check_shape(&launcher, program, (ns, ns), security, report);
+    }
     report.step(
         &format!("oooi-dhcp serving on {dhcp_ns}/{iface} {dhcp_ip}"),
         "200",
@@ -281,6 +300,53 @@ pub fn data_plane(
         dns,
         proxies,
     })
+}
+
+/// Reports how a container the lab started runs (its main process's
+/// identity, capabilities, no_new_privs and root file system) against the
+/// security context render planned for it; and the pod's sysctls in its
+/// network namespace. Nothing to compare with `--from-build`.
+pub fn check_shape(
+    launcher: &Launcher,
+    program: &str,
+    (ns, container): (&str, &str),
+    security: &RunAs,
+    report: &mut Report,
+) {
+    let got = match launcher.running_status(container) {
+        Ok(Some(got)) => got,
+        Ok(None) => return,
+        Err(e) => format!("{e:#}"),
+    };
+    report.step(
+        &format!("{program} in {container} runs as its pod says"),
+        &security.expected_status(),
+        &got,
+    );
+    if security.sysctls.is_empty() {
+        return;
+    }
+    let words = |v: &str| v.split_whitespace().collect::<Vec<_>>().join(" ");
+    let want: Vec<String> = security
+        .sysctls
+        .iter()
+        .map(|(name, value)| format!("{name}={}", words(value)))
+        .collect();
+    let got: Vec<String> = security
+        .sysctls
+        .iter()
+        .map(|(name, _)| {
+            let v = run(&["ip", "netns", "exec", ns, "sysctl", "-n", name])
+                .map(|v| words(&v))
+                .unwrap_or_else(|e| format!("{e:#}"));
+            format!("{name}={v}")
+        })
+        .collect();
+    report.step(
+        &format!("{ns}: the pod's sysctls"),
+        &want.join(", "),
+        &got.join(", "),
+    );
 }
 
 /// Pushes the rendered table from the management network, as the

@@ -1,7 +1,8 @@
 //! Node loss with floating addresses. The same `oooi-addr-agent` the DNS
 //! and proxy images ship runs beside every DNS and proxy replica (in the
-//! replica's namespace, UID 0 with NET_ADMIN and NET_RAW only; from the
-//! images when the lab runs from them); the agents judge liveness from the
+//! replica's namespace; from the images when the lab runs from them, with
+//! the security context render planned for its container: UID 0 with
+//! NET_ADMIN and NET_RAW only); the agents judge liveness from the
 //! adverts they send each other on the VLAN and make no API request (the
 //! lab still serves `oooi-kube-mock` on the management network and prints
 //! the requests it got). While the workers run their clients, replica 1 of
@@ -35,7 +36,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow, bail};
-use oooi_tests::launch::Launcher;
+use oooi_tests::launch::{Launcher, Program, Volume};
 use serde_json::Value;
 
 use super::infra::DataPlane;
@@ -276,7 +277,14 @@ pub fn run(
             ]
             .map(String::from)
             .to_vec();
-            let pid = spawn_agent(lab, &launcher, rns, component, &kubeconfig, &agent_args)?;
+            let pid = spawn_agent(
+                lab,
+                &launcher,
+                r,
+                (rns, component),
+                &kubeconfig,
+                &agent_args,
+            )?;
             agent_pids.push(pid);
             agents.push(Agent {
                 ns: rns.clone(),
@@ -302,6 +310,15 @@ pub fn run(
     );
     if got.is_none() {
         bail!("the agents did not take their addresses: see the agent-*.log files");
+    }
+    for a in &agents {
+        super::infra::check_shape(
+            &launcher,
+            "oooi-addr-agent",
+            (&a.ns, &agent_container(&a.ns)),
+            &r.security(a.component, AGENT_CONTAINER)?,
+            report,
+        );
     }
     println!(
         "  agents holding their home addresses after {:.1} s: {}",
@@ -596,7 +613,14 @@ pub fn run(
     }
     for &i in &drained {
         let a = &agents[i];
-        agent_pids[i] = spawn_agent(lab, &launcher, &a.ns, a.component, &kubeconfig, &a.args)?;
+        agent_pids[i] = spawn_agent(
+            lab,
+            &launcher,
+            r,
+            (&a.ns, a.component),
+            &kubeconfig,
+            &a.args,
+        )?;
     }
     plane.dns[0].1 = lab.restart(&dns_started)?;
     plane.proxies[0].1 = lab.restart(&proxy_started)?;
@@ -981,14 +1005,15 @@ pub fn run(
     Ok(agent_pids)
 }
 
-/// Starts the agent of the replica in `rns`: the cargo-built binary, or
-/// the one in the component's image, in the replica's network namespace
-/// as its pod runs it (UID 0, NET_ADMIN and NET_RAW only, read-only root).
+/// Starts the address agent beside the replica in `rns`: from the images,
+/// the container `<rns>-agent` with the security context render planned
+/// for the `address-agent` container of the component's pod. Its pid (the
+/// process the lab started).
 fn spawn_agent(
     lab: &mut Lab,
     launcher: &Launcher,
-    rns: &str,
-    component: &str,
+    r: &Rendered,
+    (rns, component): (&str, &str),
     kubeconfig: &std::path::Path,
     args: &[String],
 ) -> Result<u32> {
@@ -996,48 +1021,39 @@ fn spawn_agent(
         "agent-{}",
         rns.trim_start_matches(&format!("{}-", lab.prefix))
     );
-    let kc = format!("KUBECONFIG={}", kubeconfig.display());
-    let argv: Vec<String> = match launcher {
-        Launcher::Build => {
-            let bin = sibling("oooi-addr-agent")?;
-            let mut v: Vec<String> = ["ip", "netns", "exec", rns, "env", &kc]
-                .map(String::from)
-                .to_vec();
-            v.push(bin.to_string_lossy().into_owned());
-            v
-        }
-        Launcher::Images { version } => {
-            let dir = lab.dir.to_string_lossy().into_owned();
-            [
-                "podman",
-                "run",
-                "--rm",
-                "--name",
-                &format!("{rns}-agent"),
-                "--network",
-                &format!("ns:/run/netns/{rns}"),
-                "--read-only",
-                "--user",
-                "0:0",
-                "--cap-drop",
-                "ALL",
-                "--cap-add",
-                "NET_ADMIN,NET_RAW",
-                "-e",
-                &kc,
-                "-v",
-                &format!("{dir}:{dir}:ro"),
-                "--entrypoint",
-                "/bin/oooi-addr-agent",
-                &format!("localhost/oooi-{component}:{version}"),
-            ]
-            .map(String::from)
-            .to_vec()
-        }
+    let program = Program {
+        binary: "oooi-addr-agent",
+        entrypoint: r.command(component, AGENT_CONTAINER)?,
+        image: image_of(component)?,
+        security: r.security(component, AGENT_CONTAINER)?,
+        // The kubeconfig and its CA.
+        mounts: vec![(lab.dir.clone(), Volume::Config)],
+        env: vec![(
+            "KUBECONFIG".to_string(),
+            kubeconfig.to_string_lossy().into_owned(),
+        )],
+        args: args.to_vec(),
     };
-    let mut all: Vec<&str> = argv.iter().map(String::as_str).collect();
-    all.extend(args.iter().map(String::as_str));
+    let argv = launcher.argv(rns, &agent_container(rns), &program, sibling)?;
+    let all: Vec<&str> = argv.iter().map(String::as_str).collect();
     lab.spawn_argv(&log, &all)
+}
+
+/// The agent's container in the pod (`address-agent`, as render plans it).
+const AGENT_CONTAINER: &str = "address-agent";
+
+/// The lab's container of the agent beside the replica in `rns`.
+fn agent_container(rns: &str) -> String {
+    format!("{rns}-agent")
+}
+
+/// The image of a component with an agent.
+fn image_of(component: &str) -> Result<&'static str> {
+    match component {
+        "dns" => Ok("dns"),
+        "proxy" => Ok("proxy"),
+        other => bail!("no agent beside {other}"),
+    }
 }
 
 /// Whether the agent in `rns` holds `ip` (its metric) and the address is
