@@ -123,6 +123,32 @@ pub struct Announce<'a> {
     pub action: &'a str,
 }
 
+/// The JSON merge patch (RFC 7386) that turns `before` into `after`:
+/// `after`'s values, with `null` for every key of an object in `before`
+/// that `after` lacks. Arrays are replaced whole, as merge patches do.
+pub fn merge_patch(before: &serde_json::Value, after: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match (before, after) {
+        (Value::Object(b), Value::Object(a)) => {
+            let mut out = serde_json::Map::new();
+            for (k, v) in a {
+                let p = match b.get(k) {
+                    Some(old) => merge_patch(old, v),
+                    None => v.clone(),
+                };
+                out.insert(k.clone(), p);
+            }
+            for k in b.keys() {
+                if !a.contains_key(k) {
+                    out.insert(k.clone(), Value::Null);
+                }
+            }
+            Value::Object(out)
+        }
+        _ => after.clone(),
+    }
+}
+
 /// The one status writer: patches `new` when it differs from `current`
 /// (so an unchanged status sends no request), then, when `announce` names a
 /// condition whose status changed, records an event on `obj` (a warning
@@ -144,10 +170,18 @@ where
     let patched = current != Some(new);
     if patched {
         let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace(obj)?);
+        // A field the new status leaves out (a message cleared, a component
+        // turned off) is removed, not kept: serialising `new` alone would
+        // omit it, the API server would keep the old value, and every
+        // later reconcile would find a difference and patch again.
+        let before = current
+            .map_or(Ok(serde_json::Value::Null), serde_json::to_value)
+            .map_err(kube::Error::SerdeError)?;
+        let after = serde_json::to_value(new).map_err(kube::Error::SerdeError)?;
         api.patch_status(
             &obj.name_any(),
             &PatchParams::default(),
-            &Patch::Merge(json!({ "status": new })),
+            &Patch::Merge(json!({ "status": merge_patch(&before, &after) })),
         )
         .await?;
     }
@@ -167,4 +201,73 @@ where
         }
     }
     Ok(patched)
+}
+
+#[cfg(test)]
+mod merge_patch_tests {
+    use super::merge_patch;
+    use serde_json::json;
+
+    /// RFC 7386's own application rule, to check a patch against.
+    fn apply(target: &serde_json::Value, patch: &serde_json::Value) -> serde_json::Value {
+        match patch {
+            serde_json::Value::Object(p) => {
+                let mut out = target.as_object().cloned().unwrap_or_default();
+                for (k, v) in p {
+                    if v.is_null() {
+                        out.remove(k);
+                    } else {
+                        let cur = out.get(k).cloned().unwrap_or(serde_json::Value::Null);
+                        out.insert(k.clone(), apply(&cur, v));
+                    }
+                }
+                serde_json::Value::Object(out)
+            }
+            _ => patch.clone(),
+        }
+    }
+
+    #[test]
+    fn a_field_the_new_status_leaves_out_is_removed() {
+        let before = json!({
+            "phase": "Ready",
+            "components": {"dhcp": {"ready": false, "message": "pool exhausted"}, "dns": {"ready": true}},
+            "conditions": [{"type": "Ready", "status": "False"}],
+        });
+        let after = json!({
+            "phase": "Ready",
+            "components": {"dhcp": {"ready": true}},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        });
+        let patch = merge_patch(&before, &after);
+        assert_eq!(
+            patch["components"]["dhcp"]["message"],
+            serde_json::Value::Null
+        );
+        assert!(patch["components"]["dhcp"].get("message").is_some());
+        assert_eq!(patch["components"]["dns"], serde_json::Value::Null);
+        assert_eq!(apply(&before, &patch), after);
+    }
+
+    #[test]
+    fn from_nothing_the_patch_is_the_new_status() {
+        let after = json!({"phase": "Pending", "conditions": []});
+        assert_eq!(merge_patch(&serde_json::Value::Null, &after), after);
+        assert_eq!(
+            apply(
+                &serde_json::Value::Null,
+                &merge_patch(&serde_json::Value::Null, &after)
+            ),
+            after
+        );
+    }
+
+    #[test]
+    fn scalars_and_arrays_are_replaced() {
+        let before = json!({"a": [1, 2], "b": {"c": 1}});
+        let after = json!({"a": [3], "b": 7});
+        let patch = merge_patch(&before, &after);
+        assert_eq!(patch, json!({"a": [3], "b": 7}));
+        assert_eq!(apply(&before, &patch), after);
+    }
 }
