@@ -102,10 +102,8 @@ const METRICS: &str = "127.0.0.1:9067";
 /// A kubelet-style probe of `/healthz` at `addr` in namespace `ns`: 200
 /// within 2 s.
 fn probe(ns: &str, addr: SocketAddr) -> bool {
-    in_netns(ns.to_string(), move || {
-        get(addr, "/healthz", Duration::from_secs(2))
-    })
-    .is_some_and(|(s, _)| s == 200)
+    in_netns(ns, move || get(addr, "/healthz", Duration::from_secs(2)))
+        .is_some_and(|(s, _)| s == 200)
 }
 
 #[test]
