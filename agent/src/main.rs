@@ -145,6 +145,13 @@ struct Args {
         default_value = "127.0.0.1:9466"
     )]
     metrics_addr: SocketAddr,
+    /// Address of a listener serving `/healthz` alone, with a connection
+    /// budget of its own: point the liveness probe here, so that whatever
+    /// holds the metrics port's connections cannot have the agent
+    /// restarted. Unset: no such listener (`/healthz` is still on the
+    /// metrics endpoint). In a pod, give the pod's own address.
+    #[arg(long, env = "OOOI_AGENT_HEALTH_ADDR")]
+    health_addr: Option<SocketAddr>,
 }
 
 fn main() -> ExitCode {
@@ -275,6 +282,12 @@ async fn run_agent(args: Args) -> Result<()> {
         .await
         .with_context(|| format!("--metrics-addr {}: cannot bind", args.metrics_addr))?;
     tokio::spawn(metrics::serve(listener, metrics.clone()));
+    if let Some(addr) = args.health_addr {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("--health-addr {addr}: cannot bind"))?;
+        tokio::spawn(metrics::serve_health(listener));
+    }
     if let Some(socket) = defence {
         let (held, metrics) = (settings.held.clone(), metrics.clone());
         tokio::spawn(async move {
@@ -325,6 +338,7 @@ async fn run_agent(args: Args) -> Result<()> {
         advert_interval = ?settings.timing.interval,
         dead_after = ?settings.timing.dead_after,
         metrics = %args.metrics_addr,
+        health = ?args.health_addr,
         "oooi-addr-agent starting"
     );
     run::run(

@@ -247,7 +247,9 @@ impl Metrics {
 
 /// Serves `/metrics` and `/healthz` (200 while the process runs) on
 /// `listener`, within [`oooi_serve::Limits::SMALL`] (connections, head and
-/// idle timeouts, head and body bytes).
+/// idle timeouts, head and body bytes). `/healthz` stays here for whoever
+/// knows only this port; the liveness probe asks the health listener
+/// ([`serve_health`]), whose budget nothing sent here can use up.
 pub async fn serve(listener: tokio::net::TcpListener, metrics: Metrics) -> anyhow::Result<()> {
     let app = axum::Router::new()
         .route(
@@ -259,6 +261,15 @@ pub async fn serve(listener: tokio::net::TcpListener, metrics: Metrics) -> anyho
         )
         .route("/healthz", axum::routing::get(|| async { "ok\n" }));
     match oooi_serve::serve(listener, app, oooi_serve::Limits::SMALL).await? {}
+}
+
+/// Serves `/healthz` alone (200 while the process runs) on `listener`,
+/// within [`oooi_serve::Limits::HEALTH`]: a listener with a connection
+/// budget of its own, so a flood of the metrics port (idle connections,
+/// unfinished heads) cannot fail the liveness probe.
+pub async fn serve_health(listener: tokio::net::TcpListener) -> anyhow::Result<()> {
+    let app = axum::Router::new().route("/healthz", axum::routing::get(|| async { "ok\n" }));
+    match oooi_serve::serve(listener, app, oooi_serve::Limits::HEALTH).await? {}
 }
 
 #[cfg(test)]

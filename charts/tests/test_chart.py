@@ -85,6 +85,7 @@ ALL_FEATURES = {
         "logFormat": "text",
         "logLevel": "debug,kube=info",
         "httpPort": 9090,
+        "healthPort": 9091,
         "extraEnv": [{"name": "EXTRA", "value": "1"}],
     },
     "leaderElection": {"leaseName": "oooi-lease"},
@@ -398,9 +399,16 @@ def test_deployment_is_restricted_and_probed():
         assert csc["capabilities"] == {"drop": ["ALL"]}, csc
         assert csc["seccompProfile"] == {"type": "RuntimeDefault"}, csc
         port = values.get("controller", {}).get("httpPort", 8080)
-        assert c["ports"] == [{"name": "http", "containerPort": port, "protocol": "TCP"}], c["ports"]
-        assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
-        assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+        health = values.get("controller", {}).get("healthPort", 8081)
+        assert c["ports"] == [
+            {"name": "http", "containerPort": port, "protocol": "TCP"},
+            {"name": "health", "containerPort": health, "protocol": "TCP"},
+        ], c["ports"]
+        # The probes ask a listener of their own, whose connections nothing
+        # sent to the http port can take.
+        assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+        assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+        assert f"--health-addr=0.0.0.0:{health}" in c["args"], c["args"]
         assert c["resources"]["requests"]["cpu"] and c["resources"]["limits"]["memory"], c["resources"]
         assert f"--http-addr=0.0.0.0:{port}" in c["args"], c["args"]
         env = {e["name"]: e for e in c["env"]}
@@ -778,6 +786,7 @@ BAD_VALUES = [
     ({"controller": {"logFormat": "xml"}}, "/controller/logFormat"),
     ({"controller": {"httpPort": 80}}, "/controller/httpPort"),
     ({"controller": {"httpPort": 70000}}, "/controller/httpPort"),
+    ({"controller": {"healthPort": 80}}, "/controller/healthPort"),
     ({"controller": {"watchNamespace": "Bad_NS"}}, "/controller/watchNamespace"),
     ({"controller": {"extraEnv": [{"value": "no name"}]}}, "/controller/extraEnv/0"),
     ({"controller": {"typo": 1}}, "typo"),

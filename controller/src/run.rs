@@ -43,6 +43,13 @@ pub struct RunArgs {
     /// by, 503 while starting or shutting down).
     #[arg(long, env = "OOOI_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     pub http_addr: SocketAddr,
+    /// Address of a listener serving /healthz and /readyz alone, with a
+    /// connection budget of its own: point the kubelet's probes here, so
+    /// that whatever holds the --http-addr port's connections cannot make
+    /// the controller unready or have it restarted. Unset: no such listener
+    /// (both stay on --http-addr too).
+    #[arg(long, env = "OOOI_HEALTH_ADDR")]
+    pub health_addr: Option<SocketAddr>,
     /// Elect one active replica through a Lease.
     #[arg(long, env = "OOOI_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_election: bool,
@@ -134,6 +141,52 @@ pub fn router(metrics: Metrics, health: Arc<Health>) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz_handler))
         .with_state(HttpState { metrics, health })
+}
+
+/// The health listener's routes: `/healthz` and `/readyz` alone.
+pub fn health_router(health: Arc<Health>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            get(|State(h): State<Arc<Health>>| async move {
+                if h.ready() {
+                    (StatusCode::OK, "ready\n")
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+                }
+            }),
+        )
+        .with_state(health)
+}
+
+/// Serves [`health_router`] on `addr` until `shutdown` resolves, within
+/// [`oooi_serve::Limits::HEALTH`]: a listener of its own for the kubelet's
+/// probes, whose connections nothing sent to the http port can take.
+pub async fn serve_health(
+    addr: SocketAddr,
+    health: Arc<Health>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("--health-addr {addr}: cannot bind"))?;
+    info!(%addr, "serving /healthz, /readyz");
+    serve_health_listener(listener, health, shutdown).await
+}
+
+/// [`serve_health`] on a bound listener.
+async fn serve_health_listener(
+    listener: tokio::net::TcpListener,
+    health: Arc<Health>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    tokio::select! {
+        served = oooi_serve::serve(listener, health_router(health), oooi_serve::Limits::HEALTH) => {
+            match served? {}
+        }
+        () = shutdown => Ok(()),
+    }
 }
 
 async fn metrics_handler(State(s): State<HttpState>) -> impl IntoResponse {
@@ -256,6 +309,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     // The HTTP server stops after everything else (see the end of this fn).
     let (http_stop_tx, http_stop_rx) = watch::channel(false);
+    let probes = args.health_addr.map(|addr| {
+        tokio::spawn(serve_health(
+            addr,
+            health.clone(),
+            Shutdown(http_stop_rx.clone()).wait(),
+        ))
+    });
     let http = tokio::spawn(serve_http(
         args.http_addr,
         metrics.clone(),
@@ -357,6 +417,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         Err(e) => error!("HTTP server task: {e}"),
         Ok(Ok(())) => {}
     }
+    if let Some(probes) = probes {
+        match probes.await {
+            Ok(Err(e)) => error!("health listener: {e:#}"),
+            Err(e) => error!("health listener task: {e}"),
+            Ok(Ok(())) => {}
+        }
+    }
     info!("stopped");
     result
 }
@@ -454,6 +521,36 @@ mod tests {
         assert!(
             body.contains("oooi_controller_reconciles_total{kind=\"Infra\"} 1"),
             "{body}"
+        );
+        health.set_stopping();
+        assert_eq!(
+            get(addr, "/readyz").await.0,
+            503,
+            "not ready while stopping"
+        );
+        tx.send(true).unwrap();
+        server.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_health_listener_answers_health_and_readiness_alone() {
+        let health = Arc::new(Health::default());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = watch::channel(false);
+        let server = tokio::spawn(serve_health_listener(
+            listener,
+            health.clone(),
+            Shutdown(rx).wait(),
+        ));
+        assert_eq!(get(addr, "/healthz").await.0, 200);
+        assert_eq!(get(addr, "/readyz").await.0, 503, "not ready before start");
+        health.set_ready();
+        assert_eq!(get(addr, "/readyz").await.0, 200);
+        assert_eq!(
+            get(addr, "/metrics").await.0,
+            404,
+            "metrics stay on --http-addr"
         );
         health.set_stopping();
         assert_eq!(

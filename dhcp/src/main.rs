@@ -8,7 +8,7 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use oooi_dhcp::config::Config;
 use oooi_dhcp::lease_store::{DECLINED_MAC, LeaseStore};
-use oooi_dhcp::metrics::{ResultLabels, metrics, serve_http};
+use oooi_dhcp::metrics::{ResultLabels, metrics, serve_health, serve_http};
 use oooi_dhcp::peer::{self, Pair};
 use oooi_dhcp::server::{self, Durability, Server};
 use oooi_reload::{Outcome, Reloader, Settings};
@@ -43,6 +43,14 @@ enum Command {
         /// pod's own address.
         #[arg(long, env = "OOOI_DHCP_METRICS_ADDR", default_value = "127.0.0.1:9067")]
         metrics_addr: SocketAddr,
+        /// Address (`ip:port`) of a listener serving `/healthz` alone, with
+        /// a connection budget of its own: point readiness and liveness
+        /// probes here, so that whatever holds the metrics port's
+        /// connections cannot make the pod unready. Unset: no such
+        /// listener (`/healthz` is still on the metrics endpoint). In a
+        /// pod, give the pod's own address.
+        #[arg(long, env = "OOOI_DHCP_HEALTH_ADDR")]
+        health_addr: Option<SocketAddr>,
         /// When an ACK may leave: `fsync` (default) after an fdatasync
         /// covering its lease, so an ACKed lease survives kill -9 and power
         /// loss; `write` after the lease record was written to the log, so
@@ -226,6 +234,7 @@ async fn serve(
     config: PathBuf,
     data_dir: PathBuf,
     metrics_addr: SocketAddr,
+    health_addr: Option<SocketAddr>,
     durability: Durability,
     pair_listen: Option<SocketAddr>,
     inventory: InventoryArgs,
@@ -303,9 +312,16 @@ async fn serve(
             None => std::future::pending().await,
         }
     };
+    let health = async move {
+        match health_addr {
+            Some(addr) => serve_health(addr).await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         r = dhcp => r?,
         r = serve_http(metrics_addr) => r,
+        r = health => r,
         r = pair_api => r,
         r = inventory_api => r,
         r = terminated() => r,
@@ -362,6 +378,7 @@ async fn main() {
             config,
             data_dir,
             metrics_addr,
+            health_addr,
             durability,
             pair_listen,
             inventory_listen,
@@ -375,6 +392,7 @@ async fn main() {
                 config,
                 data_dir,
                 metrics_addr,
+                health_addr,
                 durability,
                 pair_listen,
                 inventory,

@@ -1,5 +1,5 @@
 //! Prometheus metrics (`oooi_dhcp_*`) and the HTTP endpoint serving
-//! `/metrics` and `/healthz`.
+//! `/metrics` and `/healthz` (and `/healthz` alone on the health listener).
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;
@@ -572,12 +572,29 @@ async fn healthz() -> (axum::http::StatusCode, String) {
 }
 
 /// Serves `/metrics` and `/healthz` on `addr`, within
-/// [`oooi_serve::Limits::SMALL`].
+/// [`oooi_serve::Limits::SMALL`]. `/healthz` stays here for whoever knows
+/// only this port; the kubelet asks the health listener ([`serve_health`]),
+/// whose budget nothing sent here can use up.
 pub async fn serve_http(addr: SocketAddr) -> anyhow::Result<()> {
     let app = axum::Router::new()
         .route("/metrics", axum::routing::get(|| async { render() }))
         .route("/healthz", axum::routing::get(healthz));
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("metrics endpoint {addr}: {e}"))?;
     tracing::info!(%addr, "serving /metrics and /healthz");
     match oooi_serve::serve(listener, app, oooi_serve::Limits::SMALL).await? {}
+}
+
+/// Serves `/healthz` alone on `addr`, within [`oooi_serve::Limits::HEALTH`]:
+/// a listener with a connection budget of its own, so a flood of the
+/// metrics port (idle connections, unfinished heads) cannot make the pod
+/// unready or have it restarted.
+pub async fn serve_health(addr: SocketAddr) -> anyhow::Result<()> {
+    let app = axum::Router::new().route("/healthz", axum::routing::get(healthz));
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("health endpoint {addr}: {e}"))?;
+    tracing::info!(%addr, "serving /healthz");
+    match oooi_serve::serve(listener, app, oooi_serve::Limits::HEALTH).await? {}
 }

@@ -101,6 +101,21 @@ impl Limits {
         max_body_bytes: 4 * 1024,
     };
 
+    /// A health listener (`/healthz` alone, for the kubelet's probes and
+    /// the address agent's poll): its callers send a whole head at once and
+    /// no body, so a head gets 2 s and a quiet connection 10 s; 32
+    /// connections leave room for the probes many times over. Being a
+    /// listener of its own, nothing sent to the metrics port can use up
+    /// its connections.
+    pub const HEALTH: Limits = Limits {
+        max_connections: 32,
+        head_timeout: Duration::from_secs(2),
+        idle_timeout: Duration::from_secs(10),
+        request_timeout: Duration::from_secs(2),
+        max_head_bytes: 8 * 1024,
+        max_body_bytes: 0,
+    };
+
     /// Checks each field's range.
     pub fn validate(&self) -> Result<(), LimitsError> {
         fn check<T: PartialOrd + fmt::Debug>(
@@ -386,6 +401,12 @@ impl AsyncWrite for Watched {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_preset_limits_are_in_range() {
+        Limits::SMALL.validate().unwrap();
+        Limits::HEALTH.validate().unwrap();
+    }
 
     #[test]
     fn limits_parse_over_the_small_defaults() {

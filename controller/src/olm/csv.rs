@@ -210,19 +210,25 @@ pub fn deployment_spec(images: &BundleImages) -> Value {
                     "args": [
                         "run",
                         "--http-addr=0.0.0.0:8080",
+                        "--health-addr=0.0.0.0:8081",
                         "--leader-election=true",
                         format!("--lease-name={CONTROLLER}"),
                         "--openshift-scc=true",
                         "--log-format=json",
                     ],
                     "env": env,
-                    "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
+                    // The probes ask a listener of their own, whose
+                    // connections nothing sent to the http port can take.
+                    "ports": [
+                        {"name": "http", "containerPort": 8080, "protocol": "TCP"},
+                        {"name": "health", "containerPort": 8081, "protocol": "TCP"},
+                    ],
                     "livenessProbe": {
-                        "httpGet": {"path": "/healthz", "port": "http"},
+                        "httpGet": {"path": "/healthz", "port": "health"},
                         "initialDelaySeconds": 5, "periodSeconds": 10, "timeoutSeconds": 2, "failureThreshold": 3,
                     },
                     "readinessProbe": {
-                        "httpGet": {"path": "/readyz", "port": "http"},
+                        "httpGet": {"path": "/readyz", "port": "health"},
                         "initialDelaySeconds": 2, "periodSeconds": 5, "timeoutSeconds": 2, "failureThreshold": 3,
                     },
                     "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},

@@ -38,9 +38,15 @@ pub const CONFIG_DIR: &str = "/etc/oooi-dhcp";
 pub const CONFIG_FILE: &str = "config.yaml";
 /// Lease store directory (the PVC).
 pub const DATA_DIR: &str = "/var/lib/oooi-dhcp";
-/// Health and metrics port of oooi-dhcp (`serve --metrics-addr`, on the pod
-/// address).
+/// Metrics port of oooi-dhcp (`serve --metrics-addr`, on the pod address):
+/// `/metrics` for Prometheus (and `/healthz`, for whoever knows only this
+/// port).
 pub const HTTP_PORT: i32 = 9067;
+/// Health port (`serve --health-addr`, on the pod address): `/healthz`
+/// alone, with a connection budget of its own, for the kubelet's probes;
+/// whatever holds the metrics port's connections cannot make the pod
+/// unready. Container port `health`.
+pub const HEALTH_PORT: i32 = 9070;
 /// Port of the pair API (`--pair-listen`, on the pod address; its peer
 /// Service forwards to it).
 pub const PEER_PORT: u16 = 9068;
@@ -279,12 +285,14 @@ pub fn objects(server: &DHCPServer, peers: PolicyPeers<'_>) -> anyhow::Result<Ob
 }
 
 /// The ports of a DHCPServer's pods on the pod network, for its
-/// NetworkPolicy: metrics, the lease inventory and, on a server of a pair,
-/// the pair API with the other server as its config reaches it.
+/// NetworkPolicy: metrics, health, the lease inventory and, on a server of
+/// a pair, the pair API with the other server as its config reaches it.
 pub fn policy_ports(server: &DHCPServer) -> DhcpPorts {
     let namespace = server.metadata.namespace.as_deref().unwrap_or_default();
     DhcpPorts {
         metrics: vec![HTTP_PORT as u16],
+        // The kubelet's alone: the probes' own listener.
+        health: vec![HEALTH_PORT as u16],
         pair: server
             .spec
             .config
@@ -384,8 +392,14 @@ pub fn children(server: &DHCPServer) -> anyhow::Result<Children> {
         DATA_DIR.to_string(),
         "--metrics-addr".to_string(),
         pod_address(HTTP_PORT),
+        "--health-addr".to_string(),
+        pod_address(HEALTH_PORT),
     ];
-    let mut ports = vec![port("dhcp", 67, "UDP"), port("http", HTTP_PORT, "TCP")];
+    let mut ports = vec![
+        port("dhcp", 67, "UDP"),
+        port("http", HTTP_PORT, "TCP"),
+        port("health", HEALTH_PORT, "TCP"),
+    ];
     let mut mounts = vec![
         mount("config", CONFIG_DIR, true),
         mount("leases", DATA_DIR, false),
@@ -500,8 +514,8 @@ pub fn children(server: &DHCPServer) -> anyhow::Result<Children> {
             ports,
             volumes,
             mounts,
-            readiness: http_probe("/healthz", HTTP_PORT, 5, 3),
-            liveness: http_probe("/healthz", HTTP_PORT, 10, 6),
+            readiness: http_probe("/healthz", HEALTH_PORT, 5, 3),
+            liveness: http_probe("/healthz", HEALTH_PORT, 10, 6),
             resources: resources(server.spec.resources.as_ref(), "10m", "32Mi", "128Mi"),
             fs_group: Some(super::workload::NON_ROOT_UID),
             placement,

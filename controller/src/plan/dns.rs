@@ -31,8 +31,8 @@ use super::network::Network;
 use super::network_policy::{DnsPorts, PolicyPeers, dns_policy};
 use super::rolling::replica_placement;
 use super::workload::{
-    AGENT_METRICS_PORT, AgentPlan, Children, Objects, PodPlan, deployment, http_probe, mount,
-    pod_address, port, resources, service_account,
+    AGENT_HEALTH_PORT, AGENT_METRICS_PORT, AgentPlan, Children, Objects, PodPlan, deployment,
+    http_probe, mount, pod_address, port, resources, service_account,
 };
 use crate::crd::{DNSServer, DNSServerSpec, DnsConfigDocument, Infra, ReplicaOf, VlanInterface};
 
@@ -296,14 +296,16 @@ pub fn objects(server: &DNSServer, peers: PolicyPeers<'_>) -> anyhow::Result<Obj
 /// NetworkPolicy: every container port but the VLAN view's.
 pub fn policy_ports(server: &DNSServer) -> DnsPorts {
     let mut metrics = vec![HTTP_PORT as u16];
+    // The kubelet's alone: the probes' own listeners.
+    let mut health = vec![HEALTH_PORT as u16];
     if server.spec.availability.address_takeover.is_some() {
         metrics.push(AGENT_METRICS_PORT as u16);
+        health.push(AGENT_HEALTH_PORT as u16);
     }
     DnsPorts {
         view: POD_VIEW_PORT,
         metrics,
-        // The kubelet's alone: the probes' own listener.
-        health: vec![HEALTH_PORT as u16],
+        health,
     }
 }
 

@@ -293,6 +293,9 @@ pub struct ProxyPorts {
     pub ready: u16,
     /// Envoy's metrics and, with address takeover, the agent's.
     pub metrics: Vec<u16>,
+    /// Ports only the kubelet's probes use: with address takeover, the
+    /// agent's health listener.
+    pub health: Vec<u16>,
 }
 
 /// The NetworkPolicy of a ProxyServer's Envoy pods. Each port admits only
@@ -304,7 +307,9 @@ pub struct ProxyPorts {
 ///   `controller_namespace`;
 /// - the readiness port: the same Infra's DNS pods (their checks of `GET
 ///   /ready`);
-/// - the metrics ports (Envoy's and the address agent's): `scrapers`.
+/// - the metrics ports (Envoy's and the address agent's): `scrapers`;
+/// - the health ports (the address agent's): the node alone
+///   ([`Admit::NodeOnly`]).
 ///
 /// Nothing else: every other port of the pod network is closed. The
 /// kubelet's probes come from the node (see the module's notes). Named
@@ -337,6 +342,10 @@ pub fn push_api_policy(
                 ports: tcp(&ports.metrics),
                 admit: Admit::Only(vec![scrapers.peer()]),
             },
+            PortRule {
+                ports: tcp(&ports.health),
+                admit: Admit::NodeOnly,
+            },
         ],
     )
 }
@@ -349,10 +358,10 @@ pub struct DnsPorts {
     /// The pod view, UDP and TCP (the pod view's Service maps its port 53
     /// to it).
     pub view: u16,
-    /// oooi-dns's metrics (with `/healthz` while they share a port) and,
-    /// with address takeover, the agent's.
+    /// oooi-dns's metrics and, with address takeover, the agent's.
     pub metrics: Vec<u16>,
-    /// Ports only the kubelet's probes use.
+    /// Ports only the kubelet's probes use: oooi-dns's health listener
+    /// and, with address takeover, the agent's.
     pub health: Vec<u16>,
 }
 
@@ -418,8 +427,10 @@ pub enum PairPartner {
 /// witness are on the VLAN leg only.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DhcpPorts {
-    /// oooi-dhcp's metrics and `/healthz`.
+    /// oooi-dhcp's metrics.
     pub metrics: Vec<u16>,
+    /// Ports only the kubelet's probes use: oooi-dhcp's health listener.
+    pub health: Vec<u16>,
     /// The pair API and the server it serves, on a server of a pair.
     pub pair: Option<(u16, PairPartner)>,
     /// The read-only lease inventory the controller queries.
@@ -431,6 +442,8 @@ pub struct DhcpPorts {
 /// admits only who needs it:
 ///
 /// - the metrics port: `scrapers`;
+/// - the health port: the node alone ([`Admit::NodeOnly`]), so nothing on
+///   the pod network can crowd out the kubelet's probes;
 /// - the pair API: the other server of the pair ([`PairPartner`]);
 /// - the lease inventory: the controller's pods ([`controller_peer`]) of
 ///   `controller_namespace`.
@@ -469,6 +482,10 @@ pub fn dhcp_policy(
             PortRule {
                 ports: tcp(&ports.metrics),
                 admit: Admit::Only(vec![scrapers.peer()]),
+            },
+            PortRule {
+                ports: tcp(&ports.health),
+                admit: Admit::NodeOnly,
             },
             pair,
             PortRule {
@@ -666,6 +683,7 @@ mod tests {
             push: 9445,
             ready: 9446,
             metrics: vec![9102],
+            health: vec![9467],
         }
     }
 
@@ -772,7 +790,8 @@ mod tests {
             peer.pod_selector.unwrap().match_labels.unwrap()["app"],
             "prometheus"
         );
-        // Nothing else: every port of every rule is listed above.
+        // Nothing else: every port of every rule is listed above; the
+        // agent's health port gets no rule (the node alone).
         let all: Vec<i32> = r.iter().flat_map(|(p, _)| p.clone()).collect();
         assert_eq!(all, vec![443, 6443, 9445, 9446, 9102]);
     }
@@ -975,7 +994,7 @@ spec:
         let ports = DnsPorts {
             view: 5353,
             metrics: vec![9153, 9466],
-            health: vec![9154],
+            health: vec![9154, 9467],
         };
         let scrapers = monitoring();
         let p = dns_policy(dns, &ports, &scrapers);
@@ -1004,7 +1023,8 @@ spec:
                     vec!["TCP/9153".to_string(), "TCP/9466".to_string()],
                     Some(vec![scrapers.peer()])
                 ),
-                // The health port: no rule, the node alone.
+                // The health ports (oooi-dns' and the agent's): no rule,
+                // the node alone.
             ]
         );
     }
@@ -1017,6 +1037,7 @@ spec:
             let name = server.metadata.name.clone().unwrap();
             let ports = DhcpPorts {
                 metrics: vec![9067],
+                health: vec![9070],
                 pair: Some((
                     9068,
                     PairPartner::Server {
@@ -1037,6 +1058,7 @@ spec:
             own.insert(SERVER_LABEL.to_string(), name.clone());
             assert_eq!(pod_selector(&p), own, "the server's own pod alone");
             let r = rules_with_protocols(&p);
+            // The health port gets no rule: the node alone.
             assert_eq!(r.len(), 3, "{r:?}");
             assert_eq!(
                 r[0],
@@ -1086,6 +1108,7 @@ spec:
         let d = planned("serverIP: 192.0.2.2");
         let ports = DhcpPorts {
             metrics: vec![9067],
+            health: vec![9070],
             pair: None,
             inventory: 9069,
         };

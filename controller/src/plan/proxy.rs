@@ -471,14 +471,19 @@ pub fn objects(
 /// The ports of `proxy`'s pods on the pod network, for its NetworkPolicy.
 pub fn policy_ports(proxy: &ProxyServer) -> super::network_policy::ProxyPorts {
     let mut metrics = vec![METRICS_PORT];
+    // The kubelet's alone: the agent's liveness probe (Envoy's probes ask
+    // the readiness port, which the DNS pods' checks share).
+    let mut health = Vec::new();
     if proxy.spec.availability.address_takeover.is_some() {
         metrics.push(super::workload::AGENT_METRICS_PORT as u16);
+        health.push(super::workload::AGENT_HEALTH_PORT as u16);
     }
     super::network_policy::ProxyPorts {
         routing: envoy_config(&proxy.spec, "").tls_ports,
         push: proxy.spec.push_port,
         ready: READY_PORT,
         metrics,
+        health,
     }
 }
 

@@ -245,8 +245,14 @@ pub(crate) fn merge_affinity(own: Option<Affinity>, user: Option<&Affinity>) -> 
 pub const AGENT_COMMAND: &str = "/bin/oooi-addr-agent";
 /// Name of the address agent's container.
 pub const AGENT_CONTAINER: &str = "address-agent";
-/// Port of the address agent's `/metrics` and `/healthz` (pod address).
+/// Port of the address agent's `/metrics` (and `/healthz`, for whoever
+/// knows only this port), on the pod address.
 pub const AGENT_METRICS_PORT: i32 = 9466;
+/// Port of the address agent's health listener (`--health-addr`, on the
+/// pod address): `/healthz` alone, with a connection budget of its own, for
+/// the liveness probe; whatever holds the metrics port's connections cannot
+/// have the agent restarted. Container port `agent-health`.
+pub const AGENT_HEALTH_PORT: i32 = 9467;
 /// The capabilities of the address agent: add and remove an address on the
 /// VLAN interface (NET_ADMIN), send gratuitous ARP (NET_RAW).
 pub const AGENT_CAPABILITIES: [&str; 2] = ["NET_ADMIN", "NET_RAW"];
@@ -281,6 +287,8 @@ fn agent_container(image: &str, vlan: &VlanInterface, agent: &AgentPlan) -> Cont
         agent.ready_url.clone(),
         "--metrics-addr".to_string(),
         pod_address(AGENT_METRICS_PORT),
+        "--health-addr".to_string(),
+        pod_address(AGENT_HEALTH_PORT),
     ];
     Container {
         name: AGENT_CONTAINER.to_string(),
@@ -289,9 +297,12 @@ fn agent_container(image: &str, vlan: &VlanInterface, agent: &AgentPlan) -> Cont
         command: Some(vec![AGENT_COMMAND.to_string()]),
         args: Some(args),
         restart_policy: Some("Always".to_string()),
-        ports: Some(vec![port("agent-metrics", AGENT_METRICS_PORT, "TCP")]),
+        ports: Some(vec![
+            port("agent-metrics", AGENT_METRICS_PORT, "TCP"),
+            port("agent-health", AGENT_HEALTH_PORT, "TCP"),
+        ]),
         // 200 while the process runs; the agent is never a readiness gate.
-        liveness_probe: Some(http_probe("/healthz", AGENT_METRICS_PORT, 10, 3)),
+        liveness_probe: Some(http_probe("/healthz", AGENT_HEALTH_PORT, 10, 3)),
         resources: Some(resources(None, "10m", "16Mi", "64Mi")),
         security_context: Some(container_security(&AGENT_CAPABILITIES)),
         env: Some(vec![

@@ -9,7 +9,7 @@
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use oooi_controller::crd::Infra;
 use oooi_controller::plan::pod_security::{Level, level};
-use oooi_controller::plan::workload::{AGENT_COMMAND, AGENT_CONTAINER};
+use oooi_controller::plan::workload::{AGENT_COMMAND, AGENT_CONTAINER, AGENT_HEALTH_PORT};
 use oooi_controller::plan::{Children, Observed, dns, plan_infra, proxy, scc};
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
@@ -126,6 +126,33 @@ fn the_agent_is_a_native_sidecar_with_two_capabilities_and_no_token() {
             assert!(!args.iter().any(|x| x == gone), "{name}: {gone}");
         }
         assert_eq!(arg(a, "--interface"), "net1");
+        // Metrics for the scrapers; the liveness probe asks a listener of
+        // its own, whose connections nothing sent to the metrics port can
+        // take. Both on the pod address, never the VLAN.
+        assert_eq!(arg(a, "--metrics-addr"), "$(POD_IP):9466");
+        assert_eq!(arg(a, "--health-addr"), "$(POD_IP):9467");
+        let live = a
+            .liveness_probe
+            .as_ref()
+            .unwrap()
+            .http_get
+            .as_ref()
+            .unwrap();
+        assert_eq!(
+            (live.path.as_deref(), &live.port),
+            (
+                Some("/healthz"),
+                &k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(AGENT_HEALTH_PORT)
+            ),
+            "{name}"
+        );
+        let ports: Vec<(&str, i32)> = a
+            .ports
+            .iter()
+            .flatten()
+            .map(|p| (p.name.as_deref().unwrap(), p.container_port))
+            .collect();
+        assert_eq!(ports, [("agent-metrics", 9466), ("agent-health", 9467)]);
         let ready = arg(a, "--ready-url");
         if name.contains("dns") {
             assert_eq!(arg(a, "--group"), "vlan-dns");

@@ -122,13 +122,40 @@ fn dhcp_children_carry_config_pvc_and_raw_socket_capability() {
             "/var/lib/oooi-dhcp",
             "--metrics-addr",
             "$(POD_IP):9067",
+            "--health-addr",
+            "$(POD_IP):9070",
             "--inventory-listen",
             "$(POD_IP):9069,127.0.0.1:9069",
             "--inventory-token-file",
             "/etc/oooi-dhcp-inventory/token"
         ]
     );
-    assert_probes_on_the_pod_address(ctr, "--metrics-addr");
+    // The probes ask the health listener, whose connections nothing sent
+    // to the metrics port can take.
+    assert_probes_on_the_pod_address(ctr, "--health-addr");
+    let liveness = ctr.liveness_probe.as_ref().unwrap().http_get.as_ref();
+    assert_eq!(
+        liveness.map(|g| (g.path.as_deref(), g.port.clone())),
+        Some((
+            Some("/healthz"),
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(plan::dhcp::HEALTH_PORT)
+        ))
+    );
+    let tcp: Vec<(&str, i32)> = ctr
+        .ports
+        .iter()
+        .flatten()
+        .filter(|p| p.protocol.as_deref() == Some("TCP"))
+        .map(|p| (p.name.as_deref().unwrap(), p.container_port))
+        .collect();
+    assert_eq!(
+        tcp,
+        [
+            ("http", plan::dhcp::HTTP_PORT),
+            ("health", plan::dhcp::HEALTH_PORT),
+            ("inventory", 9069)
+        ]
+    );
     // The lease inventory: on the pod address (the controller's poll) and
     // the pod's loopback (port-forward), its token mounted read-only from
     // the Infra's inventory token Secret.

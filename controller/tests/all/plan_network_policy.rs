@@ -73,6 +73,7 @@ fn the_proxy_policy_opens_its_routing_ports_and_the_agents_metrics_port_with_tak
     assert_eq!(ports.push, p.spec.push_port);
     assert_eq!(ports.ready, READY_PORT);
     assert_eq!(ports.metrics, vec![9102], "no agent without takeover");
+    assert!(ports.health.is_empty(), "no agent without takeover");
     assert!(ports.routing.contains(&6443), "{ports:?}");
     p.spec.tls_ports.push(8443);
     p.spec.availability.address_takeover = Some(oooi_controller::crd::AddressTakeover {
@@ -81,6 +82,8 @@ fn the_proxy_policy_opens_its_routing_ports_and_the_agents_metrics_port_with_tak
     });
     let ports = policy_ports(&p);
     assert_eq!(ports.metrics, vec![9102, 9466]);
+    // The agent's liveness probe: its own listener, the node alone.
+    assert_eq!(ports.health, vec![9467]);
     assert!(ports.routing.contains(&8443), "{ports:?}");
 }
 
@@ -163,13 +166,24 @@ fn every_pod_network_port_of_each_component_is_in_its_policy() {
     for s in &d.dhcp {
         let o = dhcp::objects(s, peers).unwrap();
         let open = policy_ports_of(o.network_policy.as_ref().expect("a policy"));
+        let health: Vec<(String, i32)> = dhcp::policy_ports(s)
+            .health
+            .iter()
+            .map(|p| tcp(*p))
+            .collect();
+        assert_eq!(health, [tcp(dhcp::HEALTH_PORT as u16)]);
         for port in container_ports(&o.children) {
             // DHCP itself: the VLAN leg.
             let vlan = port == ("UDP".to_string(), 67);
             assert!(
-                vlan || open.contains(&port),
+                vlan || open.contains(&port) || health.contains(&port),
                 "{port:?} of {:?}",
                 s.metadata.name
+            );
+            // A port only the probes use is open to no pod.
+            assert!(
+                !(health.contains(&port) && open.contains(&port)),
+                "{port:?}"
             );
             checked += 1;
         }
@@ -194,16 +208,38 @@ fn every_pod_network_port_of_each_component_is_in_its_policy() {
                 "{port:?} of {:?}: {open:?}",
                 s.metadata.name
             );
+            assert!(
+                !(health.contains(&port) && open.contains(&port)),
+                "{port:?}"
+            );
             checked += 1;
         }
         assert!(open.contains(&("UDP".to_string(), 5353)), "{open:?}");
         assert!(open.contains(&tcp(9466)), "the agent's metrics: {open:?}");
+        assert!(
+            health.contains(&tcp(9467)),
+            "the agent's health: {health:?}"
+        );
     }
     for s in &d.proxy {
         let o = proxy::objects(s, TOKEN, None, peers).unwrap();
         let open = policy_ports_of(o.network_policy.as_ref().expect("a policy"));
+        let health: Vec<(String, i32)> = proxy::policy_ports(s)
+            .health
+            .iter()
+            .map(|p| tcp(*p))
+            .collect();
+        assert_eq!(health, [tcp(9467)], "the agent's health");
         for port in container_ports(&o.children) {
-            assert!(open.contains(&port), "{port:?} of {:?}", s.metadata.name);
+            assert!(
+                open.contains(&port) || health.contains(&port),
+                "{port:?} of {:?}",
+                s.metadata.name
+            );
+            assert!(
+                !(health.contains(&port) && open.contains(&port)),
+                "{port:?}"
+            );
             checked += 1;
         }
     }
@@ -286,6 +322,7 @@ fn the_dns_policy_lists_the_agents_metrics_port_only_with_takeover() {
         .expect("valid");
     for s in &d.dns {
         assert_eq!(policy_ports(s).metrics, vec![9153, 9466]);
+        assert_eq!(policy_ports(s).health, vec![9154, 9467]);
     }
 }
 

@@ -15,6 +15,9 @@ use super::{Lab, delete_netns, die_with_test, kill_netns_processes, read_events,
 use oooi_dhcp::pair::lb_hash;
 
 pub const TOKEN: &str = "pair-token-0123456789abcdef";
+/// Server B's health listener (`--health-addr`, `/healthz` alone) in its
+/// namespace, as the pod runs it beside the metrics port.
+pub const B_HEALTH: &str = "127.0.0.1:9070";
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
 /// A config for one server of the pair.
@@ -171,6 +174,7 @@ impl PairLab {
             .arg("--data-dir")
             .arg(self.b_dir.join("data"))
             .args(["--metrics-addr", "127.0.0.1:9067"])
+            .args(["--health-addr", B_HEALTH])
             .env("RUST_LOG", "info")
             // A shifted wall clock only (Instant stays the real one).
             .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")

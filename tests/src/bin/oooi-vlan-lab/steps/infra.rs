@@ -127,6 +127,9 @@ pub fn data_plane(
                 data.to_string_lossy().into_owned(),
                 "--metrics-addr".into(),
                 "127.0.0.1:9067".into(),
+                // The probes' own listener, as in the pod.
+                "--health-addr".into(),
+                "127.0.0.1:9070".into(),
             ],
         },
     )?;
@@ -269,7 +272,7 @@ pub fn data_plane(
         proxies.push((ip.clone(), started));
     }
     let got = wait_until(15, "oooi-dhcp /healthz", || {
-        lab.me_in(dhcp_ns, &["http", "GET", "127.0.0.1:9067", "/healthz"])
+        lab.me_in(dhcp_ns, &["http", "GET", "127.0.0.1:9070", "/healthz"])
     })
     .map(|s| s.split_whitespace().next().unwrap_or("").to_string())
     .unwrap_or_else(|e| format!("{e:#}"));

@@ -53,6 +53,8 @@ use crate::steady::now_ms;
 const API: &str = "10.128.0.1:6444";
 /// The agents' metrics address inside each replica's namespace.
 const AGENT_METRICS: &str = "127.0.0.1:9466";
+/// The agents' health listener (the liveness probe's, as in the pod).
+const AGENT_HEALTH: &str = "127.0.0.1:9467";
 /// The steady state before the first loss.
 const STEADY: Duration = Duration::from_millis(3000);
 /// How long a replica stays lost.
@@ -274,6 +276,8 @@ pub fn run(
                 &ready,
                 "--metrics-addr",
                 AGENT_METRICS,
+                "--health-addr",
+                AGENT_HEALTH,
             ]
             .map(String::from)
             .to_vec();
