@@ -467,20 +467,8 @@ pub async fn serve_http(listener: tokio::net::TcpListener) -> anyhow::Result<()>
     match oooi_serve::serve(listener, app, oooi_serve::Limits::SMALL).await? {}
 }
 
-/// The health listener's bounds: its callers (the kubelet's probes, the
-/// address agent's poll) send a whole head at once and no body, so a head
-/// gets 2 s and a quiet connection 10 s; 32 connections leave room for the
-/// probes many times over.
-pub const HEALTH_LIMITS: oooi_serve::Limits = oooi_serve::Limits {
-    max_connections: 32,
-    head_timeout: std::time::Duration::from_secs(2),
-    idle_timeout: std::time::Duration::from_secs(10),
-    request_timeout: std::time::Duration::from_secs(2),
-    max_head_bytes: 8 * 1024,
-    max_body_bytes: 0,
-};
-
-/// Serves `/healthz` alone on `listener`, within [`HEALTH_LIMITS`]: a
+/// Serves `/healthz` alone on `listener`, within
+/// [`oooi_serve::Limits::HEALTH`]: a
 /// listener with a connection budget of its own, so a flood of the
 /// metrics port (idle connections, unfinished heads) cannot make the pod
 /// unready.
@@ -489,5 +477,5 @@ pub async fn serve_health(listener: tokio::net::TcpListener) -> anyhow::Result<(
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "serving /healthz");
     }
-    match oooi_serve::serve(listener, app, HEALTH_LIMITS).await? {}
+    match oooi_serve::serve(listener, app, oooi_serve::Limits::HEALTH).await? {}
 }
