@@ -380,6 +380,14 @@ fn two_clusters_on_a_simulated_vlan_then_down_after_a_crash() {
             "reset by its first resend after the move",
         );
         step(&format!("{event}: failed lookups or connections"), "0");
+        step(
+            &format!("return after {event}: failed lookups or connections"),
+            "0",
+        );
+        step(
+            &format!("return after {event}: connections open at the hand-back and reset by it"),
+            "<= ",
+        );
         step(&format!("{event}: arping probes answered by two MACs"), "0");
         step(
             &format!("{event}: lookups started after the address moved slower than 2 s"),
@@ -401,6 +409,10 @@ fn two_clusters_on_a_simulated_vlan_then_down_after_a_crash() {
     step(
         "drain of replica 1 (replaced after 3 s): failed lookups or connections",
         "0",
+    );
+    step(
+        "drain of replica 1 (replaced after 3 s): connections open at the hand-back and reset by it",
+        "<= ",
     );
     step(
         "drain of replica 1 (replaced after 3 s): lookups that waited the resolver's timeout",

@@ -97,6 +97,13 @@ fn reset_limit_ms(moved_ms: f64) -> f64 {
 const CURL_IDLE_S: u32 = 1;
 /// curl loops side by side (each run lasts about two seconds).
 const CURL_LOOPS: u32 = 4;
+/// curl's exits for a connection reset while open: 35 (during the TLS
+/// handshake), 56 (receiving).
+const HAND_BACK_CURL_EXITS: [i32; 2] = [35, 56];
+/// How long before the addresses were home a failed attempt may have
+/// started and still count as open at the hand-back (attempts take
+/// milliseconds; the margin covers a slow handshake under load).
+const HAND_BACK_WINDOW_MS: f64 = 2000.0;
 
 /// A node-loss variant: how the node is cut and brought back (run in the
 /// replica's namespace).
@@ -141,6 +148,9 @@ struct Window {
     drain: bool,
     /// An API outage: no lookup may take more than 1 s.
     outage: bool,
+    /// When the addresses were home again (a return or a drain's end): a
+    /// connection the old holder had open then is reset by the hand-back.
+    hand_back: Option<f64>,
 }
 
 /// The losses of this step. A replica whose IP is dropped while its VLAN
@@ -422,6 +432,7 @@ pub fn run(
         loss: false,
         drain: false,
         outage: false,
+        hand_back: None,
     });
     let stats_at_start = (now_ms(), lease_requests(&stats));
     let lost_ns = [ns.dns[0].clone(), ns.proxy[0].clone()];
@@ -459,6 +470,7 @@ pub fn run(
             loss: true,
             drain: false,
             outage: false,
+            hand_back: None,
         });
         println!("  return: the node is back, its addresses go home");
         let w = windows.len();
@@ -483,6 +495,7 @@ pub fn run(
             loss: false,
             drain: false,
             outage: false,
+            hand_back: home,
         });
     }
     // API outages: the mocked API stops answering (SIGSTOP: requests hang,
@@ -539,6 +552,7 @@ pub fn run(
             loss: false,
             drain: false,
             outage: true,
+            hand_back: None,
         });
     }
     // A drain: replica 1's pods are deleted, in the kubelet's order: the
@@ -665,6 +679,7 @@ pub fn run(
         loss: false,
         drain: true,
         outage: false,
+        hand_back: home,
     });
     let stats_at_end = (now_ms(), lease_requests(&stats));
     std::fs::write(&stop, b"")?;
@@ -894,6 +909,58 @@ pub fn run(
             "0",
             &slow.to_string(),
         );
+        // A hand-back (the address going home while the old holder is
+        // alive) resets the connections the old holder had open at that
+        // instant, as any address move without connection sync does; one
+        // per client loop at most. Every other failure counts.
+        let (reset_by_hand_back, failed): (Vec<String>, Vec<String>) = match w.hand_back {
+            Some(home) => failed.into_iter().partition(|d| {
+                d.contains("reset by peer")
+                    && d.strip_prefix('+')
+                        .and_then(|t| t.split(' ').next())
+                        .and_then(|t| t.trim_end_matches('s').trim().parse::<f64>().ok())
+                        .is_some_and(|t| {
+                            let at = w.from + t * 1000.0;
+                            at <= home && at >= home - HAND_BACK_WINDOW_MS
+                        })
+            }),
+            None => (Vec::new(), failed),
+        };
+        let (curl_reset, curl_failed): (Vec<String>, Vec<String>) = match w.hand_back {
+            Some(home) => {
+                let reset: Vec<String> = curl_w
+                    .iter()
+                    .filter(|c| {
+                        c.2 <= 0.0
+                            && HAND_BACK_CURL_EXITS.contains(&c.1)
+                            && c.0 <= home
+                            && c.0 >= home - HAND_BACK_WINDOW_MS
+                    })
+                    .map(|c| format!("curl exit {} from +{:.2} s", c.1, (c.0 - w.from) / 1000.0))
+                    .collect();
+                curl_failed.into_iter().partition(|d| reset.contains(d))
+            }
+            None => (Vec::new(), curl_failed),
+        };
+        if w.hand_back.is_some() {
+            let reset: Vec<String> = reset_by_hand_back.into_iter().chain(curl_reset).collect();
+            let loops = steady_logs.len() + CURL_LOOPS as usize;
+            report.step(
+                &format!(
+                    "{}: connections open at the hand-back and reset by it (not more than one per client loop)",
+                    w.name
+                ),
+                &format!("<= {loops}"),
+                &if reset.len() <= loops {
+                    format!("<= {loops}")
+                } else {
+                    format!("{}: {}", reset.len(), reset.join("; "))
+                },
+            );
+            if !reset.is_empty() {
+                println!("    reset by the hand-back: {}", reset.join("; "));
+            }
+        }
         report.step(
             &format!(
                 "{}: failed lookups or connections (glibc/Go-dialer client, curl)",
