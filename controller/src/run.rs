@@ -149,13 +149,7 @@ pub fn health_router(health: Arc<Health>) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route(
             "/readyz",
-            get(|State(h): State<Arc<Health>>| async move {
-                if h.ready() {
-                    (StatusCode::OK, "ready\n")
-                } else {
-                    (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
-                }
-            }),
+            get(|State(h): State<Arc<Health>>| async move { readiness(&h) }),
         )
         .with_state(health)
 }
@@ -200,7 +194,12 @@ async fn metrics_handler(State(s): State<HttpState>) -> impl IntoResponse {
 }
 
 async fn readyz_handler(State(s): State<HttpState>) -> impl IntoResponse {
-    if s.health.ready() {
+    readiness(&s.health)
+}
+
+/// `/readyz`'s answer, on either listener.
+fn readiness(h: &Health) -> (StatusCode, &'static str) {
+    if h.ready() {
         (StatusCode::OK, "ready\n")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
