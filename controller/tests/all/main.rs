@@ -38,5 +38,6 @@ mod reconcile_leader;
 mod reconcile_run;
 mod render_filter;
 mod render_gitops;
+mod render_golden;
 mod render_hosted;
 mod rollout;
