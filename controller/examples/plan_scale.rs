@@ -13,7 +13,7 @@ use std::time::Instant;
 use oooi_controller::crd::{Infra, InfraClusterAttachment};
 use oooi_controller::plan::{
     self, HostedClusterKey, Observed, ObservedCluster, ObservedMachine, ObservedVmi,
-    observed::ObservedInterface,
+    infra::observed::ObservedInterface,
 };
 
 fn main() -> anyhow::Result<()> {

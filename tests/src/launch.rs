@@ -877,7 +877,7 @@ mod tests {
             "spec": {"selector": {}, "template": {"spec": pod}},
         }))
         .expect("deployment");
-        oooi_controller::plan::scc::for_openshift(&mut d);
+        oooi_controller::plan::workload::scc::for_openshift(&mut d);
         let pod = serde_json::to_value(&d.spec.expect("spec").template.spec).expect("pod");
         let run = RunAs::of_pod(&pod, "dhcp").unwrap();
         assert_eq!((run.user, run.group, run.fs_group), (None, None, None));

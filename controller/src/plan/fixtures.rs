@@ -9,10 +9,12 @@ use std::net::Ipv4Addr;
 
 use serde_json::json;
 
-use super::network::{Ipv4Range, Network};
-use super::observed::ObservedInterface;
-use super::observed::{HostedClusterKey, ObservedCluster, ObservedMachine, ObservedVmi};
 use crate::crd::InfraClusterAttachment;
+use crate::plan::infra::network::{Ipv4Range, Network};
+use crate::plan::infra::observed::ObservedInterface;
+use crate::plan::infra::observed::{
+    HostedClusterKey, ObservedCluster, ObservedMachine, ObservedVmi,
+};
 
 /// An address of 192.0.2.0/24.
 pub fn ip(last: u8) -> Ipv4Addr {

@@ -46,9 +46,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use oooi_vocabulary::labels as keys;
 
-use super::attachments::AttachmentOutcome;
-use super::labels::{APP_NAME, Component, SERVER_LABEL, child_meta, instance_of, labels, selector};
 use crate::crd::{DHCPServer, DNSServer, ProxyServer};
+use crate::plan::dhcp::pair::PairPartner;
+use crate::plan::infra::attachments::AttachmentOutcome;
+use crate::plan::labels::{
+    APP_NAME, Component, SERVER_LABEL, child_meta, instance_of, labels, selector,
+};
 
 /// Label every controller pod of the chart carries.
 pub const CONTROLLER_COMPONENT: &str = "controller";
@@ -403,23 +406,6 @@ pub fn dns_policy(
             },
         ],
     )
-}
-
-/// The other server of a DHCP pair, as this server's config reaches it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PairPartner {
-    /// The DHCPServer `name` in `namespace`, reached through its peer
-    /// Service (how the controller plans every pair).
-    Server {
-        /// Its name (its pods' [`SERVER_LABEL`]).
-        name: String,
-        /// Its namespace.
-        namespace: String,
-    },
-    /// Reached by address: its pods cannot be told by their labels, so
-    /// every other oooi DHCP pod of the namespace is admitted (the pair
-    /// API still asks for the pair's token).
-    Unnamed,
 }
 
 /// The ports of a DHCPServer's pods on the pod network, as the DHCP planner

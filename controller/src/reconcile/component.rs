@@ -33,12 +33,12 @@ use crate::crd::{
 use crate::plan::labels::{SERVER_LABEL, instance_of};
 use crate::plan::network_policy::PolicyPeers;
 use crate::plan::proxy::next_table;
-use crate::plan::readiness::{
+use crate::plan::workload::Objects;
+use crate::plan::workload::readiness::{
     Rollout, invalid_conditions, rollout, rollout_conditions, server_status,
 };
-use crate::plan::rolling::{self, Gate, ReplicaState};
-use crate::plan::template_hash::template_hash;
-use crate::plan::workload::Objects;
+use crate::plan::workload::rolling::{self, Gate, ReplicaState};
+use crate::plan::workload::template_hash::template_hash;
 use crate::plan::{Children, PlannedCondition, merge_conditions};
 use crate::push::{Outcome, Replica};
 
@@ -81,13 +81,13 @@ pub async fn apply_objects(ctx: &Context, ns: &str, o: &Objects, gate: &Gate) ->
     // that of the portable plan, so the rolling gate compares like with like.
     let mut platform = o.children.clone();
     if ctx.settings.openshift_scc {
-        crate::plan::scc::for_openshift(&mut platform.deployment);
+        crate::plan::workload::scc::for_openshift(&mut platform.deployment);
     }
     let c = &platform;
     let mut written = Vec::new();
     written.push(apply_one(ctx, &s.service_accounts, ns, &c.service_account).await?);
     if ctx.settings.openshift_scc {
-        let grant = crate::plan::scc::scc_rbac(c)
+        let grant = crate::plan::workload::scc::scc_rbac(c)
             .ok_or_else(|| Error::NoAdmittingScc(c.deployment.name_any()))?;
         written.push(apply_one(ctx, &s.roles, ns, &grant.role).await?);
         written.push(apply_one(ctx, &s.role_bindings, ns, &grant.role_binding).await?);
@@ -127,7 +127,7 @@ pub async fn apply_objects(ctx: &Context, ns: &str, o: &Objects, gate: &Gate) ->
 pub async fn scc_exists(client: &kube::Client, name: &str) -> Result<bool> {
     use kube::api::DynamicObject;
     use kube::discovery::ApiResource;
-    let group = crate::plan::scc::SCC_GROUP;
+    let group = crate::plan::workload::scc::SCC_GROUP;
     let resource = ApiResource {
         group: group.to_string(),
         version: "v1".to_string(),
@@ -141,7 +141,7 @@ pub async fn scc_exists(client: &kube::Client, name: &str) -> Result<bool> {
 
 /// `Degraded` when the cluster would refuse the pods of `c`: the namespace's
 /// Pod Security label below the level they need, or (on OpenShift) the SCC
-/// the install provides missing ([`crate::plan::pod_security::admission_refusal`]).
+/// the install provides missing ([`crate::plan::workload::pod_security::admission_refusal`]).
 /// Pods that meet `restricted` and need no SCC of the install's cost no
 /// request.
 pub async fn admission_conditions(
@@ -149,10 +149,12 @@ pub async fn admission_conditions(
     ns: &str,
     c: &Children,
 ) -> Result<Vec<PlannedCondition>> {
-    use crate::plan::pod_security::{Admission, ENFORCE_LABEL, Level, admission_refusal, level};
+    use crate::plan::workload::pod_security::{
+        Admission, ENFORCE_LABEL, Level, admission_refusal, level,
+    };
     let mut deployment = c.deployment.clone();
     if ctx.settings.openshift_scc {
-        crate::plan::scc::for_openshift(&mut deployment);
+        crate::plan::workload::scc::for_openshift(&mut deployment);
     }
     let Some(pod) = deployment
         .spec
@@ -163,7 +165,7 @@ pub async fn admission_conditions(
     };
     let needed = level(pod);
     let install_scc = if ctx.settings.openshift_scc {
-        crate::plan::scc::install_scc(&deployment)
+        crate::plan::workload::scc::install_scc(&deployment)
     } else {
         None
     };

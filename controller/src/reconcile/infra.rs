@@ -11,7 +11,7 @@
 //!
 //! When the Infra's network is a ClusterUserDefinedNetwork it asks the
 //! controller to own, that network is created, applied over when it
-//! differs, and one it no longer asks for is deleted ([`crate::plan::cudn`]).
+//! differs, and one it no longer asks for is deleted ([`crate::plan::infra::cudn`]).
 //!
 //! Cleanup (finalizer `hostedcluster.densityops.com/cleanup`): objects the
 //! garbage collector cannot reach because an owner reference cannot cross
@@ -44,14 +44,15 @@ use crate::crd::{
     ComponentsStatus, DHCPServer, DNSServer, DhcpPoolsStatus, FINALIZER, Infra, ProxyServer,
     condition,
 };
+use crate::plan::dhcp::pair::pair_token_secret_name;
+use crate::plan::dhcp::pools;
+use crate::plan::infra::cudn;
+use crate::plan::infra::network::{MAX_DHCP_SERVERS, MAX_REPLICAS};
 use crate::plan::infra::{infra_status, servers_status};
 use crate::plan::labels::{
-    Component, INFRA_LABEL, inventory_token_secret_name, labels, owner_refs,
-    pair_token_secret_name, push_token_secret_name,
+    Component, INFRA_LABEL, inventory_token_secret_name, labels, owner_refs, push_token_secret_name,
 };
-use crate::plan::network::{MAX_DHCP_SERVERS, MAX_REPLICAS};
 use crate::plan::{PlannedCondition, merge_conditions};
-use crate::plan::{cudn, pools};
 
 /// Resync period.
 const RESYNC: Duration = Duration::from_secs(300);

@@ -8,9 +8,10 @@
 
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use oooi_controller::crd::Infra;
-use oooi_controller::plan::pod_security::{Level, level};
+use oooi_controller::plan::workload::pod_security::{Level, level};
+use oooi_controller::plan::workload::scc;
 use oooi_controller::plan::workload::{AGENT_COMMAND, AGENT_CONTAINER, AGENT_HEALTH_PORT};
-use oooi_controller::plan::{Children, Observed, dns, plan_infra, proxy, scc};
+use oooi_controller::plan::{Children, Observed, dns, plan_infra, proxy};
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 

@@ -189,7 +189,7 @@ fn every_pod_network_port_of_each_component_is_in_its_policy() {
         }
         // The pair API and the lease inventory, which the pods' ports list
         // only once they serve it.
-        assert!(open.contains(&tcp(dhcp::PEER_PORT)), "{open:?}");
+        assert!(open.contains(&tcp(dhcp::pair::PEER_PORT)), "{open:?}");
         assert!(open.contains(&tcp(dhcp::INVENTORY_PORT)), "{open:?}");
     }
     for s in &d.dns {

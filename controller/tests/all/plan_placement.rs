@@ -7,7 +7,7 @@
 
 use k8s_openapi::api::core::v1::PodSpec;
 use oooi_controller::crd::Infra;
-use oooi_controller::plan::placement::{DefaultPlacement, parse_placement};
+use oooi_controller::plan::workload::placement::{DefaultPlacement, parse_placement};
 use oooi_controller::plan::{Children, Observed, dhcp, dns, plan_infra, proxy};
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";

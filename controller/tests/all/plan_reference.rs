@@ -11,7 +11,7 @@ use crate::plan_support;
 use std::process::Command;
 
 use oooi_controller::crd::{Infra, status};
-use oooi_controller::plan::images::DefaultImages;
+use oooi_controller::plan::infra::images::DefaultImages;
 use oooi_controller::plan::{self, Observed, PlannedCondition};
 use plan_support::{attachment, dns_config, observed};
 

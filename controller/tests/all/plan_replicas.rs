@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use oooi_controller::crd::{DNSServer, Infra, ProxyServer, ReplicaOf};
 use oooi_controller::plan::labels::SERVER_LABEL;
-use oooi_controller::plan::template_hash::{TEMPLATE_HASH_ANNOTATION, template_hash};
+use oooi_controller::plan::workload::template_hash::{TEMPLATE_HASH_ANNOTATION, template_hash};
 use oooi_controller::plan::{self, Children, Observed, plan_infra};
 use plan_support::{attachment, ip, observed};
 

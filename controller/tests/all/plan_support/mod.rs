@@ -9,7 +9,7 @@ use std::net::Ipv4Addr;
 use oooi_controller::crd::{Infra, InfraClusterAttachment};
 use oooi_controller::plan::{
     self, HostedClusterKey, Observed, ObservedCluster, ObservedMachine, ObservedVmi,
-    observed::ObservedInterface,
+    infra::observed::ObservedInterface,
 };
 use oooi_routes::RouteTable;
 

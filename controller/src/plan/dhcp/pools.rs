@@ -10,8 +10,8 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use oooi_dhcp_inventory::{PoolFigures, PoolReport};
 
-use super::conditions::{PlannedCondition, merge_conditions};
 use crate::crd::{DhcpPoolStatus, DhcpPoolsStatus, ServerStatus};
+use crate::plan::conditions::{PlannedCondition, merge_conditions};
 
 /// Condition type: a dynamic pool is more than [`NEARLY_EXHAUSTED_PERCENT`]
 /// used.

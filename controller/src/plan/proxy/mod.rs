@@ -31,6 +31,8 @@
 //! address of it is observed (and HyperShift's ignition server checks the
 //! NodePool token on every request); without that, no worker could ever join.
 
+pub mod filter;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -45,19 +47,19 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use oooi_routes::{Cidr, Route, RouteMatch, RouteTable, Upstream};
 
-use super::attachments::{AttachmentOutcome, ResolvedService};
-use super::filter::FilterPlan;
-use super::labels::{Component, child_meta, instance_of, push_token_secret_name, selector};
-use super::network::Network;
-use super::network_policy::{PolicyPeers, push_api_policy};
-use super::rolling::{replica_placement, server_selector};
-use super::workload::{
-    AgentPlan, Children, Objects, PodPlan, deployment, http_probe, mount, port, resources,
-    service_account, tcp_probe,
-};
 use crate::crd::{
     FilterSource, Infra, Isolation, LocalObjectReference, ProxyServer, ProxyServerSpec, ReplicaOf,
     RoutesDocument, VlanInterface,
+};
+use crate::plan::infra::attachments::{AttachmentOutcome, ResolvedService};
+use crate::plan::infra::network::Network;
+use crate::plan::labels::{Component, child_meta, instance_of, push_token_secret_name, selector};
+use crate::plan::network_policy::{PolicyPeers, push_api_policy};
+use crate::plan::proxy::filter::FilterPlan;
+use crate::plan::workload::rolling::{replica_placement, server_selector};
+use crate::plan::workload::{
+    AgentPlan, Children, Objects, PodPlan, deployment, http_probe, mount, port, resources,
+    service_account, tcp_probe,
 };
 
 /// Listener port of the source-scoped routes (aliases and no SNI).
@@ -298,8 +300,11 @@ pub fn specs(
         .iter()
         .map(|a| network.with_prefix(*a))
         .collect();
-    let availability =
-        super::availability::server_availability(infra, Component::Proxy, &addresses);
+    let availability = crate::plan::workload::availability::server_availability(
+        infra,
+        Component::Proxy,
+        &addresses,
+    );
     network
         .proxy
         .iter()
@@ -469,16 +474,16 @@ pub fn objects(
 }
 
 /// The ports of `proxy`'s pods on the pod network, for its NetworkPolicy.
-pub fn policy_ports(proxy: &ProxyServer) -> super::network_policy::ProxyPorts {
+pub fn policy_ports(proxy: &ProxyServer) -> crate::plan::network_policy::ProxyPorts {
     let mut metrics = vec![METRICS_PORT];
     // The kubelet's alone: the agent's liveness probe (Envoy's probes ask
     // the readiness port, which the DNS pods' checks share).
     let mut health = Vec::new();
     if proxy.spec.availability.address_takeover.is_some() {
-        metrics.push(super::workload::AGENT_METRICS_PORT as u16);
-        health.push(super::workload::AGENT_HEALTH_PORT as u16);
+        metrics.push(crate::plan::workload::AGENT_METRICS_PORT as u16);
+        health.push(crate::plan::workload::AGENT_HEALTH_PORT as u16);
     }
-    super::network_policy::ProxyPorts {
+    crate::plan::network_policy::ProxyPorts {
         routing: envoy_config(&proxy.spec, "").tls_ports,
         push: proxy.spec.push_port,
         ready: READY_PORT,
@@ -582,7 +587,7 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
                     },
                     VolumeProjection {
                         config_map: Some(ConfigMapProjection {
-                            name: super::filter::config_map_name(&name),
+                            name: crate::plan::proxy::filter::config_map_name(&name),
                             optional: Some(true),
                             ..ConfigMapProjection::default()
                         }),
@@ -656,7 +661,7 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
             resources: resources(server.spec.resources.as_ref(), "50m", "128Mi", "512Mi"),
             fs_group: None,
             placement,
-            tolerations: super::availability::tolerations(
+            tolerations: crate::plan::workload::availability::tolerations(
                 server.spec.availability.node_loss_toleration_seconds,
             ),
             pod_placement: server.spec.placement.clone(),

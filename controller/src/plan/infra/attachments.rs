@@ -10,11 +10,11 @@ use oooi_routes::{Route, RouteMatch, RouteTable, Upstream};
 
 use oooi_vocabulary::FieldError;
 
-use super::conditions::PlannedCondition;
-use super::names::is_dns_label;
-use super::observed::HostedClusterKey;
-use super::reservations::{KnownClient, Reservation};
 use crate::crd::{InfraClusterAttachment, Isolation, condition};
+use crate::plan::conditions::PlannedCondition;
+use crate::plan::infra::observed::HostedClusterKey;
+use crate::plan::infra::reservations::{KnownClient, Reservation};
+use crate::plan::names::is_dns_label;
 
 /// Why an attachment is left out.
 #[derive(Debug, Clone, PartialEq, Eq)]

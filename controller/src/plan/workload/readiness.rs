@@ -1,13 +1,13 @@
 //! Readiness of a component from its Deployment, and the status a derived
 //! server (DHCPServer, DNSServer, ProxyServer) reports from it: one verdict
-//! for the Infra's per-component status ([`super::infra::component_status`])
+//! for the Infra's per-component status ([`crate::plan::infra::component_status`])
 //! and for the servers' own `Ready`/`Progressing` conditions.
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use super::conditions::{PlannedCondition, merge_conditions};
 use crate::crd::{ServerStatus, condition};
+use crate::plan::conditions::{PlannedCondition, merge_conditions};
 
 /// What a Deployment's status says about its rollout.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -115,10 +115,10 @@ pub fn server_status(
     let old: &[Condition] = existing.map(|s| s.conditions.as_slice()).unwrap_or(&[]);
     let mut conditions = merge_conditions(old, planned, generation, now);
     // The DHCP pool figures and their conditions are the inventory poll's
-    // ([`super::pools`]): kept as they are.
+    // ([`crate::plan::dhcp::pools`]): kept as they are.
     conditions.extend(
         old.iter()
-            .filter(|c| super::pools::is_pool_condition(&c.type_))
+            .filter(|c| crate::plan::dhcp::pools::is_pool_condition(&c.type_))
             .filter(|c| !planned.iter().any(|p| p.type_ == c.type_))
             .cloned(),
     );

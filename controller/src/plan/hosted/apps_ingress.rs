@@ -22,13 +22,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Value, json};
 
-use super::attachments::AttachmentOutcome;
-use super::hosted_objects::{
+use crate::crd::{AppsIngressStatus, InfraClusterAttachment, MetalLbMode};
+use crate::plan::hosted::hosted_objects::{
     ADVERTISEMENTS_CRD, HostedObject, POOLS_CRD, attachment_key, hosted_labels, ip_address_pools,
     l2_advertisements, metallbs, namespaces, object, operator_groups, services, subscriptions,
 };
-use super::public_dns::EXTERNAL_DNS_HOSTNAME;
-use crate::crd::{AppsIngressStatus, InfraClusterAttachment, MetalLbMode};
+use crate::plan::hosted::public_dns::EXTERNAL_DNS_HOSTNAME;
+use crate::plan::infra::attachments::AttachmentOutcome;
 
 /// MetalLB's annotation choosing the pool of a LoadBalancer Service.
 pub const POOL_ANNOTATION: &str = oooi_vocabulary::labels::METALLB_ADDRESS_POOL;
@@ -449,8 +449,8 @@ pub fn status(r: &Resolved, vip: Option<Ipv4Addr>, ready_nodes: usize) -> AppsIn
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::attachments::Exclusion;
-    use crate::plan::hosted_objects::ATTACHMENT_LABEL;
+    use crate::plan::hosted::hosted_objects::ATTACHMENT_LABEL;
+    use crate::plan::infra::attachments::Exclusion;
     use crate::plan::labels::MANAGED_BY;
     use kube::ResourceExt;
 

@@ -1,7 +1,7 @@
 //! The pod-template hash of a planned Deployment: what tells whether
 //! applying a plan would restart its pod. The planner stamps it
 //! ([`crate::plan::workload`]); the rolling gate reads it back from the live
-//! object ([`crate::plan::rolling`]).
+//! object ([`crate::plan::workload::rolling`]).
 
 use std::collections::BTreeMap;
 

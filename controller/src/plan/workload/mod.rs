@@ -10,9 +10,9 @@
 //!   `net.ipv4.ping_group_range` (both "safe" sysctls that the Pod Security
 //!   `restricted` profile and OpenShift's `restricted-v2` allow). The pods
 //!   carry UID and fsGroup 65532 for plain Kubernetes; on OpenShift the
-//!   controller leaves them unset ([`super::scc::for_openshift`]) so that
+//!   controller leaves them unset ([`crate::plan::workload::scc::for_openshift`]) so that
 //!   `restricted-v2` assigns the namespace's own.
-//! - Only the address agent ([`super::availability`]) adds capabilities
+//! - Only the address agent ([`crate::plan::workload::availability`]) adds capabilities
 //!   (NET_ADMIN and NET_RAW, to move a VLAN address and announce it), in its
 //!   own container, as UID 0: Kubernetes hands added capabilities to a
 //!   non-root process only through file capabilities, which
@@ -21,6 +21,15 @@
 //! - One replica with the `Recreate` strategy: the static VLAN address can be
 //!   held by one pod at a time (two would fight over ARP). Several replicas
 //!   are several Deployments, one per address (see `rolling`).
+
+pub mod availability;
+pub mod placement;
+pub mod pod_security;
+pub mod readiness;
+pub mod resources;
+pub mod rolling;
+pub mod scc;
+pub mod template_hash;
 
 use std::collections::BTreeMap;
 
@@ -39,8 +48,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::Resource;
 use serde_json::{Value, json};
 
-use super::labels::{Component, child_meta, labels, selector};
 use crate::crd::VlanInterface;
+use crate::plan::labels::{Component, child_meta, labels, selector};
 
 /// Multus annotation naming the pod's extra networks.
 pub const MULTUS_ANNOTATION: &str = oooi_vocabulary::labels::MULTUS_NETWORKS;
@@ -343,7 +352,7 @@ fn env_field(name: &str, path: &str) -> EnvVar {
 /// VLAN address) is told apart and placed. Default: one server, nothing extra.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Placement {
-    /// Extra pod labels (the server's own, [`super::labels::SERVER_LABEL`]).
+    /// Extra pod labels (the server's own, [`crate::plan::labels::SERVER_LABEL`]).
     pub pod_labels: BTreeMap<String, String>,
     /// Extra Deployment selector labels (a subset of `pod_labels`).
     pub selector_labels: BTreeMap<String, String>,
@@ -506,7 +515,7 @@ where
         }),
         ..Deployment::default()
     };
-    super::template_hash::stamp_template_hash(&mut d);
+    crate::plan::workload::template_hash::stamp_template_hash(&mut d);
     d
 }
 

@@ -13,7 +13,7 @@
 
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 
-use super::scc::{CORE_VOLUMES, volume_kind};
+use crate::plan::workload::scc::{CORE_VOLUMES, volume_kind};
 
 /// A Pod Security Admission level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

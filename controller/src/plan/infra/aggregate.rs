@@ -1,8 +1,8 @@
 //! Attachments onto their Infra: selection, deterministic order and
 //! conflicts between attachments; the per-attachment checks live in
-//! [`super::attachments`], worker addresses in [`super::workers`], DHCP
-//! reservations in [`super::reservations`], apps pools in
-//! [`super::apps_pools`].
+//! [`crate::plan::infra::attachments`], worker addresses in [`crate::plan::infra::workers`], DHCP
+//! reservations in [`crate::plan::infra::reservations`], apps pools in
+//! [`crate::plan::infra::apps_pools`].
 //!
 //! Rules:
 //! - An attachment belongs to the Infra its `infraRef` names in the same
@@ -24,13 +24,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
-use super::apps_pools::check_apps_pools;
-use super::attachments::{AttachmentOutcome, Exclusion, resolve};
-use super::network::Network;
-use super::observed::Observed;
-use super::reservations::{known_clients, reservations, retain_unique};
-use super::workers::{split_conflicts, worker_addresses};
 use crate::crd::InfraClusterAttachment;
+use crate::plan::infra::apps_pools::check_apps_pools;
+use crate::plan::infra::attachments::{AttachmentOutcome, Exclusion, resolve};
+use crate::plan::infra::network::Network;
+use crate::plan::infra::observed::Observed;
+use crate::plan::infra::reservations::{known_clients, reservations, retain_unique};
+use crate::plan::infra::workers::{split_conflicts, worker_addresses};
 
 /// Marks every member of a group of more than one as excluded.
 fn exclude_groups<K: Ord>(

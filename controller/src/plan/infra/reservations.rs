@@ -7,9 +7,9 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
-use super::names::is_dns_label;
-use super::network::Network;
-use super::observed::{HostedClusterKey, Observed};
+use crate::plan::infra::network::Network;
+use crate::plan::infra::observed::{HostedClusterKey, Observed};
+use crate::plan::names::is_dns_label;
 
 /// A DHCP reservation derived from a VMI.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]

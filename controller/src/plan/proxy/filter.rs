@@ -1,7 +1,7 @@
 //! The filter rollout's decisions: which module a ProxyServer should run,
 //! the derived filter ConfigMap that carries it, and what the status says.
 //! No I/O: [`crate::rollout`] hands in what it observed and the verdict of
-//! the wasmtime check (run against [`super::proxy::check_tables`]).
+//! the wasmtime check (run against [`crate::plan::proxy::check_tables`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,9 +10,9 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 
-use super::PlannedCondition;
-use super::labels::{Component, child_meta, instance_of};
 use crate::crd::{ProxyServer, ProxyServerStatus};
+use crate::plan::PlannedCondition;
+use crate::plan::labels::{Component, child_meta, instance_of};
 
 /// Annotation of the derived ConfigMap: SHA-256 (hex) of the active module.
 pub const ACTIVE_ANNOTATION: &str = oooi_vocabulary::labels::FILTER_DIGEST;

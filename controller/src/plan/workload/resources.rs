@@ -3,7 +3,7 @@
 //! DHCPServer, DNSServer or ProxyServer), else the controller's default for
 //! its kind (`run --component-resources`, which the chart sets from its
 //! `components.resources` values; `render` takes the same flag), else the
-//! component's built-in requests and limits ([`super::workload::resources`]).
+//! component's built-in requests and limits ([`crate::plan::workload::resources`]).
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use serde::Deserialize;

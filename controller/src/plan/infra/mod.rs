@@ -1,23 +1,34 @@
 //! The top-level planner: Infra + attachments + observed state → the three
 //! derived objects and every status condition.
 
+pub mod aggregate;
+pub mod apps_pools;
+pub mod attachments;
+pub mod cudn;
+pub mod images;
+pub mod legacy;
+pub mod network;
+pub mod observed;
+pub mod reservations;
+pub mod workers;
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use oooi_vocabulary::FieldError;
 
-use super::aggregate::aggregate;
-use super::attachments::AttachmentOutcome;
-use super::conditions::{PlannedCondition, merge_conditions};
-use super::labels::{Component, INFRA_LABEL, owner_refs};
-use super::network::parse_network;
-use super::observed::Observed;
-use super::{dhcp, dns, proxy};
 use crate::crd::{
     AttachmentTotals, ComponentStatus, ComponentsStatus, DHCPServer, DNSServer, Infra,
     InfraClusterAttachment, InfraClusterAttachmentStatus, InfraStatus, ProxyServer, condition,
 };
+use crate::plan::conditions::{PlannedCondition, merge_conditions};
+use crate::plan::infra::aggregate::aggregate;
+use crate::plan::infra::attachments::AttachmentOutcome;
+use crate::plan::infra::network::parse_network;
+use crate::plan::infra::observed::Observed;
+use crate::plan::labels::{Component, INFRA_LABEL, owner_refs};
+use crate::plan::{dhcp, dns, proxy};
 
 /// The derived objects of a valid Infra. A `None` component is disabled: its
 /// derived object (and so its children) must be deleted.
@@ -101,7 +112,7 @@ impl InfraPlan {
                 "EmptyDnsServers",
                 format!(
                     "spec.networkConfig.dnsServers is empty: DNS answers SERVFAIL for every name oooi does not own; list resolvers (`ip` or `ip:port`), or `{}` for the DNS pod's own",
-                    super::network::RESOLV_CONF
+                    crate::plan::infra::network::RESOLV_CONF
                 ),
             )
         } else {
@@ -145,7 +156,7 @@ fn derived_meta_named(infra: &Infra, component: Component, name: String) -> Obje
     ObjectMeta {
         name: Some(name),
         namespace: infra.metadata.namespace.clone(),
-        labels: Some(super::labels::labels(&infra_name, component)),
+        labels: Some(crate::plan::labels::labels(&infra_name, component)),
         owner_references: owner_refs(infra),
         ..ObjectMeta::default()
     }
@@ -166,10 +177,10 @@ pub fn plan_infra(
         Ok(n) => (Some(n), Vec::new()),
         Err(e) => (None, e),
     };
-    for (field, message) in super::images::missing(infra) {
+    for (field, message) in crate::plan::infra::images::missing(infra) {
         errors.push(FieldError::new(field, message));
     }
-    errors.extend(super::legacy::refused(infra));
+    errors.extend(crate::plan::infra::legacy::refused(infra));
     let no_upstreams = infra.spec.infra_components.dns.enabled
         && network
             .as_ref()
@@ -246,7 +257,7 @@ pub fn plan_infra(
         errors,
         attachments: outcomes,
         totals,
-        ignored_fields: super::legacy::ignored(infra),
+        ignored_fields: crate::plan::infra::legacy::ignored(infra),
         no_upstreams,
     }
 }
@@ -297,7 +308,7 @@ pub fn component_status(enabled: bool, deployment: Option<&Deployment>) -> Compo
             ..ComponentStatus::default()
         };
     };
-    let r = super::readiness::readiness(d);
+    let r = crate::plan::workload::readiness::readiness(d);
     let (desired, ready_replicas, updated) = (r.replicas, r.ready, r.updated);
     ComponentStatus {
         enabled: true,
@@ -378,7 +389,7 @@ pub fn infra_status(
         conditions: merge_conditions(&existing, &planned, generation, now),
         components,
         attachments: plan.totals.clone(),
-        failover: Some(super::availability::failover_status(infra)),
+        failover: Some(crate::plan::workload::availability::failover_status(infra)),
         // The reconciler adds its DHCP servers' figures.
         dhcp_pools: None,
     }

@@ -2,11 +2,11 @@
 //! (`run --openshift-scc`).
 //!
 //! OpenShift admits a pod only under an SCC its ServiceAccount (or the
-//! creating user) may `use`. The component pods ([`super::workload`]) run
+//! creating user) may `use`. The component pods ([`crate::plan::workload`]) run
 //! their programs as a non-root user with every capability dropped, so the
 //! built-in `restricted-v2` admits them once [`for_openshift`] has left the
 //! UID and fsGroup to it (the namespace's range). Only a pod with an address
-//! agent ([`super::availability`]) asks for more: the agent's container runs
+//! agent ([`crate::plan::workload::availability`]) asks for more: the agent's container runs
 //! as UID 0 with NET_ADMIN and NET_RAW.
 //!
 //! [`choose`] checks a pod template against models of the SCCs, from the
@@ -43,7 +43,7 @@ use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Value, json};
 
-use super::workload::Children;
+use crate::plan::workload::Children;
 
 /// The SCC the install creates for pods with an address agent.
 pub const ADDRESS_AGENT_SCC: &str = "oooi-address-agent";

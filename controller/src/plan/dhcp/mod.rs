@@ -1,5 +1,8 @@
 //! The DHCP server: its config from the Infra and attachments, and its children.
 
+pub mod pair;
+pub mod pools;
+
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -9,27 +12,29 @@ use k8s_openapi::api::core::v1::{
     PersistentVolumeClaimVolumeSource, SecretVolumeSource, Service, ServicePort, ServiceSpec,
     Volume, VolumeResourceRequirements,
 };
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use oooi_dhcp_config::{
     Mac, RawConfig, RawKnownClient, RawPeer, RawRange, RawReservation, Role, Subnet,
 };
 
-use super::attachments::AttachmentOutcome;
-use super::labels::{
-    Component, SERVER_LABEL, child_meta, instance_of, inventory_token_secret_name,
-    pair_token_secret_name, selector,
-};
-use super::network::Network;
-use super::network_policy::{DhcpPorts, PairPartner, PolicyPeers, dhcp_policy};
-use super::workload::{
-    Children, Objects, Placement, PodPlan, deployment, http_probe, mount, pod_address, port,
-    resources, service_account, spread,
-};
 use crate::crd::{
     DHCPServer, DHCPServerSpec, DhcpConfigDocument, Infra, LeaseStorage, LocalObjectReference,
     UnknownClients, VlanInterface,
+};
+use crate::plan::infra::attachments::AttachmentOutcome;
+use crate::plan::infra::network::Network;
+use crate::plan::labels::{
+    Component, SERVER_LABEL, child_meta, instance_of, inventory_token_secret_name, selector,
+};
+use crate::plan::network_policy::{DhcpPorts, PolicyPeers, dhcp_policy};
+use crate::plan::workload::{
+    Children, Objects, Placement, PodPlan, deployment, http_probe, mount, pod_address, port,
+    resources, service_account, spread,
+};
+use pair::{
+    PAIR_TOKEN_DIR, PAIR_TOKEN_KEY, PEER_PORT, pair_budget, pair_partner, pair_token_secret_name,
+    peer_service_name,
 };
 
 /// Where the config file is mounted.
@@ -47,13 +52,6 @@ pub const HTTP_PORT: i32 = 9067;
 /// whatever holds the metrics port's connections cannot make the pod
 /// unready. Container port `health`.
 pub const HEALTH_PORT: i32 = 9070;
-/// Port of the pair API (`--pair-listen`, on the pod address; its peer
-/// Service forwards to it).
-pub const PEER_PORT: u16 = 9068;
-/// Where the pair token Secret is mounted.
-pub const PAIR_TOKEN_DIR: &str = "/etc/oooi-dhcp-pair";
-/// Key of the pair token in its Secret (and file name in the mount).
-pub const PAIR_TOKEN_KEY: &str = "token";
 /// Port of the lease inventory API (`--inventory-listen`, on the pod
 /// address for the controller and on the pod's loopback for port-forward);
 /// the NetworkPolicy admits the controller's pods alone.
@@ -217,14 +215,6 @@ fn default_interface() -> String {
     "net1".to_string()
 }
 
-/// What [`peer_service_name`] appends to the server's name.
-const PEER_SERVICE_SUFFIX: &str = "-peer";
-
-/// Name of the Service in front of a pair server's pair API.
-pub fn peer_service_name(server: &str) -> String {
-    format!("{server}{PEER_SERVICE_SUFFIX}")
-}
-
 /// The DHCPServer specs derived from an Infra, with their names: one per
 /// server address (none when DHCP is disabled).
 pub fn specs(
@@ -266,7 +256,11 @@ pub fn specs(
                 inventory_token_secret: Some(LocalObjectReference {
                     name: inventory_token_secret_name(&infra_name),
                 }),
-                availability: super::availability::server_availability(infra, Component::Dhcp, &[]),
+                availability: crate::plan::workload::availability::server_availability(
+                    infra,
+                    Component::Dhcp,
+                    &[],
+                ),
             };
             (name, spec)
         })
@@ -301,32 +295,6 @@ pub fn policy_ports(server: &DHCPServer) -> DhcpPorts {
             .as_ref()
             .map(|p| (p.listen.port(), pair_partner(&p.api, namespace))),
         inventory: INVENTORY_PORT,
-    }
-}
-
-/// The other server of a pair from the `api` its config names: the server
-/// behind a peer Service (`<server>-peer[.<namespace>[.svc[.<domain>]]]:<port>`,
-/// as [`configs`] writes it), else [`PairPartner::Unnamed`] (an address, or
-/// a name the controller did not write). `namespace` is the server's own.
-pub fn pair_partner(api: &str, namespace: &str) -> PairPartner {
-    let host = api.rsplit_once(':').map_or(api, |(h, _)| h);
-    if host.parse::<IpAddr>().is_ok() {
-        return PairPartner::Unnamed;
-    }
-    let mut labels = host.split('.');
-    let service = labels.next().unwrap_or_default();
-    let theirs = labels.next();
-    let rest: Vec<&str> = labels.collect();
-    // Past the namespace only the cluster's Service domain may follow.
-    if rest.first().is_some_and(|l| *l != "svc") {
-        return PairPartner::Unnamed;
-    }
-    match service.strip_suffix(PEER_SERVICE_SUFFIX) {
-        Some(name) if !name.is_empty() => PairPartner::Server {
-            name: name.to_string(),
-            namespace: theirs.unwrap_or(namespace).to_string(),
-        },
-        _ => PairPartner::Unnamed,
     }
 }
 
@@ -517,9 +485,9 @@ pub fn children(server: &DHCPServer) -> anyhow::Result<Children> {
             readiness: http_probe("/healthz", HEALTH_PORT, 5, 3),
             liveness: http_probe("/healthz", HEALTH_PORT, 10, 6),
             resources: resources(server.spec.resources.as_ref(), "10m", "32Mi", "128Mi"),
-            fs_group: Some(super::workload::NON_ROOT_UID),
+            fs_group: Some(crate::plan::workload::NON_ROOT_UID),
             placement,
-            tolerations: super::availability::tolerations(
+            tolerations: crate::plan::workload::availability::tolerations(
                 server.spec.availability.node_loss_toleration_seconds,
             ),
             pod_placement: server.spec.placement.clone(),
@@ -537,17 +505,11 @@ pub fn children(server: &DHCPServer) -> anyhow::Result<Children> {
     })
 }
 
-/// The PodDisruptionBudget of a pair (both servers' pods): a drain evicts
-/// one server at a time, so the other keeps serving the whole pool. A pod
-/// that is not Ready may be evicted anyway (it serves nobody).
-pub fn pair_budget(primary: &DHCPServer, name: &str, instance: &str) -> PodDisruptionBudget {
-    super::rolling::replicas_budget(primary, &format!("{name}-pair"), instance, Component::Dhcp)
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use super::pair::PairPartner;
     use super::*;
     use crate::plan::{Observed, plan_infra};
 

@@ -9,8 +9,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use oooi_vocabulary::labels as keys;
 
-use super::labels::{APP_NAME, Component, INFRA_LABEL, MANAGED_BY, owner_refs, selector};
 use crate::crd::{Infra, InfraClusterAttachment};
+use crate::plan::labels::{APP_NAME, Component, INFRA_LABEL, MANAGED_BY, owner_refs, selector};
 
 /// ExternalDNS's hostname annotation.
 pub const EXTERNAL_DNS_HOSTNAME: &str = keys::EXTERNAL_DNS_HOSTNAME;

@@ -9,8 +9,8 @@ use std::net::Ipv4Addr;
 
 use k8s_openapi::api::core::v1::Toleration;
 
-use super::labels::Component;
 use crate::crd::{AddressTakeover, FailoverMode, FailoverStatus, Infra, ServerAvailability};
+use crate::plan::labels::Component;
 
 /// The taints a lost node gets, which the component pods tolerate only
 /// briefly.

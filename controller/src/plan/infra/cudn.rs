@@ -27,9 +27,9 @@ use serde_json::json;
 
 use oooi_vocabulary::labels as keys;
 
-use super::labels::{APP_NAME, INFRA_LABEL, MANAGED_BY};
-use super::network_policy::OWNER_NAMESPACE_LABEL;
 use crate::crd::Infra;
+use crate::plan::labels::{APP_NAME, INFRA_LABEL, MANAGED_BY};
+use crate::plan::network_policy::OWNER_NAMESPACE_LABEL;
 
 /// API group of the ClusterUserDefinedNetwork.
 pub const GROUP: &str = "k8s.ovn.org";
@@ -170,7 +170,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::plan::network::parse_network;
+    use crate::plan::infra::network::parse_network;
     use serde_json::Value;
 
     fn infra(network: Value) -> Infra {

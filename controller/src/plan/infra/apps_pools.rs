@@ -5,10 +5,10 @@
 
 use oooi_vocabulary::FieldError;
 
-use super::attachments::AttachmentOutcome;
-use super::network::{Ipv4Range, Network};
-use super::observed::Observed;
 use crate::crd::InfraClusterAttachment;
+use crate::plan::infra::attachments::AttachmentOutcome;
+use crate::plan::infra::network::{Ipv4Range, Network};
+use crate::plan::infra::observed::Observed;
 
 /// Checks the pools of `selected` (in the order of `outcomes`): inside the CIDR, outside the DHCP pool and the infra
 /// addresses, disjoint from other attachments. A bad pool is reported on its

@@ -7,8 +7,8 @@ use kube::api::{ApiResource, DynamicObject};
 use oooi_vocabulary::labels as keys;
 use serde_json::Value;
 
-use super::labels::{APP_NAME, MANAGED_BY};
 use crate::crd::InfraClusterAttachment;
+use crate::plan::labels::{APP_NAME, MANAGED_BY};
 
 /// Label naming the attachment an object in the hosted cluster (or a
 /// management-side public Service) belongs to.

@@ -20,11 +20,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
 
-use super::labels::{Component, SERVER_LABEL, child_meta, selector};
-use super::readiness::readiness;
-use super::template_hash::stamped_hash;
-use super::workload::{Placement, spread};
 use crate::crd::ReplicaOf;
+use crate::plan::labels::{Component, SERVER_LABEL, child_meta, selector};
+use crate::plan::workload::readiness::readiness;
+use crate::plan::workload::template_hash::stamped_hash;
+use crate::plan::workload::{Placement, spread};
 
 /// Whether `replica` makes its server one of several.
 pub fn is_replica(replica: Option<ReplicaOf>) -> bool {

@@ -8,8 +8,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
-use super::network::Network;
-use super::observed::{HostedClusterKey, Observed};
+use crate::plan::infra::network::Network;
+use crate::plan::infra::observed::{HostedClusterKey, Observed};
 
 /// Worker addresses of one cluster inside the VLAN (see the module rules).
 pub fn worker_addresses(
