@@ -44,7 +44,7 @@ fn inputs() -> Vec<PathBuf> {
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
         .collect();
     files.sort();
-    files.push(root().join("tests/lab/two-clusters.yaml"));
+    files.push(root().join("lab/two-clusters.yaml"));
     files
 }
 
