@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements, Toleration};
+use k8s_openapi::api::core::v1::{Affinity, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use oooi_vocabulary::InterfaceAddress;
@@ -16,6 +16,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::LocalObjectReference;
+use super::pod::{DhcpKind, DnsKind, ProxyKind, ServerPod};
 use super::schema::{DhcpConfigDocument, DnsConfigDocument, RoutesDocument};
 
 /// The pod's leg on the VLAN (a Multus secondary interface with a static address).
@@ -160,21 +161,11 @@ pub struct DhcpPoolStatus {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DHCPServerSpec {
-    /// The VLAN leg; its address is the server address.
-    pub vlan: VlanInterface,
-    /// Container image of oooi-dhcp.
-    #[schemars(length(min = 1))]
-    pub image: String,
+    /// The VLAN leg, image, resources, placement and availability.
+    #[serde(flatten)]
+    pub pod: ServerPod<DhcpKind>,
     /// The whole oooi-dhcp config file.
     pub config: DhcpConfigDocument,
-    /// Compute resources. Default: the controller's default for the kind
-    /// (`--component-resources`, the chart's `components.resources`), else
-    /// the built-in requests and limits of the kind.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resources: Option<ResourceRequirements>,
-    /// Where the pods run and how their images are pulled.
-    #[serde(default, skip_serializing_if = "PodPlacement::is_empty")]
-    pub placement: PodPlacement,
     /// Lease volume.
     #[serde(default)]
     pub storage: LeaseStorage,
@@ -188,9 +179,6 @@ pub struct DHCPServerSpec {
     /// loopback for port-forward). Without it the API is off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inventory_token_secret: Option<LocalObjectReference>,
-    /// How this server's pods ride out a lost node.
-    #[serde(default)]
-    pub availability: ServerAvailability,
 }
 
 /// The PVC holding DHCP leases.
@@ -241,28 +229,15 @@ impl Default for LeaseStorage {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DNSServerSpec {
-    /// The VLAN leg; the VLAN view listens on its address.
-    pub vlan: VlanInterface,
-    /// Container image of oooi-dns.
-    #[schemars(length(min = 1))]
-    pub image: String,
+    /// The VLAN leg, image, resources, placement and availability.
+    #[serde(flatten)]
+    pub pod: ServerPod<DnsKind>,
     /// The whole oooi-dns config file.
     pub config: DnsConfigDocument,
-    /// Compute resources. Default: the controller's default for the kind
-    /// (`--component-resources`, the chart's `components.resources`), else
-    /// the built-in requests and limits of the kind.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resources: Option<ResourceRequirements>,
-    /// Where the pods run and how their images are pulled.
-    #[serde(default, skip_serializing_if = "PodPlacement::is_empty")]
-    pub placement: PodPlacement,
     /// Set when this server is one of several replicas of an Infra's DNS
     /// (one per VLAN address); unset for a single server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replica: Option<ReplicaOf>,
-    /// How this server's pods ride out a lost node.
-    #[serde(default)]
-    pub availability: ServerAvailability,
 }
 
 /// Where a component's pods run and how their images are pulled: the
@@ -451,12 +426,9 @@ fn default_connect_timeout_ms() -> u32 {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ProxyServerSpec {
-    /// The VLAN leg; the TLS listeners accept on it.
-    pub vlan: VlanInterface,
-    /// Container image of the proxy: Envoy 1.40 (V8 wasm runtime) with
-    /// `oooi-envoy-gate` on its PATH, as the oooi-proxy image carries them.
-    #[schemars(length(min = 1))]
-    pub image: String,
+    /// The VLAN leg, image, resources, placement and availability.
+    #[serde(flatten)]
+    pub pod: ServerPod<ProxyKind>,
     /// TLS passthrough listener ports. Default: every port a route names.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(inner(range(min = 1, max = 65535)))]
@@ -485,21 +457,10 @@ pub struct ProxyServerSpec {
     /// true. Of several replicas, the first makes it, for all of them.
     #[serde(default = "default_true")]
     pub internal_service: bool,
-    /// Compute resources. Default: the controller's default for the kind
-    /// (`--component-resources`, the chart's `components.resources`), else
-    /// the built-in requests and limits of the kind.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resources: Option<ResourceRequirements>,
-    /// Where the pods run and how their images are pulled.
-    #[serde(default, skip_serializing_if = "PodPlacement::is_empty")]
-    pub placement: PodPlacement,
     /// Set when this proxy is one of several replicas of an Infra's proxy
     /// (one per VLAN address); unset for a single proxy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replica: Option<ReplicaOf>,
-    /// How this server's pods ride out a lost node.
-    #[serde(default)]
-    pub availability: ServerAvailability,
 }
 
 fn default_true() -> bool {
