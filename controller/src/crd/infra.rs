@@ -287,7 +287,7 @@ fn parse_duration(text: &str) -> Option<u64> {
         return text.parse().ok();
     }
     let d = oooi_process::duration::parse(text).ok()?;
-    (d.subsec_nanos() == 0).then(|| d.as_secs())
+    (d.subsec_nanos() == 0).then_some(d.as_secs())
 }
 
 impl JsonSchema for LeaseTime {
