@@ -86,13 +86,13 @@ pub struct RunArgs {
     pub log_format: LogFormat,
     /// Images of components whose Infra names none.
     #[command(flatten)]
-    pub images: crate::plan::images::DefaultImages,
+    pub images: crate::plan::infra::images::DefaultImages,
     /// Placement of components whose Infra leaves it unset.
     #[command(flatten)]
-    pub placement: crate::plan::placement::DefaultPlacement,
+    pub placement: crate::plan::workload::placement::DefaultPlacement,
     /// Resources of components whose server leaves them unset.
     #[command(flatten)]
-    pub resources: crate::plan::resources::DefaultResources,
+    pub resources: crate::plan::workload::resources::DefaultResources,
     /// Who may scrape the components' metrics ports.
     #[command(flatten)]
     pub metrics_scrapers: crate::plan::network_policy::MetricsScrapers,
@@ -413,7 +413,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 /// exists (read by name; the install creates it, never the controller).
 /// Components whose pods need it report `Degraded` while it is missing.
 async fn report_address_agent_scc(client: &kube::Client) {
-    let name = crate::plan::scc::ADDRESS_AGENT_SCC;
+    let name = crate::plan::workload::scc::ADDRESS_AGENT_SCC;
     match crate::reconcile::component::scc_exists(client, name).await {
         Ok(true) => info!(
             scc = name,
