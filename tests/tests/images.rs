@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use oooi_controller::testing::InfraBuilder;
 use oooi_tests::fixture::TwoClusters;
 use oooi_tests::{ConfigMapDir, free_port, http_blocking, tls_probe};
 
@@ -1070,10 +1071,14 @@ async fn must_gather_image_gathers_from_a_loopback_api_as_oc_runs_it() {
     let mock = oooi_kube_mock::MockApi::start();
     mock.insert(
         "/apis/hostedcluster.densityops.com/v1alpha1/namespaces/oooi-infra/infras/vlan100",
-        json!({"apiVersion": "hostedcluster.densityops.com/v1alpha1", "kind": "Infra",
-               "metadata": {"name": "vlan100", "namespace": "oooi-infra"},
-               "spec": {"networkConfig": {"cidr": "192.0.2.0/24"}},
-               "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "AllComponentsReady"}]}}),
+        InfraBuilder::new()
+            .named("oooi-infra", "vlan100")
+            .remove("/metadata/uid")
+            .remove("/metadata/generation")
+            .merge(json!({"status": {"conditions": [
+                {"type": "Ready", "status": "True", "reason": "AllComponentsReady"}
+            ]}}))
+            .json(),
     );
     mock.insert(
         "/api/v1/namespaces/oooi-infra/secrets/vlan100-proxy-push-token",
