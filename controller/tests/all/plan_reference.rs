@@ -14,7 +14,7 @@ use oooi_controller::crd::status;
 use oooi_controller::plan::infra::images::DefaultImages;
 use oooi_controller::plan::{self, Observed, PlannedCondition};
 use oooi_controller::testing::InfraBuilder;
-use plan_support::{attachment, dns_config, observed};
+use plan_support::{attachment, dhcp_config, dns_config, observed};
 use serde_json::json;
 
 /// An Infra as the older API's samples write it: lease time as a duration,
@@ -61,16 +61,7 @@ fn notice(p: &plan::InfraPlan, type_: &str) -> PlannedCondition {
 }
 
 fn lease_seconds(p: &plan::InfraPlan) -> Option<u32> {
-    p.desired
-        .as_ref()
-        .unwrap()
-        .dhcp
-        .first()
-        .unwrap()
-        .spec
-        .config
-        .0
-        .lease_seconds
+    dhcp_config(p).lease_seconds
 }
 
 #[test]
@@ -241,16 +232,7 @@ fn apps_ingress_on_the_infra_is_refused_naming_the_attachment() {
 fn an_unset_gateway_is_the_first_host_of_the_cidr() {
     let p = plan_of(older_api_infra().remove("/spec/networkConfig/gateway"));
     assert!(p.errors.is_empty(), "{:?}", p.errors);
-    let dhcp = &p
-        .desired
-        .as_ref()
-        .unwrap()
-        .dhcp
-        .first()
-        .unwrap()
-        .spec
-        .config
-        .0;
+    let dhcp = dhcp_config(&p);
     assert_eq!(dhcp.gateway, Some("198.51.100.1".parse().unwrap()));
 }
 

@@ -23,6 +23,19 @@ pub fn table(p: &plan::InfraPlan) -> RouteTable {
     t
 }
 
+/// The DHCP config a plan's (first) DHCP server would get.
+pub fn dhcp_config(p: &plan::InfraPlan) -> &oooi_dhcp_config::RawConfig {
+    &p.desired
+        .as_ref()
+        .unwrap()
+        .dhcp
+        .first()
+        .unwrap()
+        .spec
+        .config
+        .0
+}
+
 /// The DNS config a plan's DNS server would get.
 pub fn dns_config(p: &plan::InfraPlan) -> &oooi_dns_config::RawConfig {
     &p.desired
@@ -54,6 +67,15 @@ pub fn component_infra() -> InfraBuilder {
 /// An attachment `name` of HostedCluster `clusters/<hc>` with domain `<hc>.example.com`.
 pub fn attachment(ns: &str, name: &str, infra: &str, hc: &str) -> InfraClusterAttachment {
     attachment_yaml(ns, name, infra, hc, hc, "")
+}
+
+/// Attachments `c1` and `c2` of Infra `vlan` in `oooi`, for HostedClusters
+/// `clusters/c1` and `clusters/c2`.
+pub fn two_attachments() -> [InfraClusterAttachment; 2] {
+    [
+        attachment("oooi", "c1", "vlan", "c1"),
+        attachment("oooi", "c2", "vlan", "c2"),
+    ]
 }
 
 /// An attachment with a given cluster name and extra spec lines (indent 2).
