@@ -388,14 +388,7 @@ fn a_shared_worker_address_drops_only_its_alias_routes() {
     assert_eq!(c1.conflicting_addresses, vec![ip("192.0.2.150")]);
     assert_eq!(c2.worker_addresses, vec![ip("192.0.2.121")]);
     let t = table(&p);
-    let sources: Vec<String> = t
-        .routes
-        .iter()
-        .filter_map(|r| match &r.matches {
-            RouteMatch::Source(c) => Some(c.to_string()),
-            _ => None,
-        })
-        .collect();
+    let sources = source_routes(&t);
     assert_eq!(sources, ["192.0.2.101/32", "192.0.2.121/32"]);
     assert_eq!(
         t.routes
