@@ -99,6 +99,13 @@ fn replicated_infra() -> oooi_controller::crd::Infra {
         .build()
 }
 
+/// What the planner derives from [`replicated_infra`].
+fn replicated_desired() -> oooi_controller::plan::DesiredComponents {
+    plan_infra(&replicated_infra(), &[], &Observed::default())
+        .desired
+        .expect("valid")
+}
+
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 
 /// (protocol, port) of every rule of a policy.
@@ -144,9 +151,7 @@ fn container_ports(c: &oooi_controller::plan::Children) -> Vec<(String, i32)> {
 fn every_pod_network_port_of_each_component_is_in_its_policy() {
     use oooi_controller::plan::network_policy::{MetricsScrapers, PolicyPeers};
     use oooi_controller::plan::{dhcp, dns, proxy};
-    let d = plan_infra(&replicated_infra(), &[], &Observed::default())
-        .desired
-        .expect("valid");
+    let d = replicated_desired();
     let scrapers = MetricsScrapers::default();
     let peers = PolicyPeers {
         controller_namespace: Some("oooi-system"),
@@ -241,9 +246,7 @@ fn every_pod_network_port_of_each_component_is_in_its_policy() {
 fn without_the_controllers_namespace_no_component_gets_a_policy() {
     use oooi_controller::plan::network_policy::{MetricsScrapers, PolicyPeers};
     use oooi_controller::plan::{dhcp, dns, proxy};
-    let d = plan_infra(&replicated_infra(), &[], &Observed::default())
-        .desired
-        .expect("valid");
+    let d = replicated_desired();
     let scrapers = MetricsScrapers::default();
     let peers = PolicyPeers {
         controller_namespace: None,
@@ -269,9 +272,7 @@ fn without_the_controllers_namespace_no_component_gets_a_policy() {
 fn the_policy_comes_before_the_pods_it_protects() {
     use oooi_controller::plan::network_policy::{MetricsScrapers, PolicyPeers};
     use oooi_controller::plan::{dhcp, dns};
-    let d = plan_infra(&replicated_infra(), &[], &Observed::default())
-        .desired
-        .expect("valid");
+    let d = replicated_desired();
     let scrapers = MetricsScrapers::default();
     let peers = PolicyPeers {
         controller_namespace: Some("ctl"),
@@ -308,9 +309,7 @@ fn the_dns_policy_lists_the_agents_metrics_port_only_with_takeover() {
     assert_eq!(ports.view, POD_VIEW_PORT);
     assert_eq!(ports.metrics, vec![9153], "no agent without takeover");
     assert_eq!(ports.health, vec![9154], "the probes' own listener");
-    let d = plan_infra(&replicated_infra(), &[], &Observed::default())
-        .desired
-        .expect("valid");
+    let d = replicated_desired();
     for s in &d.dns {
         assert_eq!(policy_ports(s).metrics, vec![9153, 9466]);
         assert_eq!(policy_ports(s).health, vec![9154, 9467]);
