@@ -283,6 +283,22 @@ fn own_pods(instance: &str, c: Component, server: &str) -> BTreeMap<String, Stri
     s
 }
 
+/// The two rules of every component's pods: the metrics ports admit
+/// `scrapers`, the health ports the node alone ([`Admit::NodeOnly`]), so
+/// nothing on the pod network can crowd out the kubelet's probes.
+fn watched_by(metrics: &[u16], health: &[u16], scrapers: &MetricsScrapers) -> [PortRule; 2] {
+    [
+        PortRule {
+            ports: tcp(metrics),
+            admit: Admit::Only(vec![scrapers.peer()]),
+        },
+        PortRule {
+            ports: tcp(health),
+            admit: Admit::NodeOnly,
+        },
+    ]
+}
+
 /// The ports of a ProxyServer's Envoy pods on the pod network, as the
 /// proxy's planner knows them ([`push_api_policy`] admits each to whom
 /// needs it).
@@ -341,15 +357,10 @@ pub fn push_api_policy(
                 ports: tcp(&[ports.ready]),
                 admit: Admit::Only(vec![same_infra(&instance, Component::Dns)]),
             },
-            PortRule {
-                ports: tcp(&ports.metrics),
-                admit: Admit::Only(vec![scrapers.peer()]),
-            },
-            PortRule {
-                ports: tcp(&ports.health),
-                admit: Admit::NodeOnly,
-            },
-        ],
+        ]
+        .into_iter()
+        .chain(watched_by(&ports.metrics, &ports.health, scrapers))
+        .collect::<Vec<_>>(),
     )
 }
 
@@ -391,20 +402,13 @@ pub fn dns_policy(
     per_port_policy(
         child_meta(server, format!("{name}-ingress"), &instance, Component::Dns),
         own_pods(&instance, Component::Dns, &name),
-        &[
-            PortRule {
-                ports: vec![PodPort::Udp(ports.view), PodPort::Tcp(ports.view)],
-                admit: Admit::Anyone,
-            },
-            PortRule {
-                ports: tcp(&ports.metrics),
-                admit: Admit::Only(vec![scrapers.peer()]),
-            },
-            PortRule {
-                ports: tcp(&ports.health),
-                admit: Admit::NodeOnly,
-            },
-        ],
+        &[PortRule {
+            ports: vec![PodPort::Udp(ports.view), PodPort::Tcp(ports.view)],
+            admit: Admit::Anyone,
+        }]
+        .into_iter()
+        .chain(watched_by(&ports.metrics, &ports.health, scrapers))
+        .collect::<Vec<_>>(),
     )
 }
 
@@ -464,21 +468,16 @@ pub fn dhcp_policy(
     per_port_policy(
         child_meta(server, format!("{name}-ingress"), &instance, c),
         pods,
-        &[
-            PortRule {
-                ports: tcp(&ports.metrics),
-                admit: Admit::Only(vec![scrapers.peer()]),
-            },
-            PortRule {
-                ports: tcp(&ports.health),
-                admit: Admit::NodeOnly,
-            },
-            pair,
-            PortRule {
-                ports: tcp(&[ports.inventory]),
-                admit: Admit::Only(vec![controller_peer(controller_namespace)]),
-            },
-        ],
+        &watched_by(&ports.metrics, &ports.health, scrapers)
+            .into_iter()
+            .chain([
+                pair,
+                PortRule {
+                    ports: tcp(&[ports.inventory]),
+                    admit: Admit::Only(vec![controller_peer(controller_namespace)]),
+                },
+            ])
+            .collect::<Vec<_>>(),
     )
 }
 
