@@ -32,8 +32,8 @@ use crate::plan::labels::{Component, child_meta, instance_of, selector};
 use crate::plan::network_policy::{DnsPorts, PolicyPeers, dns_policy};
 use crate::plan::workload::rolling::replica_placement;
 use crate::plan::workload::{
-    AGENT_HEALTH_PORT, AGENT_METRICS_PORT, Children, Objects, Program, ServerPlan, deployment,
-    http_probe, mount, pod_address, port, server_pod, service_account,
+    Children, Objects, Program, ServerPlan, deployment, http_probe, mount, pod_address, port,
+    server_pod, service_account, watched_ports,
 };
 
 /// Where the config file is mounted.
@@ -293,17 +293,14 @@ pub fn objects(server: &DNSServer, peers: PolicyPeers<'_>) -> anyhow::Result<Obj
 /// The ports of a DNSServer's pods on the pod network, for its
 /// NetworkPolicy: every container port but the VLAN view's.
 pub fn policy_ports(server: &DNSServer) -> DnsPorts {
-    let mut metrics = vec![HTTP_PORT as u16];
-    // The kubelet's alone: the probes' own listeners.
-    let mut health = vec![HEALTH_PORT as u16];
-    if server.spec.pod.availability.address_takeover.is_some() {
-        metrics.push(AGENT_METRICS_PORT as u16);
-        health.push(AGENT_HEALTH_PORT as u16);
-    }
     DnsPorts {
         view: POD_VIEW_PORT,
-        metrics,
-        health,
+        // The health port is the kubelet's alone: the probes' own listener.
+        watched: watched_ports(
+            &server.spec.pod,
+            vec![HTTP_PORT as u16],
+            vec![HEALTH_PORT as u16],
+        ),
     }
 }
 

@@ -283,17 +283,26 @@ fn own_pods(instance: &str, c: Component, server: &str) -> BTreeMap<String, Stri
     s
 }
 
+/// The ports of a component's pods that are watched rather than served.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WatchedPorts {
+    /// Metrics (`/metrics`), for the scrapers.
+    pub metrics: Vec<u16>,
+    /// Ports only the kubelet's probes use: the health listeners.
+    pub health: Vec<u16>,
+}
+
 /// The two rules of every component's pods: the metrics ports admit
 /// `scrapers`, the health ports the node alone ([`Admit::NodeOnly`]), so
 /// nothing on the pod network can crowd out the kubelet's probes.
-fn watched_by(metrics: &[u16], health: &[u16], scrapers: &MetricsScrapers) -> [PortRule; 2] {
+fn watched_by(ports: &WatchedPorts, scrapers: &MetricsScrapers) -> [PortRule; 2] {
     [
         PortRule {
-            ports: tcp(metrics),
+            ports: tcp(&ports.metrics),
             admit: Admit::Only(vec![scrapers.peer()]),
         },
         PortRule {
-            ports: tcp(health),
+            ports: tcp(&ports.health),
             admit: Admit::NodeOnly,
         },
     ]
@@ -310,11 +319,9 @@ pub struct ProxyPorts {
     pub push: u16,
     /// The readiness listener.
     pub ready: u16,
-    /// Envoy's metrics and, with address takeover, the agent's.
-    pub metrics: Vec<u16>,
-    /// Ports only the kubelet's probes use: with address takeover, the
-    /// agent's health listener.
-    pub health: Vec<u16>,
+    /// Envoy's metrics; with address takeover, the agent's metrics and
+    /// health listener.
+    pub watched: WatchedPorts,
 }
 
 /// The NetworkPolicy of a ProxyServer's Envoy pods. Each port admits only
@@ -359,7 +366,7 @@ pub fn push_api_policy(
             },
         ]
         .into_iter()
-        .chain(watched_by(&ports.metrics, &ports.health, scrapers))
+        .chain(watched_by(&ports.watched, scrapers))
         .collect::<Vec<_>>(),
     )
 }
@@ -372,11 +379,9 @@ pub struct DnsPorts {
     /// The pod view, UDP and TCP (the pod view's Service maps its port 53
     /// to it).
     pub view: u16,
-    /// oooi-dns's metrics and, with address takeover, the agent's.
-    pub metrics: Vec<u16>,
-    /// Ports only the kubelet's probes use: oooi-dns's health listener
-    /// and, with address takeover, the agent's.
-    pub health: Vec<u16>,
+    /// oooi-dns's metrics and health listener and, with address takeover,
+    /// the agent's.
+    pub watched: WatchedPorts,
 }
 
 /// The NetworkPolicy of a DNSServer's pods (the server's own, by its
@@ -407,7 +412,7 @@ pub fn dns_policy(
             admit: Admit::Anyone,
         }]
         .into_iter()
-        .chain(watched_by(&ports.metrics, &ports.health, scrapers))
+        .chain(watched_by(&ports.watched, scrapers))
         .collect::<Vec<_>>(),
     )
 }
@@ -417,10 +422,8 @@ pub fn dns_policy(
 /// witness are on the VLAN leg only.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DhcpPorts {
-    /// oooi-dhcp's metrics.
-    pub metrics: Vec<u16>,
-    /// Ports only the kubelet's probes use: oooi-dhcp's health listener.
-    pub health: Vec<u16>,
+    /// oooi-dhcp's metrics and health listener.
+    pub watched: WatchedPorts,
     /// The pair API and the server it serves, on a server of a pair.
     pub pair: Option<(u16, PairPartner)>,
     /// The read-only lease inventory the controller queries.
@@ -468,7 +471,7 @@ pub fn dhcp_policy(
     per_port_policy(
         child_meta(server, format!("{name}-ingress"), &instance, c),
         pods,
-        &watched_by(&ports.metrics, &ports.health, scrapers)
+        &watched_by(&ports.watched, scrapers)
             .into_iter()
             .chain([
                 pair,
@@ -667,8 +670,10 @@ mod tests {
             routing: vec![443, 6443],
             push: 9445,
             ready: 9446,
-            metrics: vec![9102],
-            health: vec![9467],
+            watched: WatchedPorts {
+                metrics: vec![9102],
+                health: vec![9467],
+            },
         }
     }
 
@@ -785,7 +790,10 @@ mod tests {
     fn every_metrics_port_is_for_scrapers_and_every_routing_port_for_anyone() {
         let ports = ProxyPorts {
             routing: vec![443, 6443, 80],
-            metrics: vec![9102, 9466],
+            watched: WatchedPorts {
+                metrics: vec![9102, 9466],
+                ..ports().watched
+            },
             ..ports()
         };
         let r = rules(&push_api_policy(
@@ -978,8 +986,10 @@ spec:
         let dns = &d.dns[0];
         let ports = DnsPorts {
             view: 5353,
-            metrics: vec![9153, 9466],
-            health: vec![9154, 9467],
+            watched: WatchedPorts {
+                metrics: vec![9153, 9466],
+                health: vec![9154, 9467],
+            },
         };
         let scrapers = monitoring();
         let p = dns_policy(dns, &ports, &scrapers);
@@ -1021,8 +1031,10 @@ spec:
         for (server, partner) in [(&d.dhcp[0], "vlan-dhcp-2"), (&d.dhcp[1], "vlan-dhcp")] {
             let name = server.metadata.name.clone().unwrap();
             let ports = DhcpPorts {
-                metrics: vec![9067],
-                health: vec![9070],
+                watched: WatchedPorts {
+                    metrics: vec![9067],
+                    health: vec![9070],
+                },
                 pair: Some((
                     9068,
                     PairPartner::Server {
@@ -1092,8 +1104,10 @@ spec:
     fn a_single_dhcp_server_selects_its_instance_and_opens_no_pair_port() {
         let d = planned("serverIP: 192.0.2.2");
         let ports = DhcpPorts {
-            metrics: vec![9067],
-            health: vec![9070],
+            watched: WatchedPorts {
+                metrics: vec![9067],
+                health: vec![9070],
+            },
             pair: None,
             inventory: 9069,
         };

@@ -5,15 +5,13 @@
 
 #![allow(clippy::unwrap_used)]
 
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::PodSpec;
-
-use std::collections::BTreeMap;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::crd::{AddressTakeover, ComponentKind, ServerPod};
 use crate::plan::workload::{AGENT_CONTAINER, resources};
 use crate::plan::{Observed, dhcp, dns, fixtures, plan_infra, proxy};
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 /// A new pod-level field, written once: in the part of the spec every
 /// kind shares.

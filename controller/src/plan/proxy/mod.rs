@@ -59,7 +59,7 @@ use crate::plan::proxy::filter::FilterPlan;
 use crate::plan::workload::rolling::{replica_placement, server_selector};
 use crate::plan::workload::{
     Children, Objects, Program, ServerPlan, deployment, http_probe, mount, port, server_pod,
-    service_account, tcp_probe,
+    service_account, tcp_probe, watched_ports,
 };
 
 /// Listener port of the source-scoped routes (aliases and no SNI).
@@ -470,20 +470,13 @@ pub fn objects(
 
 /// The ports of `proxy`'s pods on the pod network, for its NetworkPolicy.
 pub fn policy_ports(proxy: &ProxyServer) -> crate::plan::network_policy::ProxyPorts {
-    let mut metrics = vec![METRICS_PORT];
-    // The kubelet's alone: the agent's liveness probe (Envoy's probes ask
-    // the readiness port, which the DNS pods' checks share).
-    let mut health = Vec::new();
-    if proxy.spec.pod.availability.address_takeover.is_some() {
-        metrics.push(crate::plan::workload::AGENT_METRICS_PORT as u16);
-        health.push(crate::plan::workload::AGENT_HEALTH_PORT as u16);
-    }
     crate::plan::network_policy::ProxyPorts {
         routing: envoy_config(&proxy.spec, "").tls_ports,
         push: proxy.spec.push_port,
         ready: READY_PORT,
-        metrics,
-        health,
+        // No health port of Envoy's own: its probes ask the readiness
+        // port, which the DNS pods' checks share.
+        watched: watched_ports(&proxy.spec.pod, vec![METRICS_PORT], Vec::new()),
     }
 }
 

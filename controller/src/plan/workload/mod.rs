@@ -53,6 +53,7 @@ use oooi_vocabulary::InterfaceAddress;
 use crate::crd::{ComponentKind, ComponentPod, ServerAvailability, ServerPod, VlanInterface};
 use crate::plan::infra::network::Network;
 use crate::plan::labels::{Component, child_meta, labels, selector};
+use crate::plan::network_policy::WatchedPorts;
 
 /// Multus annotation naming the pod's extra networks.
 pub const MULTUS_ANNOTATION: &str = oooi_vocabulary::labels::MULTUS_NETWORKS;
@@ -255,6 +256,20 @@ pub fn server_pod<K: ComponentKind>(
         section.placement.clone(),
         availability,
     )
+}
+
+/// The metrics and health ports of a server's pods: its program's, then,
+/// when an address agent runs beside it (address takeover), the agent's.
+pub fn watched_ports<K: ComponentKind>(
+    pod: &ServerPod<K>,
+    mut metrics: Vec<u16>,
+    mut health: Vec<u16>,
+) -> WatchedPorts {
+    if pod.availability.address_takeover.is_some() {
+        metrics.push(AGENT_METRICS_PORT as u16);
+        health.push(AGENT_HEALTH_PORT as u16);
+    }
+    WatchedPorts { metrics, health }
 }
 
 /// The pod's name of its VLAN leg.
