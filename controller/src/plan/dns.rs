@@ -32,8 +32,8 @@ use crate::plan::labels::{Component, child_meta, instance_of, selector};
 use crate::plan::network_policy::{DnsPorts, PolicyPeers, dns_policy};
 use crate::plan::workload::rolling::replica_placement;
 use crate::plan::workload::{
-    Children, Objects, Program, ServerPlan, deployment, http_probe, mount, pod_address, port,
-    server_pod, service_account, watched_ports,
+    Children, Objects, Program, deployment, http_probe, mount, pod_address, port, server_pod,
+    service_account, watched_ports,
 };
 
 /// Where the config file is mounted.
@@ -348,39 +348,35 @@ pub fn children(server: &DNSServer) -> anyhow::Result<Children> {
     let deployment = deployment(
         server,
         &server.spec.pod,
-        ServerPlan {
-            name: name.clone(),
-            instance: instance.clone(),
-            component: c,
-            placement,
-            program: Program {
-                command: None,
-                args: vec![
-                    "serve".to_string(),
-                    "--config".to_string(),
-                    format!("{CONFIG_DIR}/{CONFIG_FILE}"),
-                    "--metrics-addr".to_string(),
-                    pod_address(HTTP_PORT),
-                    "--health-addr".to_string(),
-                    pod_address(HEALTH_PORT),
-                ],
-                ports: vec![
-                    port("dns-udp", i32::from(VLAN_VIEW_PORT), "UDP"),
-                    port("dns-tcp", i32::from(VLAN_VIEW_PORT), "TCP"),
-                    port("pod-dns-udp", i32::from(POD_VIEW_PORT), "UDP"),
-                    port("pod-dns-tcp", i32::from(POD_VIEW_PORT), "TCP"),
-                    port("http", HTTP_PORT, "TCP"),
-                    port("health", HEALTH_PORT, "TCP"),
-                ],
-                volumes,
-                mounts: vec![mount("config", CONFIG_DIR, true)],
-                readiness: http_probe("/healthz", HEALTH_PORT, 5, 3),
-                liveness: http_probe("/healthz", HEALTH_PORT, 10, 6),
-                builtin_resources: ["10m", "32Mi", "256Mi"],
-                fs_group: None,
-                // Every listener of the config is bound.
-                agent_ready_url: Some(format!("http://{}/healthz", pod_address(HEALTH_PORT))),
-            },
+        c,
+        placement,
+        Program {
+            command: None,
+            args: vec![
+                "serve".to_string(),
+                "--config".to_string(),
+                format!("{CONFIG_DIR}/{CONFIG_FILE}"),
+                "--metrics-addr".to_string(),
+                pod_address(HTTP_PORT),
+                "--health-addr".to_string(),
+                pod_address(HEALTH_PORT),
+            ],
+            ports: vec![
+                port("dns-udp", i32::from(VLAN_VIEW_PORT), "UDP"),
+                port("dns-tcp", i32::from(VLAN_VIEW_PORT), "TCP"),
+                port("pod-dns-udp", i32::from(POD_VIEW_PORT), "UDP"),
+                port("pod-dns-tcp", i32::from(POD_VIEW_PORT), "TCP"),
+                port("http", HTTP_PORT, "TCP"),
+                port("health", HEALTH_PORT, "TCP"),
+            ],
+            volumes,
+            mounts: vec![mount("config", CONFIG_DIR, true)],
+            readiness: http_probe("/healthz", HEALTH_PORT, 5, 3),
+            liveness: http_probe("/healthz", HEALTH_PORT, 10, 6),
+            builtin_resources: ["10m", "32Mi", "256Mi"],
+            fs_group: None,
+            // Every listener of the config is bound.
+            agent_ready_url: Some(format!("http://{}/healthz", pod_address(HEALTH_PORT))),
         },
     );
     Ok(Children {

@@ -29,8 +29,8 @@ use crate::plan::labels::{
 };
 use crate::plan::network_policy::{DhcpPorts, PolicyPeers, WatchedPorts, dhcp_policy};
 use crate::plan::workload::{
-    Children, DEFAULT_INTERFACE, Objects, Placement, Program, ServerPlan, deployment, http_probe,
-    mount, pod_address, port, server_pod, service_account, spread,
+    Children, DEFAULT_INTERFACE, Objects, Placement, Program, deployment, http_probe, mount,
+    pod_address, port, server_pod, service_account, spread,
 };
 use pair::{
     PAIR_TOKEN_DIR, PAIR_TOKEN_KEY, PEER_PORT, pair_budget, pair_partner, pair_token_secret_name,
@@ -467,24 +467,20 @@ pub fn children(server: &DHCPServer) -> anyhow::Result<Children> {
     let deployment = deployment(
         server,
         &server.spec.pod,
-        ServerPlan {
-            name: name.clone(),
-            instance: instance.clone(),
-            component: c,
-            placement,
-            program: Program {
-                command: None,
-                args,
-                ports,
-                volumes,
-                mounts,
-                readiness: http_probe("/healthz", HEALTH_PORT, 5, 3),
-                liveness: http_probe("/healthz", HEALTH_PORT, 10, 6),
-                builtin_resources: ["10m", "32Mi", "128Mi"],
-                fs_group: Some(crate::plan::workload::NON_ROOT_UID),
-                // DHCP never moves addresses: a pair has its own failover.
-                agent_ready_url: None,
-            },
+        c,
+        placement,
+        Program {
+            command: None,
+            args,
+            ports,
+            volumes,
+            mounts,
+            readiness: http_probe("/healthz", HEALTH_PORT, 5, 3),
+            liveness: http_probe("/healthz", HEALTH_PORT, 10, 6),
+            builtin_resources: ["10m", "32Mi", "128Mi"],
+            fs_group: Some(crate::plan::workload::NON_ROOT_UID),
+            // DHCP never moves addresses: a pair has its own failover.
+            agent_ready_url: None,
         },
     );
     Ok(Children {

@@ -222,17 +222,6 @@ pub(crate) struct Program {
     pub agent_ready_url: Option<String>,
 }
 
-/// One server's pod as its kind's children plan it: the server's name and
-/// instance, how its replica is told apart and placed ([`Placement`]) and
-/// its program.
-pub(crate) struct ServerPlan {
-    pub name: String,
-    pub instance: String,
-    pub component: Component,
-    pub placement: Placement,
-    pub program: Program,
-}
-
 /// The part of a derived server's spec every kind shares, from its
 /// Infra's section of the kind: the VLAN leg (the Infra's network, the
 /// server's `address`), the section's image, resources and placement, and
@@ -459,21 +448,24 @@ pub fn pod_address(port: i32) -> String {
     format!("$({POD_IP_ENV}):{port}")
 }
 
-/// The Deployment of one server: the pod-level fields from the part of its
-/// spec every kind shares ([`ServerPod`]: VLAN leg, image, resources,
-/// placement, availability), the rest from its kind's [`ServerPlan`].
-pub(crate) fn deployment<R, K>(owner: &R, pod: &ServerPod<K>, server: ServerPlan) -> Deployment
+/// The Deployment of one server (`owner`, of kind `component`): the
+/// pod-level fields from the part of its spec every kind shares
+/// ([`ServerPod`]: VLAN leg, image, resources, placement, availability),
+/// how its replica is told apart and placed ([`Placement`]), and what its
+/// kind's [`Program`] adds.
+pub(crate) fn deployment<R, K>(
+    owner: &R,
+    pod: &ServerPod<K>,
+    component: Component,
+    placement: Placement,
+    program: Program,
+) -> Deployment
 where
     R: Resource<DynamicType = ()>,
     K: ComponentKind,
 {
-    let ServerPlan {
-        name,
-        instance,
-        component,
-        placement,
-        program,
-    } = server;
+    let name = owner.meta().name.clone().unwrap_or_default();
+    let instance = crate::plan::labels::instance_of(owner.meta());
     let volumes = program.volumes;
     let mut tolerations = crate::plan::workload::availability::tolerations(
         pod.availability.node_loss_toleration_seconds,
