@@ -13,9 +13,9 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::LocalObjectReference;
 use super::pod::{DhcpKind, DnsKind, ProxyKind, ServerPod};
 use super::schema::{DhcpConfigDocument, DnsConfigDocument, RoutesDocument};
+use super::{LocalObjectReference, ReplicaCounts};
 
 /// Status shared by the DHCP and DNS servers.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -27,12 +27,9 @@ pub struct ServerStatus {
     /// `Ready`, `Progressing`, `Degraded`.
     #[serde(default)]
     pub conditions: Vec<Condition>,
-    /// Desired replicas.
-    #[serde(default)]
-    pub replicas: i32,
-    /// Ready replicas.
-    #[serde(default)]
-    pub ready_replicas: i32,
+    /// Desired and ready replicas.
+    #[serde(flatten)]
+    pub counts: ReplicaCounts,
     /// SHA-256 of the rendered config file the pods run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_digest: Option<String>,
@@ -373,12 +370,9 @@ pub struct ProxyServerStatus {
     /// `Ready`, `RoutesSynced` (every ready replica holds the current table), `Degraded`.
     #[serde(default)]
     pub conditions: Vec<Condition>,
-    /// Desired replicas.
-    #[serde(default)]
-    pub replicas: i32,
-    /// Ready replicas.
-    #[serde(default)]
-    pub ready_replicas: i32,
+    /// Desired and ready replicas.
+    #[serde(flatten)]
+    pub counts: ReplicaCounts,
     /// Generation of the table last pushed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routes_generation: Option<i64>,

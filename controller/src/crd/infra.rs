@@ -6,6 +6,7 @@ use oooi_vocabulary::VlanNetwork;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::ReplicaCounts;
 use super::pod::{ComponentPod, DhcpKind, DnsKind, ProxyKind};
 
 /// The shared VLAN stack: network, the three components and their images.
@@ -523,12 +524,9 @@ pub struct ComponentStatus {
     pub enabled: bool,
     /// All desired replicas are ready and up to date.
     pub ready: bool,
-    /// Desired replicas.
-    #[serde(default)]
-    pub replicas: i32,
-    /// Ready replicas.
-    #[serde(default)]
-    pub ready_replicas: i32,
+    /// Desired and ready replicas.
+    #[serde(flatten)]
+    pub counts: ReplicaCounts,
     /// Why it is not ready, when it is not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

@@ -107,6 +107,21 @@ pub struct LocalObjectReference {
     pub name: String,
 }
 
+/// How many replicas of a component's Deployment are desired and ready, as
+/// every status that reports them says it (flattened into the status).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaCounts {
+    /// Desired replicas.
+    #[serde(default)]
+    pub replicas: i32,
+    /// Ready replicas.
+    #[serde(default)]
+    pub ready_replicas: i32,
+}
+
 /// Every CRD, in a fixed order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![

@@ -32,8 +32,8 @@ use crate::plan::labels::{Component, child_meta, instance_of, selector};
 use crate::plan::network_policy::{DnsPorts, PolicyPeers, dns_policy};
 use crate::plan::workload::rolling::replica_placement;
 use crate::plan::workload::{
-    AGENT_HEALTH_PORT, AGENT_METRICS_PORT, Children, Objects, Program, ServerPlan, deployment,
-    http_probe, mount, pod_address, port, server_pod, service_account,
+    Children, Objects, Program, deployment, http_probe, mount, pod_address, port, server_pod,
+    service_account, watched_ports,
 };
 
 /// Where the config file is mounted.
@@ -293,17 +293,14 @@ pub fn objects(server: &DNSServer, peers: PolicyPeers<'_>) -> anyhow::Result<Obj
 /// The ports of a DNSServer's pods on the pod network, for its
 /// NetworkPolicy: every container port but the VLAN view's.
 pub fn policy_ports(server: &DNSServer) -> DnsPorts {
-    let mut metrics = vec![HTTP_PORT as u16];
-    // The kubelet's alone: the probes' own listeners.
-    let mut health = vec![HEALTH_PORT as u16];
-    if server.spec.pod.availability.address_takeover.is_some() {
-        metrics.push(AGENT_METRICS_PORT as u16);
-        health.push(AGENT_HEALTH_PORT as u16);
-    }
     DnsPorts {
         view: POD_VIEW_PORT,
-        metrics,
-        health,
+        // The health port is the kubelet's alone: the probes' own listener.
+        watched: watched_ports(
+            &server.spec.pod,
+            vec![HTTP_PORT as u16],
+            vec![HEALTH_PORT as u16],
+        ),
     }
 }
 
@@ -351,39 +348,35 @@ pub fn children(server: &DNSServer) -> anyhow::Result<Children> {
     let deployment = deployment(
         server,
         &server.spec.pod,
-        ServerPlan {
-            name: name.clone(),
-            instance: instance.clone(),
-            component: c,
-            placement,
-            program: Program {
-                command: None,
-                args: vec![
-                    "serve".to_string(),
-                    "--config".to_string(),
-                    format!("{CONFIG_DIR}/{CONFIG_FILE}"),
-                    "--metrics-addr".to_string(),
-                    pod_address(HTTP_PORT),
-                    "--health-addr".to_string(),
-                    pod_address(HEALTH_PORT),
-                ],
-                ports: vec![
-                    port("dns-udp", i32::from(VLAN_VIEW_PORT), "UDP"),
-                    port("dns-tcp", i32::from(VLAN_VIEW_PORT), "TCP"),
-                    port("pod-dns-udp", i32::from(POD_VIEW_PORT), "UDP"),
-                    port("pod-dns-tcp", i32::from(POD_VIEW_PORT), "TCP"),
-                    port("http", HTTP_PORT, "TCP"),
-                    port("health", HEALTH_PORT, "TCP"),
-                ],
-                volumes,
-                mounts: vec![mount("config", CONFIG_DIR, true)],
-                readiness: http_probe("/healthz", HEALTH_PORT, 5, 3),
-                liveness: http_probe("/healthz", HEALTH_PORT, 10, 6),
-                builtin_resources: ["10m", "32Mi", "256Mi"],
-                fs_group: None,
-                // Every listener of the config is bound.
-                agent_ready_url: Some(format!("http://{}/healthz", pod_address(HEALTH_PORT))),
-            },
+        c,
+        placement,
+        Program {
+            command: None,
+            args: vec![
+                "serve".to_string(),
+                "--config".to_string(),
+                format!("{CONFIG_DIR}/{CONFIG_FILE}"),
+                "--metrics-addr".to_string(),
+                pod_address(HTTP_PORT),
+                "--health-addr".to_string(),
+                pod_address(HEALTH_PORT),
+            ],
+            ports: vec![
+                port("dns-udp", i32::from(VLAN_VIEW_PORT), "UDP"),
+                port("dns-tcp", i32::from(VLAN_VIEW_PORT), "TCP"),
+                port("pod-dns-udp", i32::from(POD_VIEW_PORT), "UDP"),
+                port("pod-dns-tcp", i32::from(POD_VIEW_PORT), "TCP"),
+                port("http", HTTP_PORT, "TCP"),
+                port("health", HEALTH_PORT, "TCP"),
+            ],
+            volumes,
+            mounts: vec![mount("config", CONFIG_DIR, true)],
+            readiness: http_probe("/healthz", HEALTH_PORT, 5, 3),
+            liveness: http_probe("/healthz", HEALTH_PORT, 10, 6),
+            builtin_resources: ["10m", "32Mi", "256Mi"],
+            fs_group: None,
+            // Every listener of the config is bound.
+            agent_ready_url: Some(format!("http://{}/healthz", pod_address(HEALTH_PORT))),
         },
     );
     Ok(Children {

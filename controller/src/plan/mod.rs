@@ -22,6 +22,8 @@ pub mod infra;
 pub mod labels;
 pub mod names;
 pub mod network_policy;
+#[cfg(test)]
+mod pod_fields;
 pub mod proxy;
 pub mod workload;
 

@@ -283,6 +283,31 @@ fn own_pods(instance: &str, c: Component, server: &str) -> BTreeMap<String, Stri
     s
 }
 
+/// The ports of a component's pods that are watched rather than served.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WatchedPorts {
+    /// Metrics (`/metrics`), for the scrapers.
+    pub metrics: Vec<u16>,
+    /// Ports only the kubelet's probes use: the health listeners.
+    pub health: Vec<u16>,
+}
+
+/// The two rules of every component's pods: the metrics ports admit
+/// `scrapers`, the health ports the node alone ([`Admit::NodeOnly`]), so
+/// nothing on the pod network can crowd out the kubelet's probes.
+fn watched_by(ports: &WatchedPorts, scrapers: &MetricsScrapers) -> [PortRule; 2] {
+    [
+        PortRule {
+            ports: tcp(&ports.metrics),
+            admit: Admit::Only(vec![scrapers.peer()]),
+        },
+        PortRule {
+            ports: tcp(&ports.health),
+            admit: Admit::NodeOnly,
+        },
+    ]
+}
+
 /// The ports of a ProxyServer's Envoy pods on the pod network, as the
 /// proxy's planner knows them ([`push_api_policy`] admits each to whom
 /// needs it).
@@ -294,11 +319,9 @@ pub struct ProxyPorts {
     pub push: u16,
     /// The readiness listener.
     pub ready: u16,
-    /// Envoy's metrics and, with address takeover, the agent's.
-    pub metrics: Vec<u16>,
-    /// Ports only the kubelet's probes use: with address takeover, the
-    /// agent's health listener.
-    pub health: Vec<u16>,
+    /// Envoy's metrics; with address takeover, the agent's metrics and
+    /// health listener.
+    pub watched: WatchedPorts,
 }
 
 /// The NetworkPolicy of a ProxyServer's Envoy pods. Each port admits only
@@ -341,15 +364,10 @@ pub fn push_api_policy(
                 ports: tcp(&[ports.ready]),
                 admit: Admit::Only(vec![same_infra(&instance, Component::Dns)]),
             },
-            PortRule {
-                ports: tcp(&ports.metrics),
-                admit: Admit::Only(vec![scrapers.peer()]),
-            },
-            PortRule {
-                ports: tcp(&ports.health),
-                admit: Admit::NodeOnly,
-            },
-        ],
+        ]
+        .into_iter()
+        .chain(watched_by(&ports.watched, scrapers))
+        .collect::<Vec<_>>(),
     )
 }
 
@@ -361,11 +379,9 @@ pub struct DnsPorts {
     /// The pod view, UDP and TCP (the pod view's Service maps its port 53
     /// to it).
     pub view: u16,
-    /// oooi-dns's metrics and, with address takeover, the agent's.
-    pub metrics: Vec<u16>,
-    /// Ports only the kubelet's probes use: oooi-dns's health listener
-    /// and, with address takeover, the agent's.
-    pub health: Vec<u16>,
+    /// oooi-dns's metrics and health listener and, with address takeover,
+    /// the agent's.
+    pub watched: WatchedPorts,
 }
 
 /// The NetworkPolicy of a DNSServer's pods (the server's own, by its
@@ -391,20 +407,13 @@ pub fn dns_policy(
     per_port_policy(
         child_meta(server, format!("{name}-ingress"), &instance, Component::Dns),
         own_pods(&instance, Component::Dns, &name),
-        &[
-            PortRule {
-                ports: vec![PodPort::Udp(ports.view), PodPort::Tcp(ports.view)],
-                admit: Admit::Anyone,
-            },
-            PortRule {
-                ports: tcp(&ports.metrics),
-                admit: Admit::Only(vec![scrapers.peer()]),
-            },
-            PortRule {
-                ports: tcp(&ports.health),
-                admit: Admit::NodeOnly,
-            },
-        ],
+        &[PortRule {
+            ports: vec![PodPort::Udp(ports.view), PodPort::Tcp(ports.view)],
+            admit: Admit::Anyone,
+        }]
+        .into_iter()
+        .chain(watched_by(&ports.watched, scrapers))
+        .collect::<Vec<_>>(),
     )
 }
 
@@ -413,10 +422,8 @@ pub fn dns_policy(
 /// witness are on the VLAN leg only.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DhcpPorts {
-    /// oooi-dhcp's metrics.
-    pub metrics: Vec<u16>,
-    /// Ports only the kubelet's probes use: oooi-dhcp's health listener.
-    pub health: Vec<u16>,
+    /// oooi-dhcp's metrics and health listener.
+    pub watched: WatchedPorts,
     /// The pair API and the server it serves, on a server of a pair.
     pub pair: Option<(u16, PairPartner)>,
     /// The read-only lease inventory the controller queries.
@@ -464,21 +471,16 @@ pub fn dhcp_policy(
     per_port_policy(
         child_meta(server, format!("{name}-ingress"), &instance, c),
         pods,
-        &[
-            PortRule {
-                ports: tcp(&ports.metrics),
-                admit: Admit::Only(vec![scrapers.peer()]),
-            },
-            PortRule {
-                ports: tcp(&ports.health),
-                admit: Admit::NodeOnly,
-            },
-            pair,
-            PortRule {
-                ports: tcp(&[ports.inventory]),
-                admit: Admit::Only(vec![controller_peer(controller_namespace)]),
-            },
-        ],
+        &watched_by(&ports.watched, scrapers)
+            .into_iter()
+            .chain([
+                pair,
+                PortRule {
+                    ports: tcp(&[ports.inventory]),
+                    admit: Admit::Only(vec![controller_peer(controller_namespace)]),
+                },
+            ])
+            .collect::<Vec<_>>(),
     )
 }
 
@@ -668,8 +670,10 @@ mod tests {
             routing: vec![443, 6443],
             push: 9445,
             ready: 9446,
-            metrics: vec![9102],
-            health: vec![9467],
+            watched: WatchedPorts {
+                metrics: vec![9102],
+                health: vec![9467],
+            },
         }
     }
 
@@ -786,7 +790,10 @@ mod tests {
     fn every_metrics_port_is_for_scrapers_and_every_routing_port_for_anyone() {
         let ports = ProxyPorts {
             routing: vec![443, 6443, 80],
-            metrics: vec![9102, 9466],
+            watched: WatchedPorts {
+                metrics: vec![9102, 9466],
+                ..ports().watched
+            },
             ..ports()
         };
         let r = rules(&push_api_policy(
@@ -965,8 +972,10 @@ mod tests {
         let dns = &d.dns[0];
         let ports = DnsPorts {
             view: 5353,
-            metrics: vec![9153, 9466],
-            health: vec![9154, 9467],
+            watched: WatchedPorts {
+                metrics: vec![9153, 9466],
+                health: vec![9154, 9467],
+            },
         };
         let scrapers = monitoring();
         let p = dns_policy(dns, &ports, &scrapers);
@@ -1008,8 +1017,10 @@ mod tests {
         for (server, partner) in [(&d.dhcp[0], "vlan-dhcp-2"), (&d.dhcp[1], "vlan-dhcp")] {
             let name = server.metadata.name.clone().unwrap();
             let ports = DhcpPorts {
-                metrics: vec![9067],
-                health: vec![9070],
+                watched: WatchedPorts {
+                    metrics: vec![9067],
+                    health: vec![9070],
+                },
                 pair: Some((
                     9068,
                     PairPartner::Server {
@@ -1079,8 +1090,10 @@ mod tests {
     fn a_single_dhcp_server_selects_its_instance_and_opens_no_pair_port() {
         let d = planned(serde_json::json!({"serverIP": "192.0.2.2"}));
         let ports = DhcpPorts {
-            metrics: vec![9067],
-            health: vec![9070],
+            watched: WatchedPorts {
+                metrics: vec![9067],
+                health: vec![9070],
+            },
             pair: None,
             inventory: 9069,
         };

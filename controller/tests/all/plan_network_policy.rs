@@ -72,8 +72,12 @@ fn the_proxy_policy_opens_its_routing_ports_and_the_agents_metrics_port_with_tak
     let ports = policy_ports(&p);
     assert_eq!(ports.push, p.spec.push_port);
     assert_eq!(ports.ready, READY_PORT);
-    assert_eq!(ports.metrics, vec![9102], "no agent without takeover");
-    assert!(ports.health.is_empty(), "no agent without takeover");
+    assert_eq!(
+        ports.watched.metrics,
+        vec![9102],
+        "no agent without takeover"
+    );
+    assert!(ports.watched.health.is_empty(), "no agent without takeover");
     assert!(ports.routing.contains(&6443), "{ports:?}");
     p.spec.tls_ports.push(8443);
     p.spec.pod.availability.address_takeover = Some(oooi_controller::crd::AddressTakeover {
@@ -81,9 +85,9 @@ fn the_proxy_policy_opens_its_routing_ports_and_the_agents_metrics_port_with_tak
         addresses: vec!["192.0.2.4/24".into(), "192.0.2.7/24".into()],
     });
     let ports = policy_ports(&p);
-    assert_eq!(ports.metrics, vec![9102, 9466]);
+    assert_eq!(ports.watched.metrics, vec![9102, 9466]);
     // The agent's liveness probe: its own listener, the node alone.
-    assert_eq!(ports.health, vec![9467]);
+    assert_eq!(ports.watched.health, vec![9467]);
     assert!(ports.routing.contains(&8443), "{ports:?}");
 }
 
@@ -163,6 +167,7 @@ fn every_pod_network_port_of_each_component_is_in_its_policy() {
         let o = dhcp::objects(s, peers).unwrap();
         let open = policy_ports_of(o.network_policy.as_ref().expect("a policy"));
         let health: Vec<(String, i32)> = dhcp::policy_ports(s)
+            .watched
             .health
             .iter()
             .map(|p| tcp(*p))
@@ -192,6 +197,7 @@ fn every_pod_network_port_of_each_component_is_in_its_policy() {
         let o = dns::objects(s, peers).unwrap();
         let open = policy_ports_of(o.network_policy.as_ref().expect("a policy"));
         let health: Vec<(String, i32)> = dns::policy_ports(s)
+            .watched
             .health
             .iter()
             .map(|p| tcp(*p))
@@ -221,6 +227,7 @@ fn every_pod_network_port_of_each_component_is_in_its_policy() {
         let o = proxy::objects(s, TOKEN, None, peers).unwrap();
         let open = policy_ports_of(o.network_policy.as_ref().expect("a policy"));
         let health: Vec<(String, i32)> = proxy::policy_ports(s)
+            .watched
             .health
             .iter()
             .map(|p| tcp(*p))
@@ -307,12 +314,16 @@ fn the_dns_policy_lists_the_agents_metrics_port_only_with_takeover() {
         .expect("valid");
     let ports = policy_ports(&d.dns[0]);
     assert_eq!(ports.view, POD_VIEW_PORT);
-    assert_eq!(ports.metrics, vec![9153], "no agent without takeover");
-    assert_eq!(ports.health, vec![9154], "the probes' own listener");
+    assert_eq!(
+        ports.watched.metrics,
+        vec![9153],
+        "no agent without takeover"
+    );
+    assert_eq!(ports.watched.health, vec![9154], "the probes' own listener");
     let d = replicated_desired();
     for s in &d.dns {
-        assert_eq!(policy_ports(s).metrics, vec![9153, 9466]);
-        assert_eq!(policy_ports(s).health, vec![9154, 9467]);
+        assert_eq!(policy_ports(s).watched.metrics, vec![9153, 9466]);
+        assert_eq!(policy_ports(s).watched.health, vec![9154, 9467]);
     }
 }
 

@@ -27,10 +27,10 @@ use crate::plan::infra::network::Network;
 use crate::plan::labels::{
     Component, SERVER_LABEL, child_meta, instance_of, inventory_token_secret_name, selector,
 };
-use crate::plan::network_policy::{DhcpPorts, PolicyPeers, dhcp_policy};
+use crate::plan::network_policy::{DhcpPorts, PolicyPeers, WatchedPorts, dhcp_policy};
 use crate::plan::workload::{
-    Children, DEFAULT_INTERFACE, Objects, Placement, Program, ServerPlan, deployment, http_probe,
-    mount, pod_address, port, server_pod, service_account, spread,
+    Children, DEFAULT_INTERFACE, Objects, Placement, Program, deployment, http_probe, mount,
+    pod_address, port, server_pod, service_account, spread,
 };
 use pair::{
     PAIR_TOKEN_DIR, PAIR_TOKEN_KEY, PEER_PORT, pair_budget, pair_partner, pair_token_secret_name,
@@ -276,9 +276,12 @@ pub fn objects(server: &DHCPServer, peers: PolicyPeers<'_>) -> anyhow::Result<Ob
 pub fn policy_ports(server: &DHCPServer) -> DhcpPorts {
     let namespace = server.metadata.namespace.as_deref().unwrap_or_default();
     DhcpPorts {
-        metrics: vec![HTTP_PORT as u16],
-        // The kubelet's alone: the probes' own listener.
-        health: vec![HEALTH_PORT as u16],
+        // No agent: DHCP never moves addresses. The health port is the
+        // kubelet's alone: the probes' own listener.
+        watched: WatchedPorts {
+            metrics: vec![HTTP_PORT as u16],
+            health: vec![HEALTH_PORT as u16],
+        },
         pair: server
             .spec
             .config
@@ -464,24 +467,20 @@ pub fn children(server: &DHCPServer) -> anyhow::Result<Children> {
     let deployment = deployment(
         server,
         &server.spec.pod,
-        ServerPlan {
-            name: name.clone(),
-            instance: instance.clone(),
-            component: c,
-            placement,
-            program: Program {
-                command: None,
-                args,
-                ports,
-                volumes,
-                mounts,
-                readiness: http_probe("/healthz", HEALTH_PORT, 5, 3),
-                liveness: http_probe("/healthz", HEALTH_PORT, 10, 6),
-                builtin_resources: ["10m", "32Mi", "128Mi"],
-                fs_group: Some(crate::plan::workload::NON_ROOT_UID),
-                // DHCP never moves addresses: a pair has its own failover.
-                agent_ready_url: None,
-            },
+        c,
+        placement,
+        Program {
+            command: None,
+            args,
+            ports,
+            volumes,
+            mounts,
+            readiness: http_probe("/healthz", HEALTH_PORT, 5, 3),
+            liveness: http_probe("/healthz", HEALTH_PORT, 10, 6),
+            builtin_resources: ["10m", "32Mi", "128Mi"],
+            fs_group: Some(crate::plan::workload::NON_ROOT_UID),
+            // DHCP never moves addresses: a pair has its own failover.
+            agent_ready_url: None,
         },
     );
     Ok(Children {
@@ -793,7 +792,7 @@ mod tests {
         assert_eq!(ports[0].pair, Some((9068, server("vlan-dhcp-2", "oooi"))));
         assert_eq!(ports[1].pair, Some((9068, server("vlan-dhcp", "oooi"))));
         for p in &ports {
-            assert_eq!((p.metrics.clone(), p.inventory), (vec![9067], 9069));
+            assert_eq!((p.watched.metrics.clone(), p.inventory), (vec![9067], 9069));
         }
         let one = servers(json!({"serverIP": "192.0.2.2"}));
         assert_eq!(policy_ports(&one[0]).pair, None);

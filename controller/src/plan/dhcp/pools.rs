@@ -470,15 +470,17 @@ mod tests {
         let current = ServerStatus {
             observed_generation: Some(3),
             conditions: ready.clone(),
-            replicas: 1,
-            ready_replicas: 1,
+            counts: crate::crd::ReplicaCounts {
+                replicas: 1,
+                ready_replicas: 1,
+            },
             ..ServerStatus::default()
         };
         let full = summarize(&report(vec![pool("p", 10, 10, 0, 0)]));
         let st = server_status_with_pools(&current, full.clone(), &t0);
         assert_eq!(st.conditions[0], ready[0]);
         assert_eq!(st.conditions.len(), 3);
-        assert_eq!(st.replicas, 1);
+        assert_eq!(st.counts.replicas, 1);
         // The same figures later: nothing changes (no status write).
         assert_eq!(server_status_with_pools(&st, full, &t1), st);
         // Freed addresses: the conditions flip, at the new time.

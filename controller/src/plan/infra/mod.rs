@@ -281,8 +281,8 @@ pub fn servers_status(enabled: bool, servers: &[(&str, Option<&Deployment>)]) ->
     for (name, d) in servers {
         let st = component_status(true, *d);
         total.ready &= st.ready;
-        total.replicas += st.replicas;
-        total.ready_replicas += st.ready_replicas;
+        total.counts.replicas += st.counts.replicas;
+        total.counts.ready_replicas += st.counts.ready_replicas;
         if let Some(m) = st.message {
             waiting.push(format!("{name}: {m}"));
         }
@@ -313,8 +313,10 @@ pub fn component_status(enabled: bool, deployment: Option<&Deployment>) -> Compo
     ComponentStatus {
         enabled: true,
         ready: r.complete,
-        replicas: desired,
-        ready_replicas,
+        counts: crate::crd::ReplicaCounts {
+            replicas: desired,
+            ready_replicas,
+        },
         message: (!r.complete)
             .then(|| format!("{ready_replicas}/{desired} ready, {updated} up to date")),
     }
@@ -488,11 +490,11 @@ mod tests {
         let (up, down) = (deployment(1), deployment(0));
         let both = servers_status(true, &[("a", Some(&up)), ("b", Some(&up))]);
         assert!(both.ready);
-        assert_eq!((both.replicas, both.ready_replicas), (2, 2));
+        assert_eq!((both.counts.replicas, both.counts.ready_replicas), (2, 2));
         assert_eq!(both.message, None);
         let one = servers_status(true, &[("a", Some(&up)), ("b", Some(&down))]);
         assert!(!one.ready);
-        assert_eq!((one.replicas, one.ready_replicas), (2, 1));
+        assert_eq!((one.counts.replicas, one.counts.ready_replicas), (2, 1));
         assert!(
             one.message.as_deref().unwrap().starts_with("b: "),
             "{one:?}"

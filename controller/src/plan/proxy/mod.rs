@@ -58,8 +58,8 @@ use crate::plan::network_policy::{PolicyPeers, push_api_policy};
 use crate::plan::proxy::filter::FilterPlan;
 use crate::plan::workload::rolling::{replica_placement, server_selector};
 use crate::plan::workload::{
-    Children, Objects, Program, ServerPlan, deployment, http_probe, mount, port, server_pod,
-    service_account, tcp_probe,
+    Children, Objects, Program, deployment, http_probe, mount, port, server_pod, service_account,
+    tcp_probe, watched_ports,
 };
 
 /// Listener port of the source-scoped routes (aliases and no SNI).
@@ -470,20 +470,13 @@ pub fn objects(
 
 /// The ports of `proxy`'s pods on the pod network, for its NetworkPolicy.
 pub fn policy_ports(proxy: &ProxyServer) -> crate::plan::network_policy::ProxyPorts {
-    let mut metrics = vec![METRICS_PORT];
-    // The kubelet's alone: the agent's liveness probe (Envoy's probes ask
-    // the readiness port, which the DNS pods' checks share).
-    let mut health = Vec::new();
-    if proxy.spec.pod.availability.address_takeover.is_some() {
-        metrics.push(crate::plan::workload::AGENT_METRICS_PORT as u16);
-        health.push(crate::plan::workload::AGENT_HEALTH_PORT as u16);
-    }
     crate::plan::network_policy::ProxyPorts {
         routing: envoy_config(&proxy.spec, "").tls_ports,
         push: proxy.spec.push_port,
         ready: READY_PORT,
-        metrics,
-        health,
+        // No health port of Envoy's own: its probes ask the readiness
+        // port, which the DNS pods' checks share.
+        watched: watched_ports(&proxy.spec.pod, vec![METRICS_PORT], Vec::new()),
     }
 }
 
@@ -613,52 +606,48 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
     let deployment = deployment(
         server,
         &server.spec.pod,
-        ServerPlan {
-            name: name.clone(),
-            instance: instance.clone(),
-            component: c,
-            placement,
-            program: Program {
-                // The gate opens the routing listeners only once this replica
-                // holds the table: before that a worker's connect is refused and
-                // it moves on to the next proxy address, instead of a connection
-                // accepted and reset after its ClientHello.
-                command: Some(vec![GATE_COMMAND.to_string()]),
-                args: vec![
-                    "--listeners".to_string(),
-                    format!("{CONFIG_DIR}/{}", oooi_envoy::LDS_FILE),
-                    "--out".to_string(),
-                    LISTENERS_DIR.to_string(),
-                    "--ready".to_string(),
-                    format!("http://127.0.0.1:{ready}/ready"),
-                    "--".to_string(),
-                    "envoy".to_string(),
-                    "-c".to_string(),
-                    format!("{CONFIG_DIR}/{}", oooi_envoy::BOOTSTRAP_FILE),
-                    "--drain-time-s".to_string(),
-                    "10".to_string(),
-                    "--log-level".to_string(),
-                    "info".to_string(),
-                ],
-                ports: vec![
-                    port("push", push, "TCP"),
-                    port("ready", ready, "TCP"),
-                    port("http", i32::from(METRICS_PORT), "TCP"),
-                ],
-                volumes,
-                mounts: vec![
-                    mount("envoy-config", CONFIG_DIR, true),
-                    mount("tmp", "/tmp", false),
-                    mount("listeners", LISTENERS_DIR, false),
-                ],
-                // Not ready until the controller pushed a table (GET /ready is 503 before).
-                readiness: http_probe("/ready", ready, 2, 1),
-                liveness: tcp_probe(ready, 10, 6),
-                builtin_resources: ["50m", "128Mi", "512Mi"],
-                fs_group: None,
-                // Envoy holds the table the controller last announced.
-                agent_ready_url: Some(format!("http://127.0.0.1:{ready}/ready")),
-            },
+        c,
+        placement,
+        Program {
+            // The gate opens the routing listeners only once this replica
+            // holds the table: before that a worker's connect is refused and
+            // it moves on to the next proxy address, instead of a connection
+            // accepted and reset after its ClientHello.
+            command: Some(vec![GATE_COMMAND.to_string()]),
+            args: vec![
+                "--listeners".to_string(),
+                format!("{CONFIG_DIR}/{}", oooi_envoy::LDS_FILE),
+                "--out".to_string(),
+                LISTENERS_DIR.to_string(),
+                "--ready".to_string(),
+                format!("http://127.0.0.1:{ready}/ready"),
+                "--".to_string(),
+                "envoy".to_string(),
+                "-c".to_string(),
+                format!("{CONFIG_DIR}/{}", oooi_envoy::BOOTSTRAP_FILE),
+                "--drain-time-s".to_string(),
+                "10".to_string(),
+                "--log-level".to_string(),
+                "info".to_string(),
+            ],
+            ports: vec![
+                port("push", push, "TCP"),
+                port("ready", ready, "TCP"),
+                port("http", i32::from(METRICS_PORT), "TCP"),
+            ],
+            volumes,
+            mounts: vec![
+                mount("envoy-config", CONFIG_DIR, true),
+                mount("tmp", "/tmp", false),
+                mount("listeners", LISTENERS_DIR, false),
+            ],
+            // Not ready until the controller pushed a table (GET /ready is 503 before).
+            readiness: http_probe("/ready", ready, 2, 1),
+            liveness: tcp_probe(ready, 10, 6),
+            builtin_resources: ["50m", "128Mi", "512Mi"],
+            fs_group: None,
+            // Envoy holds the table the controller last announced.
+            agent_ready_url: Some(format!("http://127.0.0.1:{ready}/ready")),
         },
     );
     Ok(Children {

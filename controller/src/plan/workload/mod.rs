@@ -53,6 +53,7 @@ use oooi_vocabulary::InterfaceAddress;
 use crate::crd::{ComponentKind, ComponentPod, ServerAvailability, ServerPod, VlanInterface};
 use crate::plan::infra::network::Network;
 use crate::plan::labels::{Component, child_meta, labels, selector};
+use crate::plan::network_policy::WatchedPorts;
 
 /// Multus annotation naming the pod's extra networks.
 pub const MULTUS_ANNOTATION: &str = oooi_vocabulary::labels::MULTUS_NETWORKS;
@@ -221,17 +222,6 @@ pub(crate) struct Program {
     pub agent_ready_url: Option<String>,
 }
 
-/// One server's pod as its kind's children plan it: the server's name and
-/// instance, how its replica is told apart and placed ([`Placement`]) and
-/// its program.
-pub(crate) struct ServerPlan {
-    pub name: String,
-    pub instance: String,
-    pub component: Component,
-    pub placement: Placement,
-    pub program: Program,
-}
-
 /// The part of a derived server's spec every kind shares, from its
 /// Infra's section of the kind: the VLAN leg (the Infra's network, the
 /// server's `address`), the section's image, resources and placement, and
@@ -255,6 +245,20 @@ pub fn server_pod<K: ComponentKind>(
         section.placement.clone(),
         availability,
     )
+}
+
+/// The metrics and health ports of a server's pods: its program's, then,
+/// when an address agent runs beside it (address takeover), the agent's.
+pub fn watched_ports<K: ComponentKind>(
+    pod: &ServerPod<K>,
+    mut metrics: Vec<u16>,
+    mut health: Vec<u16>,
+) -> WatchedPorts {
+    if pod.availability.address_takeover.is_some() {
+        metrics.push(AGENT_METRICS_PORT as u16);
+        health.push(AGENT_HEALTH_PORT as u16);
+    }
+    WatchedPorts { metrics, health }
 }
 
 /// The pod's name of its VLAN leg.
@@ -444,21 +448,24 @@ pub fn pod_address(port: i32) -> String {
     format!("$({POD_IP_ENV}):{port}")
 }
 
-/// The Deployment of one server: the pod-level fields from the part of its
-/// spec every kind shares ([`ServerPod`]: VLAN leg, image, resources,
-/// placement, availability), the rest from its kind's [`ServerPlan`].
-pub(crate) fn deployment<R, K>(owner: &R, pod: &ServerPod<K>, server: ServerPlan) -> Deployment
+/// The Deployment of one server (`owner`, of kind `component`): the
+/// pod-level fields from the part of its spec every kind shares
+/// ([`ServerPod`]: VLAN leg, image, resources, placement, availability),
+/// how its replica is told apart and placed ([`Placement`]), and what its
+/// kind's [`Program`] adds.
+pub(crate) fn deployment<R, K>(
+    owner: &R,
+    pod: &ServerPod<K>,
+    component: Component,
+    placement: Placement,
+    program: Program,
+) -> Deployment
 where
     R: Resource<DynamicType = ()>,
     K: ComponentKind,
 {
-    let ServerPlan {
-        name,
-        instance,
-        component,
-        placement,
-        program,
-    } = server;
+    let name = owner.meta().name.clone().unwrap_or_default();
+    let instance = crate::plan::labels::instance_of(owner.meta());
     let volumes = program.volumes;
     let mut tolerations = crate::plan::workload::availability::tolerations(
         pod.availability.node_loss_toleration_seconds,
@@ -636,126 +643,5 @@ pub(crate) fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
         mount_path: path.to_string(),
         read_only: Some(read_only),
         ..VolumeMount::default()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-
-    use k8s_openapi::api::core::v1::PodSpec;
-
-    use super::*;
-    use crate::crd::AddressTakeover;
-    use crate::plan::{Observed, dhcp, dns, fixtures, plan_infra, proxy};
-
-    /// A new pod-level field, written once: in the part of the spec every
-    /// kind shares.
-    fn set_pod_fields<K: ComponentKind>(pod: &mut ServerPod<K>) {
-        pod.placement.priority_class_name = Some("oooi-critical".to_string());
-        pod.placement
-            .node_selector
-            .insert("example.com/vlan".to_string(), "500".to_string());
-        pod.availability.node_loss_toleration_seconds = 42;
-        pod.availability.address_takeover = Some(AddressTakeover {
-            lease_prefix: "infra".to_string(),
-            addresses: vec![pod.vlan.address.to_string()],
-        });
-        pod.resources = Some(resources(None, "1", "1Gi", "2Gi"));
-    }
-
-    fn pod_spec(d: &Deployment) -> &PodSpec {
-        d.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
-    }
-
-    #[test]
-    fn a_pod_level_field_set_in_the_shared_part_reaches_the_pods_of_every_kind() {
-        let plan = plan_infra(&fixtures::infra(), &[], &Observed::default());
-        let mut desired = plan.desired.unwrap();
-        let mut dhcp = desired.dhcp.remove(0);
-        let mut dns = desired.dns.remove(0);
-        let mut proxy = desired.proxy.remove(0);
-        set_pod_fields(&mut dhcp.spec.pod);
-        set_pod_fields(&mut dns.spec.pod);
-        set_pod_fields(&mut proxy.spec.pod);
-        let deployments = [
-            (dhcp::children(&dhcp).unwrap().deployment, "dhcp:1"),
-            (dns::children(&dns).unwrap().deployment, "dns:1"),
-            (
-                proxy::children(&proxy, "0123456789abcdef0123456789abcdef")
-                    .unwrap()
-                    .deployment,
-                "envoy:1",
-            ),
-        ];
-        for (d, image) in &deployments {
-            let name = d.metadata.name.as_deref().unwrap();
-            let pod = pod_spec(d);
-            assert_eq!(
-                pod.priority_class_name.as_deref(),
-                Some("oooi-critical"),
-                "{name}"
-            );
-            assert_eq!(
-                pod.node_selector.as_ref().unwrap().get("example.com/vlan"),
-                Some(&"500".to_string()),
-                "{name}"
-            );
-            let tolerations = pod.tolerations.as_ref().unwrap();
-            assert!(!tolerations.is_empty(), "{name}");
-            assert!(
-                tolerations.iter().all(|t| t.toleration_seconds == Some(42)),
-                "{name}: {tolerations:?}"
-            );
-            let main = &pod.containers[0];
-            assert_eq!(main.image.as_deref(), Some(*image), "{name}");
-            assert_eq!(
-                main.resources.as_ref().unwrap().requests.as_ref().unwrap()["memory"],
-                Quantity("1Gi".to_string()),
-                "{name}"
-            );
-        }
-        // The address agent rides on the same part; DHCP alone opts out
-        // (a pair has its own failover).
-        let agents: Vec<bool> = deployments
-            .iter()
-            .map(|(d, _)| {
-                pod_spec(d)
-                    .init_containers
-                    .iter()
-                    .flatten()
-                    .any(|c| c.name == AGENT_CONTAINER)
-            })
-            .collect();
-        assert_eq!(agents, [false, true, true]);
-    }
-
-    #[test]
-    fn without_pod_level_fields_every_kind_keeps_its_built_in_resources() {
-        let plan = plan_infra(&fixtures::infra(), &[], &Observed::default());
-        let desired = plan.desired.unwrap();
-        let limits: Vec<Quantity> = [
-            dhcp::children(&desired.dhcp[0]).unwrap().deployment,
-            dns::children(&desired.dns[0]).unwrap().deployment,
-            proxy::children(&desired.proxy[0], "0123456789abcdef0123456789abcdef")
-                .unwrap()
-                .deployment,
-        ]
-        .iter()
-        .map(|d| {
-            pod_spec(d).containers[0]
-                .resources
-                .as_ref()
-                .unwrap()
-                .limits
-                .as_ref()
-                .unwrap()["memory"]
-                .clone()
-        })
-        .collect();
-        assert_eq!(
-            limits,
-            ["128Mi", "256Mi", "512Mi"].map(|q| Quantity(q.to_string()))
-        );
     }
 }

@@ -125,8 +125,10 @@ pub fn server_status(
     ServerStatus {
         observed_generation: generation,
         conditions,
-        replicas: r.replicas,
-        ready_replicas: r.ready,
+        counts: crate::crd::ReplicaCounts {
+            replicas: r.replicas,
+            ready_replicas: r.ready,
+        },
         config_digest: digest,
         pools: existing.and_then(|s| s.pools.clone()),
     }

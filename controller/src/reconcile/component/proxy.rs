@@ -70,8 +70,8 @@ pub async fn reconcile_proxy(
             apply_objects(&ctx, &ns, &objects, &gate).await?;
             let refused = admission_conditions(&ctx, &ns, &objects.children).await?;
             let r = rollout_of(&ctx, &ns, &objects.children.deployment.name_any());
-            st.replicas = r.replicas;
-            st.ready_replicas = r.ready;
+            st.counts.replicas = r.replicas;
+            st.counts.ready_replicas = r.ready;
             planned = match &gate {
                 Gate::Apply => rollout_conditions(&r),
                 Gate::Wait(why) => waiting_conditions(&r, why),
