@@ -1,13 +1,12 @@
 //! `Infra`: one VLAN stack.
 
-use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use oooi_vocabulary::VlanNetwork;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::components::PodPlacement;
+use super::pod::{ComponentPod, DhcpKind, DnsKind, ProxyKind};
 
 /// The shared VLAN stack: network, the three components and their images.
 /// DHCPServer, DNSServer and ProxyServer objects are derived from it and its
@@ -278,40 +277,16 @@ impl LeaseTime {
     }
 }
 
-/// `3600`, `1h`, `30m`, `1h30m`, `90s`, `2h0m10s`: whole hours, minutes and
-/// seconds in that order, each at most once.
+/// `3600` (the field's own form: a number of seconds) or a duration in
+/// oooi's one syntax ([`oooi_process::duration`]: `1h`, `30m`, `1h30m`,
+/// `90s`, `2h0m10s`) of whole seconds.
 fn parse_duration(text: &str) -> Option<u64> {
     let text = text.trim();
     if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
         return text.parse().ok();
     }
-    let mut total: u64 = 0;
-    let mut rest = text;
-    let mut last_unit = 0usize;
-    if rest.is_empty() {
-        return None;
-    }
-    while !rest.is_empty() {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return None;
-        }
-        let n: u64 = rest[..digits].parse().ok()?;
-        let unit = rest[digits..].chars().next()?;
-        let (rank, factor) = match unit {
-            'h' => (1, 3600),
-            'm' => (2, 60),
-            's' => (3, 1),
-            _ => return None,
-        };
-        if rank <= last_unit {
-            return None;
-        }
-        last_unit = rank;
-        total = total.checked_add(n.checked_mul(factor)?)?;
-        rest = &rest[digits + 1..];
-    }
-    Some(total)
+    let d = oooi_process::duration::parse(text).ok()?;
+    (d.subsec_nanos() == 0).then_some(d.as_secs())
 }
 
 impl JsonSchema for LeaseTime {
@@ -376,21 +351,9 @@ pub struct DhcpComponent {
     /// answer until the controller has seen its VMI.
     #[serde(default)]
     pub unknown_clients: UnknownClients,
-    /// Container image of oooi-dhcp. Default: the controller's
-    /// (`--dhcp-image`; the chart sets it from `images.dhcp`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1))]
-    pub image: Option<String>,
-    /// Compute resources. Default: the controller's default for the kind
-    /// (`--component-resources`, the chart's `components.resources`), else
-    /// requests 10m CPU / 32Mi, limit 128Mi.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resources: Option<ResourceRequirements>,
-    /// Where the pods run and how their images are pulled; each field
-    /// left unset takes the controller's default (the chart's
-    /// `components.placement`).
-    #[serde(default, skip_serializing_if = "PodPlacement::is_empty")]
-    pub placement: PodPlacement,
+    /// Image, resources and placement of the pods.
+    #[serde(flatten)]
+    pub pod: ComponentPod<DhcpKind>,
     /// Size of the lease volume. Default `1Gi`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_size: Option<String>,
@@ -429,21 +392,9 @@ pub struct DnsComponent {
     #[serde(rename = "serverIPs", default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(min = 1, max = 5), inner(pattern(concat!("^", ipv4_re!(), "$"))))]
     pub server_ips: Vec<String>,
-    /// Container image of oooi-dns. Default: the controller's
-    /// (`--dns-image`; the chart sets it from `images.dns`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1))]
-    pub image: Option<String>,
-    /// Compute resources. Default: the controller's default for the kind
-    /// (`--component-resources`, the chart's `components.resources`), else
-    /// requests 10m CPU / 32Mi, limit 256Mi.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resources: Option<ResourceRequirements>,
-    /// Where the pods run and how their images are pulled; each field
-    /// left unset takes the controller's default (the chart's
-    /// `components.placement`).
-    #[serde(default, skip_serializing_if = "PodPlacement::is_empty")]
-    pub placement: PodPlacement,
+    /// Image, resources and placement of the pods.
+    #[serde(flatten)]
+    pub pod: ComponentPod<DnsKind>,
     /// Ignored: a hosted cluster's names come from its InfraClusterAttachment
     /// (`spec.dns.clusterName`). Reported in the `LegacyFieldsIgnored` condition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -486,24 +437,9 @@ pub struct ProxyComponent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub internal_proxy_service: Option<String>,
-    /// Container image of the proxy: Envoy 1.40 (V8 wasm runtime) with
-    /// `oooi-envoy-gate` on its PATH, as the oooi-proxy image carries them.
-    /// Default:
-    /// the controller's (`--proxy-image`; the chart sets it from
-    /// `images.proxy`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1))]
-    pub image: Option<String>,
-    /// Compute resources. Default: the controller's default for the kind
-    /// (`--component-resources`, the chart's `components.resources`), else
-    /// requests 50m CPU / 128Mi, limit 512Mi.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resources: Option<ResourceRequirements>,
-    /// Where the pods run and how their images are pulled; each field
-    /// left unset takes the controller's default (the chart's
-    /// `components.placement`).
-    #[serde(default, skip_serializing_if = "PodPlacement::is_empty")]
-    pub placement: PodPlacement,
+    /// Image, resources and placement of the pods.
+    #[serde(flatten)]
+    pub pod: ComponentPod<ProxyKind>,
     /// Ignored: each hosted cluster's control-plane namespace comes from its
     /// InfraClusterAttachment (`spec.controlPlaneNamespace`, default
     /// `<namespace>-<name>` of the HostedCluster). Reported in the

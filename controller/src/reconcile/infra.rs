@@ -30,13 +30,14 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Resource, ResourceExt};
 
 use super::apply::{Applied, apply, delete_if_present, stamp};
+use super::component::UndecodableStatus;
 use super::step::{Announce, observe_infra, write_status};
 use super::{Context, Error, Result};
 use crate::cache::{Decoded, cached};
@@ -498,4 +499,16 @@ async fn cleanup(infra: &Infra, ctx: &Context) -> Result<Action> {
     )
     .await;
     Ok(Action::await_change())
+}
+
+impl UndecodableStatus for Infra {
+    type Status = crate::crd::InfraStatus;
+    fn invalid_status(
+        existing: Option<&crate::crd::InfraStatus>,
+        generation: Option<i64>,
+        planned: &[PlannedCondition],
+        now: &Time,
+    ) -> crate::crd::InfraStatus {
+        crate::plan::infra::invalid_infra_status(existing, generation, planned, now)
+    }
 }

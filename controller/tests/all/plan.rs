@@ -111,10 +111,10 @@ fn derived_objects_are_named_labelled_and_owned_by_the_infra() {
     assert_eq!(labels["hostedcluster.densityops.com/infra"], "vlan");
     assert_eq!(labels["app.kubernetes.io/component"], "dhcp");
     // NAD namespace defaults to the Infra's; the address carries the CIDR's prefix.
-    assert_eq!(dhcp.spec.vlan.network_attachment_namespace, "oooi");
-    assert_eq!(dhcp.spec.vlan.address, "192.0.2.2/24");
+    assert_eq!(dhcp.spec.pod.vlan.network_attachment_namespace, "oooi");
+    assert_eq!(dhcp.spec.pod.vlan.address, "192.0.2.2/24");
     assert_eq!(
-        d.dns.into_iter().next().unwrap().spec.vlan.address,
+        d.dns.into_iter().next().unwrap().spec.pod.vlan.address,
         "192.0.2.3/24"
     );
     assert_eq!(

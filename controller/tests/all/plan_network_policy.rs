@@ -76,7 +76,7 @@ fn the_proxy_policy_opens_its_routing_ports_and_the_agents_metrics_port_with_tak
     assert!(ports.health.is_empty(), "no agent without takeover");
     assert!(ports.routing.contains(&6443), "{ports:?}");
     p.spec.tls_ports.push(8443);
-    p.spec.availability.address_takeover = Some(oooi_controller::crd::AddressTakeover {
+    p.spec.pod.availability.address_takeover = Some(oooi_controller::crd::AddressTakeover {
         lease_prefix: "vlan-proxy".into(),
         addresses: vec!["192.0.2.4/24".into(), "192.0.2.7/24".into()],
     });

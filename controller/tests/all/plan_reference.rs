@@ -79,7 +79,7 @@ fn an_older_api_infra_plans_with_the_chart_images() {
     assert!(p.errors.is_empty(), "{:?}", p.errors);
     let d = p.desired.as_ref().expect("valid");
     assert_eq!(
-        d.proxy.first().unwrap().spec.image,
+        d.proxy.first().unwrap().spec.pod.image,
         "registry.example.com/oooi/oooi-proxy:0.1.0"
     );
     assert_eq!(lease_seconds(&p), Some(3600));

@@ -1,17 +1,28 @@
-//! Reconcilers of the derived kinds: DHCPServer, DNSServer, ProxyServer.
+//! Reconcilers of the derived kinds: DHCPServer ([`dhcp`]), DNSServer
+//! ([`dns`]), ProxyServer ([`proxy`], its route sync in [`routes`]).
 //!
 //! Each writes its children (planned from its spec alone by
 //! `plan::{dhcp,dns,proxy}::children`) and the NetworkPolicy of its pods
 //! (`plan::{dhcp,dns,proxy}::objects`), then its status from the real
-//! Deployment. The ProxyServer reconciler also brings every Envoy replica to
-//! the routing table of its spec ([`crate::push`]) and reports per-replica
-//! sync (`RoutesSynced`).
+//! Deployment. What they share lives here: applying the objects in order,
+//! the admission check, the rolling gate of a replica, the status of an
+//! object that cannot be decoded and the reconcile of a component whose
+//! objects are all there is to it (DHCP, DNS).
 
-use std::sync::Arc;
+mod dhcp;
+mod dns;
+mod proxy;
+mod routes;
+
+pub use dhcp::reconcile_dhcp;
+pub use dns::reconcile_dns;
+pub use proxy::reconcile_proxy;
+pub use routes::replicas;
+
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
@@ -23,24 +34,19 @@ use serde::de::DeserializeOwned;
 use tracing::info;
 
 use super::apply::{Applied, apply};
-use super::step::{Announce, Conditions, namespace, write_status};
+use super::step::{Conditions, namespace, write_status};
 use super::{Context, Error, Result};
 use crate::cache::{Decoded, cached};
-use crate::crd::{
-    DHCPServer, DNSServer, ProxyReplicaStatus, ProxyServer, ProxyServerStatus, ReplicaOf,
-    ServerStatus, condition,
-};
-use crate::plan::labels::{SERVER_LABEL, instance_of};
+use crate::crd::{ReplicaOf, ServerStatus, condition};
+use crate::plan::labels::instance_of;
 use crate::plan::network_policy::PolicyPeers;
-use crate::plan::proxy::next_table;
 use crate::plan::workload::Objects;
 use crate::plan::workload::readiness::{
     Rollout, invalid_conditions, rollout, rollout_conditions, server_status,
 };
 use crate::plan::workload::rolling::{self, Gate, ReplicaState};
 use crate::plan::workload::template_hash::template_hash;
-use crate::plan::{Children, PlannedCondition, merge_conditions};
-use crate::push::{Outcome, Replica};
+use crate::plan::{Children, PlannedCondition};
 
 /// Resync period when nothing is pending.
 const RESYNC: Duration = Duration::from_secs(300);
@@ -248,49 +254,9 @@ where
 }
 
 /// The rollout of Deployment `name`, from the cache.
-fn rollout_of(ctx: &Context, ns: &str, name: &str) -> Rollout {
+pub(crate) fn rollout_of(ctx: &Context, ns: &str, name: &str) -> Rollout {
     let d = cached::<Deployment>(&ctx.stores.deployments, ns, name);
     rollout(name, d.as_deref())
-}
-
-/// Reconciles a DHCPServer.
-pub async fn reconcile_dhcp(obj: Arc<Decoded<DHCPServer>>, ctx: Arc<Context>) -> Result<Action> {
-    match &obj.object {
-        Ok(d) => {
-            let d = &ctx.settings.resources.dhcp(d);
-            reconcile_server(
-                d,
-                d.status.as_ref(),
-                "DHCPServer",
-                crate::plan::dhcp::objects,
-                // A DHCP pair's servers restart on their own: each serves
-                // the whole pool while the other is down.
-                |_, _, _| Gate::Apply,
-                &ctx,
-            )
-            .await
-        }
-        Err(e) => reconcile_undecodable(&obj, e, &ctx).await,
-    }
-}
-
-/// Reconciles a DNSServer.
-pub async fn reconcile_dns(obj: Arc<Decoded<DNSServer>>, ctx: Arc<Context>) -> Result<Action> {
-    match &obj.object {
-        Ok(d) => {
-            let d = &ctx.settings.resources.dns(d);
-            reconcile_server(
-                d,
-                d.status.as_ref(),
-                "DNSServer",
-                crate::plan::dns::objects,
-                dns_gate,
-                &ctx,
-            )
-            .await
-        }
-        Err(e) => reconcile_undecodable(&obj, e, &ctx).await,
-    }
 }
 
 /// The status a derived kind reports while its object cannot be decoded:
@@ -309,7 +275,7 @@ pub(crate) trait UndecodableStatus {
     ) -> Self::Status;
 }
 
-fn invalid_server_status(
+pub(crate) fn invalid_server_status(
     existing: Option<&ServerStatus>,
     generation: Option<i64>,
     planned: &[PlannedCondition],
@@ -323,59 +289,6 @@ fn invalid_server_status(
         None,
         now,
     )
-}
-
-impl UndecodableStatus for DHCPServer {
-    type Status = ServerStatus;
-    fn invalid_status(
-        existing: Option<&ServerStatus>,
-        generation: Option<i64>,
-        planned: &[PlannedCondition],
-        now: &Time,
-    ) -> ServerStatus {
-        invalid_server_status(existing, generation, planned, now)
-    }
-}
-
-impl UndecodableStatus for crate::crd::Infra {
-    type Status = crate::crd::InfraStatus;
-    fn invalid_status(
-        existing: Option<&crate::crd::InfraStatus>,
-        generation: Option<i64>,
-        planned: &[PlannedCondition],
-        now: &Time,
-    ) -> crate::crd::InfraStatus {
-        crate::plan::infra::invalid_infra_status(existing, generation, planned, now)
-    }
-}
-
-impl UndecodableStatus for DNSServer {
-    type Status = ServerStatus;
-    fn invalid_status(
-        existing: Option<&ServerStatus>,
-        generation: Option<i64>,
-        planned: &[PlannedCondition],
-        now: &Time,
-    ) -> ServerStatus {
-        invalid_server_status(existing, generation, planned, now)
-    }
-}
-
-impl UndecodableStatus for ProxyServer {
-    type Status = ProxyServerStatus;
-    fn invalid_status(
-        existing: Option<&ProxyServerStatus>,
-        generation: Option<i64>,
-        planned: &[PlannedCondition],
-        now: &Time,
-    ) -> ProxyServerStatus {
-        let old = existing.cloned().unwrap_or_default();
-        ProxyServerStatus {
-            observed_generation: generation,
-            conditions: merge_conditions(&old.conditions, planned, generation, now),
-            ..old
-        }
-    }
 }
 
 /// A derived object whose body does not fit its type: its children stay as
@@ -418,7 +331,7 @@ fn decode_status<K, S: DeserializeOwned>(obj: &Decoded<K>) -> Option<S> {
 /// The reconcile of a component whose objects are all there is to it (DHCP,
 /// DNS): plan and apply the children and the NetworkPolicy, read the
 /// rollout, patch the status.
-async fn reconcile_server<K>(
+pub(crate) async fn reconcile_server<K>(
     obj: &K,
     status: Option<&ServerStatus>,
     kind: &'static str,
@@ -461,7 +374,7 @@ where
 
 /// `Ready` and `Progressing` of a replica whose update waits for the
 /// others: ready as its (old) pod is, progressing with the reason.
-fn waiting_conditions(r: &Rollout, why: &str) -> Vec<PlannedCondition> {
+pub(crate) fn waiting_conditions(r: &Rollout, why: &str) -> Vec<PlannedCondition> {
     let mut planned = rollout_conditions(r);
     planned.retain(|c| c.type_ != condition::PROGRESSING);
     planned.push(PlannedCondition::yes(
@@ -477,7 +390,7 @@ fn waiting_conditions(r: &Rollout, why: &str) -> Vec<PlannedCondition> {
 /// `view` says of each sibling (its replica place, the template hash of its
 /// planned Deployment, whether it holds its current config). A server that
 /// is not one of several replicas always applies.
-fn replica_gate<K>(
+pub(crate) fn replica_gate<K>(
     ctx: &Context,
     store: &Store<Decoded<K>>,
     me: &K,
@@ -530,312 +443,4 @@ where
         })
         .collect();
     rolling::gate(&me_state, &others)
-}
-
-fn dns_gate(ctx: &Context, me: &DNSServer, desired: &Deployment) -> Gate {
-    replica_gate(
-        ctx,
-        &ctx.stores.dns_servers,
-        me,
-        me.spec.replica,
-        desired,
-        |d: &DNSServer| {
-            let planned = crate::plan::dns::children(&ctx.settings.resources.dns(d)).ok();
-            Some((
-                d.spec.replica?,
-                planned.map(|c| template_hash(&c.deployment)),
-                true,
-            ))
-        },
-    )
-}
-
-fn proxy_gate(ctx: &Context, me: &ProxyServer, desired: &Deployment, token: &str) -> Gate {
-    replica_gate(
-        ctx,
-        &ctx.stores.proxy_servers,
-        me,
-        me.spec.replica,
-        desired,
-        |p: &ProxyServer| {
-            let planned =
-                crate::plan::proxy::children(&ctx.settings.resources.proxy(p), token).ok();
-            Some((
-                p.spec.replica?,
-                planned.map(|c| template_hash(&c.deployment)),
-                routes_synced(p),
-            ))
-        },
-    )
-}
-
-/// Whether a ProxyServer's status says every pod holds the routing table of
-/// its current spec.
-fn routes_synced(p: &ProxyServer) -> bool {
-    p.status.as_ref().is_some_and(|st| {
-        st.observed_generation == p.metadata.generation
-            && st
-                .conditions
-                .iter()
-                .any(|c| c.type_ == condition::ROUTES_SYNCED && c.status == "True")
-    })
-}
-
-/// The Envoy pods of a ProxyServer that can take a push: running, with an
-/// IP, not being deleted. Not only Ready ones: an Envoy is not Ready until
-/// it holds a table. Of several replicas, each pushes to its own pods.
-pub fn replicas(ctx: &Context, proxy: &ProxyServer) -> Vec<Replica> {
-    let ns = proxy.namespace().unwrap_or_default();
-    let instance = instance_of(&proxy.metadata);
-    let own = rolling::is_replica(proxy.spec.replica).then(|| proxy.name_any());
-    let mut pods: Vec<Replica> = ctx
-        .stores
-        .pods
-        .state_filter(|p| {
-            p.namespace().as_deref() == Some(ns.as_str())
-                && p.labels().get(oooi_vocabulary::labels::APP_INSTANCE) == Some(&instance)
-                && p.labels()
-                    .get(oooi_vocabulary::labels::APP_COMPONENT)
-                    .map(String::as_str)
-                    == Some("proxy")
-                && own
-                    .as_ref()
-                    .is_none_or(|own| p.labels().get(SERVER_LABEL) == Some(own))
-                && p.metadata.deletion_timestamp.is_none()
-        })
-        .iter()
-        .filter_map(|p| {
-            let st = p.status.as_ref()?;
-            if st.phase.as_deref() != Some("Running") {
-                return None;
-            }
-            let ip: std::net::IpAddr = st.pod_ip.as_deref()?.parse().ok()?;
-            Some(Replica {
-                name: p.name_any(),
-                addr: std::net::SocketAddr::new(ip, proxy.spec.push_port),
-            })
-        })
-        .collect();
-    pods.sort_by(|a, b| a.name.cmp(&b.name));
-    pods
-}
-
-/// The push token from the Secret the spec names (cache first: the
-/// reconciler-created Secret carries the managed-by label).
-async fn push_token(ctx: &Context, proxy: &ProxyServer) -> Result<String> {
-    let ns = namespace(proxy)?;
-    let name = &proxy.spec.push_token_secret.name;
-    let secret = match cached::<Secret>(&ctx.stores.secrets, &ns, name) {
-        Some(s) => Some((*s).clone()),
-        None => {
-            Api::<Secret>::namespaced(ctx.client.clone(), &ns)
-                .get_opt(name)
-                .await?
-        }
-    };
-    let secret = secret.ok_or_else(|| Error::PushToken(format!("Secret {ns}/{name} not found")))?;
-    let token = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get("token"))
-        .map(|b| String::from_utf8_lossy(&b.0).trim().to_string())
-        .or_else(|| {
-            secret
-                .string_data
-                .as_ref()
-                .and_then(|d| d.get("token").cloned())
-        })
-        .filter(|t| !t.is_empty())
-        .ok_or_else(|| Error::PushToken(format!("Secret {ns}/{name} has no key `token`")))?;
-    Ok(token)
-}
-
-/// Reconciles a ProxyServer: children, then the route push, then status.
-pub async fn reconcile_proxy(
-    decoded: Arc<Decoded<ProxyServer>>,
-    ctx: Arc<Context>,
-) -> Result<Action> {
-    let obj = match &decoded.object {
-        Ok(p) => p,
-        Err(e) => return reconcile_undecodable(&decoded, e, &ctx).await,
-    };
-    let started = Instant::now();
-    let ns = namespace(obj)?;
-    let generation = obj.metadata.generation;
-    let existing = obj.status.clone().unwrap_or_default();
-    let now = (ctx.now)();
-    let mut st = ProxyServerStatus {
-        observed_generation: generation,
-        routes_generation: existing.routes_generation,
-        routes_digest: existing.routes_digest.clone(),
-        filter_digest: existing.filter_digest.clone(),
-        replica_status: existing.replica_status.clone(),
-        ..ProxyServerStatus::default()
-    };
-    let mut planned;
-    let requeue;
-    // Filter rollout: the checked module, its derived ConfigMap, the status.
-    let filter = crate::rollout::prepare(&ctx.rollout, &ctx.stores, obj).await;
-    let objects = match push_token(&ctx, obj).await {
-        Ok(token) => crate::plan::proxy::objects(
-            &ctx.settings.resources.proxy(obj),
-            &token,
-            Some(&filter),
-            ctx.settings.policy_peers(),
-        )
-        .map(|o| (o, token)),
-        Err(e) => Err(anyhow::anyhow!(e)),
-    };
-    match objects {
-        Err(e) => {
-            planned = invalid_conditions(&e);
-            // A missing token Secret or a bad spec: look again later.
-            requeue = RETRY_PUSH * 6;
-        }
-        Ok((objects, token)) => {
-            let gate = proxy_gate(&ctx, obj, &objects.children.deployment, &token);
-            apply_objects(&ctx, &ns, &objects, &gate).await?;
-            let refused = admission_conditions(&ctx, &ns, &objects.children).await?;
-            let r = rollout_of(&ctx, &ns, &objects.children.deployment.name_any());
-            st.replicas = r.replicas;
-            st.ready_replicas = r.ready;
-            planned = match &gate {
-                Gate::Apply => rollout_conditions(&r),
-                Gate::Wait(why) => waiting_conditions(&r, why),
-            };
-            let (synced, again) = sync_routes(&ctx, obj, &token, &mut st, &now).await;
-            requeue = match gate {
-                Gate::Apply => again,
-                Gate::Wait(_) => again.min(RETRY_PUSH),
-            };
-            planned.push(synced);
-            planned.extend(refused);
-        }
-    }
-    filter.fill_status(&mut st);
-    ctx.metrics.set_filter_rejected(
-        &format!("{ns}/{}", obj.name_any()),
-        filter.condition.status == "True",
-    );
-    planned.push(filter.condition.clone());
-    st.conditions = merge_conditions(&existing.conditions, &planned, generation, &now);
-    let announce = Announce {
-        condition: condition::ROUTES_SYNCED,
-        action: "PushRoutes",
-    };
-    write_status(&ctx, obj, obj.status.as_ref(), &st, Some(announce)).await?;
-    ctx.metrics.reconciled("ProxyServer", started.elapsed());
-    Ok(Action::requeue(requeue))
-}
-
-/// Pushes the table to every replica; fills the route fields of `st` and
-/// returns the `RoutesSynced` condition and when to look again.
-async fn sync_routes(
-    ctx: &Context,
-    proxy: &ProxyServer,
-    token: &str,
-    st: &mut ProxyServerStatus,
-    now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
-) -> (PlannedCondition, Duration) {
-    let table = next_table(proxy);
-    if let Err(e) = table.validate() {
-        return (
-            PlannedCondition::no(
-                condition::ROUTES_SYNCED,
-                "InvalidRoutes",
-                format!("spec.{e}"),
-            ),
-            RESYNC,
-        );
-    }
-    let replicas = replicas(ctx, proxy);
-    let key = format!(
-        "{}/{}",
-        proxy.namespace().unwrap_or_default(),
-        proxy.name_any()
-    );
-    if replicas.is_empty() {
-        ctx.metrics.set_proxy_replicas(&key, &[]);
-        st.replica_status.clear();
-        return (
-            PlannedCondition::no(
-                condition::ROUTES_SYNCED,
-                "NoReplicas",
-                "no running Envoy pod to push to",
-            ),
-            RESYNC,
-        );
-    }
-    let report = ctx.pusher.sync(&table, &replicas, token).await;
-    let held: Vec<(String, bool, u64)> = report
-        .replicas
-        .iter()
-        .map(|r| {
-            let generation = if r.synced() {
-                report.generation
-            } else {
-                r.previous_generation
-            };
-            (r.name.clone(), r.synced(), generation)
-        })
-        .collect();
-    ctx.metrics.set_proxy_replicas(&key, &held);
-    if report.pushed() > 0 {
-        info!(
-            proxy = %proxy.name_any(),
-            generation = report.generation,
-            pushed = report.pushed(),
-            replicas = report.replicas.len(),
-            took_ms = report.took.as_secs_f64() * 1e3,
-            "routes pushed"
-        );
-    }
-    let previous = std::mem::take(&mut st.replica_status);
-    st.replica_status = report
-        .replicas
-        .iter()
-        .map(|r| {
-            let before = previous.iter().find(|p| p.pod == r.name);
-            let synced = r.synced();
-            ProxyReplicaStatus {
-                pod: r.name.clone(),
-                pod_ip: Some(r.addr.ip().to_string()),
-                routes_synced: synced,
-                generation: synced.then_some(report.generation as i64),
-                digest: synced.then(|| report.digest.clone()),
-                last_push_time: if r.outcome == Outcome::Pushed {
-                    Some(now.clone())
-                } else {
-                    before.and_then(|b| b.last_push_time.clone())
-                },
-                message: match &r.outcome {
-                    Outcome::Failed(f) => Some(f.to_string()),
-                    _ => None,
-                },
-            }
-        })
-        .collect();
-    if report.synced() > 0 {
-        st.routes_generation = Some(report.generation as i64);
-        st.routes_digest = Some(report.digest.clone());
-    }
-    if report.all_synced() {
-        (
-            PlannedCondition::yes(
-                condition::ROUTES_SYNCED,
-                "AllReplicasSynced",
-                report.message(),
-            ),
-            CHECK_PUSH,
-        )
-    } else {
-        (
-            PlannedCondition::no(
-                condition::ROUTES_SYNCED,
-                "ReplicasOutOfSync",
-                report.message(),
-            ),
-            RETRY_PUSH,
-        )
-    }
 }
