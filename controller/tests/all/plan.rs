@@ -826,16 +826,7 @@ fn two_infras_in_one_namespace_keep_their_attachments_and_pods_apart() {
     let db = pb.desired.unwrap();
     let ca = plan::dns::children(da.dns.first().unwrap()).unwrap();
     let cb = plan::dns::children(db.dns.first().unwrap()).unwrap();
-    let sel = |c: &plan::Children| {
-        c.deployment
-            .spec
-            .as_ref()
-            .unwrap()
-            .selector
-            .match_labels
-            .clone()
-            .unwrap()
-    };
+    let sel = |c: &plan::Children| match_labels(&c.deployment);
     assert_ne!(sel(&ca), sel(&cb));
     assert_eq!(sel(&ca)["app.kubernetes.io/instance"], "vlan-a");
     assert_eq!(

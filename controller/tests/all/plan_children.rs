@@ -512,15 +512,7 @@ fn a_standalone_server_is_its_own_instance() {
     dns.metadata.labels = None;
     dns.metadata.name = Some("lab-dns".into());
     let c = plan::dns::children(&dns).unwrap();
-    let sel = c
-        .deployment
-        .spec
-        .as_ref()
-        .unwrap()
-        .selector
-        .match_labels
-        .clone()
-        .unwrap();
+    let sel = match_labels(&c.deployment);
     assert_eq!(sel["app.kubernetes.io/instance"], "lab-dns");
     assert_eq!(sel["app.kubernetes.io/component"], "dns");
 }

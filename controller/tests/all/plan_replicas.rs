@@ -14,7 +14,7 @@ use oooi_controller::crd::{DNSServer, Infra, ProxyServer, ReplicaOf};
 use oooi_controller::plan::labels::SERVER_LABEL;
 use oooi_controller::plan::workload::template_hash::{TEMPLATE_HASH_ANNOTATION, template_hash};
 use oooi_controller::plan::{self, Children, Observed, plan_infra};
-use plan_support::{attachment, component_infra, ip, observed};
+use plan_support::{attachment, component_infra, ip, match_labels, observed};
 use serde_json::{Value, json};
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
@@ -236,14 +236,7 @@ fn pod_labels(c: &Children) -> BTreeMap<String, String> {
 }
 
 fn selector(c: &Children) -> BTreeMap<String, String> {
-    c.deployment
-        .spec
-        .as_ref()
-        .unwrap()
-        .selector
-        .match_labels
-        .clone()
-        .unwrap()
+    match_labels(&c.deployment)
 }
 
 fn matches(sel: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {

@@ -30,6 +30,17 @@ pub fn pod_spec(d: &Deployment) -> &PodSpec {
     d.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
 }
 
+/// The labels a planned Deployment selects its pods by.
+pub fn match_labels(d: &Deployment) -> std::collections::BTreeMap<String, String> {
+    d.spec
+        .as_ref()
+        .unwrap()
+        .selector
+        .match_labels
+        .clone()
+        .unwrap()
+}
+
 /// The pod template's annotations of a planned Deployment.
 pub fn pod_annotations(d: &Deployment) -> &std::collections::BTreeMap<String, String> {
     d.spec
