@@ -29,6 +29,7 @@ pub mod probe;
 pub mod replication;
 pub mod request;
 pub mod server;
+pub mod v6;
 
 /// The config file format and its rules (the `oooi-dhcp-config` crate).
 pub use oooi_dhcp_config as config;

@@ -1,0 +1,402 @@
+//! DHCPv6 bindings, keyed by (DUID, IAID), with the client's MAC kept.
+//!
+//! Allocation ([`LeaseTable::choose`]), first that applies:
+//! 1. the address this IA already holds, while it is still allowed to it;
+//! 2. the address reserved for the client's MAC — taken over from another
+//!    binding of the same MAC under a different DUID (a re-installed VM
+//!    gets a new DUID-UUID, same MAC) or from an expired one;
+//! 3. the address of another binding of the same MAC under a different DUID
+//!    (same re-install case, no reservation), same IAID preferred;
+//! 4. a free address of the range, probing linearly from a stable hash of
+//!    the MAC (or of the DUID when no MAC is known): the same client gets the
+//!    same address after the table is lost, and probing needs at most
+//!    (occupied + 1) steps, however large the range.
+//!
+//! Declined addresses are held back for `decline_hold` and skipped.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::Ipv6Addr;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::config::V6Config;
+use crate::config::Mac;
+
+/// Whether a binding was only advertised or is committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    /// Advertised, set aside for `offer_hold`; never persisted.
+    Offered,
+    /// Committed by a Reply: what the lease log keeps.
+    Bound,
+}
+
+/// One binding: the record the lease log will persist.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// The leased address.
+    pub address: Ipv6Addr,
+    /// The client's DUID, raw.
+    pub duid: Vec<u8>,
+    /// The IA_NA's IAID.
+    pub iaid: u32,
+    /// The client's MAC when known (see [`super::duid::client_mac`]).
+    pub mac: Option<Mac>,
+    /// Offered or bound.
+    pub state: State,
+    /// Unix seconds at which the binding ends.
+    pub expires: u64,
+}
+
+impl Record {
+    /// Whether the binding still holds its address at `now`.
+    pub fn live(&self, now: u64) -> bool {
+        now < self.expires
+    }
+
+    fn key(&self) -> (Vec<u8>, u32) {
+        (self.duid.clone(), self.iaid)
+    }
+}
+
+/// Why no address could be given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Every address of the range is bound, offered, reserved or held.
+    NoAddrsAvail,
+}
+
+/// What a Renew or Rebind found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Extend {
+    /// Extended: the updated binding.
+    Extended(Record),
+    /// This IA holds no binding of that address.
+    NoBinding,
+    /// The address is not one this client may have on this link (off the
+    /// prefix, or reserved for another MAC): answered with zero lifetimes.
+    NotAppropriate,
+}
+
+/// The in-memory DHCPv6 binding table.
+#[derive(Debug)]
+pub struct LeaseTable {
+    config: Arc<V6Config>,
+    by_addr: BTreeMap<Ipv6Addr, Record>,
+    by_key: HashMap<(Vec<u8>, u32), Ipv6Addr>,
+    held: BTreeMap<Ipv6Addr, u64>,
+}
+
+/// FNV-1a: a hash that is the same in every process (std's is seeded).
+fn stable_hash(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+impl LeaseTable {
+    /// An empty table over a validated config.
+    pub fn new(config: Arc<V6Config>) -> Self {
+        LeaseTable {
+            config,
+            by_addr: BTreeMap::new(),
+            by_key: HashMap::new(),
+            held: BTreeMap::new(),
+        }
+    }
+
+    /// A table rebuilt from persisted bound records; expired ones and ones
+    /// the config no longer allows are left out.
+    pub fn from_records(
+        config: Arc<V6Config>,
+        records: impl IntoIterator<Item = Record>,
+        now: u64,
+    ) -> Self {
+        let mut t = LeaseTable::new(config);
+        for r in records {
+            if r.state == State::Bound && r.live(now) && t.allowed(r.mac, r.address) {
+                t.place(r);
+            }
+        }
+        t
+    }
+
+    /// The config the table allocates from.
+    pub fn config(&self) -> &Arc<V6Config> {
+        &self.config
+    }
+
+    /// The binding of an address.
+    pub fn get(&self, address: Ipv6Addr) -> Option<&Record> {
+        self.by_addr.get(&address)
+    }
+
+    /// The binding of an IA.
+    pub fn binding(&self, duid: &[u8], iaid: u32) -> Option<&Record> {
+        let a = self.by_key.get(&(duid.to_vec(), iaid))?;
+        self.by_addr.get(a)
+    }
+
+    /// Every binding, by address.
+    pub fn records(&self) -> impl Iterator<Item = &Record> {
+        self.by_addr.values()
+    }
+
+    /// Whether an address is held back (declined) at `now`.
+    pub fn is_held(&self, address: Ipv6Addr, now: u64) -> bool {
+        self.held.get(&address).is_some_and(|until| now < *until)
+    }
+
+    /// Whether a client of this MAC may hold `address` on this link.
+    pub fn allowed(&self, mac: Option<Mac>, address: Ipv6Addr) -> bool {
+        if !self.config.prefix.contains(&address) {
+            return false;
+        }
+        match self.config.reservation_of(address) {
+            Some(owner) => Some(owner) == mac,
+            None => self.config.in_range(address),
+        }
+    }
+
+    fn free(&self, address: Ipv6Addr, now: u64) -> bool {
+        !self.is_held(address, now)
+            && self.config.reservation_of(address).is_none()
+            && self.by_addr.get(&address).is_none_or(|r| !r.live(now))
+    }
+
+    /// The address the IA `(duid, iaid)` of a client with `mac` gets (rules
+    /// on this module). Changes nothing.
+    pub fn choose(
+        &self,
+        duid: &[u8],
+        iaid: u32,
+        mac: Option<Mac>,
+        now: u64,
+    ) -> Result<Ipv6Addr, Refusal> {
+        if let Some(r) = self.binding(duid, iaid)
+            && self.allowed(mac, r.address)
+            && !self.is_held(r.address, now)
+        {
+            return Ok(r.address);
+        }
+        if let Some(mac) = mac {
+            if let Some(res) = self.config.reserved_for(mac)
+                && !self.is_held(res, now)
+            {
+                let takeable = match self.by_addr.get(&res) {
+                    None => true,
+                    // Same client, another IA: that IA keeps it.
+                    Some(o) if o.duid == duid => false,
+                    Some(o) => o.mac == Some(mac) || !o.live(now),
+                };
+                if takeable {
+                    return Ok(res);
+                }
+            }
+            let stale = self
+                .by_addr
+                .values()
+                .filter(|o| o.mac == Some(mac) && o.duid != duid)
+                .filter(|o| self.allowed(Some(mac), o.address) && !self.is_held(o.address, now))
+                .min_by_key(|o| (o.iaid != iaid, o.address));
+            if let Some(o) = stale {
+                return Ok(o.address);
+            }
+        }
+        let start = u128::from(self.config.range_start);
+        let size = u128::from(self.config.range_end) - start + 1;
+        let seed = match mac {
+            Some(m) => stable_hash(&m.0),
+            None => stable_hash(duid),
+        };
+        let occupied =
+            (self.by_addr.len() + self.held.len() + self.config.reservations.len()) as u128;
+        let first = u128::from(seed) % size;
+        for step in 0..size.min(occupied + 1) {
+            let a = Ipv6Addr::from(start + (first + step) % size);
+            if self.free(a, now) {
+                return Ok(a);
+            }
+        }
+        Err(Refusal::NoAddrsAvail)
+    }
+
+    /// Puts a record at its address, removing what it replaces (the IA's
+    /// binding of another address, another IA's binding of this address).
+    /// Returns the bound records removed, for the lease log.
+    fn place(&mut self, record: Record) -> Vec<Record> {
+        let mut gone = Vec::new();
+        if let Some(old) = self.by_addr.remove(&record.address) {
+            self.by_key.remove(&old.key());
+            if old.key() != record.key() {
+                gone.push(old);
+            }
+        }
+        if let Some(a) = self.by_key.remove(&record.key())
+            && let Some(old) = self.by_addr.remove(&a)
+        {
+            gone.push(old);
+        }
+        self.by_key.insert(record.key(), record.address);
+        self.by_addr.insert(record.address, record);
+        gone.retain(|r| r.state == State::Bound);
+        gone
+    }
+
+    /// Sets an address aside for an IA (Advertise). An IA already bound
+    /// keeps its binding as it is.
+    pub fn offer(
+        &mut self,
+        duid: &[u8],
+        iaid: u32,
+        mac: Option<Mac>,
+        now: u64,
+    ) -> Result<Record, Refusal> {
+        let address = self.choose(duid, iaid, mac, now)?;
+        if let Some(r) = self.binding(duid, iaid)
+            && r.address == address
+            && r.state == State::Bound
+            && r.live(now)
+        {
+            return Ok(r.clone());
+        }
+        let record = Record {
+            address,
+            duid: duid.to_vec(),
+            iaid,
+            mac,
+            state: State::Offered,
+            expires: now + u64::from(self.config.offer_hold),
+        };
+        self.place(record.clone());
+        Ok(record)
+    }
+
+    /// Binds an address to an IA for the valid lifetime (Request, Rapid
+    /// Commit). Returns the binding and the bound records it displaced (a
+    /// stale DUID of the same MAC), which the lease log must drop.
+    pub fn commit(
+        &mut self,
+        duid: &[u8],
+        iaid: u32,
+        mac: Option<Mac>,
+        now: u64,
+    ) -> Result<(Record, Vec<Record>), Refusal> {
+        let address = self.choose(duid, iaid, mac, now)?;
+        Ok(self.bind(duid, iaid, mac, address, now))
+    }
+
+    fn bind(
+        &mut self,
+        duid: &[u8],
+        iaid: u32,
+        mac: Option<Mac>,
+        address: Ipv6Addr,
+        now: u64,
+    ) -> (Record, Vec<Record>) {
+        let record = Record {
+            address,
+            duid: duid.to_vec(),
+            iaid,
+            mac,
+            state: State::Bound,
+            expires: now + u64::from(self.config.valid_lifetime),
+        };
+        let gone = self.place(record.clone());
+        (record, gone)
+    }
+
+    /// Renews the IA's binding of `address` (Renew, Rebind).
+    pub fn extend(
+        &mut self,
+        duid: &[u8],
+        iaid: u32,
+        mac: Option<Mac>,
+        address: Ipv6Addr,
+        now: u64,
+    ) -> Extend {
+        if !self.allowed(mac, address) {
+            return Extend::NotAppropriate;
+        }
+        match self.binding(duid, iaid) {
+            Some(r) if r.address == address && r.state == State::Bound => {
+                let mac = mac.or(r.mac);
+                Extend::Extended(self.bind(duid, iaid, mac, address, now).0)
+            }
+            _ => Extend::NoBinding,
+        }
+    }
+
+    /// A Rebind for an address this table has no binding of (lost lease
+    /// table, or the other server's client): binds it again when it is free
+    /// and allowed to this client (RFC 8415 §18.3.5 lets a server do so).
+    pub fn recover(
+        &mut self,
+        duid: &[u8],
+        iaid: u32,
+        mac: Option<Mac>,
+        address: Ipv6Addr,
+        now: u64,
+    ) -> Option<Record> {
+        if !self.allowed(mac, address) || self.is_held(address, now) {
+            return None;
+        }
+        match self.by_addr.get(&address) {
+            Some(o) if o.live(now) && o.key() != (duid.to_vec(), iaid) => return None,
+            _ => {}
+        }
+        Some(self.bind(duid, iaid, mac, address, now).0)
+    }
+
+    /// Ends the IA's binding of `address` (Release); the removed binding.
+    pub fn release(&mut self, duid: &[u8], iaid: u32, address: Ipv6Addr) -> Option<Record> {
+        let key = (duid.to_vec(), iaid);
+        if self.by_key.get(&key) != Some(&address) {
+            return None;
+        }
+        self.by_key.remove(&key);
+        self.by_addr.remove(&address)
+    }
+
+    /// Ends the IA's binding of `address` and holds the address back
+    /// (Decline: another node answers for it).
+    pub fn decline(
+        &mut self,
+        duid: &[u8],
+        iaid: u32,
+        address: Ipv6Addr,
+        now: u64,
+    ) -> Option<Record> {
+        let r = self.release(duid, iaid, address)?;
+        self.held
+            .insert(address, now + u64::from(self.config.decline_hold));
+        Some(r)
+    }
+
+    /// Removes bindings and holds that ended by `now`; the bound records
+    /// removed (the lease log drops them).
+    pub fn expire(&mut self, now: u64) -> Vec<Record> {
+        self.held.retain(|_, until| now < *until);
+        let ended: Vec<Ipv6Addr> = self
+            .by_addr
+            .values()
+            .filter(|r| !r.live(now))
+            .map(|r| r.address)
+            .collect();
+        let mut gone = Vec::new();
+        for a in ended {
+            if let Some(r) = self.by_addr.remove(&a) {
+                self.by_key.remove(&r.key());
+                if r.state == State::Bound {
+                    gone.push(r);
+                }
+            }
+        }
+        gone
+    }
+}
