@@ -496,7 +496,8 @@ fn requested_options(table: &LeaseTable, msg: &Message, reply: &mut Message) {
         let names: Vec<Name> = cfg
             .search
             .iter()
-            .filter_map(|s| s.parse::<Name>().ok())
+            // Absolute names: the wire form has no relative names anyway.
+            .filter_map(|s| format!("{}.", s.trim_end_matches('.')).parse::<Name>().ok())
             .collect();
         reply.opts_mut().insert(DhcpOption::DomainSearchList(names));
     }

@@ -179,7 +179,7 @@ impl LeaseTable {
         now: u64,
     ) -> Result<Ipv6Addr, Refusal> {
         if let Some(r) = self.binding(duid, iaid)
-            && self.allowed(mac, r.address)
+            && self.allowed(mac.or(r.mac), r.address)
             && !self.is_held(r.address, now)
         {
             return Ok(r.address);
@@ -273,7 +273,16 @@ impl LeaseTable {
             state: State::Offered,
             expires: now + u64::from(self.config.offer_hold),
         };
-        self.place(record.clone());
+        // Taken over from a live binding of the same MAC (re-installed
+        // machine): that binding stays until the Request commits, so an
+        // Advertise alone never ends a lease.
+        let bound_elsewhere = self
+            .by_addr
+            .get(&address)
+            .is_some_and(|o| o.key() != record.key() && o.state == State::Bound && o.live(now));
+        if !bound_elsewhere {
+            self.place(record.clone());
+        }
         Ok(record)
     }
 
@@ -320,15 +329,18 @@ impl LeaseTable {
         address: Ipv6Addr,
         now: u64,
     ) -> Extend {
+        // A renewal may come without the MAC the binding was made with (a
+        // unicast or relayed message, no frame MAC): the binding's stands.
+        let (mac, bound) = match self.binding(duid, iaid) {
+            Some(r) if r.address == address && r.state == State::Bound => (mac.or(r.mac), true),
+            _ => (mac, false),
+        };
         if !self.allowed(mac, address) {
-            return Extend::NotAppropriate;
-        }
-        match self.binding(duid, iaid) {
-            Some(r) if r.address == address && r.state == State::Bound => {
-                let mac = mac.or(r.mac);
-                Extend::Extended(self.bind(duid, iaid, mac, address, now).0)
-            }
-            _ => Extend::NoBinding,
+            Extend::NotAppropriate
+        } else if bound {
+            Extend::Extended(self.bind(duid, iaid, mac, address, now).0)
+        } else {
+            Extend::NoBinding
         }
     }
 

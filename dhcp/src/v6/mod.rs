@@ -28,3 +28,6 @@ pub mod leases;
 pub use config::V6Config;
 pub use decide::{Answer, Context, Dropped, handle};
 pub use leases::{LeaseTable, Record};
+
+#[cfg(test)]
+mod tests;
