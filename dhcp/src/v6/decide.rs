@@ -49,6 +49,8 @@ pub enum Dropped {
     UnexpectedServerId,
     /// A Confirm without any address to confirm (§18.3.3: no reply).
     NothingToConfirm,
+    /// An Information-request carrying an IA option (§16.12: discard).
+    IaInInformationRequest,
     /// The reply could not be encoded.
     Encode,
 }
@@ -65,6 +67,7 @@ impl Dropped {
             Dropped::NotForUs => "not_for_us",
             Dropped::UnexpectedServerId => "unexpected_server_id",
             Dropped::NothingToConfirm => "nothing_to_confirm",
+            Dropped::IaInInformationRequest => "ia_in_information_request",
             Dropped::Encode => "encode",
         }
     }
@@ -113,6 +116,16 @@ pub fn handle(table: &mut LeaseTable, buf: &[u8], ctx: &Context) -> Result<Answe
             | T::InformationRequest
     ) {
         return Err(Dropped::NotAClientMessage);
+    }
+    if ty == T::InformationRequest
+        && msg.opts().iter().any(|o| {
+            matches!(
+                o,
+                DhcpOption::IANA(_) | DhcpOption::IATA(_) | DhcpOption::IAPD(_)
+            )
+        })
+    {
+        return Err(Dropped::IaInInformationRequest);
     }
     let client_id = match msg.opts().get(OptionCode::ClientId) {
         Some(DhcpOption::ClientId(d)) => Some(d.clone()),

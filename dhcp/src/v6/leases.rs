@@ -38,7 +38,8 @@ pub enum State {
 pub struct Record {
     /// The leased address.
     pub address: Ipv6Addr,
-    /// The client's DUID, raw.
+    /// The client's DUID, raw (hex in serialised form).
+    #[serde(with = "hex_bytes")]
     pub duid: Vec<u8>,
     /// The IA_NA's IAID.
     pub iaid: u32,
@@ -61,11 +62,55 @@ impl Record {
     }
 }
 
+/// DUIDs as hex strings in serialised records: readable in the lease log
+/// and the inventory.
+mod hex_bytes {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub fn serialize<S: Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        let mut out = String::with_capacity(b.len() * 2);
+        for x in b {
+            out.push_str(&format!("{x:02x}"));
+        }
+        s.serialize_str(&out)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let s = String::deserialize(d)?;
+        if s.len() % 2 != 0 || !s.is_ascii() {
+            return Err(D::Error::custom("a DUID is an even number of hex digits"));
+        }
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(D::Error::custom))
+            .collect()
+    }
+}
+
+/// Most IA_NA bindings one client (DUID) may hold: a client sending
+/// Requests with ever new IAIDs would otherwise drain the range.
+pub const MAX_IAS_PER_CLIENT: usize = 4;
+
+/// Pool figures for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stats {
+    /// Addresses in the dynamic range (a /64 range has 2^64).
+    pub range_size: u128,
+    /// Live committed bindings.
+    pub bound: usize,
+    /// Live advertised, uncommitted bindings.
+    pub offered: usize,
+    /// Addresses held back after a Decline.
+    pub declined: usize,
+}
+
 /// Why no address could be given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
     /// Every address of the range is bound, offered, reserved or held.
     NoAddrsAvail,
+    /// The client already holds [`MAX_IAS_PER_CLIENT`] IA_NA bindings.
+    TooManyIas,
 }
 
 /// What a Renew or Rebind found.
@@ -126,6 +171,51 @@ impl LeaseTable {
         t
     }
 
+    /// Switches to a new config (reload). Bindings of a MAC whose
+    /// reservation now names another address end at once and are returned
+    /// (the lease log drops them), so the client's next exchange moves it.
+    /// Any other binding the config no longer allows stays until it ends;
+    /// its renewal is answered with zero lifetimes.
+    pub fn reconfigure(&mut self, config: Arc<V6Config>) -> Vec<Record> {
+        self.config = config;
+        let moved: Vec<Ipv6Addr> = self
+            .by_addr
+            .values()
+            .filter(|r| {
+                r.mac
+                    .and_then(|m| self.config.reserved_for(m))
+                    .is_some_and(|res| res != r.address)
+            })
+            .map(|r| r.address)
+            .collect();
+        let mut gone = Vec::new();
+        for a in moved {
+            if let Some(r) = self.by_addr.remove(&a) {
+                self.by_key.remove(&r.key());
+                if r.state == State::Bound {
+                    gone.push(r);
+                }
+            }
+        }
+        gone
+    }
+
+    /// Pool figures at `now`.
+    pub fn stats(&self, now: u64) -> Stats {
+        let live = |st| {
+            self.by_addr
+                .values()
+                .filter(|r| r.state == st && r.live(now))
+                .count()
+        };
+        Stats {
+            range_size: u128::from(self.config.range_end) - u128::from(self.config.range_start) + 1,
+            bound: live(State::Bound),
+            offered: live(State::Offered),
+            declined: self.held.values().filter(|until| now < **until).count(),
+        }
+    }
+
     /// The config the table allocates from.
     pub fn config(&self) -> &Arc<V6Config> {
         &self.config
@@ -183,6 +273,9 @@ impl LeaseTable {
             && !self.is_held(r.address, now)
         {
             return Ok(r.address);
+        }
+        if self.by_key.keys().filter(|(d, _)| d == duid).count() >= MAX_IAS_PER_CLIENT {
+            return Err(Refusal::TooManyIas);
         }
         if let Some(mac) = mac {
             if let Some(res) = self.config.reserved_for(mac)

@@ -1024,3 +1024,135 @@ fn a_reserved_binding_renews_without_the_frame_mac() {
     let (m, _) = send(&mut t, &b, &at(T0 + 1500)).unwrap();
     assert_eq!(addrs(&m, 1), vec![(addr, 0, 0)]);
 }
+
+#[test]
+fn information_request_with_an_ia_is_dropped() {
+    let mut t = table();
+    let b = Build::new(MessageType::InformationRequest, Some(&duid_uuid(1))).ia(1, &[]);
+    assert_eq!(
+        send(&mut t, &b, &at(T0)).unwrap_err(),
+        Dropped::IaInInformationRequest
+    );
+}
+
+#[test]
+fn one_client_cannot_drain_the_range_with_new_iaids() {
+    let mut t = table();
+    let d = duid_uuid(1);
+    for iaid in 0..super::leases::MAX_IAS_PER_CLIENT as u32 {
+        let b = Build::new(MessageType::Request, Some(&d))
+            .server(ours())
+            .ia(iaid, &[]);
+        let (m, _) = send(&mut t, &b, &at(T0)).unwrap();
+        assert_eq!(addrs(&m, iaid).len(), 1);
+    }
+    let b = Build::new(MessageType::Request, Some(&d))
+        .server(ours())
+        .ia(100, &[]);
+    let (m, store) = send(&mut t, &b, &at(T0)).unwrap();
+    assert_eq!(na_status(&m, 100), Some(Status::NoAddrsAvail));
+    assert!(store.is_empty());
+    // Its existing IAs still renew.
+    let b = Build::new(MessageType::Request, Some(&d))
+        .server(ours())
+        .ia(0, &[]);
+    let (m, _) = send(&mut t, &b, &at(T0 + 1)).unwrap();
+    assert_eq!(addrs(&m, 0).len(), 1);
+}
+
+#[test]
+fn a_moved_reservation_ends_the_old_binding_on_reload() {
+    let m = mac(1);
+    let mut t = table_with(reserved(m, "2001:db8:1::10"));
+    let d = duid_ll(m);
+    sarr(&mut t, &d, &at(T0));
+    let gone = t.reconfigure(Arc::new(reserved(m, "2001:db8:1::20")));
+    assert_eq!(gone.len(), 1);
+    assert_eq!(gone[0].address, a("2001:db8:1::10"));
+    // The renewal finds no binding; the client's next Request gets the new one.
+    let b = Build::new(MessageType::Renew, Some(&d))
+        .server(ours())
+        .ia(1, &[a("2001:db8:1::10")]);
+    let (rep, _) = send(&mut t, &b, &at(T0 + 10)).unwrap();
+    assert_eq!(addrs(&rep, 1), vec![(a("2001:db8:1::10"), 0, 0)]);
+    assert_eq!(sarr(&mut t, &d, &at(T0 + 11)), a("2001:db8:1::20"));
+}
+
+#[test]
+fn a_new_reservation_waits_for_another_machines_live_binding_to_end() {
+    let mut t = table();
+    let other = duid_ll(mac(2));
+    let taken = sarr(&mut t, &other, &at(T0));
+    assert!(
+        t.reconfigure(Arc::new(reserved(mac(1), &taken.to_string())))
+            .is_empty()
+    );
+    // The reserved MAC gets another address while the old holder's lease lives.
+    let d = duid_ll(mac(1));
+    let first = sarr(&mut t, &d, &at(T0 + 1));
+    assert_ne!(first, taken);
+    // The old holder's renewal is told the address is not its own.
+    let b = Build::new(MessageType::Renew, Some(&other))
+        .server(ours())
+        .ia(1, &[taken]);
+    let (m, _) = send(&mut t, &b, &at(T0 + 2)).unwrap();
+    assert_eq!(
+        addrs(&m, 1).iter().find(|x| x.0 == taken),
+        Some(&(taken, 0, 0))
+    );
+    // Once it ended, the reservation is honoured.
+    t.expire(T0 + 3600);
+    let b = Build::new(MessageType::Release, Some(&d))
+        .server(ours())
+        .ia(1, &[first]);
+    send(&mut t, &b, &at(T0 + 3600)).unwrap();
+    assert_eq!(sarr(&mut t, &d, &at(T0 + 3601)), taken);
+}
+
+#[test]
+fn stats_count_bound_offered_and_declined() {
+    let mut t = table();
+    sarr(&mut t, &duid_ll(mac(1)), &at(T0));
+    send(
+        &mut t,
+        &Build::new(MessageType::Solicit, Some(&duid_ll(mac(2)))).ia(1, &[]),
+        &at(T0),
+    )
+    .unwrap();
+    let d = duid_ll(mac(3));
+    let addr = sarr(&mut t, &d, &at(T0));
+    send(
+        &mut t,
+        &Build::new(MessageType::Decline, Some(&d))
+            .server(ours())
+            .ia(1, &[addr]),
+        &at(T0),
+    )
+    .unwrap();
+    let s = t.stats(T0 + 1);
+    assert_eq!(
+        (s.range_size, s.bound, s.offered, s.declined),
+        (256, 1, 1, 1)
+    );
+    // Offers end after offerHold.
+    assert_eq!(t.stats(T0 + 61).offered, 0);
+}
+
+#[test]
+fn records_serialise_the_duid_as_hex() {
+    let r = Record {
+        address: a("2001:db8:1::100"),
+        duid: vec![0, 3, 0, 1, 0xab, 0xcd],
+        iaid: 7,
+        mac: Some(mac(1)),
+        state: State::Bound,
+        expires: T0,
+    };
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["duid"], "00030001abcd");
+    assert_eq!(json["mac"], "52:54:00:00:00:01");
+    assert_eq!(serde_json::from_value::<Record>(json).unwrap(), r);
+    let bad = serde_json::json!({"address": "2001:db8:1::100", "duid": "abc", "iaid": 1,
+        "mac": null, "state": "bound", "expires": 1});
+    assert!(serde_json::from_value::<Record>(bad).is_err());
+}
