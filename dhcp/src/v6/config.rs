@@ -221,6 +221,12 @@ impl V6Config {
             .map(|r| r.mac)
     }
 
+    /// Number of addresses in the dynamic range (saturating: the whole
+    /// address space counts one short, which no allocation notices).
+    pub fn range_size(&self) -> u128 {
+        (u128::from(self.range_end) - u128::from(self.range_start)).saturating_add(1)
+    }
+
     /// Whether `address` is in the dynamic range.
     pub fn in_range(&self, address: Ipv6Addr) -> bool {
         let a = u128::from(address);

@@ -342,7 +342,10 @@ fn solicit(
         });
     }
     if !any {
-        // §18.3.9: nothing to give in a later Request → only a status.
+        // §18.3.9: nothing to give in a later Request → only a status, in
+        // an Advertise even under Rapid Commit: a client discards a Reply
+        // to its Solicit that carries no Rapid Commit option.
+        reply.set_msg_type(MessageType::Advertise);
         reply
             .opts_mut()
             .insert(status(Status::NoAddrsAvail, "no addresses available"));

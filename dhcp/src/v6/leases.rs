@@ -209,7 +209,7 @@ impl LeaseTable {
                 .count()
         };
         Stats {
-            range_size: u128::from(self.config.range_end) - u128::from(self.config.range_start) + 1,
+            range_size: self.config.range_size(),
             bound: live(State::Bound),
             offered: live(State::Offered),
             declined: self.held.values().filter(|until| now < **until).count(),
@@ -253,6 +253,10 @@ impl LeaseTable {
         }
     }
 
+    fn at_ia_cap(&self, duid: &[u8]) -> bool {
+        self.by_key.keys().filter(|(d, _)| d == duid).count() >= MAX_IAS_PER_CLIENT
+    }
+
     fn free(&self, address: Ipv6Addr, now: u64) -> bool {
         !self.is_held(address, now)
             && self.config.reservation_of(address).is_none()
@@ -274,7 +278,7 @@ impl LeaseTable {
         {
             return Ok(r.address);
         }
-        if self.by_key.keys().filter(|(d, _)| d == duid).count() >= MAX_IAS_PER_CLIENT {
+        if self.at_ia_cap(duid) {
             return Err(Refusal::TooManyIas);
         }
         if let Some(mac) = mac {
@@ -302,7 +306,7 @@ impl LeaseTable {
             }
         }
         let start = u128::from(self.config.range_start);
-        let size = u128::from(self.config.range_end) - start + 1;
+        let size = self.config.range_size();
         let seed = match mac {
             Some(m) => stable_hash(&m.0),
             None => stable_hash(duid),
@@ -448,7 +452,10 @@ impl LeaseTable {
         address: Ipv6Addr,
         now: u64,
     ) -> Option<Record> {
-        if !self.allowed(mac, address) || self.is_held(address, now) {
+        if !self.allowed(mac, address)
+            || self.is_held(address, now)
+            || (self.binding(duid, iaid).is_none() && self.at_ia_cap(duid))
+        {
             return None;
         }
         match self.by_addr.get(&address) {
@@ -503,5 +510,32 @@ impl LeaseTable {
             }
         }
         gone
+    }
+}
+
+#[cfg(test)]
+impl LeaseTable {
+    /// The table's own consistency: both indexes agree, and no live binding
+    /// sits on a held address or on an address its MAC may not have
+    /// (reloads aside, which no caller of this check performs).
+    pub(crate) fn check_invariants(&self, now: u64) {
+        assert_eq!(self.by_addr.len(), self.by_key.len());
+        for (a, r) in &self.by_addr {
+            assert_eq!(*a, r.address);
+            assert_eq!(self.by_key.get(&r.key()), Some(a));
+            if r.live(now) {
+                assert!(!self.is_held(*a, now), "{a} bound and held");
+                assert!(
+                    self.allowed(r.mac, *a),
+                    "{a} bound to {:?}, not allowed",
+                    r.mac
+                );
+            }
+        }
+        let mut per_client: HashMap<&[u8], usize> = HashMap::new();
+        for (d, _) in self.by_key.keys() {
+            *per_client.entry(d).or_default() += 1;
+        }
+        assert!(per_client.values().all(|n| *n <= MAX_IAS_PER_CLIENT));
     }
 }

@@ -1156,3 +1156,156 @@ fn records_serialise_the_duid_as_hex() {
         "mac": null, "state": "bound", "expires": 1});
     assert!(serde_json::from_value::<Record>(bad).is_err());
 }
+
+mod random {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn small_table() -> LeaseTable {
+        let mut c = reserved(mac(1), "2001:db8:1::10");
+        c.range_start = a("2001:db8:1::100");
+        c.range_end = a("2001:db8:1::107");
+        c.rapid_commit = true;
+        c.offer_hold = 30;
+        c.decline_hold = 300;
+        table_with(c)
+    }
+
+    /// Client `n`'s DUID: some LL, some LLT, some UUID, two UUIDs sharing a
+    /// MAC (a re-installed machine).
+    fn client(n: u8) -> (Vec<u8>, Option<Mac>) {
+        match n % 4 {
+            0 => (duid_ll(mac(n / 4)), None),
+            1 => (duid_llt(mac(n / 4)), None),
+            2 => (duid_uuid(n), Some(mac(n / 4))),
+            _ => (duid_uuid(n), None),
+        }
+    }
+
+    proptest! {
+        // No regression file: tests write nothing into the source tree.
+        #![proptest_config(ProptestConfig {
+            cases: 300,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+            let mut t = small_table();
+            if let Ok(ans) = handle(&mut t, &bytes, &at(T0)) {
+                prop_assert!(Message::decode(&mut Decoder::new(&ans.bytes)).is_ok());
+            }
+            t.check_invariants(T0);
+        }
+
+        #[test]
+        fn damaged_requests_never_panic(flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8), cut in any::<usize>()) {
+            let mut t = small_table();
+            let d = duid_ll(mac(3));
+            let mut bytes = Build::new(MessageType::Request, Some(&d)).server(ours()).ia(1, &[a("2001:db8:1::101")]).oro().bytes();
+            for (i, x) in flips {
+                let n = bytes.len();
+                bytes[i % n] ^= x;
+            }
+            bytes.truncate(cut % (bytes.len() + 1));
+            let _ = handle(&mut t, &bytes, &at(T0));
+            t.check_invariants(T0);
+        }
+
+        #[test]
+        fn random_exchanges_keep_the_table_consistent(
+            steps in proptest::collection::vec((0u8..12, 0u8..8, 0u32..3, 0u64..900, any::<bool>()), 1..60)
+        ) {
+            let mut t = small_table();
+            let mut now = T0;
+            for (who, op, iaid, dt, rapid) in steps {
+                now += dt;
+                let (d, frame) = client(who);
+                let ctx = Context { frame_mac: frame, ..at(now) };
+                let held: Vec<Ipv6Addr> = t.binding(&d, iaid).map(|r| r.address).into_iter().collect();
+                let guess = [a("2001:db8:1::103")];
+                let addrs_sent: &[Ipv6Addr] = if held.is_empty() { &guess } else { &held };
+                let b = match op {
+                    0 => {
+                        let b = Build::new(MessageType::Solicit, Some(&d)).ia(iaid, &[]);
+                        if rapid { b.opt(DhcpOption::RapidCommit) } else { b }
+                    }
+                    1 => Build::new(MessageType::Request, Some(&d)).server(ours()).ia(iaid, &[]),
+                    2 => Build::new(MessageType::Renew, Some(&d)).server(ours()).ia(iaid, addrs_sent),
+                    3 => Build::new(MessageType::Rebind, Some(&d)).ia(iaid, addrs_sent),
+                    4 => Build::new(MessageType::Release, Some(&d)).server(ours()).ia(iaid, addrs_sent),
+                    5 => Build::new(MessageType::Decline, Some(&d)).server(ours()).ia(iaid, addrs_sent),
+                    6 => Build::new(MessageType::Confirm, Some(&d)).ia(iaid, addrs_sent),
+                    _ => {
+                        t.expire(now);
+                        t.check_invariants(now);
+                        continue;
+                    }
+                };
+                let kind = super::super::duid::parse(&d).expect("a DUID");
+                let me = super::super::duid::client_mac(None, frame, kind);
+                if let Ok((m, store)) = send(&mut t, &b, &ctx) {
+                    // Every address handed out with lifetimes is this IA's
+                    // binding; an Advertise may also name one of the same
+                    // MAC's stale bindings, which its Request takes over.
+                    for ia in ia_nas(&m) {
+                        for (addr, pref, _) in addrs(&m, ia.id) {
+                            if pref > 0 {
+                                let r = t.get(addr).expect("a given address has a binding");
+                                let own = (&r.duid, r.iaid) == (&d, ia.id);
+                                let takeover = m.msg_type() == MessageType::Advertise
+                                    && me.is_some()
+                                    && r.mac == me;
+                                prop_assert!(own || takeover, "{addr} given to {d:?}/{} but bound to {r:?}", ia.id);
+                            }
+                        }
+                    }
+                    // What the log is told to keep is what the table holds.
+                    for s in store {
+                        if let Store::Put(r) = s {
+                            prop_assert_eq!(t.get(r.address), Some(&r));
+                        }
+                    }
+                }
+                t.check_invariants(now);
+            }
+        }
+    }
+}
+
+#[test]
+fn rapid_commit_with_nothing_to_give_is_an_advertise_with_no_addrs_avail() {
+    let mut c = config();
+    c.rapid_commit = true;
+    c.range_end = c.range_start;
+    let mut t = table_with(c);
+    sarr(&mut t, &duid_ll(mac(1)), &at(T0));
+    let b = Build::new(MessageType::Solicit, Some(&duid_ll(mac(2))))
+        .ia(1, &[])
+        .opt(DhcpOption::RapidCommit);
+    let (m, store) = send(&mut t, &b, &at(T0)).unwrap();
+    assert_eq!(m.msg_type(), MessageType::Advertise);
+    assert_eq!(top_status(&m), Some(Status::NoAddrsAvail));
+    assert!(store.is_empty());
+}
+
+#[test]
+fn a_rebind_cannot_grow_a_client_past_its_ia_cap() {
+    let mut t = table();
+    let d = duid_uuid(1);
+    for iaid in 0..super::leases::MAX_IAS_PER_CLIENT as u32 {
+        let free = Ipv6Addr::from(u128::from(a("2001:db8:1::180")) + u128::from(iaid));
+        let (m, _) = send(
+            &mut t,
+            &Build::new(MessageType::Rebind, Some(&d)).ia(iaid, &[free]),
+            &at(T0),
+        )
+        .unwrap();
+        assert_eq!(addrs(&m, iaid), vec![(free, 3000, 3600)]);
+    }
+    let b = Build::new(MessageType::Rebind, Some(&d)).ia(50, &[a("2001:db8:1::1f0")]);
+    let (m, store) = send(&mut t, &b, &at(T0)).unwrap();
+    assert_eq!(na_status(&m, 50), Some(Status::NoBinding));
+    assert!(store.is_empty());
+}
