@@ -10,7 +10,7 @@ use dhcproto::v6::{
 use dhcproto::{Decodable, Decoder, Encodable, Name};
 
 use super::duid::{self, Kind};
-use super::leases::{Extend, LeaseTable, Record};
+use super::leases::{Extend, Ia, LeaseTable, Record};
 use crate::config::Mac;
 
 /// What the I/O layer knows about a message besides its bytes.
@@ -93,10 +93,27 @@ pub struct Answer {
     pub store: Vec<Store>,
 }
 
-/// The client as this message identifies it.
+/// The client as this message identifies it, and the time.
 struct Client {
     duid: Vec<u8>,
     mac: Option<Mac>,
+    now: u64,
+}
+
+impl Client {
+    fn ia(&self, iaid: u32) -> Ia<'_> {
+        Ia {
+            duid: &self.duid,
+            iaid,
+            mac: self.mac,
+        }
+    }
+}
+
+/// The reply being built and the lease changes it commits to.
+struct Out {
+    reply: Message,
+    store: Vec<Store>,
 }
 
 /// Handles one client message (not a Relay-Forward: the caller unwraps it).
@@ -160,14 +177,12 @@ pub fn handle(table: &mut LeaseTable, buf: &[u8], ctx: &Context) -> Result<Answe
     if let Some(d) = &client_id {
         reply.opts_mut().insert(DhcpOption::ClientId(d.clone()));
     }
-    let mut store = Vec::new();
-
     if ctx.unicast && matches!(ty, T::Request | T::Renew | T::Release | T::Decline) {
         reply.opts_mut().insert(status(
             Status::UseMulticast,
             "send to All_DHCP_Relay_Agents_and_Servers",
         ));
-        return encode(reply, store);
+        return encode(reply, Vec::new());
     }
 
     let client = client_id.map(|duid| Client {
@@ -177,37 +192,26 @@ pub fn handle(table: &mut LeaseTable, buf: &[u8], ctx: &Context) -> Result<Answe
             kind.unwrap_or(Kind::Other),
         ),
         duid,
+        now: ctx.now,
     });
+    let mut out = Out {
+        reply,
+        store: Vec::new(),
+    };
     match (ty, client) {
         (T::InformationRequest, _) => {}
-        (T::Confirm, _) => confirm(table, &msg, &mut reply)?,
+        (T::Confirm, _) => confirm(table, &msg, &mut out.reply)?,
         (_, None) => return Err(Dropped::MissingClientId),
-        (T::Solicit, Some(c)) => solicit(table, &msg, &c, ctx.now, &mut reply, &mut store),
-        (T::Request, Some(c)) => request(table, &msg, &c, ctx.now, &mut reply, &mut store),
-        (T::Renew | T::Rebind, Some(c)) => renew(
-            table,
-            &msg,
-            &c,
-            ty == T::Rebind,
-            ctx.now,
-            &mut reply,
-            &mut store,
-        ),
-        (T::Release | T::Decline, Some(c)) => release(
-            table,
-            &msg,
-            &c,
-            ty == T::Decline,
-            ctx.now,
-            &mut reply,
-            &mut store,
-        ),
+        (T::Solicit, Some(c)) => solicit(table, &msg, &c, &mut out),
+        (T::Request, Some(c)) => request(table, &msg, &c, &mut out),
+        (T::Renew | T::Rebind, Some(c)) => renew(table, &msg, &c, ty == T::Rebind, &mut out),
+        (T::Release | T::Decline, Some(c)) => release(table, &msg, &c, ty == T::Decline, &mut out),
         _ => return Err(Dropped::NotAClientMessage),
     }
     if !matches!(ty, T::Release | T::Decline | T::Confirm) {
-        requested_options(table, &msg, &mut reply);
+        requested_options(table, &msg, &mut out.reply);
     }
-    encode(reply, store)
+    encode(out.reply, out.store)
 }
 
 fn encode(reply: Message, store: Vec<Store>) -> Result<Answer, Dropped> {
@@ -312,26 +316,21 @@ fn committed(store: &mut Vec<Store>, record: Record, displaced: Vec<Record>) {
     store.push(Store::Put(record));
 }
 
-fn solicit(
-    table: &mut LeaseTable,
-    msg: &Message,
-    c: &Client,
-    now: u64,
-    reply: &mut Message,
-    store: &mut Vec<Store>,
-) {
+fn solicit(table: &mut LeaseTable, msg: &Message, c: &Client, out: &mut Out) {
+    let Out { reply, store } = out;
+    let now = c.now;
     let commit = reply.msg_type() == MessageType::Reply;
     let mut ias = Vec::new();
     let mut any = false;
     for ia in ia_nas(msg) {
         let got = if commit {
-            table.commit(&c.duid, ia.id, c.mac, now).map(|(r, gone)| {
+            table.commit(c.ia(ia.id), now).map(|(r, gone)| {
                 let a = r.address;
                 committed(store, r, gone);
                 a
             })
         } else {
-            table.offer(&c.duid, ia.id, c.mac, now).map(|r| r.address)
+            table.offer(c.ia(ia.id), now).map(|r| r.address)
         };
         ias.push(match got {
             Ok(a) => {
@@ -364,14 +363,9 @@ fn solicit(
     }
 }
 
-fn request(
-    table: &mut LeaseTable,
-    msg: &Message,
-    c: &Client,
-    now: u64,
-    reply: &mut Message,
-    store: &mut Vec<Store>,
-) {
+fn request(table: &mut LeaseTable, msg: &Message, c: &Client, out: &mut Out) {
+    let Out { reply, store } = out;
+    let now = c.now;
     let prefix = table.config().prefix;
     for ia in ia_nas(msg) {
         // §18.3.2: an address from another link means the client moved.
@@ -383,7 +377,7 @@ fn request(
             ));
             continue;
         }
-        let opt = match table.commit(&c.duid, ia.id, c.mac, now) {
+        let opt = match table.commit(c.ia(ia.id), now) {
             Ok((r, gone)) => {
                 let a = r.address;
                 committed(store, r, gone);
@@ -396,15 +390,9 @@ fn request(
     unserved_ias(msg, Status::NoAddrsAvail, Status::NoPrefixAvail, reply);
 }
 
-fn renew(
-    table: &mut LeaseTable,
-    msg: &Message,
-    c: &Client,
-    rebind: bool,
-    now: u64,
-    reply: &mut Message,
-    store: &mut Vec<Store>,
-) {
+fn renew(table: &mut LeaseTable, msg: &Message, c: &Client, rebind: bool, out: &mut Out) {
+    let Out { reply, store } = out;
+    let now = c.now;
     for ia in ia_nas(msg) {
         let mut addrs = ia_addrs(&ia.opts);
         // The IA's binding of an address the client left out is theirs too.
@@ -415,7 +403,7 @@ fn renew(
         }
         let mut out = Vec::new();
         for a in addrs {
-            match table.extend(&c.duid, ia.id, c.mac, a, now) {
+            match table.extend(c.ia(ia.id), a, now) {
                 Extend::Extended(r) => {
                     store.push(Store::Put(r));
                     out.push((a, true));
@@ -423,7 +411,7 @@ fn renew(
                 // §18.3.4/§18.3.5: not for this link or client → lifetimes 0.
                 Extend::NotAppropriate => out.push((a, false)),
                 Extend::NoBinding if rebind => {
-                    if let Some(r) = table.recover(&c.duid, ia.id, c.mac, a, now) {
+                    if let Some(r) = table.recover(c.ia(ia.id), a, now) {
                         store.push(Store::Put(r));
                         out.push((a, true));
                     }
@@ -441,22 +429,16 @@ fn renew(
     unserved_ias(msg, Status::NoBinding, Status::NoBinding, reply);
 }
 
-fn release(
-    table: &mut LeaseTable,
-    msg: &Message,
-    c: &Client,
-    decline: bool,
-    now: u64,
-    reply: &mut Message,
-    store: &mut Vec<Store>,
-) {
+fn release(table: &mut LeaseTable, msg: &Message, c: &Client, decline: bool, out: &mut Out) {
+    let Out { reply, store } = out;
+    let now = c.now;
     for ia in ia_nas(msg) {
         let mut found = false;
         for a in ia_addrs(&ia.opts) {
             let gone = if decline {
-                table.decline(&c.duid, ia.id, a, now)
+                table.decline(c.ia(ia.id), a, now)
             } else {
-                table.release(&c.duid, ia.id, a)
+                table.release(c.ia(ia.id), a)
             };
             if let Some(r) = gone {
                 found = true;

@@ -104,6 +104,17 @@ pub struct Stats {
     pub declined: usize,
 }
 
+/// One IA_NA of one client: what the table's operations act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ia<'a> {
+    /// The client's DUID.
+    pub duid: &'a [u8],
+    /// The IA_NA's IAID.
+    pub iaid: u32,
+    /// The client's MAC when known.
+    pub mac: Option<Mac>,
+}
+
 /// Why no address could be given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
@@ -188,8 +199,13 @@ impl LeaseTable {
             })
             .map(|r| r.address)
             .collect();
+        self.remove_all(moved)
+    }
+
+    /// Removes the bindings of these addresses; the bound ones removed.
+    fn remove_all(&mut self, addrs: Vec<Ipv6Addr>) -> Vec<Record> {
         let mut gone = Vec::new();
-        for a in moved {
+        for a in addrs {
             if let Some(r) = self.by_addr.remove(&a) {
                 self.by_key.remove(&r.key());
                 if r.state == State::Bound {
@@ -265,13 +281,8 @@ impl LeaseTable {
 
     /// The address the IA `(duid, iaid)` of a client with `mac` gets (rules
     /// on this module). Changes nothing.
-    pub fn choose(
-        &self,
-        duid: &[u8],
-        iaid: u32,
-        mac: Option<Mac>,
-        now: u64,
-    ) -> Result<Ipv6Addr, Refusal> {
+    pub fn choose(&self, ia: Ia<'_>, now: u64) -> Result<Ipv6Addr, Refusal> {
+        let Ia { duid, iaid, mac } = ia;
         if let Some(r) = self.binding(duid, iaid)
             && self.allowed(mac.or(r.mac), r.address)
             && !self.is_held(r.address, now)
@@ -347,14 +358,9 @@ impl LeaseTable {
 
     /// Sets an address aside for an IA (Advertise). An IA already bound
     /// keeps its binding as it is.
-    pub fn offer(
-        &mut self,
-        duid: &[u8],
-        iaid: u32,
-        mac: Option<Mac>,
-        now: u64,
-    ) -> Result<Record, Refusal> {
-        let address = self.choose(duid, iaid, mac, now)?;
+    pub fn offer(&mut self, ia: Ia<'_>, now: u64) -> Result<Record, Refusal> {
+        let Ia { duid, iaid, mac } = ia;
+        let address = self.choose(ia, now)?;
         if let Some(r) = self.binding(duid, iaid)
             && r.address == address
             && r.state == State::Bound
@@ -386,25 +392,13 @@ impl LeaseTable {
     /// Binds an address to an IA for the valid lifetime (Request, Rapid
     /// Commit). Returns the binding and the bound records it displaced (a
     /// stale DUID of the same MAC), which the lease log must drop.
-    pub fn commit(
-        &mut self,
-        duid: &[u8],
-        iaid: u32,
-        mac: Option<Mac>,
-        now: u64,
-    ) -> Result<(Record, Vec<Record>), Refusal> {
-        let address = self.choose(duid, iaid, mac, now)?;
-        Ok(self.bind(duid, iaid, mac, address, now))
+    pub fn commit(&mut self, ia: Ia<'_>, now: u64) -> Result<(Record, Vec<Record>), Refusal> {
+        let address = self.choose(ia, now)?;
+        Ok(self.bind(ia, address, now))
     }
 
-    fn bind(
-        &mut self,
-        duid: &[u8],
-        iaid: u32,
-        mac: Option<Mac>,
-        address: Ipv6Addr,
-        now: u64,
-    ) -> (Record, Vec<Record>) {
+    fn bind(&mut self, ia: Ia<'_>, address: Ipv6Addr, now: u64) -> (Record, Vec<Record>) {
+        let Ia { duid, iaid, mac } = ia;
         let record = Record {
             address,
             duid: duid.to_vec(),
@@ -418,14 +412,8 @@ impl LeaseTable {
     }
 
     /// Renews the IA's binding of `address` (Renew, Rebind).
-    pub fn extend(
-        &mut self,
-        duid: &[u8],
-        iaid: u32,
-        mac: Option<Mac>,
-        address: Ipv6Addr,
-        now: u64,
-    ) -> Extend {
+    pub fn extend(&mut self, ia: Ia<'_>, address: Ipv6Addr, now: u64) -> Extend {
+        let Ia { duid, iaid, mac } = ia;
         // A renewal may come without the MAC the binding was made with (a
         // unicast or relayed message, no frame MAC): the binding's stands.
         let (mac, bound) = match self.binding(duid, iaid) {
@@ -435,7 +423,7 @@ impl LeaseTable {
         if !self.allowed(mac, address) {
             Extend::NotAppropriate
         } else if bound {
-            Extend::Extended(self.bind(duid, iaid, mac, address, now).0)
+            Extend::Extended(self.bind(Ia { mac, ..ia }, address, now).0)
         } else {
             Extend::NoBinding
         }
@@ -444,14 +432,8 @@ impl LeaseTable {
     /// A Rebind for an address this table has no binding of (lost lease
     /// table, or the other server's client): binds it again when it is free
     /// and allowed to this client (RFC 8415 §18.3.5 lets a server do so).
-    pub fn recover(
-        &mut self,
-        duid: &[u8],
-        iaid: u32,
-        mac: Option<Mac>,
-        address: Ipv6Addr,
-        now: u64,
-    ) -> Option<Record> {
+    pub fn recover(&mut self, ia: Ia<'_>, address: Ipv6Addr, now: u64) -> Option<Record> {
+        let Ia { duid, iaid, mac } = ia;
         if !self.allowed(mac, address)
             || self.is_held(address, now)
             || (self.binding(duid, iaid).is_none() && self.at_ia_cap(duid))
@@ -462,11 +444,12 @@ impl LeaseTable {
             Some(o) if o.live(now) && o.key() != (duid.to_vec(), iaid) => return None,
             _ => {}
         }
-        Some(self.bind(duid, iaid, mac, address, now).0)
+        Some(self.bind(ia, address, now).0)
     }
 
     /// Ends the IA's binding of `address` (Release); the removed binding.
-    pub fn release(&mut self, duid: &[u8], iaid: u32, address: Ipv6Addr) -> Option<Record> {
+    pub fn release(&mut self, ia: Ia<'_>, address: Ipv6Addr) -> Option<Record> {
+        let Ia { duid, iaid, .. } = ia;
         let key = (duid.to_vec(), iaid);
         if self.by_key.get(&key) != Some(&address) {
             return None;
@@ -477,14 +460,8 @@ impl LeaseTable {
 
     /// Ends the IA's binding of `address` and holds the address back
     /// (Decline: another node answers for it).
-    pub fn decline(
-        &mut self,
-        duid: &[u8],
-        iaid: u32,
-        address: Ipv6Addr,
-        now: u64,
-    ) -> Option<Record> {
-        let r = self.release(duid, iaid, address)?;
+    pub fn decline(&mut self, ia: Ia<'_>, address: Ipv6Addr, now: u64) -> Option<Record> {
+        let r = self.release(ia, address)?;
         self.held
             .insert(address, now + u64::from(self.config.decline_hold));
         Some(r)
@@ -500,16 +477,7 @@ impl LeaseTable {
             .filter(|r| !r.live(now))
             .map(|r| r.address)
             .collect();
-        let mut gone = Vec::new();
-        for a in ended {
-            if let Some(r) = self.by_addr.remove(&a) {
-                self.by_key.remove(&r.key());
-                if r.state == State::Bound {
-                    gone.push(r);
-                }
-            }
-        }
-        gone
+        self.remove_all(ended)
     }
 }
 

@@ -27,7 +27,7 @@ pub mod leases;
 
 pub use config::V6Config;
 pub use decide::{Answer, Context, Dropped, handle};
-pub use leases::{LeaseTable, Record};
+pub use leases::{Ia, LeaseTable, Record};
 
 #[cfg(test)]
 mod tests;

@@ -71,6 +71,10 @@ fn mac(n: u8) -> Mac {
     Mac([0x52, 0x54, 0, 0, 0, n])
 }
 
+fn ia(duid: &[u8], iaid: u32, mac: Option<Mac>) -> super::leases::Ia<'_> {
+    super::leases::Ia { duid, iaid, mac }
+}
+
 fn at(now: u64) -> Context {
     Context {
         now,
@@ -887,21 +891,24 @@ fn allocation_is_deterministic_and_collision_free() {
     let mut t = LeaseTable::new(c.clone());
     let mut seen = std::collections::BTreeSet::new();
     for n in 0..50u8 {
-        let (r, _) = t.commit(&duid_ll(mac(n)), 1, Some(mac(n)), T0).unwrap();
+        let (r, _) = t.commit(ia(&duid_ll(mac(n)), 1, Some(mac(n))), T0).unwrap();
         assert!(seen.insert(r.address), "address {} given twice", r.address);
         assert!(c.in_range(r.address));
     }
-    assert!(t.commit(&duid_ll(mac(50)), 1, Some(mac(50)), T0).is_err());
+    assert!(
+        t.commit(ia(&duid_ll(mac(50)), 1, Some(mac(50))), T0)
+            .is_err()
+    );
     // The same MAC lands on the same address in a fresh table (lost state).
     let mut a1 = LeaseTable::new(c.clone());
     let mut a2 = LeaseTable::new(c);
     let x = a1
-        .commit(&duid_uuid(1), 1, Some(mac(7)), T0)
+        .commit(ia(&duid_uuid(1), 1, Some(mac(7))), T0)
         .unwrap()
         .0
         .address;
     let y = a2
-        .commit(&duid_uuid(2), 5, Some(mac(7)), T0)
+        .commit(ia(&duid_uuid(2), 5, Some(mac(7))), T0)
         .unwrap()
         .0
         .address;
