@@ -20,7 +20,7 @@ pub struct Context {
     /// link (never for a relayed message: that frame is the relay's).
     pub frame_mac: Option<Mac>,
     /// RFC 6939 client link-layer address from the relay nearest the
-    /// client ([`duid::relay_client_mac`]).
+    /// client ([`super::relay::Relayed::client_link_layer`]).
     pub relay_link_layer: Option<Mac>,
     /// Received on a unicast address: the server sends no Server Unicast
     /// option, so clients must multicast (RFC 8415 §18.4).

@@ -5,7 +5,7 @@
 //! install). [`client_mac`] picks the MAC in this order:
 //!
 //! 1. RFC 6939 client link-layer address (option 79) added by the relay
-//!    nearest the client: the relay saw the client's frame, and the frame
+//!    nearest the client ([`super::relay::unwrap`]): the relay saw the client's frame, and the frame
 //!    the server sees comes from the relay, not the client.
 //! 2. The source MAC of the frame the server received (a client on the
 //!    server's own link): the NIC that sent it, whatever its DUID says.
@@ -16,8 +16,6 @@
 //!
 //! DUID-UUID and DUID-EN carry no MAC: such a client without 1 or 2 has no
 //! MAC, gets no reservation, and keeps its address by (DUID, IAID) only.
-
-use dhcproto::v6::{DhcpOption, OptionCode, RelayMessage};
 
 use crate::config::Mac;
 
@@ -67,7 +65,8 @@ impl Kind {
     }
 }
 
-fn ethernet(htype: &[u8], addr: &[u8]) -> Option<Mac> {
+/// The MAC in a (hardware type, address) pair, when Ethernet.
+pub(super) fn ethernet(htype: &[u8], addr: &[u8]) -> Option<Mac> {
     if u16::from_be_bytes([htype[0], htype[1]]) != HTYPE_ETHERNET {
         return None;
     }
@@ -111,26 +110,9 @@ pub fn client_mac(relay_link_layer: Option<Mac>, frame: Option<Mac>, kind: Kind)
     relay_link_layer.or(frame).or(kind.mac())
 }
 
-/// The RFC 6939 client link-layer address (option 79) of a Relay-Forward,
-/// when it is an Ethernet address. The I/O layer reads it from the relay
-/// message nearest the client and passes it in the request context.
-pub fn relay_client_mac(relay: &RelayMessage) -> Option<Mac> {
-    relay.opts().iter().find_map(|o| match o {
-        DhcpOption::Unknown(u) if u.code() == OptionCode::ClientLinklayerAddr => {
-            let d = u.data();
-            if d.len() != 8 {
-                return None;
-            }
-            ethernet(&d[..2], &d[2..])
-        }
-        _ => None,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dhcproto::{Decodable, Decoder};
 
     const M: Mac = Mac([0x52, 0x54, 0, 0x12, 0x34, 0x56]);
 
@@ -169,23 +151,5 @@ mod tests {
         assert_eq!(client_mac(None, Some(b), Kind::Ll(Some(c))), Some(b));
         assert_eq!(client_mac(None, None, Kind::Llt(Some(c))), Some(c));
         assert_eq!(client_mac(None, None, Kind::Uuid), None);
-    }
-
-    #[test]
-    fn option_79_is_read_from_a_decoded_relay_forward() {
-        // Relay-Forward built byte by byte as a relay sends it: type 12,
-        // hop count, link-address, peer-address, then option 79.
-        let mut bytes = vec![12, 0];
-        bytes.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
-        bytes.extend_from_slice(&[0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9]);
-        bytes.extend_from_slice(&[0, 79, 0, 8, 0, 1]);
-        bytes.extend_from_slice(&M.0);
-        let relay = RelayMessage::decode(&mut Decoder::new(&bytes)).unwrap();
-        assert_eq!(relay_client_mac(&relay), Some(M));
-        // A non-Ethernet link-layer type is not a MAC.
-        let n = bytes.len();
-        bytes[n - 7] = 6;
-        let relay = RelayMessage::decode(&mut Decoder::new(&bytes)).unwrap();
-        assert_eq!(relay_client_mac(&relay), None);
     }
 }

@@ -13,6 +13,7 @@
 //!   lifetimes, DNS options, Rapid Commit).
 //! * [`duid`]: DUID parsing, the server's own DUID-LL, and which MAC a
 //!   client is known by ([`duid::client_mac`], order of preference there).
+//! * [`relay`]: Relay-Forward taken apart, Relay-Reply built (raw bytes).
 //! * [`leases`]: the binding table keyed by (DUID, IAID), with the MAC kept
 //!   for reservations and for giving a re-installed machine (new DUID, same
 //!   MAC) its address back.
@@ -24,6 +25,7 @@ pub mod config;
 pub mod decide;
 pub mod duid;
 pub mod leases;
+pub mod relay;
 
 pub use config::V6Config;
 pub use decide::{Answer, Context, Dropped, handle};

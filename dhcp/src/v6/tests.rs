@@ -1316,3 +1316,78 @@ fn a_rebind_cannot_grow_a_client_past_its_ia_cap() {
     assert_eq!(na_status(&m, 50), Some(Status::NoBinding));
     assert!(store.is_empty());
 }
+
+/// A Relay-Forward, byte by byte as a relay sends it, carrying option 79.
+fn relay_forward(client_mac: Mac, inner: &[u8]) -> Vec<u8> {
+    let mut b = vec![12, 0];
+    b.extend_from_slice(&a("2001:db8:1::1").octets());
+    b.extend_from_slice(&a("fe80::5054:ff:fe00:1").octets());
+    b.extend_from_slice(&[0, 79, 0, 8, 0, 1]);
+    b.extend_from_slice(&client_mac.0);
+    b.extend_from_slice(&[0, 18, 0, 4]);
+    b.extend_from_slice(b"eth1");
+    b.extend_from_slice(&9u16.to_be_bytes());
+    b.extend_from_slice(&(inner.len() as u16).to_be_bytes());
+    b.extend_from_slice(inner);
+    b
+}
+
+#[test]
+fn a_relayed_duid_uuid_client_gets_its_reservation_through_option_79() {
+    use super::relay;
+    let mut t = table_with(reserved(mac(1), "2001:db8:1::10"));
+    let d = duid_uuid(5);
+    let mut exchange = |b: Build| -> Message {
+        let received = relay_forward(mac(1), &b.bytes());
+        let r = relay::unwrap(&received).unwrap();
+        let ctx = Context {
+            relay_link_layer: r.client_link_layer,
+            // The frame came from the relay, not the client: not passed.
+            frame_mac: None,
+            ..at(T0)
+        };
+        let ans = handle(&mut t, r.inner, &ctx).unwrap();
+        let sent = relay::wrap(&r.hops, &ans.bytes).unwrap();
+        assert_eq!(sent[0], 13, "a Relay-Reply");
+        let back = relay::unwrap(&sent[..]);
+        // A Relay-Reply is not a Relay-Forward: it comes back whole; read
+        // its one option the way the relay does.
+        assert_eq!(back.unwrap().inner, &sent[..]);
+        let opts = &sent[34..];
+        assert_eq!(&opts[..8], &[0, 18, 0, 4, b'e', b't', b'h', b'1']);
+        assert_eq!(&opts[8..10], &[0, 9]);
+        Message::decode(&mut Decoder::new(&opts[12..])).unwrap()
+    };
+    let adv = exchange(Build::new(MessageType::Solicit, Some(&d)).ia(1, &[]));
+    assert_eq!(addrs(&adv, 1)[0].0, a("2001:db8:1::10"));
+    let rep = exchange(
+        Build::new(MessageType::Request, Some(&d))
+            .server(ours())
+            .ia(1, &[a("2001:db8:1::10")]),
+    );
+    assert_eq!(addrs(&rep, 1), vec![(a("2001:db8:1::10"), 3000, 3600)]);
+    assert_eq!(t.binding(&d, 1).unwrap().mac, Some(mac(1)));
+}
+
+mod relay_random {
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 500,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        #[test]
+        fn unwrap_never_panics(mut bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            if let Some(b) = bytes.first_mut() {
+                *b = 12;
+            }
+            if let Ok(r) = super::super::relay::unwrap(&bytes) {
+                prop_assert!(r.hops.len() <= super::super::relay::HOP_COUNT_LIMIT);
+                let _ = super::super::relay::wrap(&r.hops, r.inner);
+            }
+        }
+    }
+}
