@@ -1391,3 +1391,36 @@ mod relay_random {
         }
     }
 }
+
+/// Why [`super::relay`] walks raw bytes: dhcproto 0.15 decodes a Relay
+/// Message option as another relay header, so the client message inside is
+/// misread (its transaction id taken for a hop count and addresses). Should
+/// this start failing, dhcproto reads relays correctly and `relay` may use it.
+#[test]
+fn dhcproto_misreads_the_client_message_inside_a_relay_forward() {
+    let inner = Build::new(MessageType::Solicit, Some(&duid_uuid(5)))
+        .ia(1, &[])
+        .bytes();
+    let fwd = relay_forward(mac(1), &inner);
+    let r = dhcproto::v6::RelayMessage::decode(&mut Decoder::new(&fwd)).unwrap();
+    match r.opts().get(OptionCode::RelayMsg) {
+        Some(DhcpOption::RelayMsg(m)) => {
+            assert_eq!(m.msg_type(), MessageType::Solicit);
+            assert_eq!(
+                m.hop_count(),
+                0x0a,
+                "the xid's first byte read as a hop count"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // The raw walker finds the client message intact.
+    let ours = super::relay::unwrap(&fwd).unwrap();
+    assert_eq!(ours.inner, &inner[..]);
+    assert_eq!(
+        Message::decode(&mut Decoder::new(ours.inner))
+            .unwrap()
+            .msg_type(),
+        MessageType::Solicit
+    );
+}
