@@ -14,7 +14,7 @@
 //!
 //! Declined addresses are held back for `decline_hold` and skipped.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::Ipv6Addr;
 use std::sync::Arc;
 
@@ -142,6 +142,11 @@ pub struct LeaseTable {
     config: Arc<V6Config>,
     by_addr: BTreeMap<Ipv6Addr, Record>,
     by_key: HashMap<(Vec<u8>, u32), Ipv6Addr>,
+    /// Addresses bound or offered to each MAC: finding a re-installed
+    /// machine's binding without scanning the table.
+    by_mac: HashMap<Mac, BTreeSet<Ipv6Addr>>,
+    /// IA bindings per DUID, for [`MAX_IAS_PER_CLIENT`].
+    per_client: HashMap<Vec<u8>, usize>,
     held: BTreeMap<Ipv6Addr, u64>,
 }
 
@@ -162,6 +167,8 @@ impl LeaseTable {
             config,
             by_addr: BTreeMap::new(),
             by_key: HashMap::new(),
+            by_mac: HashMap::new(),
+            per_client: HashMap::new(),
             held: BTreeMap::new(),
         }
     }
@@ -204,16 +211,42 @@ impl LeaseTable {
 
     /// Removes the bindings of these addresses; the bound ones removed.
     fn remove_all(&mut self, addrs: Vec<Ipv6Addr>) -> Vec<Record> {
-        let mut gone = Vec::new();
-        for a in addrs {
-            if let Some(r) = self.by_addr.remove(&a) {
-                self.by_key.remove(&r.key());
-                if r.state == State::Bound {
-                    gone.push(r);
-                }
+        addrs
+            .into_iter()
+            .filter_map(|a| self.remove(a))
+            .filter(|r| r.state == State::Bound)
+            .collect()
+    }
+
+    /// Adds a record to every index; its address and key must be unused.
+    fn insert(&mut self, r: Record) {
+        self.by_key.insert(r.key(), r.address);
+        if let Some(m) = r.mac {
+            self.by_mac.entry(m).or_default().insert(r.address);
+        }
+        *self.per_client.entry(r.duid.clone()).or_default() += 1;
+        self.by_addr.insert(r.address, r);
+    }
+
+    /// Removes an address's record from every index.
+    fn remove(&mut self, address: Ipv6Addr) -> Option<Record> {
+        let r = self.by_addr.remove(&address)?;
+        self.by_key.remove(&r.key());
+        if let Some(m) = r.mac
+            && let Some(set) = self.by_mac.get_mut(&m)
+        {
+            set.remove(&address);
+            if set.is_empty() {
+                self.by_mac.remove(&m);
             }
         }
-        gone
+        if let Some(n) = self.per_client.get_mut(r.duid.as_slice()) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_client.remove(r.duid.as_slice());
+            }
+        }
+        Some(r)
     }
 
     /// Pool figures at `now`.
@@ -270,7 +303,9 @@ impl LeaseTable {
     }
 
     fn at_ia_cap(&self, duid: &[u8]) -> bool {
-        self.by_key.keys().filter(|(d, _)| d == duid).count() >= MAX_IAS_PER_CLIENT
+        self.per_client
+            .get(duid)
+            .is_some_and(|n| *n >= MAX_IAS_PER_CLIENT)
     }
 
     fn free(&self, address: Ipv6Addr, now: u64) -> bool {
@@ -307,9 +342,12 @@ impl LeaseTable {
                 }
             }
             let stale = self
-                .by_addr
-                .values()
-                .filter(|o| o.mac == Some(mac) && o.duid != duid)
+                .by_mac
+                .get(&mac)
+                .into_iter()
+                .flatten()
+                .filter_map(|a| self.by_addr.get(a))
+                .filter(|o| o.duid != duid)
                 .filter(|o| self.allowed(Some(mac), o.address) && !self.is_held(o.address, now))
                 .min_by_key(|o| (o.iaid != iaid, o.address));
             if let Some(o) = stale {
@@ -339,19 +377,17 @@ impl LeaseTable {
     /// Returns the bound records removed, for the lease log.
     fn place(&mut self, record: Record) -> Vec<Record> {
         let mut gone = Vec::new();
-        if let Some(old) = self.by_addr.remove(&record.address) {
-            self.by_key.remove(&old.key());
-            if old.key() != record.key() {
-                gone.push(old);
-            }
-        }
-        if let Some(a) = self.by_key.remove(&record.key())
-            && let Some(old) = self.by_addr.remove(&a)
+        if let Some(old) = self.remove(record.address)
+            && old.key() != record.key()
         {
             gone.push(old);
         }
-        self.by_key.insert(record.key(), record.address);
-        self.by_addr.insert(record.address, record);
+        if let Some(a) = self.by_key.get(&record.key()).copied()
+            && let Some(old) = self.remove(a)
+        {
+            gone.push(old);
+        }
+        self.insert(record);
         gone.retain(|r| r.state == State::Bound);
         gone
     }
@@ -454,8 +490,7 @@ impl LeaseTable {
         if self.by_key.get(&key) != Some(&address) {
             return None;
         }
-        self.by_key.remove(&key);
-        self.by_addr.remove(&address)
+        self.remove(address)
     }
 
     /// Ends the IA's binding of `address` and holds the address back
@@ -500,10 +535,16 @@ impl LeaseTable {
                 );
             }
         }
-        let mut per_client: HashMap<&[u8], usize> = HashMap::new();
-        for (d, _) in self.by_key.keys() {
-            *per_client.entry(d).or_default() += 1;
+        let mut per_client: HashMap<Vec<u8>, usize> = HashMap::new();
+        let mut by_mac: HashMap<Mac, BTreeSet<Ipv6Addr>> = HashMap::new();
+        for r in self.by_addr.values() {
+            *per_client.entry(r.duid.clone()).or_default() += 1;
+            if let Some(m) = r.mac {
+                by_mac.entry(m).or_default().insert(r.address);
+            }
         }
+        assert_eq!(per_client, self.per_client);
+        assert_eq!(by_mac, self.by_mac);
         assert!(per_client.values().all(|n| *n <= MAX_IAS_PER_CLIENT));
     }
 }

@@ -1424,3 +1424,39 @@ fn dhcproto_misreads_the_client_message_inside_a_relay_forward() {
         MessageType::Solicit
     );
 }
+
+/// A DUID-UUID numbered `n` from install `install`.
+fn uuid_of(install: u8, n: u32) -> Vec<u8> {
+    let mut d = vec![0, 4, install];
+    d.extend_from_slice(&[0; 11]);
+    d.extend_from_slice(&n.to_be_bytes());
+    d
+}
+
+#[test]
+fn thousands_of_clients_each_get_their_own_address_and_keep_it() {
+    // A /64 range: the hash spreads clients, probing resolves collisions.
+    let mut c = config();
+    c.range_start = a("2001:db8:1::");
+    c.range_end = a("2001:db8:1::ffff:ffff:ffff:ffff");
+    let mut t = table_with(c);
+    let mut given = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for n in 0..3000u32 {
+        let m = Mac([0x52, 0x54, 0, (n >> 16) as u8, (n >> 8) as u8, n as u8]);
+        let (r, gone) = t.commit(ia(&uuid_of(1, n), 1, Some(m)), T0).unwrap();
+        assert!(gone.is_empty());
+        assert!(seen.insert(r.address), "{} twice", r.address);
+        given.push((n, m, r.address));
+    }
+    t.check_invariants(T0);
+    // Re-installed machines (new DUID, same MAC) get the same addresses.
+    for (n, m, addr) in given.iter().take(300) {
+        let (r, gone) = t.commit(ia(&uuid_of(2, *n), 7, Some(*m)), T0 + 1).unwrap();
+        assert_eq!(r.address, *addr);
+        assert_eq!(gone.len(), 1);
+        assert_eq!(gone[0].duid, uuid_of(1, *n));
+    }
+    t.check_invariants(T0 + 1);
+    assert_eq!(t.stats(T0 + 1).bound, 3000);
+}
