@@ -14,6 +14,8 @@
 //! offering an address that has no binding of its client, [`held_back`] the
 //! addresses of damaged log records, held back across restarts, [`inventory`]
 //! the read-only lease inventory API (rows, pool figures, refusals by reason).
+//! [`v6`] is the DHCPv6 decision engine (IA_NA, pure); no socket serves it
+//! yet.
 
 pub mod commit;
 pub mod held_back;
@@ -29,6 +31,7 @@ pub mod probe;
 pub mod replication;
 pub mod request;
 pub mod server;
+pub mod v6;
 
 /// The config file format and its rules (the `oooi-dhcp-config` crate).
 pub use oooi_dhcp_config as config;
