@@ -13,19 +13,9 @@
 
 use crate::plan_support;
 
-use oooi_controller::crd;
 use oooi_controller::plan::{Observed, plan_infra};
-use plan_support::{attachment, infra};
+use plan_support::{attachment, infra, schema_of};
 use serde_json::{Value, json};
-
-fn schema_of(kind: &str) -> Value {
-    let crd = crd::crds()
-        .into_iter()
-        .find(|c| c.spec.names.kind == kind)
-        .expect("kind exists");
-    let v = serde_json::to_value(&crd.spec.versions[0]).expect("serialises");
-    v["schema"]["openAPIV3Schema"].clone()
-}
 
 /// The errors the API server would answer `value` with, each naming its
 /// path; empty when it admits it.

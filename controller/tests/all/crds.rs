@@ -4,6 +4,8 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
+use crate::plan_support::schema_of;
+
 use oooi_controller::crd;
 use serde_json::Value;
 
@@ -38,15 +40,6 @@ fn committed_crds_match_the_types() {
         .collect();
     let stale: Vec<&String> = present.difference(&expected).collect();
     assert!(stale.is_empty(), "stale CRD files {stale:?}; {REGENERATE}");
-}
-
-fn schema_of(kind: &str) -> Value {
-    let crd = crd::crds()
-        .into_iter()
-        .find(|c| c.spec.names.kind == kind)
-        .expect("kind exists");
-    let v = serde_json::to_value(&crd.spec.versions[0]).expect("serialises");
-    v["schema"]["openAPIV3Schema"].clone()
 }
 
 #[test]

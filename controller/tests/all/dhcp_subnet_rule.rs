@@ -2,8 +2,10 @@
 //! that judge them: the controller's Infra check, `render`, and the DHCP
 //! server's config loading. All three must agree on every case.
 
+use crate::plan_support::render_alone;
+
 use oooi_controller::plan::{Observed, plan_infra};
-use oooi_controller::render::{self, RenderInput};
+use oooi_controller::render::RenderInput;
 use oooi_controller::testing::InfraBuilder;
 use serde_json::json;
 
@@ -219,16 +221,7 @@ fn controller_render_and_server_agree_on_every_case() {
         }
 
         // render, and the DHCP config it writes loads in the server.
-        let input = RenderInput {
-            infras: vec![i.clone()],
-            ..RenderInput::default()
-        };
-        let out = render::render(&input, render::OFFLINE_PUSH_TOKEN).expect("render runs");
-        let summary = out
-            .objects
-            .iter()
-            .find(|o| o["kind"] == "PlanSummary")
-            .expect("a plan summary");
+        let (out, summary) = render_alone(&i);
         assert_eq!(summary["valid"], c.verdict.is_none(), "{label}: {summary}");
         let dhcp_file = out
             .files

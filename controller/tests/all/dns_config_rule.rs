@@ -8,8 +8,7 @@
 use crate::plan_support;
 
 use oooi_controller::plan::{Observed, plan_infra};
-use oooi_controller::render::{self, RenderInput};
-use plan_support::infra;
+use plan_support::{infra, render_alone};
 
 struct Case {
     /// One entry of `spec.networkConfig.dnsServers`.
@@ -74,16 +73,7 @@ fn controller_render_and_server_agree_on_every_case() {
         }
 
         // render, and the DNS config it writes loads in the server.
-        let input = RenderInput {
-            infras: vec![i.clone()],
-            ..RenderInput::default()
-        };
-        let out = render::render(&input, render::OFFLINE_PUSH_TOKEN).expect("render runs");
-        let summary = out
-            .objects
-            .iter()
-            .find(|o| o["kind"] == "PlanSummary")
-            .expect("a plan summary");
+        let (out, summary) = render_alone(&i);
         assert_eq!(summary["valid"], c.valid, "{label}: {summary}");
         let dns_file = out.files.iter().find(|(p, _)| p.ends_with("vlan-dns.yaml"));
         if c.valid {

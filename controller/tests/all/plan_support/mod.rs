@@ -79,6 +79,33 @@ pub fn source_routes(t: &RouteTable) -> Vec<String> {
         .collect()
 }
 
+/// `render` of the Infra `i` alone (no attachment), and its plan summary.
+pub fn render_alone(i: &Infra) -> (oooi_controller::render::Rendered, serde_json::Value) {
+    let input = oooi_controller::render::RenderInput {
+        infras: vec![i.clone()],
+        ..Default::default()
+    };
+    let out = oooi_controller::render::render(&input, oooi_controller::render::OFFLINE_PUSH_TOKEN)
+        .expect("render runs");
+    let summary = out
+        .objects
+        .iter()
+        .find(|o| o["kind"] == "PlanSummary")
+        .expect("a plan summary")
+        .clone();
+    (out, summary)
+}
+
+/// The OpenAPI schema of `kind`'s CRD as the controller generates it.
+pub fn schema_of(kind: &str) -> serde_json::Value {
+    let crd = oooi_controller::crd::crds()
+        .into_iter()
+        .find(|c| c.spec.names.kind == kind)
+        .expect("kind exists");
+    let v = serde_json::to_value(&crd.spec.versions[0]).expect("serialises");
+    v["schema"]["openAPIV3Schema"].clone()
+}
+
 /// The DNS config a plan's DNS server would get.
 pub fn dns_config(p: &plan::InfraPlan) -> &oooi_dns_config::RawConfig {
     &p.desired
