@@ -1,6 +1,6 @@
 //! The real `gather` binary against the stateful mocked API, served over
 //! HTTP on loopback and loaded with the lab's scenario
-//! (`tests/lab/two-clusters.yaml`, planned by the controller's own
+//! (`lab/two-clusters.yaml`, planned by the controller's own
 //! `render`), the pods its Deployments would run, their logs, the hosted
 //! clusters' objects, and the components' endpoints behind the mock's pod
 //! proxy: the real `oooi-dns` and `oooi-dhcp` metrics and health servers,
@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use oooi_controller::render::{RenderInput, render};
+use oooi_controller::testing::InfraBuilder;
 use oooi_kube_mock::MockApi;
 use oooi_tests::fixture::TwoClusters;
 use serde_json::{Value, json};
@@ -143,7 +144,7 @@ fn listing(root: &Path) -> Vec<String> {
 async fn load_lab(mock: &MockApi, want: &(u64, String)) -> Vec<Value> {
     let mut input = RenderInput::default();
     input
-        .add_file(&repo().join("tests/lab/two-clusters.yaml"))
+        .add_file(&repo().join("lab/two-clusters.yaml"))
         .unwrap();
     let rendered = render(&input, PUSH_TOKEN).unwrap();
 
@@ -731,9 +732,11 @@ async fn a_failed_read_is_written_to_errors_and_the_gather_goes_on_within_its_de
     let mock = MockApi::start();
     insert(
         &mock,
-        json!({"apiVersion": "hostedcluster.densityops.com/v1alpha1", "kind": "Infra",
-        "metadata": {"name": "vlan100", "namespace": "oooi-infra"},
-        "spec": {"networkConfig": {"cidr": "192.0.2.0/24"}}}),
+        InfraBuilder::new()
+            .named("oooi-infra", "vlan100")
+            .remove("/metadata/uid")
+            .remove("/metadata/generation")
+            .json(),
     );
     let pod = |name: &str, port: u16| {
         json!({"apiVersion": "v1", "kind": "Pod",

@@ -318,14 +318,7 @@ fn a_shared_worker_address_under_strict_loses_its_aliases_and_the_names() {
     let p = plan_infra(&i, &atts, &obs);
     assert!(p.attachments.iter().all(|a| a.accepted()));
     let t = table(&p);
-    let aliases: Vec<String> = t
-        .routes
-        .iter()
-        .filter_map(|r| match &r.matches {
-            RouteMatch::Source(c) => Some(c.to_string()),
-            _ => None,
-        })
-        .collect();
+    let aliases = source_routes(&t);
     assert_eq!(aliases, ["192.0.2.101/32", "192.0.2.121/32"]);
     let router = Router::new(t);
     // The shared address can use neither cluster's names nor aliases.
@@ -472,7 +465,7 @@ fn the_networks_outside_a_vlan_cover_exactly_its_complement() {
 #[test]
 fn render_of_the_lab_manifests_shows_isolation_and_restricted_routes() {
     use oooi_controller::render::{self, RenderInput};
-    let f = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/lab/two-clusters.yaml");
+    let f = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../lab/two-clusters.yaml");
     let mut input = RenderInput::default();
     input.add_file(&f).unwrap();
     let out = render::render(&input, render::OFFLINE_PUSH_TOKEN).unwrap();

@@ -95,21 +95,19 @@ fn the_proxy_policy_opens_its_routing_ports_and_the_agents_metrics_port_with_tak
 /// addresses moving between replicas (`failover: Auto`: the agent's
 /// metrics port on every DNS and proxy pod).
 fn replicated_infra() -> oooi_controller::crd::Infra {
-    serde_saphyr::from_str(
-        r#"
-apiVersion: hostedcluster.densityops.com/v1alpha1
-kind: Infra
-metadata: {name: vlan, namespace: oooi, uid: uid-vlan, generation: 1}
-spec:
-  networkConfig: {cidr: 192.0.2.0/24, networkAttachmentDefinition: vlan, dnsServers: [10.0.0.10]}
-  infraComponents:
-    dhcp: {serverIPs: [192.0.2.2, 192.0.2.5], rangeStart: 192.0.2.100, rangeEnd: 192.0.2.199, image: dhcp:1}
-    dns: {serverIPs: [192.0.2.3, 192.0.2.6], image: dns:1}
-    proxy: {serverIPs: [192.0.2.4, 192.0.2.7], image: envoy:1}
-  availability: {failover: Auto}
-"#,
-    )
-    .expect("fixture Infra parses")
+    component_infra()
+        .dhcp_servers(&["192.0.2.2", "192.0.2.5"])
+        .dns_servers(&["192.0.2.3", "192.0.2.6"])
+        .proxy_servers(&["192.0.2.4", "192.0.2.7"])
+        .failover("Auto")
+        .build()
+}
+
+/// What the planner derives from [`replicated_infra`].
+fn replicated_desired() -> oooi_controller::plan::DesiredComponents {
+    plan_infra(&replicated_infra(), &[], &Observed::default())
+        .desired
+        .expect("valid")
 }
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
@@ -157,9 +155,7 @@ fn container_ports(c: &oooi_controller::plan::Children) -> Vec<(String, i32)> {
 fn every_pod_network_port_of_each_component_is_in_its_policy() {
     use oooi_controller::plan::network_policy::{MetricsScrapers, PolicyPeers};
     use oooi_controller::plan::{dhcp, dns, proxy};
-    let d = plan_infra(&replicated_infra(), &[], &Observed::default())
-        .desired
-        .expect("valid");
+    let d = replicated_desired();
     let scrapers = MetricsScrapers::default();
     let peers = PolicyPeers {
         controller_namespace: Some("oooi-system"),
@@ -257,9 +253,7 @@ fn every_pod_network_port_of_each_component_is_in_its_policy() {
 fn without_the_controllers_namespace_no_component_gets_a_policy() {
     use oooi_controller::plan::network_policy::{MetricsScrapers, PolicyPeers};
     use oooi_controller::plan::{dhcp, dns, proxy};
-    let d = plan_infra(&replicated_infra(), &[], &Observed::default())
-        .desired
-        .expect("valid");
+    let d = replicated_desired();
     let scrapers = MetricsScrapers::default();
     let peers = PolicyPeers {
         controller_namespace: None,
@@ -285,9 +279,7 @@ fn without_the_controllers_namespace_no_component_gets_a_policy() {
 fn the_policy_comes_before_the_pods_it_protects() {
     use oooi_controller::plan::network_policy::{MetricsScrapers, PolicyPeers};
     use oooi_controller::plan::{dhcp, dns};
-    let d = plan_infra(&replicated_infra(), &[], &Observed::default())
-        .desired
-        .expect("valid");
+    let d = replicated_desired();
     let scrapers = MetricsScrapers::default();
     let peers = PolicyPeers {
         controller_namespace: Some("ctl"),
@@ -328,9 +320,7 @@ fn the_dns_policy_lists_the_agents_metrics_port_only_with_takeover() {
         "no agent without takeover"
     );
     assert_eq!(ports.watched.health, vec![9154], "the probes' own listener");
-    let d = plan_infra(&replicated_infra(), &[], &Observed::default())
-        .desired
-        .expect("valid");
+    let d = replicated_desired();
     for s in &d.dns {
         assert_eq!(policy_ports(s).watched.metrics, vec![9153, 9466]);
         assert_eq!(policy_ports(s).watched.health, vec![9154, 9467]);

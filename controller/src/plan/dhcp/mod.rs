@@ -500,29 +500,12 @@ mod tests {
 
     use super::pair::PairPartner;
     use super::*;
+    use crate::plan::fixtures::infra_with_dhcp;
     use crate::plan::{Observed, plan_infra};
+    use serde_json::json;
 
-    /// An Infra `vlan` in `oooi` whose DHCP block is `dhcp` (YAML flow
-    /// mapping entries, without the braces).
-    fn infra(dhcp: &str) -> Infra {
-        serde_saphyr::from_str(&format!(
-            r#"
-apiVersion: hostedcluster.densityops.com/v1alpha1
-kind: Infra
-metadata: {{name: vlan, namespace: oooi, uid: uid-vlan}}
-spec:
-  networkConfig: {{cidr: 192.0.2.0/24, gateway: 192.0.2.1, networkAttachmentDefinition: vlan}}
-  infraComponents:
-    dhcp: {{{dhcp}, rangeStart: 192.0.2.100, rangeEnd: 192.0.2.199, image: dhcp:1}}
-    dns: {{serverIP: 192.0.2.3, image: dns:1}}
-    proxy: {{serverIP: 192.0.2.4, image: envoy:1}}
-"#
-        ))
-        .unwrap()
-    }
-
-    fn servers(dhcp: &str) -> Vec<DHCPServer> {
-        let p = plan_infra(&infra(dhcp), &[], &Observed::default());
+    fn servers(dhcp: serde_json::Value) -> Vec<DHCPServer> {
+        let p = plan_infra(&infra_with_dhcp(dhcp), &[], &Observed::default());
         assert!(p.errors.is_empty(), "{:?}", p.errors);
         let mut servers = p.desired.unwrap().dhcp;
         for s in &mut servers {
@@ -531,8 +514,8 @@ spec:
         servers
     }
 
-    fn errors(dhcp: &str) -> Vec<String> {
-        plan_infra(&infra(dhcp), &[], &Observed::default())
+    fn errors(dhcp: serde_json::Value) -> Vec<String> {
+        plan_infra(&infra_with_dhcp(dhcp), &[], &Observed::default())
             .errors
             .iter()
             .map(|e| e.to_string())
@@ -541,7 +524,7 @@ spec:
 
     #[test]
     fn two_addresses_make_a_pair_whose_servers_name_each_other() {
-        let pair = servers("serverIPs: [192.0.2.2, 192.0.2.5]");
+        let pair = servers(json!({"serverIPs": ["192.0.2.2", "192.0.2.5"]}));
         let names: Vec<_> = pair
             .iter()
             .map(|s| s.metadata.name.clone().unwrap())
@@ -587,13 +570,9 @@ spec:
                 vec![vmi("w0", Some("02:00:00:00:00:50"), &["192.0.2.50"])],
             ),
         );
-        let mut i = infra("serverIPs: [192.0.2.2, 192.0.2.5]");
+        let mut i = infra_with_dhcp(json!({"serverIPs": ["192.0.2.2", "192.0.2.5"]}));
         i.metadata.name = Some("vlan200".into());
-        let p = plan_infra(
-            &i,
-            &[attachment("c1", "c1", serde_json::json!({}))],
-            &observed,
-        );
+        let p = plan_infra(&i, &[attachment("c1", "c1", json!({}))], &observed);
         assert!(p.errors.is_empty(), "{:?}", p.errors);
         let d = p.desired.unwrap();
         assert_eq!(d.dhcp.len(), 2);
@@ -606,8 +585,8 @@ spec:
 
     #[test]
     fn one_address_in_either_form_is_one_server_without_a_pair() {
-        let one = servers("serverIP: 192.0.2.2");
-        let listed = servers("serverIPs: [192.0.2.2]");
+        let one = servers(json!({"serverIP": "192.0.2.2"}));
+        let listed = servers(json!({"serverIPs": ["192.0.2.2"]}));
         assert_eq!(one, listed);
         assert_eq!(one.len(), 1);
         assert_eq!(one[0].metadata.name.as_deref(), Some("vlan-dhcp"));
@@ -622,20 +601,20 @@ spec:
     #[test]
     fn server_addresses_are_one_form_at_most_two_and_distinct() {
         assert_eq!(
-            errors("serverIP: 192.0.2.2, serverIPs: [192.0.2.5]"),
+            errors(json!({"serverIP": "192.0.2.2", "serverIPs": ["192.0.2.5"]})),
             ["spec.infraComponents.dhcp.serverIPs: set serverIP or serverIPs, not both"]
         );
         assert_eq!(
-            errors("serverIPs: [192.0.2.2, 192.0.2.5, 192.0.2.6]"),
+            errors(json!({"serverIPs": ["192.0.2.2", "192.0.2.5", "192.0.2.6"]})),
             ["spec.infraComponents.dhcp.serverIPs: 3 addresses given, at most 2"]
         );
         assert_eq!(
-            errors("serverIPs: [192.0.2.2, 192.0.2.3]"),
+            errors(json!({"serverIPs": ["192.0.2.2", "192.0.2.3"]})),
             [
                 "spec.infraComponents.dns.serverIP: 192.0.2.3 is already used by spec.infraComponents.dhcp.serverIPs[1]"
             ]
         );
-        let e = errors("serverIPs: [192.0.2.2, 192.0.2.150]");
+        let e = errors(json!({"serverIPs": ["192.0.2.2", "192.0.2.150"]}));
         assert!(
             e.iter().any(
                 |m| m.contains("contains 192.0.2.150 (spec.infraComponents.dhcp.serverIPs[1])")
@@ -643,7 +622,7 @@ spec:
             "{e:?}"
         );
         assert_eq!(
-            errors("serverIPs: []").len(),
+            errors(json!({"serverIPs": []})).len(),
             1,
             "neither form given is refused"
         );
@@ -669,7 +648,7 @@ spec:
 
     #[test]
     fn pair_servers_get_the_token_a_peer_service_a_node_each_and_one_budget() {
-        let pair = servers("serverIPs: [192.0.2.2, 192.0.2.5]");
+        let pair = servers(json!({"serverIPs": ["192.0.2.2", "192.0.2.5"]}));
         let a = children(&pair[0]).unwrap();
         let b = children(&pair[1]).unwrap();
         for (c, name) in [(&a, "vlan-dhcp"), (&b, "vlan-dhcp-2")] {
@@ -808,20 +787,20 @@ spec:
             assert_eq!(pair_partner(api, "mine"), want, "{api}");
         }
         // What the planner writes reads back as the other server.
-        let pair = servers("serverIPs: [192.0.2.2, 192.0.2.5]");
+        let pair = servers(json!({"serverIPs": ["192.0.2.2", "192.0.2.5"]}));
         let ports: Vec<_> = pair.iter().map(policy_ports).collect();
         assert_eq!(ports[0].pair, Some((9068, server("vlan-dhcp-2", "oooi"))));
         assert_eq!(ports[1].pair, Some((9068, server("vlan-dhcp", "oooi"))));
         for p in &ports {
             assert_eq!((p.watched.metrics.clone(), p.inventory), (vec![9067], 9069));
         }
-        let one = servers("serverIP: 192.0.2.2");
+        let one = servers(json!({"serverIP": "192.0.2.2"}));
         assert_eq!(policy_ports(&one[0]).pair, None);
     }
 
     #[test]
     fn a_pair_server_without_its_token_secret_is_refused() {
-        let mut pair = servers("serverIPs: [192.0.2.2, 192.0.2.5]");
+        let mut pair = servers(json!({"serverIPs": ["192.0.2.2", "192.0.2.5"]}));
         pair[1].spec.pair_token_secret = None;
         let e = children(&pair[1]).unwrap_err().to_string();
         assert!(e.contains("spec.pairTokenSecret"), "{e}");

@@ -173,25 +173,19 @@ mod tests {
     use crate::plan::infra::network::parse_network;
     use serde_json::Value;
 
+    /// Infra `vlan200` in `oooi` without images, its `networkConfig` the
+    /// CIDR, one resolver and `network`.
     fn infra(network: Value) -> Infra {
-        let mut nc = json!({"cidr": "192.0.2.0/24", "dnsServers": ["10.0.0.10"]});
-        nc.as_object_mut()
-            .unwrap()
-            .extend(network.as_object().unwrap().clone());
-        serde_json::from_value(json!({
-            "apiVersion": "hostedcluster.densityops.com/v1alpha1",
-            "kind": "Infra",
-            "metadata": {"name": "vlan200", "namespace": "oooi"},
-            "spec": {
-                "networkConfig": nc,
-                "infraComponents": {
-                    "dhcp": {"serverIP": "192.0.2.2", "rangeStart": "192.0.2.100", "rangeEnd": "192.0.2.199"},
-                    "dns": {"serverIP": "192.0.2.3"},
-                    "proxy": {"serverIP": "192.0.2.4"}
-                }
-            }
-        }))
-        .unwrap()
+        crate::testing::InfraBuilder::new()
+            .named("oooi", "vlan200")
+            .remove("/metadata/uid")
+            .remove("/metadata/generation")
+            .remove("/spec/networkConfig/gateway")
+            .remove("/spec/networkConfig/networkAttachmentDefinition")
+            .upstreams(&["10.0.0.10"])
+            .images(None, None, None)
+            .merge(json!({"spec": {"networkConfig": network}}))
+            .build()
     }
 
     fn managed() -> Infra {

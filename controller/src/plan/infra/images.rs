@@ -65,25 +65,17 @@ pub fn missing(infra: &Infra) -> Vec<(String, String)> {
 mod tests {
     use super::*;
 
-    fn infra(yaml: &str) -> Infra {
-        serde_saphyr::from_str(yaml).unwrap()
+    /// Infra `v` in `n` with its own DHCP image, the DNS and proxy images
+    /// unset.
+    fn infra() -> Infra {
+        crate::testing::InfraBuilder::new()
+            .named("n", "v")
+            .remove("/metadata/uid")
+            .remove("/metadata/generation")
+            .upstreams(&["10.0.0.10"])
+            .images(Some("own/dhcp:1"), None, None)
+            .build()
     }
-
-    const INFRA: &str = r#"
-apiVersion: hostedcluster.densityops.com/v1alpha1
-kind: Infra
-metadata: {name: v, namespace: n}
-spec:
-  networkConfig:
-    cidr: 192.0.2.0/24
-    gateway: 192.0.2.1
-    networkAttachmentDefinition: vlan
-    dnsServers: ["10.0.0.10"]
-  infraComponents:
-    dhcp: {serverIP: 192.0.2.2, rangeStart: 192.0.2.100, rangeEnd: 192.0.2.199, image: own/dhcp:1}
-    dns: {serverIP: 192.0.2.3}
-    proxy: {serverIP: 192.0.2.4}
-"#;
 
     #[test]
     fn unset_images_come_from_the_defaults_and_set_ones_stay() {
@@ -92,7 +84,7 @@ spec:
             dns: Some("r/oooi-dns:0.1.0".into()),
             proxy: None,
         };
-        let applied = defaults.apply(&infra(INFRA));
+        let applied = defaults.apply(&infra());
         let c = &applied.spec.infra_components;
         assert_eq!(c.dhcp.pod.image.as_deref(), Some("own/dhcp:1"));
         assert_eq!(c.dns.pod.image.as_deref(), Some("r/oooi-dns:0.1.0"));
@@ -105,7 +97,7 @@ spec:
 
     #[test]
     fn a_disabled_component_needs_no_image() {
-        let mut i = infra(INFRA);
+        let mut i = infra();
         i.spec.infra_components.dns.enabled = false;
         i.spec.infra_components.proxy.enabled = false;
         assert!(missing(&i).is_empty());

@@ -129,50 +129,28 @@ pub const RESTRICTED_V2: SccModel = SccModel {
     allow_host_network: false,
     allow_host_pid_ipc: false,
 };
-/// OpenShift's `nonroot-v2`.
+/// OpenShift's `nonroot-v2`: `restricted-v2` with any non-root UID.
 pub const NONROOT_V2: SccModel = SccModel {
     name: "nonroot-v2",
-    built_in: true,
     run_as_user: UidRule::MustRunAsNonRoot,
     fs_group_from_range: false,
-    allowed_capabilities: &["NET_BIND_SERVICE"],
-    allow_privilege_escalation: false,
-    allow_privileged: false,
-    seccomp_profiles: &["runtime/default"],
-    volumes: CORE_VOLUMES,
-    read_only_root_filesystem: false,
-    allow_host_network: false,
-    allow_host_pid_ipc: false,
+    ..RESTRICTED_V2
 };
 /// OpenShift's `anyuid`.
 pub const ANYUID: SccModel = SccModel {
     name: "anyuid",
-    built_in: true,
     run_as_user: UidRule::RunAsAny,
     fs_group_from_range: false,
     allowed_capabilities: &[],
     allow_privilege_escalation: true,
-    allow_privileged: false,
     seccomp_profiles: &[],
-    volumes: CORE_VOLUMES,
-    read_only_root_filesystem: false,
-    allow_host_network: false,
-    allow_host_pid_ipc: false,
+    ..RESTRICTED_V2
 };
 /// OpenShift's `hostnetwork-v2` (host network allowed; UIDs from the range).
 pub const HOSTNETWORK_V2: SccModel = SccModel {
     name: "hostnetwork-v2",
-    built_in: true,
-    run_as_user: UidRule::MustRunAsRange,
-    fs_group_from_range: true,
-    allowed_capabilities: &["NET_BIND_SERVICE"],
-    allow_privilege_escalation: false,
-    allow_privileged: false,
-    seccomp_profiles: &["runtime/default"],
-    volumes: CORE_VOLUMES,
-    read_only_root_filesystem: false,
     allow_host_network: true,
-    allow_host_pid_ipc: false,
+    ..RESTRICTED_V2
 };
 /// OpenShift's `privileged`.
 pub const PRIVILEGED: SccModel = SccModel {

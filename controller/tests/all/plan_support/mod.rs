@@ -6,11 +6,14 @@
 
 use std::net::Ipv4Addr;
 
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::PodSpec;
 use oooi_controller::crd::{Infra, InfraClusterAttachment};
 use oooi_controller::plan::{
     self, HostedClusterKey, Observed, ObservedCluster, ObservedMachine, ObservedVmi,
     infra::observed::ObservedInterface,
 };
+use oooi_controller::testing::InfraBuilder;
 use oooi_routes::RouteTable;
 
 /// The routing table a plan's proxy would get at generation 1, validated
@@ -20,6 +23,60 @@ pub fn table(p: &plan::InfraPlan) -> RouteTable {
     let t = plan::proxy::table(&proxy.spec, 1);
     t.validate().expect("planned table is valid");
     t
+}
+
+/// The pod template's spec of a planned Deployment.
+pub fn pod_spec(d: &Deployment) -> &PodSpec {
+    d.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
+}
+
+/// The labels a planned Deployment selects its pods by.
+pub fn match_labels(d: &Deployment) -> std::collections::BTreeMap<String, String> {
+    d.spec
+        .as_ref()
+        .unwrap()
+        .selector
+        .match_labels
+        .clone()
+        .unwrap()
+}
+
+/// The pod template's annotations of a planned Deployment.
+pub fn pod_annotations(d: &Deployment) -> &std::collections::BTreeMap<String, String> {
+    d.spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .annotations
+        .as_ref()
+        .unwrap()
+}
+
+/// The DHCP config a plan's (first) DHCP server would get.
+pub fn dhcp_config(p: &plan::InfraPlan) -> &oooi_dhcp_config::RawConfig {
+    &p.desired
+        .as_ref()
+        .unwrap()
+        .dhcp
+        .first()
+        .unwrap()
+        .spec
+        .config
+        .0
+}
+
+/// The sources a table's source-scoped routes match, in order.
+pub fn source_routes(t: &RouteTable) -> Vec<String> {
+    t.routes
+        .iter()
+        .filter_map(|r| match &r.matches {
+            oooi_routes::RouteMatch::Source(c) => Some(c.to_string()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The DNS config a plan's DNS server would get.
@@ -35,45 +92,33 @@ pub fn dns_config(p: &plan::InfraPlan) -> &oooi_dns_config::RawConfig {
         .0
 }
 
-/// An Infra `name` in `ns` on 192.0.2.0/24 with every component enabled.
+/// The tests' standard Infra ([`InfraBuilder::new`]: 192.0.2.0/24, every
+/// component enabled) named `name` in `ns`.
 pub fn infra(ns: &str, name: &str) -> Infra {
-    infra_yaml(ns, name, "")
+    InfraBuilder::new().named(ns, name).build()
 }
 
-/// An Infra with `extra` appended under `spec.infraComponents.proxy` (indent 6).
-pub fn infra_yaml(ns: &str, name: &str, proxy_extra: &str) -> Infra {
-    let text = format!(
-        r#"
-apiVersion: hostedcluster.densityops.com/v1alpha1
-kind: Infra
-metadata: {{name: {name}, namespace: {ns}, uid: "uid-{name}", generation: 3}}
-spec:
-  networkConfig:
-    cidr: 192.0.2.0/24
-    gateway: 192.0.2.1
-    networkAttachmentDefinition: vlan
-    dnsServers: ["10.0.0.10", "10.0.0.11:5353"]
-  infraComponents:
-    dhcp:
-      serverIP: 192.0.2.2
-      rangeStart: 192.0.2.100
-      rangeEnd: 192.0.2.199
-      image: dhcp:1
-    dns:
-      serverIP: 192.0.2.3
-      image: dns:1
-    proxy:
-      serverIP: 192.0.2.4
-      image: envoy:1
-{proxy_extra}
-"#
-    );
-    serde_saphyr::from_str(&text).expect("fixture Infra parses")
+/// The Infra the component tests vary (`vlan` in `oooi` at generation 1,
+/// the gateway left to default, one upstream resolver), as a builder.
+pub fn component_infra() -> InfraBuilder {
+    InfraBuilder::new()
+        .generation(1)
+        .remove("/spec/networkConfig/gateway")
+        .upstreams(&["10.0.0.10"])
 }
 
 /// An attachment `name` of HostedCluster `clusters/<hc>` with domain `<hc>.example.com`.
 pub fn attachment(ns: &str, name: &str, infra: &str, hc: &str) -> InfraClusterAttachment {
     attachment_yaml(ns, name, infra, hc, hc, "")
+}
+
+/// Attachments `c1` and `c2` of Infra `vlan` in `oooi`, for HostedClusters
+/// `clusters/c1` and `clusters/c2`.
+pub fn two_attachments() -> [InfraClusterAttachment; 2] {
+    [
+        attachment("oooi", "c1", "vlan", "c1"),
+        attachment("oooi", "c2", "vlan", "c2"),
+    ]
 }
 
 /// An attachment with a given cluster name and extra spec lines (indent 2).

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crate::launch::{Launcher, Program};
 use anyhow::{Context, Result, anyhow, bail};
-use oooi_tests::launch::{Launcher, Program};
 
 /// Where a lab keeps its files, pids and the list of its namespaces.
 pub fn state_dir(prefix: &str) -> PathBuf {
@@ -35,7 +35,7 @@ pub fn run(args: &[&str]) -> Result<String> {
 /// the namespace names.
 pub fn down(prefix: &str) {
     let dir = state_dir(prefix);
-    oooi_tests::launch::remove_containers(prefix);
+    crate::launch::remove_containers(prefix);
     if let Ok(pids) = std::fs::read_to_string(dir.join("pids")) {
         let pids: Vec<i32> = pids.lines().filter_map(|l| l.trim().parse().ok()).collect();
         for sig in ["-TERM", "-KILL"] {

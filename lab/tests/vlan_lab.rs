@@ -1,5 +1,5 @@
 //! The local lab end to end (root): `oooi-vlan-lab up --hold` on a simulated
-//! VLAN built from `tests/lab/two-clusters.yaml` (cluster `a` Standard, `b`
+//! VLAN built from `lab/two-clusters.yaml` (cluster `a` Standard, `b`
 //! Strict with apps ingress), every step checked: leases, names, SNI and
 //! alias routing, cross-cluster refusals, an apps VIP move, an attachment
 //! deletion, the aliases absent while no worker is known then present

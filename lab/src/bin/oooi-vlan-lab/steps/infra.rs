@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::launch::{Launcher, Program, RunAs, Volume};
 use anyhow::{Result, anyhow, bail};
-use oooi_tests::launch::{Launcher, Program, RunAs, Volume};
 
 use super::topology::{Namespaces, replica_suffix};
 use crate::UpArgs;

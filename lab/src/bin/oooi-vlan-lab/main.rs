@@ -1,6 +1,6 @@
 //! The local lab on a simulated VLAN (root).
 //!
-//! `oooi-vlan-lab up` renders `tests/lab/two-clusters.yaml` with
+//! `oooi-vlan-lab up` renders `lab/two-clusters.yaml` with
 //! `oooi-controller render`, then builds, out of network namespaces:
 //!
 //! - `<p>-vlan`: a bridge, the simulated VLAN (192.0.2.0/24 from the manifest);
@@ -72,7 +72,8 @@
 //! Modules: `lab` (namespaces, processes, teardown), `render` (what
 //! `oooi-controller render` wrote and the manifest changes), `clients` (what
 //! a worker or the management network runs: dig, TLS probes, table pushes),
-//! `replicas` (the DNS and proxy replicas' addresses and configs), `steady`
+//! `launch` (how a data-plane program starts: from its image under podman with its
+//! pod's security context, or from the cargo build), `replicas` (the DNS and proxy replicas' addresses and configs), `steady`
 //! (the workers' loop during the failover),
 //! `backends` (the TLS servers standing in for control planes and apps
 //! VIPs), `report` (the printed steps), and `steps`, the lab's run in order.
@@ -80,6 +81,7 @@
 mod backends;
 mod clients;
 mod lab;
+mod launch;
 mod render;
 mod replicas;
 mod report;
@@ -91,9 +93,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Instant;
 
+use crate::launch::Launcher;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use oooi_tests::launch::Launcher;
 
 use crate::lab::{Lab, down, state_dir};
 
@@ -113,7 +115,7 @@ struct UpArgs {
     #[arg(long, default_value = "oooi-lab", global = true)]
     prefix: String,
     /// Manifests to render (Infra, InfraClusterAttachment, observed workers).
-    #[arg(long, global = true, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/lab/two-clusters.yaml"))]
+    #[arg(long, global = true, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/two-clusters.yaml"))]
     manifests: PathBuf,
     /// Keep everything running after the checks until Ctrl-C.
     #[arg(long, global = true)]

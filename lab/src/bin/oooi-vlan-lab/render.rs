@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, anyhow, bail};
 use serde_json::Value;
 
-use oooi_tests::launch::RunAs;
+use crate::launch::RunAs;
 
 use crate::clients::Push;
 use crate::lab::{Lab, run, sibling};

@@ -637,7 +637,7 @@ mod tests {
     /// What render plans for the lab's own manifests: every Deployment's
     /// pod spec, by name.
     fn rendered_pods() -> Vec<(String, String, Value)> {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/lab/two-clusters.yaml");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/two-clusters.yaml");
         let text = std::fs::read_to_string(path).expect("the lab's manifests");
         let mut input = oooi_controller::render::RenderInput::default();
         input.add_yaml(path, &text).expect("manifests");

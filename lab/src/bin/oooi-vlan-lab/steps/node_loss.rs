@@ -35,8 +35,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::launch::{Launcher, Program, Volume};
 use anyhow::{Result, anyhow, bail};
-use oooi_tests::launch::{Launcher, Program, Volume};
 use serde_json::Value;
 
 use super::infra::DataPlane;
