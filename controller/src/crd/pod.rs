@@ -33,38 +33,64 @@ pub trait ComponentKind: Debug + Clone + PartialEq + Eq + Default + 'static {
     const INFRA_RESOURCES: &'static str;
 }
 
-/// The DHCP server (oooi-dhcp).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct DhcpKind;
+/// A marker type of one component kind and what its parts say of it;
+/// `requests` completes the built-in resources in the description of an
+/// Infra's `resources`.
+macro_rules! component_kind {
+    ($(#[$doc:meta])* $kind:ident {
+        vlan: $vlan:literal,
+        image: $image:literal,
+        infra_image: $infra_image:literal,
+        requests: $requests:literal $(,)?
+    }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+        pub struct $kind;
 
-impl ComponentKind for DhcpKind {
-    const VLAN: &'static str = "The VLAN leg; its address is the server address.";
-    const IMAGE: &'static str = "Container image of oooi-dhcp.";
-    const INFRA_IMAGE: &'static str = "Container image of oooi-dhcp. Default: the controller's\n(`--dhcp-image`; the chart sets it from `images.dhcp`).";
-    const INFRA_RESOURCES: &'static str = "Compute resources. Default: the controller's default for the kind\n(`--component-resources`, the chart's `components.resources`), else\nrequests 10m CPU / 32Mi, limit 128Mi.";
+        impl ComponentKind for $kind {
+            const VLAN: &'static str = $vlan;
+            const IMAGE: &'static str = $image;
+            const INFRA_IMAGE: &'static str = $infra_image;
+            const INFRA_RESOURCES: &'static str = concat!(
+                "Compute resources. Default: the controller's default for the kind\n",
+                "(`--component-resources`, the chart's `components.resources`), else\n",
+                "requests ",
+                $requests,
+                "."
+            );
+        }
+    };
 }
 
-/// The DNS server (oooi-dns).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct DnsKind;
+component_kind!(
+    /// The DHCP server (oooi-dhcp).
+    DhcpKind {
+        vlan: "The VLAN leg; its address is the server address.",
+        image: "Container image of oooi-dhcp.",
+        infra_image: "Container image of oooi-dhcp. Default: the controller's\n(`--dhcp-image`; the chart sets it from `images.dhcp`).",
+        requests: "10m CPU / 32Mi, limit 128Mi",
+    }
+);
 
-impl ComponentKind for DnsKind {
-    const VLAN: &'static str = "The VLAN leg; the VLAN view listens on its address.";
-    const IMAGE: &'static str = "Container image of oooi-dns.";
-    const INFRA_IMAGE: &'static str = "Container image of oooi-dns. Default: the controller's\n(`--dns-image`; the chart sets it from `images.dns`).";
-    const INFRA_RESOURCES: &'static str = "Compute resources. Default: the controller's default for the kind\n(`--component-resources`, the chart's `components.resources`), else\nrequests 10m CPU / 32Mi, limit 256Mi.";
-}
+component_kind!(
+    /// The DNS server (oooi-dns).
+    DnsKind {
+        vlan: "The VLAN leg; the VLAN view listens on its address.",
+        image: "Container image of oooi-dns.",
+        infra_image: "Container image of oooi-dns. Default: the controller's\n(`--dns-image`; the chart sets it from `images.dns`).",
+        requests: "10m CPU / 32Mi, limit 256Mi",
+    }
+);
 
-/// The proxy (Envoy with `oooi-envoy-gate`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ProxyKind;
-
-impl ComponentKind for ProxyKind {
-    const VLAN: &'static str = "The VLAN leg; the TLS listeners accept on it.";
-    const IMAGE: &'static str = "Container image of the proxy: Envoy 1.40 (V8 wasm runtime) with\n`oooi-envoy-gate` on its PATH, as the oooi-proxy image carries them.";
-    const INFRA_IMAGE: &'static str = "Container image of the proxy: Envoy 1.40 (V8 wasm runtime) with\n`oooi-envoy-gate` on its PATH, as the oooi-proxy image carries them.\nDefault:\nthe controller's (`--proxy-image`; the chart sets it from\n`images.proxy`).";
-    const INFRA_RESOURCES: &'static str = "Compute resources. Default: the controller's default for the kind\n(`--component-resources`, the chart's `components.resources`), else\nrequests 50m CPU / 128Mi, limit 512Mi.";
-}
+component_kind!(
+    /// The proxy (Envoy with `oooi-envoy-gate`).
+    ProxyKind {
+        vlan: "The VLAN leg; the TLS listeners accept on it.",
+        image: "Container image of the proxy: Envoy 1.40 (V8 wasm runtime) with\n`oooi-envoy-gate` on its PATH, as the oooi-proxy image carries them.",
+        infra_image: "Container image of the proxy: Envoy 1.40 (V8 wasm runtime) with\n`oooi-envoy-gate` on its PATH, as the oooi-proxy image carries them.\nDefault:\nthe controller's (`--proxy-image`; the chart sets it from\n`images.proxy`).",
+        requests: "50m CPU / 128Mi, limit 512Mi",
+    }
+);
 
 /// The part of a DHCPServer, DNSServer or ProxyServer spec every server's
 /// pod is planned from the same way (flattened into the spec).

@@ -3,16 +3,11 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::controller::Action;
 
-use super::{
-    Context, Result, UndecodableStatus, invalid_server_status, reconcile_server,
-    reconcile_undecodable,
-};
+use super::{Context, Result, reconcile_server, reconcile_undecodable};
 use crate::cache::Decoded;
-use crate::crd::{DHCPServer, ServerStatus};
-use crate::plan::PlannedCondition;
+use crate::crd::DHCPServer;
 use crate::plan::workload::rolling::Gate;
 
 /// Reconciles a DHCPServer.
@@ -33,17 +28,5 @@ pub async fn reconcile_dhcp(obj: Arc<Decoded<DHCPServer>>, ctx: Arc<Context>) ->
             .await
         }
         Err(e) => reconcile_undecodable(&obj, e, &ctx).await,
-    }
-}
-
-impl UndecodableStatus for DHCPServer {
-    type Status = ServerStatus;
-    fn invalid_status(
-        existing: Option<&ServerStatus>,
-        generation: Option<i64>,
-        planned: &[PlannedCondition],
-        now: &Time,
-    ) -> ServerStatus {
-        invalid_server_status(existing, generation, planned, now)
     }
 }

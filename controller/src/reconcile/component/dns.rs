@@ -5,16 +5,11 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::controller::Action;
 
-use super::{
-    Context, Result, UndecodableStatus, invalid_server_status, reconcile_server,
-    reconcile_undecodable, replica_gate,
-};
+use super::{Context, Result, reconcile_server, reconcile_undecodable, replica_gate};
 use crate::cache::Decoded;
-use crate::crd::{DNSServer, ServerStatus};
-use crate::plan::PlannedCondition;
+use crate::crd::DNSServer;
 use crate::plan::workload::rolling::Gate;
 use crate::plan::workload::template_hash::template_hash;
 
@@ -53,16 +48,4 @@ fn dns_gate(ctx: &Context, me: &DNSServer, desired: &Deployment) -> Gate {
             ))
         },
     )
-}
-
-impl UndecodableStatus for DNSServer {
-    type Status = ServerStatus;
-    fn invalid_status(
-        existing: Option<&ServerStatus>,
-        generation: Option<i64>,
-        planned: &[PlannedCondition],
-        now: &Time,
-    ) -> ServerStatus {
-        invalid_server_status(existing, generation, planned, now)
-    }
 }

@@ -275,21 +275,25 @@ pub(crate) trait UndecodableStatus {
     ) -> Self::Status;
 }
 
-pub(crate) fn invalid_server_status(
-    existing: Option<&ServerStatus>,
-    generation: Option<i64>,
-    planned: &[PlannedCondition],
-    now: &Time,
-) -> ServerStatus {
-    server_status(
-        existing,
-        generation,
-        planned,
-        &Rollout::default(),
-        None,
-        now,
-    )
+/// DHCP and DNS servers report the same status: while their object cannot
+/// be decoded, the planned conditions and no rollout.
+macro_rules! undecodable_server_status {
+    ($($kind:ty),*) => {$(
+        impl UndecodableStatus for $kind {
+            type Status = ServerStatus;
+            fn invalid_status(
+                existing: Option<&ServerStatus>,
+                generation: Option<i64>,
+                planned: &[PlannedCondition],
+                now: &Time,
+            ) -> ServerStatus {
+                server_status(existing, generation, planned, &Rollout::default(), None, now)
+            }
+        }
+    )*};
 }
+
+undecodable_server_status!(crate::crd::DHCPServer, crate::crd::DNSServer);
 
 /// A derived object whose body does not fit its type: its children stay as
 /// they are (last good config) and its status says why (`InvalidSpec`,
