@@ -389,7 +389,7 @@ pub struct AddressTakeover {
     /// Every VLAN address of the component as `ip/prefix`, the server's own
     /// (`vlan.address`) among them.
     #[schemars(length(min = 1))]
-    pub addresses: Vec<String>,
+    pub addresses: Vec<InterfaceAddress>,
 }
 
 /// The place of one server among the replicas of an Infra's component (one

@@ -3,7 +3,7 @@
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
-use oooi_vocabulary::VlanNetwork;
+use oooi_vocabulary::{IpAddress, VlanNetwork};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -131,11 +131,10 @@ pub struct NetworkConfig {
     /// IPv4 network of the VLAN in CIDR form, in network form (no host
     /// bits) with a prefix of /29 or shorter, e.g. `192.0.2.0/24`.
     pub cidr: VlanNetwork,
-    /// Default gateway of the VLAN, handed out by DHCP; must lie inside
-    /// `cidr`. Default: the first host of `cidr` (`.1` of a /24).
+    /// Default gateway of the VLAN, handed out by DHCP; must be a host
+    /// address of `cidr`. Default: the first host of `cidr` (`.1` of a /24).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(pattern(concat!("^", ipv4_re!(), "$")))]
-    pub gateway: Option<String>,
+    pub gateway: Option<IpAddress>,
     /// Name of the Multus NetworkAttachmentDefinition of the VLAN. Its IPAM
     /// must accept static addresses (the `ips` key of the network annotation).
     /// Set exactly one of this and `clusterUserDefinedNetwork`.
@@ -343,9 +342,8 @@ pub struct DhcpComponent {
     pub enabled: bool,
     /// Static VLAN address of the DHCP server (inside the CIDR): the
     /// one-server form of `serverIPs`. Set this or `serverIPs`, not both.
-    #[schemars(pattern(concat!("^", ipv4_re!(), "$")))]
     #[serde(rename = "serverIP", default, skip_serializing_if = "Option::is_none")]
-    pub server_ip: Option<String>,
+    pub server_ip: Option<IpAddress>,
     /// Static VLAN addresses of the DHCP servers (inside the CIDR), one
     /// server per address. Two addresses make a pair: each server runs on
     /// its own node with its own lease volume, both hold every reservation,
@@ -354,14 +352,12 @@ pub struct DhcpComponent {
     /// serves the whole pool while the other is down. Set this or
     /// `serverIP`, not both.
     #[serde(rename = "serverIPs", default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(min = 1, max = 2), inner(pattern(concat!("^", ipv4_re!(), "$"))))]
-    pub server_ips: Vec<String>,
+    #[schemars(length(min = 1, max = 2))]
+    pub server_ips: Vec<IpAddress>,
     /// First address of the dynamic pool (inside the CIDR).
-    #[schemars(pattern(concat!("^", ipv4_re!(), "$")))]
-    pub range_start: String,
+    pub range_start: IpAddress,
     /// Last address of the dynamic pool, inclusive (inside the CIDR, not before rangeStart).
-    #[schemars(pattern(concat!("^", ipv4_re!(), "$")))]
-    pub range_end: String,
+    pub range_end: IpAddress,
     /// Lease time: seconds (`3600`) or a duration (`1h`, `30m`, `1h30m`),
     /// between 60 s and a year. Default 3600 (one hour).
     #[serde(default = "default_lease_time")]
@@ -419,16 +415,15 @@ pub struct DnsComponent {
     /// Static VLAN address of the DNS server (inside the CIDR), handed out
     /// by DHCP: the one-replica form of `serverIPs`. Set this or
     /// `serverIPs`, not both.
-    #[schemars(pattern(concat!("^", ipv4_re!(), "$")))]
     #[serde(rename = "serverIP", default, skip_serializing_if = "Option::is_none")]
-    pub server_ip: Option<String>,
+    pub server_ip: Option<IpAddress>,
     /// Static VLAN addresses of the DNS replicas (inside the CIDR), one
     /// replica per address, each on its own node. DHCP hands out every
     /// address (option 6) in this order, so a worker's resolver tries the
     /// next one while a replica is down. Set this or `serverIP`, not both.
     #[serde(rename = "serverIPs", default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(min = 1, max = 5), inner(pattern(concat!("^", ipv4_re!(), "$"))))]
-    pub server_ips: Vec<String>,
+    #[schemars(length(min = 1, max = 5))]
+    pub server_ips: Vec<IpAddress>,
     /// Container image of oooi-dns. Default: the controller's
     /// (`--dns-image`; the chart sets it from `images.dns`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -464,17 +459,16 @@ pub struct ProxyComponent {
     /// Static VLAN address of Envoy (inside the CIDR); every control-plane
     /// name resolves to it on the VLAN: the one-replica form of
     /// `serverIPs`. Set this or `serverIPs`, not both.
-    #[schemars(pattern(concat!("^", ipv4_re!(), "$")))]
     #[serde(rename = "serverIP", default, skip_serializing_if = "Option::is_none")]
-    pub server_ip: Option<String>,
+    pub server_ip: Option<IpAddress>,
     /// Static VLAN addresses of the Envoy replicas (inside the CIDR), one
     /// replica per address, each on its own node and each holding the same
     /// routing table. On the VLAN every control-plane name resolves to all
     /// of them in this order, so a client that fails to connect to one
     /// tries the next. Set this or `serverIP`, not both.
     #[serde(rename = "serverIPs", default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(min = 1, max = 5), inner(pattern(concat!("^", ipv4_re!(), "$"))))]
-    pub server_ips: Vec<String>,
+    #[schemars(length(min = 1, max = 5))]
+    pub server_ips: Vec<IpAddress>,
     /// How pods on the pod network reach the proxy: a Service DNS name
     /// (`name.namespace.svc[.cluster.local]`) or a ClusterIP. When set, the
     /// DNS pod view answers every control-plane name of the attached

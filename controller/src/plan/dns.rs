@@ -226,10 +226,10 @@ pub fn specs(
     }
     let infra_name = infra.metadata.name.clone().unwrap_or_default();
     let count = network.dns.len() as u32;
-    let addresses: Vec<String> = network
+    let addresses: Vec<_> = network
         .dns
         .iter()
-        .map(|a| network.with_prefix(*a))
+        .map(|a| network.interface_address(*a))
         .collect();
     let availability = super::availability::server_availability(infra, Component::Dns, &addresses);
     // With one proxy there is nothing to choose between.

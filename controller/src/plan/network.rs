@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use ipnet::Ipv4Net;
 use oooi_dhcp_config::Subnet;
-use oooi_vocabulary::{FieldError, InterfaceAddress, VlanNetwork};
+use oooi_vocabulary::{FieldError, InterfaceAddress, IpAddress, VlanNetwork};
 
 use crate::crd::Infra;
 
@@ -125,13 +125,13 @@ pub const MAX_REPLICAS: usize = 5;
 /// The addresses of a component that runs one server per VLAN address, each
 /// with its field path: the list form `<base>.serverIPs` or the one-address
 /// form `<base>.serverIP`. Exactly one of the two must be set, the list
-/// holds 1 to `max` addresses, each once.
+/// holds 1 to `max` addresses.
 pub fn server_addresses(
     base: &str,
-    one: Option<&str>,
-    many: &[String],
+    one: Option<IpAddress>,
+    many: &[IpAddress],
     max: usize,
-) -> Result<Vec<(String, String)>, FieldError> {
+) -> Result<Vec<(String, IpAddress)>, FieldError> {
     match (one, many.is_empty()) {
         (Some(_), false) => Err(FieldError::new(
             format!("{base}.serverIPs"),
@@ -141,7 +141,7 @@ pub fn server_addresses(
             format!("{base}.serverIPs"),
             "set serverIP (one server) or serverIPs (one address per server)",
         )),
-        (Some(a), true) => Ok(vec![(format!("{base}.serverIP"), a.to_string())]),
+        (Some(a), true) => Ok(vec![(format!("{base}.serverIP"), a)]),
         (None, false) if many.len() > max => Err(FieldError::new(
             format!("{base}.serverIPs"),
             format!("{} addresses given, at most {max}", many.len()),
@@ -149,13 +149,18 @@ pub fn server_addresses(
         (None, false) => Ok(many
             .iter()
             .enumerate()
-            .map(|(i, a)| (format!("{base}.serverIPs[{i}]"), a.clone()))
+            .map(|(i, a)| (format!("{base}.serverIPs[{i}]"), *a))
             .collect()),
     }
 }
 
 /// Parses and checks the Infra's network. Returns every problem found, not
 /// only the first, so one status update lists them all.
+///
+/// Each address was parsed when the Infra was read (the fields are
+/// [`IpAddress`]es); what is left are the rules across fields: one form of
+/// the server addresses, every address a host of the VLAN and used once,
+/// the pool inside the VLAN and clear of them.
 pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
     let mut errors = Vec::new();
     let nc = &infra.spec.network_config;
@@ -170,112 +175,82 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
         errors.push(FieldError::new("spec.networkConfig.cidr", message));
     }
 
-    let dhcp_fields = if comps.dhcp.enabled {
-        match server_addresses(
-            "spec.infraComponents.dhcp",
-            comps.dhcp.server_ip.as_deref(),
-            &comps.dhcp.server_ips,
-            MAX_DHCP_SERVERS,
-        ) {
-            Ok(fields) => fields,
-            Err(e) => {
+    let mut servers =
+        |enabled: bool, base: &str, one: Option<IpAddress>, many: &[IpAddress], max| {
+            if !enabled {
+                return Vec::new();
+            }
+            server_addresses(base, one, many, max).unwrap_or_else(|e| {
                 errors.push(e);
                 Vec::new()
-            }
-        }
-    } else {
-        Vec::new()
-    };
-    let mut replica_fields = |enabled: bool, base: &str, one: Option<&str>, many: &[String]| {
-        if !enabled {
-            return Vec::new();
-        }
-        server_addresses(base, one, many, MAX_REPLICAS).unwrap_or_else(|e| {
-            errors.push(e);
-            Vec::new()
-        })
-    };
-    let dns_fields = replica_fields(
+            })
+        };
+    let dhcp_fields = servers(
+        comps.dhcp.enabled,
+        "spec.infraComponents.dhcp",
+        comps.dhcp.server_ip,
+        &comps.dhcp.server_ips,
+        MAX_DHCP_SERVERS,
+    );
+    let dns_fields = servers(
         comps.dns.enabled,
         "spec.infraComponents.dns",
-        comps.dns.server_ip.as_deref(),
+        comps.dns.server_ip,
         &comps.dns.server_ips,
+        MAX_REPLICAS,
     );
-    let proxy_fields = replica_fields(
+    let proxy_fields = servers(
         comps.proxy.enabled,
         "spec.infraComponents.proxy",
-        comps.proxy.server_ip.as_deref(),
+        comps.proxy.server_ip,
         &comps.proxy.server_ips,
+        MAX_REPLICAS,
     );
-    let mut addr = |field: &str, s: &str| -> Option<Ipv4Addr> {
-        match s.trim().parse::<Ipv4Addr>() {
-            Ok(a) => {
-                if let Err(e) = cidr.check_host(field, IpAddr::V4(a)) {
-                    errors.push(e);
-                    return None;
-                }
-                Some(a)
-            }
-            Err(_) => {
-                errors.push(FieldError::new(
-                    field,
-                    format!("`{s}` is not an IPv4 address"),
-                ));
+    // A host of the VLAN, narrowed to the family the servers speak today
+    // (the VLAN is IPv4, so every host of it is).
+    let mut host = |field: &str, a: IpAddress| -> Option<Ipv4Addr> {
+        match cidr.check_host(field, a.ip()) {
+            Ok(()) => a.v4(),
+            Err(e) => {
+                errors.push(e);
                 None
             }
         }
     };
 
     // Unset: the first host of the CIDR, as the reference deployments use.
-    let (gateway_field, gateway) = match &nc.gateway {
+    let (gateway_field, gateway) = match nc.gateway {
         Some(g) => (
             "spec.networkConfig.gateway",
-            addr("spec.networkConfig.gateway", g),
+            host("spec.networkConfig.gateway", g),
         ),
         None => (
             "spec.networkConfig.gateway (unset: the first host of the CIDR)",
-            match cidr.first_host() {
-                IpAddr::V4(a) => Some(a),
-                IpAddr::V6(_) => None,
-            },
+            IpAddress::from(cidr.first_host()).v4(),
         ),
     };
-    let dhcp_ips: Vec<(String, Option<Ipv4Addr>)> = dhcp_fields
-        .into_iter()
-        .map(|(field, text)| {
-            let a = addr(&field, &text);
-            (field, a)
-        })
-        .collect();
-    let range_start = comps
-        .dhcp
-        .enabled
-        .then(|| {
-            addr(
-                "spec.infraComponents.dhcp.rangeStart",
-                &comps.dhcp.range_start,
-            )
-        })
-        .flatten();
-    let range_end = comps
-        .dhcp
-        .enabled
-        .then(|| addr("spec.infraComponents.dhcp.rangeEnd", &comps.dhcp.range_end))
-        .flatten();
-    let dns_ips: Vec<(String, Option<Ipv4Addr>)> = dns_fields
-        .into_iter()
-        .map(|(field, text)| {
-            let a = addr(&field, &text);
-            (field, a)
-        })
-        .collect();
-    let proxy_ips: Vec<(String, Option<Ipv4Addr>)> = proxy_fields
-        .into_iter()
-        .map(|(field, text)| {
-            let a = addr(&field, &text);
-            (field, a)
-        })
-        .collect();
+    let mut hosts = |fields: Vec<(String, IpAddress)>| -> Vec<(String, Option<Ipv4Addr>)> {
+        fields
+            .into_iter()
+            .map(|(field, a)| {
+                let a = host(&field, a);
+                (field, a)
+            })
+            .collect()
+    };
+    let dhcp_ips = hosts(dhcp_fields);
+    let dns_ips = hosts(dns_fields);
+    let proxy_ips = hosts(proxy_fields);
+    let (start_field, end_field) = (
+        "spec.infraComponents.dhcp.rangeStart",
+        "spec.infraComponents.dhcp.rangeEnd",
+    );
+    let range = comps.dhcp.enabled.then(|| {
+        (
+            host(start_field, comps.dhcp.range_start),
+            host(end_field, comps.dhcp.range_end),
+        )
+    });
 
     // Infra addresses must be distinct: two components on one address would
     // fight over ARP on the VLAN.
@@ -294,13 +269,8 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
     }
 
     let mut pool = None;
-    if let (Some(start), Some(end)) = (range_start, range_end) {
-        if let Err(e) = cidr.check_pool(
-            "spec.infraComponents.dhcp.rangeStart",
-            IpAddr::V4(start),
-            "spec.infraComponents.dhcp.rangeEnd",
-            IpAddr::V4(end),
-        ) {
+    if let Some((Some(start), Some(end))) = range {
+        if let Err(e) = cidr.check_pool(start_field, start.into(), end_field, end.into()) {
             errors.push(e);
         } else {
             let range = Ipv4Range { start, end };
@@ -309,7 +279,7 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
                     && range.contains(a)
                 {
                     errors.push(FieldError::new(
-                        "spec.infraComponents.dhcp.rangeStart",
+                        start_field,
                         format!("the pool {range} contains {a} ({field}); the pool must exclude infra addresses"),
                     ));
                 }

@@ -293,10 +293,10 @@ pub fn specs(
         .internal_proxy_service
         .as_deref()
         .is_none_or(|named| names_own_service(infra, named));
-    let addresses: Vec<String> = network
+    let addresses: Vec<_> = network
         .proxy
         .iter()
-        .map(|a| network.with_prefix(*a))
+        .map(|a| network.interface_address(*a))
         .collect();
     let availability =
         super::availability::server_availability(infra, Component::Proxy, &addresses);

@@ -143,17 +143,17 @@ const CASES: &[Case] = &[
 /// controller decodes what it reads: the subnet rule applies there (the
 /// field is a `VlanNetwork`), the error naming the field.
 fn infra_of(c: &Case) -> Result<oooi_controller::crd::Infra, String> {
-    let mut i = infra("oooi", "vlan");
+    let i = infra("oooi", "vlan");
     let [gw, dhcp, dns, proxy] = c.infra;
-    i.spec.network_config.gateway = Some(gw.into());
-    let comps = &mut i.spec.infra_components;
-    comps.dhcp.server_ip = Some(dhcp.into());
-    comps.dns.server_ip = Some(dns.into());
-    comps.proxy.server_ip = Some(proxy.into());
-    comps.dhcp.range_start = c.range.0.into();
-    comps.dhcp.range_end = c.range.1.into();
     let mut v = serde_json::to_value(&i).expect("an Infra is JSON");
     v["spec"]["networkConfig"]["cidr"] = c.cidr.into();
+    v["spec"]["networkConfig"]["gateway"] = gw.into();
+    let comps = &mut v["spec"]["infraComponents"];
+    comps["dhcp"]["serverIP"] = dhcp.into();
+    comps["dns"]["serverIP"] = dns.into();
+    comps["proxy"]["serverIP"] = proxy.into();
+    comps["dhcp"]["rangeStart"] = c.range.0.into();
+    comps["dhcp"]["rangeEnd"] = c.range.1.into();
     oooi_controller::cache::Decoded::<oooi_controller::crd::Infra>::from_value(v)
         .expect("metadata decodes")
         .object

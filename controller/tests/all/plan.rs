@@ -137,7 +137,7 @@ fn errors_of(i: &crd::Infra) -> Vec<String> {
 #[test]
 fn gateway_outside_the_cidr_is_reported_by_field() {
     let mut i = infra("oooi", "vlan");
-    i.spec.network_config.gateway = Some("192.0.3.1".into());
+    i.spec.network_config.gateway = Some("192.0.3.1".parse().unwrap());
     let e = errors_of(&i);
     assert_eq!(e.len(), 1, "{e:?}");
     assert!(
@@ -149,8 +149,8 @@ fn gateway_outside_the_cidr_is_reported_by_field() {
 #[test]
 fn component_addresses_must_be_host_addresses_inside_the_cidr() {
     let mut i = infra("oooi", "vlan");
-    i.spec.infra_components.dns.server_ip = Some("10.1.1.1".into());
-    i.spec.infra_components.proxy.server_ip = Some("192.0.2.255".into());
+    i.spec.infra_components.dns.server_ip = Some("10.1.1.1".parse().unwrap());
+    i.spec.infra_components.proxy.server_ip = Some("192.0.2.255".parse().unwrap());
     let e = errors_of(&i);
     assert!(
         e.iter()
@@ -167,7 +167,7 @@ fn component_addresses_must_be_host_addresses_inside_the_cidr() {
 #[test]
 fn the_pool_must_exclude_infra_addresses() {
     let mut i = infra("oooi", "vlan");
-    i.spec.infra_components.dhcp.range_start = "192.0.2.3".into();
+    i.spec.infra_components.dhcp.range_start = "192.0.2.3".parse().unwrap();
     let e = errors_of(&i);
     assert!(
         e.iter()
@@ -185,8 +185,8 @@ fn the_pool_must_exclude_infra_addresses() {
 #[test]
 fn a_reversed_range_and_shared_infra_addresses_are_reported() {
     let mut i = infra("oooi", "vlan");
-    i.spec.infra_components.dhcp.range_start = "192.0.2.200".into();
-    i.spec.infra_components.proxy.server_ip = Some("192.0.2.3".into());
+    i.spec.infra_components.dhcp.range_start = "192.0.2.200".parse().unwrap();
+    i.spec.infra_components.proxy.server_ip = Some("192.0.2.3".parse().unwrap());
     let e = errors_of(&i);
     assert!(
         e.iter().any(|m| m.starts_with(
@@ -229,7 +229,7 @@ fn cidr_with_host_bits_and_bad_upstreams_are_reported() {
 #[test]
 fn an_invalid_infra_leaves_attachments_unknown_not_rejected() {
     let mut i = infra("oooi", "vlan");
-    i.spec.network_config.gateway = Some("bad".into());
+    i.spec.network_config.gateway = Some("192.0.3.1".parse().unwrap());
     let p = plan_infra(
         &i,
         &[attachment("oooi", "c1", "vlan", "c1")],
@@ -246,7 +246,7 @@ fn an_invalid_infra_leaves_attachments_unknown_not_rejected() {
 fn a_disabled_component_is_not_planned_and_its_address_is_not_checked() {
     let mut i = infra("oooi", "vlan");
     i.spec.infra_components.dhcp.enabled = false;
-    i.spec.infra_components.dhcp.server_ip = Some("10.9.9.9".into());
+    i.spec.infra_components.dhcp.server_ip = Some("10.9.9.9".parse().unwrap());
     let p = plan_infra(&i, &[], &Observed::default());
     let d = p.desired.expect("valid");
     assert!(d.dhcp.is_empty());

@@ -26,7 +26,12 @@ fn infra(dns: &str, proxy: &str) -> Infra {
 
 /// [`infra`] with `spec.availability.failover` set to `failover`.
 fn infra_with(dns: &str, proxy: &str, failover: &str) -> Infra {
-    serde_saphyr::from_str(&format!(
+    serde_saphyr::from_str(&infra_yaml(dns, proxy, failover)).unwrap()
+}
+
+/// The text of [`infra_with`].
+fn infra_yaml(dns: &str, proxy: &str, failover: &str) -> String {
+    format!(
         r#"
 apiVersion: hostedcluster.densityops.com/v1alpha1
 kind: Infra
@@ -39,8 +44,7 @@ spec:
     proxy: {{{proxy}, image: envoy:1}}
   availability: {{failover: {failover}}}
 "#
-    ))
-    .unwrap()
+    )
 }
 
 fn plan_of(i: &Infra, workers: &[&str]) -> plan::InfraPlan {
@@ -420,9 +424,18 @@ fn replica_addresses_are_one_form_at_most_five_and_distinct() {
             .any(|m| m.contains("contains 192.0.2.150 (spec.infraComponents.dns.serverIPs[1])")),
         "{e:?}"
     );
+    // An address that is none is refused when the Infra is read, naming
+    // the field, as the controller reads it.
+    let text = infra_yaml(
+        "serverIPs: [192.0.2.3, nope]",
+        "serverIP: 192.0.2.4",
+        "Auto",
+    );
+    let value: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+    let read = oooi_controller::cache::Decoded::<Infra>::from_value(value).unwrap();
     assert_eq!(
-        errors("serverIPs: [192.0.2.3, nope]", "serverIP: 192.0.2.4"),
-        ["spec.infraComponents.dns.serverIPs[1]: `nope` is not an IPv4 address"]
+        read.object.unwrap_err(),
+        "spec.infraComponents.dns.serverIPs[1]: `nope` is not an IPv4 or IPv6 address"
     );
     assert_eq!(
         errors("enabled: true", "serverIP: 192.0.2.4"),
