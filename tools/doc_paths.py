@@ -9,7 +9,7 @@ placeholder (`<name>`, `*`, `…`, `{`, `$`); a bare source file name
 the inline code spans outside fenced blocks; in other files (the lab's YAML)
 every word of a `#` comment. A trailing `:LINE` is ignored.
 
-Checked by default: README.md, docs/**/*.md, tests/lab/*. Prints each stale
+Checked by default: README.md, docs/**/*.md, lab/*.yaml (the lab's manifests). Prints each stale
 path as `file:line: path` and exits 1; exits 0 when every path exists.
 
 Usage: tools/doc_paths.py [--root DIR] [FILE...]
@@ -119,7 +119,7 @@ def stale_paths(root: Path, files: list[Path]) -> list[Stale]:
 def default_files(root: Path) -> list[Path]:
     files = [root / "README.md"]
     files += sorted((root / "docs").rglob("*.md"))
-    files += sorted(p for p in (root / "tests" / "lab").glob("*") if p.is_file())
+    files += sorted(p for p in (root / "lab").glob("*.yaml") if p.is_file())
     return [f for f in files if f.is_file()]
 
 

@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # move; a connection that CPU contention stretches across a move fails (seen
 # beside the chart checks), so it runs alone. Being the longest job it
 # starts first, and the others share the slots after it.
-WEIGHTS = {"oooi-tests::vlan_lab": 1_000}
+WEIGHTS = {"oooi-lab::vlan_lab": 1_000}
 
 
 @dataclass

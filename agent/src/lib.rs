@@ -26,31 +26,3 @@ pub mod netlink;
 pub mod plane;
 pub mod run;
 pub mod tickle;
-
-/// Parses a duration written as `<integer>ms` or `<integer>s`.
-pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    let (n, unit) = s
-        .find(|c: char| !c.is_ascii_digit())
-        .map(|i| s.split_at(i))
-        .ok_or_else(|| format!("{s:?}: give a unit (ms or s)"))?;
-    let n: u64 = n.parse().map_err(|_| format!("{s:?}: not a duration"))?;
-    match unit {
-        "ms" => Ok(std::time::Duration::from_millis(n)),
-        "s" => Ok(std::time::Duration::from_secs(n)),
-        _ => Err(format!("{s:?}: the unit must be ms or s")),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn durations_take_ms_or_s() {
-        assert_eq!(parse_duration("1500ms"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
-        assert!(parse_duration("2").unwrap_err().contains("unit"));
-        assert!(parse_duration("2m").unwrap_err().contains("\"2m\""));
-    }
-}

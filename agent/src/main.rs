@@ -13,10 +13,11 @@ use oooi_addr_agent::arp::ArpSocket;
 use oooi_addr_agent::defend::{self, Held};
 use oooi_addr_agent::machine::Timing;
 use oooi_addr_agent::metrics::{self, Metrics};
-use oooi_addr_agent::parse_duration;
 use oooi_addr_agent::plane::{LinuxPlane, Plane};
 use oooi_addr_agent::run::{self, Announce, Settings};
-use oooi_envoy_gate::ReadyUrl;
+use oooi_process::duration::parse as parse_duration;
+use oooi_process::logs::Logs;
+use oooi_process::ready::ReadyUrl;
 use tokio::sync::{mpsc, watch};
 use tracing::{error, info, warn};
 
@@ -155,14 +156,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        // Colour only on a terminal: container logs are read as plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .init();
+    Logs::new("info").init();
     let args = Args::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ipnet::Ipv4Net;
-use oooi_envoy_gate::{ReadyUrl, probe};
+use oooi_process::ready::{ReadyUrl, probe};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -100,7 +100,7 @@ pub async fn poll_ready(
         misses = if ok { 0 } else { misses.saturating_add(1) };
         let ready = ok || (*tx.borrow() && misses < failures);
         if ready != *tx.borrow() {
-            info!(ready, url = %format!("http://{}{}", url.addr, url.path), "replica readiness changed");
+            info!(ready, url = %url, "replica readiness changed");
             metrics.set_ready(ready);
             if tx.send(ready).is_err() {
                 return;

@@ -10,7 +10,7 @@ HTML comment on the line before it says why it cannot:
   (helm-python-sdk) with the archive, `-f` files and `--set` values they
   name, so a values file or key the chart refuses fails here.
 - `<!-- docs-test: lab -->`: the local lab (root, network namespaces, minutes;
-  tests/tests/vlan_lab.rs runs it).
+  lab/tests/vlan_lab.rs runs it).
 - `<!-- docs-test: suite -->`: the whole test suite, which runs this test.
 - `<!-- docs-test: opm -->`: it needs `opm`, which neither Debian nor PyPI ships.
 - `<!-- docs-test: mirror -->`: it needs `oc-mirror` and a mirror registry.
@@ -60,7 +60,7 @@ MARKER = re.compile(r"^<!-- docs-test: (\w+)(?: (.*?))? -->$")
 FENCE = re.compile(r"^```(\w*)$")
 SKIP = {
     "cluster": "needs a Kubernetes API server",
-    "lab": "the local lab (root, network namespaces; tests/tests/vlan_lab.rs)",
+    "lab": "the local lab (root, network namespaces; lab/tests/vlan_lab.rs)",
     "suite": "the whole test suite, which runs this test",
     "opm": "needs opm (the Operator Package Manager), which neither Debian nor PyPI ships",
     "mirror": "needs oc-mirror and a cluster's mirror registry, which this machine has neither of",

@@ -13,8 +13,9 @@ use std::time::Instant;
 use oooi_controller::crd::{Infra, InfraClusterAttachment};
 use oooi_controller::plan::{
     self, HostedClusterKey, Observed, ObservedCluster, ObservedMachine, ObservedVmi,
-    observed::ObservedInterface,
+    infra::observed::ObservedInterface,
 };
+use oooi_controller::testing::InfraBuilder;
 
 fn main() -> anyhow::Result<()> {
     let n: usize = std::env::args()
@@ -22,19 +23,18 @@ fn main() -> anyhow::Result<()> {
         .map(|s| s.parse())
         .transpose()?
         .unwrap_or(200);
-    let infra: Infra = serde_saphyr::from_str(
-        r#"
-apiVersion: hostedcluster.densityops.com/v1alpha1
-kind: Infra
-metadata: {name: vlan, namespace: oooi, uid: u1}
-spec:
-  networkConfig: {cidr: 10.0.0.0/16, gateway: 10.0.0.1, networkAttachmentDefinition: vlan, dnsServers: ["10.255.0.10"]}
-  infraComponents:
-    dhcp: {serverIP: 10.0.0.2, rangeStart: 10.0.200.1, rangeEnd: 10.0.250.254, image: dhcp}
-    dns: {serverIP: 10.0.0.3, image: dns}
-    proxy: {serverIP: 10.0.0.4, image: envoy}
-"#,
-    )?;
+    let infra: Infra = InfraBuilder::new()
+        .uid("u1")
+        .remove("/metadata/generation")
+        .cidr("10.0.0.0/16")
+        .gateway("10.0.0.1")
+        .upstreams(&["10.255.0.10"])
+        .dhcp(serde_json::json!({"serverIP": "10.0.0.2"}))
+        .dhcp_range("10.0.200.1", "10.0.250.254")
+        .dns(serde_json::json!({"serverIP": "10.0.0.3"}))
+        .proxy(serde_json::json!({"serverIP": "10.0.0.4"}))
+        .images(Some("dhcp"), Some("dns"), Some("envoy"))
+        .build();
     let mut attachments: Vec<InfraClusterAttachment> = Vec::new();
     let mut observed = Observed::default();
     for i in 0..n {

@@ -22,6 +22,8 @@
 //! - [`metrics`], [`leader`], [`rbac`], [`docs_reference`], [`olm`]: the
 //!   metrics registry, leader election, the RBAC the controller needs, the
 //!   CR reference pages of the docs, and the OLM bundle and catalog.
+//! - `testing` (tests only, feature `testing`): the one `Infra` builder
+//!   the tests of every crate share.
 
 pub mod cache;
 pub mod controllers;
@@ -41,3 +43,5 @@ pub mod reconcile;
 pub mod render;
 pub mod rollout;
 pub mod run;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;

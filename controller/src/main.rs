@@ -74,14 +74,14 @@ struct RenderArgs {
     controller_namespace: String,
     /// Images of components whose Infra names none, as `run` takes them.
     #[command(flatten)]
-    images: oooi_controller::plan::images::DefaultImages,
+    images: oooi_controller::plan::infra::images::DefaultImages,
     /// Placement of components whose Infra leaves it unset, as `run` takes it.
     #[command(flatten)]
-    placement: oooi_controller::plan::placement::DefaultPlacement,
+    placement: oooi_controller::plan::workload::placement::DefaultPlacement,
     /// Resources of components whose server leaves them unset, as `run`
     /// takes them.
     #[command(flatten)]
-    resources: oooi_controller::plan::resources::DefaultResources,
+    resources: oooi_controller::plan::workload::resources::DefaultResources,
     /// Who may scrape the components' metrics ports, as `run` takes it.
     #[command(flatten)]
     metrics_scrapers: oooi_controller::plan::network_policy::MetricsScrapers,

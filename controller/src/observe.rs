@@ -19,7 +19,7 @@ use kube::{Client, ResourceExt};
 use tracing::{info, warn};
 
 use crate::crd::InfraClusterAttachment;
-use crate::plan::observed::ObservedInterface;
+use crate::plan::infra::observed::ObservedInterface;
 use crate::plan::{HostedClusterKey, Observed, ObservedCluster, ObservedMachine, ObservedVmi};
 
 /// One optional API.

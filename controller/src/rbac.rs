@@ -179,8 +179,8 @@ pub fn rules() -> Vec<Rule> {
         ),
         rule(
             Cluster,
-            crate::plan::cudn::GROUP,
-            &[crate::plan::cudn::PLURAL],
+            crate::plan::infra::cudn::GROUP,
+            &[crate::plan::infra::cudn::PLURAL],
             &["list", "create", "patch", "delete"],
             "OVN-Kubernetes ClusterUserDefinedNetworks (cluster-scoped) an Infra asks the controller to own: its own found by label (list), created, applied over, deleted.",
         ),
@@ -267,7 +267,7 @@ pub fn rules_for(openshift_scc: bool) -> Vec<Rule> {
             &["get", "list", "watch", "create", "patch"],
             "--openshift-scc: one Role and RoleBinding per component granting use of the one SCC its pods need: applied by server-side apply (patch, and create because apply creates), watched; removed by garbage collection with the component (owner references). No bind or escalate: the controller holds every permission it grants.",
         ));
-        let mut names: Vec<&'static str> = crate::plan::scc::CANDIDATES
+        let mut names: Vec<&'static str> = crate::plan::workload::scc::CANDIDATES
             .iter()
             .map(|s| s.name)
             .collect();
@@ -276,17 +276,17 @@ pub fn rules_for(openshift_scc: bool) -> Vec<Rule> {
             resource_names: names,
             ..rule(
                 Scope::Cluster,
-                crate::plan::scc::SCC_GROUP,
+                crate::plan::workload::scc::SCC_GROUP,
                 &["securitycontextconstraints"],
                 &["use"],
                 "--openshift-scc: a Role can grant only what its author holds: use of exactly the SCCs the controller may grant.",
             )
         });
         out.push(Rule {
-            resource_names: vec![crate::plan::scc::ADDRESS_AGENT_SCC],
+            resource_names: vec![crate::plan::workload::scc::ADDRESS_AGENT_SCC],
             ..rule(
                 Scope::Cluster,
-                crate::plan::scc::SCC_GROUP,
+                crate::plan::workload::scc::SCC_GROUP,
                 &["securitycontextconstraints"],
                 &["get"],
                 "--openshift-scc: whether the address agent's SCC, which the install creates, exists (read by name; a component whose pods need it reports PodsNotAdmitted while it is missing).",
@@ -675,7 +675,7 @@ pub fn rules_yaml() -> anyhow::Result<String> {
 pub fn sccs_yaml() -> anyhow::Result<String> {
     Ok(format!(
         "---\n{}",
-        serde_saphyr::to_string(&crate::plan::scc::address_agent_scc())?
+        serde_saphyr::to_string(&crate::plan::workload::scc::address_agent_scc())?
     ))
 }
 

@@ -40,7 +40,7 @@
 //! With a filter module ([`RenderInput::filter`], `--filter-wasm`) each
 //! proxy also gets its `<proxy>-filter` ConfigMap as the filter rollout
 //! writes it on a fresh cluster (built by the rollout's own planner,
-//! [`crate::plan::filter`]), and Envoy's config names that module. The
+//! [`crate::plan::proxy::filter`]), and Envoy's config names that module. The
 //! module first passes the rollout's wasmtime check against every rendered
 //! routing table, as in the controller; a refused module fails the render.
 //! Without one, Envoy's projected config volume names a ConfigMap the output
@@ -70,7 +70,7 @@ use serde_json::{Value, json};
 use oooi_wasm_host::check::{CheckLimits, check_module};
 
 use crate::crd::{DHCPServer, DNSServer, Infra, InfraClusterAttachment, ProxyServer};
-use crate::plan::filter::{self as rollout_plan, Deployed, FilterPlan, Module, Verdict};
+use crate::plan::proxy::filter::{self as rollout_plan, Deployed, FilterPlan, Module, Verdict};
 use crate::plan::{self, HostedClusterKey, Observed, ObservedCluster};
 
 /// Push token used when none is given: rendering is deterministic, and the
@@ -104,12 +104,12 @@ pub struct RenderInput {
     /// Who may scrape the component pods' metrics ports.
     pub metrics_scrapers: plan::network_policy::MetricsScrapers,
     /// Images of components whose Infra names none (as `run` has them).
-    pub images: plan::images::DefaultImages,
+    pub images: plan::infra::images::DefaultImages,
     /// Placement of components whose Infra leaves it unset (as `run` has it).
-    pub placement: plan::placement::DefaultPlacement,
+    pub placement: plan::workload::placement::DefaultPlacement,
     /// Resources of components whose server leaves them unset (as `run`
     /// has them).
-    pub resources: plan::resources::DefaultResources,
+    pub resources: plan::workload::resources::DefaultResources,
     /// Refuse documents of other kinds instead of skipping them.
     pub strict_kinds: bool,
     /// The documents of other kinds that were skipped, one line each.
@@ -162,9 +162,9 @@ struct ObservedClusterDoc {
     metadata: Option<DocMeta>,
     hosted_cluster: HostedClusterKey,
     #[serde(default)]
-    machines: Vec<plan::observed::ObservedMachine>,
+    machines: Vec<plan::infra::observed::ObservedMachine>,
     #[serde(default)]
-    vmis: Vec<plan::observed::ObservedVmi>,
+    vmis: Vec<plan::infra::observed::ObservedVmi>,
     #[serde(default)]
     apps_vip: Option<Ipv4Addr>,
 }
@@ -415,7 +415,7 @@ struct Common<'a> {
     controller_namespace: &'a str,
     metrics_scrapers: &'a plan::network_policy::MetricsScrapers,
     /// Resources of components whose server leaves them unset.
-    resources: &'a plan::resources::DefaultResources,
+    resources: &'a plan::workload::resources::DefaultResources,
     /// The filter module and the check's verdict on it.
     filter: Option<(&'a Module, &'a Verdict)>,
 }
@@ -691,7 +691,7 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
                 i.metadata.namespace.as_deref() == Some(ns.as_str())
                     && i.metadata.name.as_deref() == Some(name.as_str())
             })
-            && let Some(c) = plan::cudn::desired_cudn(infra)
+            && let Some(c) = plan::infra::cudn::desired_cudn(infra)
         {
             out.objects.push(object_of(&c)?);
         }
@@ -706,7 +706,7 @@ pub fn render(input: &RenderInput, push_token: &str) -> anyhow::Result<Rendered>
         }
         if let Some(infra) = find_infra(input, ns, name) {
             // The public DNS Services, as the attachment reconciler plans them.
-            for svc in plan::public_dns::public_services(infra, &input.attachments, |a| {
+            for svc in plan::hosted::public_dns::public_services(infra, &input.attachments, |a| {
                 p.verdict(a).is_some_and(|o| o.accepted())
             }) {
                 out.objects.push(object_of(&svc)?);
@@ -846,7 +846,7 @@ fn find_infra<'a>(input: &'a RenderInput, ns: &str, name: &str) -> Option<&'a In
 
 /// The hosted-cluster objects of every attachment of the planned Infra
 /// `ns/name` with apps ingress, as the attachment reconciler converges them
-/// ([`plan::apps_ingress`]): in `Managed` mode MetalLB's OLM install and its
+/// ([`plan::hosted::apps_ingress`]): in `Managed` mode MetalLB's OLM install and its
 /// `MetalLB` CR (the controller writes the CR once OLM serves its CRD),
 /// then the pool, its L2 advertisement and the apps Service. Apps ingress
 /// that would not be applied (attachment not accepted, a pool conflict, no
@@ -866,9 +866,9 @@ fn render_hosted(
     attachments.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     for att in attachments {
         let att_name = att.metadata.name.clone().unwrap_or_default();
-        let r = match plan::apps_ingress::gate(att, p.verdict(&att_name)) {
-            plan::apps_ingress::Gate::Disabled => continue,
-            plan::apps_ingress::Gate::Blocked(st) => {
+        let r = match plan::hosted::apps_ingress::gate(att, p.verdict(&att_name)) {
+            plan::hosted::apps_ingress::Gate::Disabled => continue,
+            plan::hosted::apps_ingress::Gate::Blocked(st) => {
                 out.notes.push(format!(
                     "InfraClusterAttachment {ns}/{att_name}: apps ingress is not applied in the hosted cluster ({} {}): {}",
                     st.phase,
@@ -877,11 +877,11 @@ fn render_hosted(
                 ));
                 continue;
             }
-            plan::apps_ingress::Gate::Go(r) => r,
+            plan::hosted::apps_ingress::Gate::Go(r) => r,
         };
-        let objects = plan::apps_ingress::install_objects(&r, true)
+        let objects = plan::hosted::apps_ingress::install_objects(&r, true)
             .into_iter()
-            .chain(plan::apps_ingress::pool_objects(&r))
+            .chain(plan::hosted::apps_ingress::pool_objects(&r))
             .map(|o| object_of(&o.object))
             .collect::<anyhow::Result<Vec<Value>>>()?;
         out.hosted.push(HostedSection {

@@ -26,14 +26,7 @@ use tracing::{error, info, warn};
 use crate::leader::{Leader, LeaderConfig};
 use crate::metrics::Metrics;
 
-/// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
+pub use oooi_process::logs::LogFormat;
 
 /// Flags of `oooi-controller run` (each also read from the environment).
 #[derive(Debug, Clone, clap::Args)]
@@ -57,7 +50,7 @@ pub struct RunArgs {
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     pub lease_namespace: String,
     /// Name of the leader Lease.
-    #[arg(long, env = "OOOI_LEASE_NAME", default_value = "oooi-controller")]
+    #[arg(long, env = "OOOI_LEASE_NAME", default_value = oooi_vocabulary::labels::LEADER_LEASE)]
     pub lease_name: String,
     /// Identity in the Lease (the pod name; default: the host name).
     #[arg(long, env = "POD_NAME")]
@@ -93,13 +86,13 @@ pub struct RunArgs {
     pub log_format: LogFormat,
     /// Images of components whose Infra names none.
     #[command(flatten)]
-    pub images: crate::plan::images::DefaultImages,
+    pub images: crate::plan::infra::images::DefaultImages,
     /// Placement of components whose Infra leaves it unset.
     #[command(flatten)]
-    pub placement: crate::plan::placement::DefaultPlacement,
+    pub placement: crate::plan::workload::placement::DefaultPlacement,
     /// Resources of components whose server leaves them unset.
     #[command(flatten)]
-    pub resources: crate::plan::resources::DefaultResources,
+    pub resources: crate::plan::workload::resources::DefaultResources,
     /// Who may scrape the components' metrics ports.
     #[command(flatten)]
     pub metrics_scrapers: crate::plan::network_policy::MetricsScrapers,
@@ -259,22 +252,11 @@ pub async fn shutdown_signal() {
     }
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn,hyper=warn"));
-    // Colour only on a terminal: container logs are read as plain text.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()));
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
-}
-
 /// Entry point of `oooi-controller run`.
 pub fn main(mut args: RunArgs) -> anyhow::Result<()> {
-    init_logging(args.log_format);
+    oooi_process::logs::Logs::new("info,kube=warn,hyper=warn")
+        .format(args.log_format)
+        .init();
     // Under OLM the component images arrive as RELATED_IMAGE_* (by digest).
     args.images = crate::olm::with_related_images(args.images, |k| std::env::var(k).ok());
     // More than one rustls provider is compiled in (through kube's and other
@@ -431,7 +413,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 /// exists (read by name; the install creates it, never the controller).
 /// Components whose pods need it report `Degraded` while it is missing.
 async fn report_address_agent_scc(client: &kube::Client) {
-    let name = crate::plan::scc::ADDRESS_AGENT_SCC;
+    let name = crate::plan::workload::scc::ADDRESS_AGENT_SCC;
     match crate::reconcile::component::scc_exists(client, name).await {
         Ok(true) => info!(
             scc = name,

@@ -351,14 +351,7 @@ async fn terminated() -> anyhow::Result<()> {
 
 #[tokio::main]
 async fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        // Colour only on a terminal: container logs stay plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .init();
+    oooi_process::logs::Logs::new("info").init();
     let result = match Cli::parse().command {
         Command::Check { config } => check(&config),
         Command::Leases {

@@ -125,14 +125,7 @@ async fn drain(period: Duration) -> anyhow::Result<()> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,hickory_server=warn")),
-        )
-        // Colour only on a terminal: container logs are read as plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .init();
+    oooi_process::logs::Logs::new("info,hickory_server=warn").init();
     match Cli::parse().command {
         Command::Check { config } => match Config::load(&config) {
             Ok(c) => {

@@ -48,10 +48,10 @@ impl LogsSince {
     /// From `MUST_GATHER_SINCE` (a Go duration such as `2h0m0s`, what
     /// `oc adm must-gather --since` passes).
     pub fn from_duration(text: &str) -> Result<LogsSince, String> {
-        let nanos = go_duration_nanos(text)
-            .ok_or_else(|| format!("since: `{text}` is not a duration such as 2h0m0s or 90s"))?;
+        let since = oooi_process::duration::parse(text).map_err(|e| format!("since: {e}"))?;
         // At least one second: the API counts whole seconds.
-        Ok(LogsSince::Seconds(nanos.div_ceil(1_000_000_000).max(1)))
+        let seconds = since.as_secs() + u64::from(since.subsec_nanos() > 0);
+        Ok(LogsSince::Seconds(seconds.max(1)))
     }
 
     /// From `MUST_GATHER_SINCE_TIME` (RFC 3339, what `--since-time` passes).
@@ -67,39 +67,6 @@ impl LogsSince {
             LogsSince::Time(t) => format!("&sinceTime={}", encode(t)),
         }
     }
-}
-
-/// Nanoseconds of a Go duration string (`1h30m`, `2h0m0s`, `90s`, `500ms`).
-fn go_duration_nanos(text: &str) -> Option<u64> {
-    let units: [(&str, u64); 7] = [
-        ("ns", 1),
-        ("us", 1_000),
-        ("µs", 1_000),
-        ("ms", 1_000_000),
-        ("s", 1_000_000_000),
-        ("m", 60_000_000_000),
-        ("h", 3_600_000_000_000),
-    ];
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return None;
-    }
-    let mut total: u64 = 0;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let number: f64 = rest[..digits].parse().ok()?;
-        rest = &rest[digits..];
-        // The longest unit that matches (`ms` before `m`).
-        let (unit, scale) = units
-            .iter()
-            .filter(|(u, _)| rest.starts_with(u))
-            .max_by_key(|(u, _)| u.len())?;
-        rest = &rest[unit.len()..];
-        total = total.checked_add((number * *scale as f64) as u64)?;
-    }
-    Some(total)
 }
 
 /// A failed request: what it was and why.
@@ -261,9 +228,10 @@ fn namespace_of(o: &Value) -> Option<&str> {
 pub fn is_oooi_lease(lease: &Value) -> bool {
     let labels = &lease["metadata"]["labels"];
     let managed = labels[keys::APP_MANAGED_BY].as_str();
-    name_of(lease) == keys::MANAGED_BY_VALUE
+    name_of(lease) == keys::LEADER_LEASE
         || labels[keys::APP_NAME] == keys::APP_NAME_VALUE
-        || managed.is_some_and(|m| m == keys::MANAGED_BY_VALUE || m == "oooi-addr-agent")
+        || managed
+            .is_some_and(|m| m == keys::MANAGED_BY_VALUE || m == keys::EARLIER_AGENT_LEASE_MANAGER)
 }
 
 /// A Machine as its name, phase, node and addresses only.

@@ -66,15 +66,7 @@ struct Args {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        // Colour only on a terminal: container logs are read as plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    oooi_process::logs::Logs::new("info").to_stderr().init();
     let args = Args::parse();
     let logs_since = match (args.since.as_deref(), args.since_time.as_deref()) {
         (Some(d), _) if !d.is_empty() => LogsSince::from_duration(d).map(Some),

@@ -1,6 +1,6 @@
 //! The real `gather` binary against the stateful mocked API, served over
 //! HTTP on loopback and loaded with the lab's scenario
-//! (`tests/lab/two-clusters.yaml`, planned by the controller's own
+//! (`lab/two-clusters.yaml`, planned by the controller's own
 //! `render`), the pods its Deployments would run, their logs, the hosted
 //! clusters' objects, and the components' endpoints behind the mock's pod
 //! proxy: the real `oooi-dns` and `oooi-dhcp` metrics and health servers,
@@ -143,7 +143,7 @@ fn listing(root: &Path) -> Vec<String> {
 async fn load_lab(mock: &MockApi, want: &(u64, String)) -> Vec<Value> {
     let mut input = RenderInput::default();
     input
-        .add_file(&repo().join("tests/lab/two-clusters.yaml"))
+        .add_file(&repo().join("lab/two-clusters.yaml"))
         .unwrap();
     let rendered = render(&input, PUSH_TOKEN).unwrap();
 

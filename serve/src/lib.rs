@@ -164,20 +164,13 @@ impl Default for Limits {
     }
 }
 
-/// `N ms` or `N s` (no space).
+/// A duration in oooi's one syntax ([`oooi_process::duration`]).
 fn duration(field: &'static str, s: &str) -> Result<Duration, LimitsError> {
-    let bad = || LimitsError::OutOfRange {
+    oooi_process::duration::parse(s).map_err(|_| LimitsError::OutOfRange {
         field,
         value: s.to_string(),
         range: "a duration such as 500ms or 5s",
-    };
-    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?);
-    let n: u64 = n.parse().map_err(|_| bad())?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" => Ok(Duration::from_secs(n)),
-        _ => Err(bad()),
-    }
+    })
 }
 
 /// `key=value,key=value` over [`Limits::SMALL`], e.g.
@@ -426,6 +419,10 @@ mod tests {
                 max_body_bytes: 0,
             }
         );
+        // Timeouts take oooi's one duration syntax.
+        let l: Limits = "idle-timeout=1m30s,head-timeout=1.5s".parse().unwrap();
+        assert_eq!(l.idle_timeout, Duration::from_secs(90));
+        assert_eq!(l.head_timeout, Duration::from_millis(1500));
     }
 
     #[test]
@@ -434,7 +431,8 @@ mod tests {
             ("connections=0", "connections"),
             ("connections=many", "connections"),
             ("head-timeout=5", "head-timeout"),
-            ("head-timeout=5m", "head-timeout"),
+            ("head-timeout=5d", "head-timeout"),
+            ("head-timeout=30m1h", "head-timeout"),
             ("idle-timeout=10ms", "idle-timeout"),
             ("request-timeout=2h", "request-timeout"),
             ("head-bytes=1024", "head-bytes"),

@@ -3,7 +3,7 @@
 //! source addresses, and a small push client for the table API.
 //!
 //! The pieces are public for other suites (e.g. a route pusher tested
-//! against real Envoy):
+//! against real Envoy) and for the lab programs (`lab/`, crate `oooi-lab`):
 //! - [`EnvoyOptions`] / [`Envoy`]: start Envoy with a config rendered by
 //!   `oooi-envoy` into a [`ConfigMapDir`] (a `..data`-swapped mount it
 //!   watches), read stats, push tables ([`Envoy::push`], [`Envoy::push_table`])
@@ -11,8 +11,7 @@
 //! - [`Backend`]: a TLS server that announces its name (`backend=<name>\n`);
 //! - [`tls_probe`] / [`tls_open`]: TLS clients with a chosen SNI and source;
 //! - [`http_blocking`]: a tiny HTTP/1.1 client for the table API and admin;
-//! - [`fixture::TwoClusters`]: two simulated hosted clusters behind one Envoy;
-//! - [`launch::Launcher`]: the lab's data plane from the images or the binaries.
+//! - [`fixture::TwoClusters`]: two simulated hosted clusters behind one Envoy.
 //!
 //! Everything runs on loopback (127.0.0.0/8).
 //!
@@ -26,7 +25,6 @@ mod config_map;
 mod envoy;
 pub mod fixture;
 mod http;
-pub mod launch;
 mod ports;
 mod tls_client;
 

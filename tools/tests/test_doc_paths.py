@@ -21,7 +21,7 @@ class DocPathsTest(unittest.TestCase):
     def setUp(self):
         self.root = Path(tempfile.mkdtemp(prefix="doc-paths-")).resolve()
         self.addCleanup(shutil.rmtree, self.root)
-        for name in ("controller/src/plan/infra.rs", "tests/src/bin/oooi-bench/main.rs", "README.md"):
+        for name in ("controller/src/plan/infra.rs", "lab/src/bin/oooi-bench/main.rs", "tests/src/lib.rs", "README.md"):
             (self.root / name).parent.mkdir(parents=True, exist_ok=True)
             (self.root / name).write_text("")
         (self.root / "docs").mkdir()
@@ -45,7 +45,7 @@ class DocPathsTest(unittest.TestCase):
             """
             The planner is `controller/src/plan/infra.rs` (`controller/src/plan/infra.rs:12`),
             in `controller/` beside `controller/src/plan/`; see `README.md` and `infra.rs`.
-            The benchmark lives in `tests/src/bin/oooi-bench/`.
+            The benchmark lives in `lab/src/bin/oooi-bench/`.
             """,
         )
         self.assertEqual(self.stale(page), [])
@@ -55,7 +55,7 @@ class DocPathsTest(unittest.TestCase):
             "docs/page.md",
             """
             # Page
-            The benchmark is `tests/src/bin/oooi-bench.rs`.
+            The benchmark is `lab/src/bin/oooi-bench.rs`.
             Its data is under `tests/bench/` and `controller/src/plan/gone.rs:7`.
             The answers are in `answer.rs`.
             """,
@@ -63,7 +63,7 @@ class DocPathsTest(unittest.TestCase):
         self.assertEqual(
             self.stale(page),
             [
-                ("docs/page.md", 2, "tests/src/bin/oooi-bench.rs"),
+                ("docs/page.md", 2, "lab/src/bin/oooi-bench.rs"),
                 ("docs/page.md", 3, "tests/bench/"),
                 ("docs/page.md", 3, "controller/src/plan/gone.rs"),
                 ("docs/page.md", 4, "answer.rs"),
@@ -87,14 +87,14 @@ class DocPathsTest(unittest.TestCase):
 
     def test_comments_of_other_files_are_checked_word_by_word(self):
         lab = self.write(
-            "tests/lab/lab.yaml",
+            "lab/lab.yaml",
             """
-            # The lab's manifests (`tools/dev lab`, tests/src/bin/oooi-vlan-lab.rs).
-            # Built by tests/src/bin/oooi-bench/main.rs.
+            # The lab's manifests (`tools/dev lab`, lab/src/bin/oooi-vlan-lab.rs).
+            # Built by lab/src/bin/oooi-bench/main.rs.
             kind: Infra
             """,
         )
-        self.assertEqual(self.stale(lab), [("tests/lab/lab.yaml", 1, "tests/src/bin/oooi-vlan-lab.rs")])
+        self.assertEqual(self.stale(lab), [("lab/lab.yaml", 1, "lab/src/bin/oooi-vlan-lab.rs")])
 
     def test_command_fails_on_a_stale_path_and_passes_when_fixed(self):
         page = self.write("docs/page.md", "See `controller/src/plan/old.rs`.\n")

@@ -64,22 +64,34 @@ class TestWeights(unittest.TestCase):
 
         with tempfile.TemporaryDirectory() as d:
             light = [run_tests.Job(f"l{i}", ["sleep", "0.3"], Path(d)) for i in range(2)]
-            heavy = run_tests.Job("oooi-tests::vlan_lab", ["sleep", "0.3"], Path(d))
+            heavy = run_tests.Job("oooi-lab::vlan_lab", ["sleep", "0.3"], Path(d))
             more = [run_tests.Job(f"m{i}", ["sleep", "0.1"], Path(d)) for i in range(3)]
             progress = io.StringIO()
             run_tests.run_pool([*light, heavy, *more], 3, 30.0, Path(d) / "logs", progress)
         text = progress.getvalue()
         beside = {m[0]: int(m[1]) for m in re.findall(r"start  (\S+) \(beside (\d+)\)", text)}
         # it waited for the two before it, and nothing started while it ran
-        self.assertEqual(beside["oooi-tests::vlan_lab"], 0)
+        self.assertEqual(beside["oooi-lab::vlan_lab"], 0)
         lines = text.splitlines()
-        start = next(i for i, line in enumerate(lines) if "start  oooi-tests::vlan_lab" in line)
+        start = next(i for i, line in enumerate(lines) if "start  oooi-lab::vlan_lab" in line)
         end = next(i for i, line in enumerate(lines) if line.strip().startswith("ok") and "vlan_lab" in line)
         self.assertFalse([line for line in lines[start + 1 : end] if "start" in line])
         self.assertEqual(beside["l1"], 1)
         self.assertLessEqual(max(beside.values()), 2)
         self.assertEqual(heavy.weight(3), 3)
         self.assertEqual(light[0].weight(3), 1)
+
+    def test_the_lab_crates_test_binary_is_the_weighted_job(self):
+        # The name cargo's messages give the VLAN lab's test (lab/tests/vlan_lab.rs
+        # of package oooi-lab) is the one WEIGHTS names, so it keeps running alone.
+        msgs = [
+            artifact("path+file:///r/lab#oooi-lab@0.1.0", "/r/lab/Cargo.toml", "vlan_lab", ["test"], "/t/vlan_lab-1"),
+            artifact("path+file:///r/tests#oooi-tests@0.1.0", "/r/tests/Cargo.toml", "data_path", ["test"], "/t/data_path-2"),
+        ]
+        lab, data_path = run_tests.test_jobs(msgs, "cargo")
+        self.assertEqual(lab.name, "oooi-lab::vlan_lab")
+        self.assertEqual(lab.weight(3), 3)
+        self.assertEqual(data_path.weight(3), 1)
 
 
 class TestSummary(unittest.TestCase):

@@ -23,8 +23,6 @@ pub const ATTACHMENT_NAMESPACE: &str = "hostedcluster.densityops.com/attachment-
 pub const INFRA_NAMESPACE: &str = "hostedcluster.densityops.com/infra-namespace";
 /// Marks a hosted cluster's Service published through public DNS.
 pub const PUBLIC_DNS: &str = "hostedcluster.densityops.com/public-dns";
-/// The VLAN address an address agent's Lease is for.
-pub const ADDRESS: &str = "hostedcluster.densityops.com/address";
 
 // Annotations (oooi's own).
 
@@ -40,8 +38,6 @@ pub const FILTER_PREVIOUS_DIGEST: &str = "hostedcluster.densityops.com/filter-pr
 pub const FILTER_BUILD_ID: &str = "hostedcluster.densityops.com/filter-build-id";
 /// The filter module's size in bytes.
 pub const FILTER_BYTES: &str = "hostedcluster.densityops.com/filter-bytes";
-/// The replica that wants an address back (its home), on an agent's Lease.
-pub const WANTED_BY: &str = "hostedcluster.densityops.com/wanted-by";
 
 // Other projects' keys oooi writes or reads.
 
@@ -71,6 +67,18 @@ pub const APP_NAME_VALUE: &str = "oooi";
 /// oooi's value of [`APP_MANAGED_BY`] (also its field manager).
 pub const MANAGED_BY_VALUE: &str = "oooi-controller";
 
+// Leases (`coordination.k8s.io`).
+
+/// The controller's leader-election Lease, in its own namespace, unless
+/// `run --lease-name` names another (the chart's `leaderElection.leaseName`
+/// defaults to the same); must-gather collects it by this name.
+pub const LEADER_LEASE: &str = "oooi-controller";
+/// [`APP_MANAGED_BY`] on the Leases an earlier address agent kept (one per
+/// VLAN address). Today's agent makes none; must-gather still collects
+/// those an upgrade left behind (docs/installation.md says how to delete
+/// them).
+pub const EARLIER_AGENT_LEASE_MANAGER: &str = "oooi-addr-agent";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,14 +93,12 @@ mod tests {
             ATTACHMENT_NAMESPACE,
             INFRA_NAMESPACE,
             PUBLIC_DNS,
-            ADDRESS,
             APPLIED_HASH,
             TEMPLATE_HASH,
             FILTER_DIGEST,
             FILTER_PREVIOUS_DIGEST,
             FILTER_BUILD_ID,
             FILTER_BYTES,
-            WANTED_BY,
         ] {
             let (prefix, name) = key.split_once('/').unwrap();
             assert_eq!(prefix, GROUP, "{key}");

@@ -277,40 +277,16 @@ impl LeaseTime {
     }
 }
 
-/// `3600`, `1h`, `30m`, `1h30m`, `90s`, `2h0m10s`: whole hours, minutes and
-/// seconds in that order, each at most once.
+/// `3600` (the field's own form: a number of seconds) or a duration in
+/// oooi's one syntax ([`oooi_process::duration`]: `1h`, `30m`, `1h30m`,
+/// `90s`, `2h0m10s`) of whole seconds.
 fn parse_duration(text: &str) -> Option<u64> {
     let text = text.trim();
     if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
         return text.parse().ok();
     }
-    let mut total: u64 = 0;
-    let mut rest = text;
-    let mut last_unit = 0usize;
-    if rest.is_empty() {
-        return None;
-    }
-    while !rest.is_empty() {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return None;
-        }
-        let n: u64 = rest[..digits].parse().ok()?;
-        let unit = rest[digits..].chars().next()?;
-        let (rank, factor) = match unit {
-            'h' => (1, 3600),
-            'm' => (2, 60),
-            's' => (3, 1),
-            _ => return None,
-        };
-        if rank <= last_unit {
-            return None;
-        }
-        last_unit = rank;
-        total = total.checked_add(n.checked_mul(factor)?)?;
-        rest = &rest[digits + 1..];
-    }
-    Some(total)
+    let d = oooi_process::duration::parse(text).ok()?;
+    (d.subsec_nanos() == 0).then(|| d.as_secs())
 }
 
 impl JsonSchema for LeaseTime {

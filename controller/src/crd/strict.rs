@@ -77,28 +77,21 @@ fn walk(schema: &Value, value: &Value, path: &str, out: &mut Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::InfraBuilder;
     use serde_json::json;
 
-    fn infra(spec: Value) -> Value {
-        json!({
-            "apiVersion": "hostedcluster.densityops.com/v1alpha1",
-            "kind": "Infra",
-            "metadata": {"name": "vlan", "labels": {"any": "thing"}},
-            "spec": spec,
-        })
+    /// The tests' Infra with a label (an open map).
+    fn infra() -> InfraBuilder {
+        InfraBuilder::new().merge(json!({"metadata": {"labels": {"any": "thing"}}}))
     }
 
     #[test]
     fn a_misspelt_field_is_named_by_its_path() {
-        let doc = infra(json!({
-            "networkConfig": {"cidr": "192.0.2.0/24", "networkAttachmentDefinition": "vlan", "dnsServerz": ["192.0.2.53"]},
-            "infraComponents": {
-                "dhcp": {"serverIP": "192.0.2.2", "rangeStart": "192.0.2.100", "rangeEnd": "192.0.2.199"},
-                "dns": {"serverIP": "192.0.2.3", "imagee": "x"},
-                "proxy": {"serverIP": "192.0.2.4"},
-            },
-            "speling": 1,
-        }));
+        let doc = infra()
+            .set("/spec/networkConfig/dnsServerz", json!(["192.0.2.53"]))
+            .dns(json!({"imagee": "x"}))
+            .set("/spec/speling", 1)
+            .json();
         let mut got = unknown_fields("Infra", &doc).unwrap();
         got.sort();
         assert_eq!(
@@ -113,16 +106,10 @@ mod tests {
 
     #[test]
     fn declared_fields_maps_and_open_objects_pass() {
-        let doc = infra(json!({
-            "networkConfig": {"cidr": "192.0.2.0/24", "networkAttachmentDefinition": "vlan", "dnsServers": ["192.0.2.53"]},
-            "infraComponents": {
-                "dhcp": {"serverIP": "192.0.2.2", "rangeStart": "192.0.2.100", "rangeEnd": "192.0.2.199", "leaseTime": "1h",
-                         "resources": {"requests": {"cpu": "10m"}}},
-                "dns": {"serverIP": "192.0.2.3"},
-                "proxy": {"serverIP": "192.0.2.4"},
-            },
-            "availability": {"nodeLossTolerationSeconds": 30},
-        }));
+        let doc = infra()
+            .dhcp(json!({"leaseTime": "1h", "resources": {"requests": {"cpu": "10m"}}}))
+            .set("/spec/availability/nodeLossTolerationSeconds", 30)
+            .json();
         assert_eq!(unknown_fields("Infra", &doc).unwrap(), Vec::<String>::new());
     }
 

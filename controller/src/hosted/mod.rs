@@ -1,9 +1,9 @@
 //! The hosted-cluster side of an attachment at run time: clients, watches
 //! and what they observed. Nothing here plans: the objects oooi makes in a
 //! hosted cluster are planned with the other planners (pure, shared with
-//! `render`): [`crate::plan::apps_ingress`] (MetalLB, its pool, the L2
-//! advertisement, the apps Service), [`crate::plan::hosted_objects`] (their
-//! kinds and labels) and [`crate::plan::public_dns`] (the management-side
+//! `render`): [`crate::plan::hosted::apps_ingress`] (MetalLB, its pool, the L2
+//! advertisement, the apps Service), [`crate::plan::hosted::hosted_objects`] (their
+//! kinds and labels) and [`crate::plan::hosted::public_dns`] (the management-side
 //! public Services).
 //!
 //! - [`client`]: a kube client for the hosted cluster, from the admin
@@ -281,7 +281,7 @@ impl Hosted {
 
 /// (namespace, name) of an attachment.
 pub fn key_of(att: &InfraClusterAttachment) -> AttachmentKey {
-    crate::plan::hosted_objects::attachment_key(att)
+    crate::plan::hosted::hosted_objects::attachment_key(att)
 }
 
 #[cfg(test)]

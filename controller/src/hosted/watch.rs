@@ -15,7 +15,7 @@ use tracing::{debug, warn};
 
 use super::Hosted;
 use crate::crd::InfraClusterAttachment;
-use crate::plan::apps_ingress::vip_of;
+use crate::plan::hosted::apps_ingress::vip_of;
 
 /// What one watch event means for the VIP: `Some(vip)` to record (`None`
 /// inside: no VIP), or no change to make.

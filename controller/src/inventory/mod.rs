@@ -6,7 +6,7 @@
 //! tables) is `oooi-inventory-client`, shared with must-gather. Here:
 //!
 //! - [`poll`]: the controller's loop writing each DHCPServer's pool figures
-//!   and conditions ([`crate::plan::pools`] decides them);
+//!   and conditions ([`crate::plan::dhcp::pools`] decides them);
 //! - [`command`]: `oooi-controller leases` and `leases why`.
 
 pub mod command;

@@ -1,6 +1,6 @@
 //! The controller's inventory poll: every [`EVERY`] (jittered), ask each
 //! DHCPServer's pod for `/pools` and write the bounded summary and the pool
-//! conditions into its status ([`crate::plan::pools`] decides both). A
+//! conditions into its status ([`crate::plan::dhcp::pools`] decides both). A
 //! status that would not change is not written, so a quiet pool costs no
 //! write. A server that does not answer keeps its last figures (the poll
 //! logs and counts why: `oooi_controller_inventory_polls_total`).
@@ -22,7 +22,7 @@ use super::{dhcp_pod_selector, pods_of};
 use crate::cache::cached;
 use crate::crd::{DHCPServer, ServerStatus};
 use crate::plan::dhcp::INVENTORY_TOKEN_KEY;
-use crate::plan::pools::{server_status_with_pools, summarize};
+use crate::plan::dhcp::pools::{server_status_with_pools, summarize};
 use crate::reconcile::Context;
 use crate::reconcile::step::write_status;
 

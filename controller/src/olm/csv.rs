@@ -212,7 +212,7 @@ pub fn deployment_spec(images: &BundleImages) -> Value {
                         "--http-addr=0.0.0.0:8080",
                         "--health-addr=0.0.0.0:8081",
                         "--leader-election=true",
-                        format!("--lease-name={CONTROLLER}"),
+                        format!("--lease-name={}", oooi_vocabulary::labels::LEADER_LEASE),
                         "--openshift-scc=true",
                         "--log-format=json",
                     ],

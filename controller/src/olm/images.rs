@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::plan::images::DefaultImages;
+use crate::plan::infra::images::DefaultImages;
 
 /// One image the bundle ships or references.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

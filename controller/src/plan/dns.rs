@@ -25,16 +25,16 @@ use oooi_dns_config::{
     RawUpstreams, RawView, ViewKind,
 };
 
-use super::attachments::AttachmentOutcome;
-use super::labels::{Component, child_meta, instance_of, selector};
-use super::network::Network;
-use super::network_policy::{DnsPorts, PolicyPeers, dns_policy};
-use super::rolling::replica_placement;
-use super::workload::{
+use crate::crd::{DNSServer, DNSServerSpec, DnsConfigDocument, Infra, ReplicaOf, VlanInterface};
+use crate::plan::infra::attachments::AttachmentOutcome;
+use crate::plan::infra::network::Network;
+use crate::plan::labels::{Component, child_meta, instance_of, selector};
+use crate::plan::network_policy::{DnsPorts, PolicyPeers, dns_policy};
+use crate::plan::workload::rolling::replica_placement;
+use crate::plan::workload::{
     AGENT_HEALTH_PORT, AGENT_METRICS_PORT, AgentPlan, Children, Objects, PodPlan, deployment,
     http_probe, mount, pod_address, port, resources, service_account,
 };
-use crate::crd::{DNSServer, DNSServerSpec, DnsConfigDocument, Infra, ReplicaOf, VlanInterface};
 
 /// Where the config file is mounted.
 pub const CONFIG_DIR: &str = "/etc/oooi-dns";
@@ -106,7 +106,9 @@ pub fn proxy_checks(
             http: Some(HttpUrl {
                 host: format!(
                     "{}.{namespace}.svc",
-                    super::proxy::push_service_name(&Component::Proxy.replica_name(infra_name, i))
+                    crate::plan::proxy::push_service_name(
+                        &Component::Proxy.replica_name(infra_name, i)
+                    )
                 ),
                 port: Some(ready_port),
                 path: "/ready".to_string(),
@@ -231,7 +233,8 @@ pub fn specs(
         .iter()
         .map(|a| network.interface_address(*a))
         .collect();
-    let availability = super::availability::server_availability(infra, Component::Dns, &addresses);
+    let availability =
+        crate::plan::workload::availability::server_availability(infra, Component::Dns, &addresses);
     // With one proxy there is nothing to choose between.
     let checks = match network.proxy.len() {
         0 | 1 => Vec::new(),
@@ -239,7 +242,7 @@ pub fn specs(
             &infra_name,
             infra.metadata.namespace.as_deref().unwrap_or_default(),
             &network.proxy,
-            super::proxy::READY_PORT,
+            crate::plan::proxy::READY_PORT,
         ),
     };
     network
@@ -383,7 +386,7 @@ pub fn children(server: &DNSServer) -> anyhow::Result<Children> {
             resources: resources(server.spec.resources.as_ref(), "10m", "32Mi", "256Mi"),
             fs_group: None,
             placement,
-            tolerations: super::availability::tolerations(
+            tolerations: crate::plan::workload::availability::tolerations(
                 server.spec.availability.node_loss_toleration_seconds,
             ),
             pod_placement: server.spec.placement.clone(),

@@ -1,7 +1,7 @@
 //! Inputs the planners' unit tests share: the Infra network
-//! 192.0.2.0/24 (gateway .1, DHCP .2 with pool .100-.199, DNS .3, proxy .4)
-//! and attachments built from JSON, so serde defaults apply as in the
-//! cluster.
+//! 192.0.2.0/24 (gateway .1, DHCP .2 with pool .100-.199, DNS .3, proxy .4),
+//! the Infra from the tests' one builder ([`crate::testing`]) and
+//! attachments built from JSON, so serde defaults apply as in the cluster.
 
 #![allow(clippy::unwrap_used)]
 
@@ -9,10 +9,13 @@ use std::net::Ipv4Addr;
 
 use serde_json::json;
 
-use super::network::{Ipv4Range, Network};
-use super::observed::ObservedInterface;
-use super::observed::{HostedClusterKey, ObservedCluster, ObservedMachine, ObservedVmi};
 use crate::crd::InfraClusterAttachment;
+use crate::plan::infra::network::{Ipv4Range, Network};
+use crate::plan::infra::observed::ObservedInterface;
+use crate::plan::infra::observed::{
+    HostedClusterKey, ObservedCluster, ObservedMachine, ObservedVmi,
+};
+use crate::testing::InfraBuilder;
 
 /// An address of 192.0.2.0/24.
 pub fn ip(last: u8) -> Ipv4Addr {
@@ -95,25 +98,26 @@ pub fn cluster(machines: Vec<ObservedMachine>, vmis: Vec<ObservedVmi>) -> Observ
     }
 }
 
-/// Infra `infra` in namespace `oooi` on [`network`]'s VLAN (a
-/// NetworkAttachmentDefinition `vlan`), one server per component.
+/// The Infra the planners' unit tests start from: the shared builder's
+/// Infra `vlan` in `oooi` on [`network`]'s VLAN (a NetworkAttachmentDefinition
+/// `vlan`), one server per component, with no upstream resolver listed and
+/// no generation.
+pub fn infra_builder() -> InfraBuilder {
+    InfraBuilder::new()
+        .remove("/metadata/generation")
+        .remove("/spec/networkConfig/dnsServers")
+}
+
+/// [`infra_builder`]'s Infra, named `infra`.
 pub fn infra() -> crate::crd::Infra {
-    serde_json::from_value(json!({
-        "apiVersion": "hostedcluster.densityops.com/v1alpha1",
-        "kind": "Infra",
-        "metadata": {"name": "infra", "namespace": "oooi", "uid": "uid-infra"},
-        "spec": {
-            "networkConfig": {
-                "cidr": "192.0.2.0/24",
-                "gateway": "192.0.2.1",
-                "networkAttachmentDefinition": "vlan",
-            },
-            "infraComponents": {
-                "dhcp": {"serverIP": "192.0.2.2", "rangeStart": "192.0.2.100", "rangeEnd": "192.0.2.199", "image": "dhcp:1"},
-                "dns": {"serverIP": "192.0.2.3", "image": "dns:1"},
-                "proxy": {"serverIP": "192.0.2.4", "image": "envoy:1"},
-            },
-        },
-    }))
-    .unwrap()
+    infra_builder().named("oooi", "infra").build()
+}
+
+/// [`infra_builder`]'s Infra whose DHCP addresses are `addresses`
+/// (`serverIP` and `serverIPs` as given, e.g. `{"serverIPs": [...]}`).
+pub fn infra_with_dhcp(addresses: serde_json::Value) -> crate::crd::Infra {
+    infra_builder()
+        .remove("/spec/infraComponents/dhcp/serverIP")
+        .dhcp(addresses)
+        .build()
 }

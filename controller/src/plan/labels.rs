@@ -56,12 +56,6 @@ impl Component {
 /// one server per address (selects a server's own peer Service).
 pub const SERVER_LABEL: &str = keys::SERVER;
 
-/// Name of the Secret (key `token`) the two DHCP servers of an Infra's pair
-/// authenticate each other with.
-pub fn pair_token_secret_name(infra: &str) -> String {
-    format!("{infra}-dhcp-pair-token")
-}
-
 /// Name of the Secret (key `token`) an Infra's DHCP servers take as the
 /// bearer token of their lease inventory API (one for both servers of a
 /// pair: the controller and `oooi-controller leases` ask either).

@@ -9,46 +9,26 @@
 //!    Infra's and every attachment's conditions).
 //! 2. [`dhcp::children`], [`dns::children`], [`proxy::children`]: one derived
 //!    object → its Deployment, ConfigMap/Secret, ServiceAccount, Services, PVC.
-//! 3. [`rolling::gate`]: whether a replica of a component with several may
+//! 3. [`workload::rolling::gate`]: whether a replica of a component with several may
 //!    take a change that restarts its pod now.
 
-pub mod aggregate;
-pub mod apps_ingress;
-pub mod apps_pools;
-pub mod attachments;
-pub mod availability;
 pub mod conditions;
-pub mod cudn;
 pub mod dhcp;
 pub mod dns;
-pub mod filter;
 #[cfg(test)]
 pub(crate) mod fixtures;
-pub mod hosted_objects;
-pub mod images;
+pub mod hosted;
 pub mod infra;
 pub mod labels;
-pub mod legacy;
 pub mod names;
-pub mod network;
 pub mod network_policy;
-pub mod observed;
-pub mod placement;
-pub mod pod_security;
-pub mod pools;
 pub mod proxy;
-pub mod public_dns;
-pub mod readiness;
-pub mod reservations;
-pub mod resources;
-pub mod rolling;
-pub mod scc;
-pub mod template_hash;
-pub mod workers;
 pub mod workload;
 
-pub use attachments::{AttachmentOutcome, Exclusion};
 pub use conditions::{PlannedCondition, condition_status, merge_conditions};
+pub use infra::attachments::{AttachmentOutcome, Exclusion};
+pub use infra::observed::{
+    HostedClusterKey, Observed, ObservedCluster, ObservedMachine, ObservedVmi,
+};
 pub use infra::{DesiredComponents, InfraPlan, plan_infra};
-pub use observed::{HostedClusterKey, Observed, ObservedCluster, ObservedMachine, ObservedVmi};
 pub use workload::Children;

@@ -46,9 +46,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use oooi_vocabulary::labels as keys;
 
-use super::attachments::AttachmentOutcome;
-use super::labels::{APP_NAME, Component, SERVER_LABEL, child_meta, instance_of, labels, selector};
 use crate::crd::{DHCPServer, DNSServer, ProxyServer};
+use crate::plan::dhcp::pair::PairPartner;
+use crate::plan::infra::attachments::AttachmentOutcome;
+use crate::plan::labels::{
+    APP_NAME, Component, SERVER_LABEL, child_meta, instance_of, labels, selector,
+};
 
 /// Label every controller pod of the chart carries.
 pub const CONTROLLER_COMPONENT: &str = "controller";
@@ -403,23 +406,6 @@ pub fn dns_policy(
             },
         ],
     )
-}
-
-/// The other server of a DHCP pair, as this server's config reaches it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PairPartner {
-    /// The DHCPServer `name` in `namespace`, reached through its peer
-    /// Service (how the controller plans every pair).
-    Server {
-        /// Its name (its pods' [`SERVER_LABEL`]).
-        name: String,
-        /// Its namespace.
-        namespace: String,
-    },
-    /// Reached by address: its pods cannot be told by their labels, so
-    /// every other oooi DHCP pod of the namespace is admitted (the pair
-    /// API still asks for the pair's token).
-    Unnamed,
 }
 
 /// The ports of a DHCPServer's pods on the pod network, as the DHCP planner
@@ -890,24 +876,10 @@ mod tests {
             .collect()
     }
 
-    /// The servers planned from an Infra `vlan` in `oooi` whose DHCP block
-    /// is `dhcp` (YAML flow mapping entries, without the braces), each with
-    /// a uid (as the API server gives it).
-    fn planned(dhcp: &str) -> crate::plan::DesiredComponents {
-        let infra: crate::crd::Infra = serde_saphyr::from_str(&format!(
-            r#"
-apiVersion: hostedcluster.densityops.com/v1alpha1
-kind: Infra
-metadata: {{name: vlan, namespace: oooi, uid: uid-vlan}}
-spec:
-  networkConfig: {{cidr: 192.0.2.0/24, gateway: 192.0.2.1, networkAttachmentDefinition: vlan}}
-  infraComponents:
-    dhcp: {{{dhcp}, rangeStart: 192.0.2.100, rangeEnd: 192.0.2.199, image: dhcp:1}}
-    dns: {{serverIP: 192.0.2.3, image: dns:1}}
-    proxy: {{serverIP: 192.0.2.4, image: envoy:1}}
-"#
-        ))
-        .unwrap();
+    /// The servers planned from the unit tests' Infra whose DHCP addresses
+    /// are `dhcp`, each with a uid (as the API server gives it).
+    fn planned(dhcp: serde_json::Value) -> crate::plan::DesiredComponents {
+        let infra = crate::plan::fixtures::infra_with_dhcp(dhcp);
         let p = crate::plan::plan_infra(&infra, &[], &crate::plan::Observed::default());
         assert!(p.errors.is_empty(), "{:?}", p.errors);
         let mut d = p.desired.unwrap();
@@ -989,7 +961,7 @@ spec:
 
     #[test]
     fn each_dns_port_admits_only_who_needs_it() {
-        let d = planned("serverIP: 192.0.2.2");
+        let d = planned(serde_json::json!({"serverIP": "192.0.2.2"}));
         let dns = &d.dns[0];
         let ports = DnsPorts {
             view: 5353,
@@ -1031,7 +1003,7 @@ spec:
 
     #[test]
     fn each_dhcp_pair_port_admits_only_who_needs_it() {
-        let d = planned("serverIPs: [192.0.2.2, 192.0.2.5]");
+        let d = planned(serde_json::json!({"serverIPs": ["192.0.2.2", "192.0.2.5"]}));
         let scrapers = monitoring();
         for (server, partner) in [(&d.dhcp[0], "vlan-dhcp-2"), (&d.dhcp[1], "vlan-dhcp")] {
             let name = server.metadata.name.clone().unwrap();
@@ -1105,7 +1077,7 @@ spec:
 
     #[test]
     fn a_single_dhcp_server_selects_its_instance_and_opens_no_pair_port() {
-        let d = planned("serverIP: 192.0.2.2");
+        let d = planned(serde_json::json!({"serverIP": "192.0.2.2"}));
         let ports = DhcpPorts {
             metrics: vec![9067],
             health: vec![9070],

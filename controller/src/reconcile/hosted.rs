@@ -29,13 +29,13 @@ use super::{Context, Error, Result};
 use crate::cache::cached;
 use crate::crd::{AppsIngressStatus, InfraClusterAttachment, InfraClusterAttachmentStatus};
 use crate::hosted::{CachedClient, key_of};
-use crate::plan::apps_ingress::{self, Gate, Resolved, phase, reason};
-use crate::plan::hosted_objects::{
+use crate::plan::hosted::apps_ingress::{self, Gate, Resolved, phase, reason};
+use crate::plan::hosted::hosted_objects::{
     self, ATTACHMENT_LABEL, ATTACHMENT_NAMESPACE_LABEL, HostedObject,
 };
+use crate::plan::hosted::public_dns;
 use crate::plan::infra::InfraPlan;
 use crate::plan::labels::INFRA_LABEL;
-use crate::plan::public_dns;
 
 /// Delay before retrying an attachment whose hosted cluster failed.
 pub const RETRY: Duration = Duration::from_secs(20);

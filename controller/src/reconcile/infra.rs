@@ -11,7 +11,7 @@
 //!
 //! When the Infra's network is a ClusterUserDefinedNetwork it asks the
 //! controller to own, that network is created, applied over when it
-//! differs, and one it no longer asks for is deleted ([`crate::plan::cudn`]).
+//! differs, and one it no longer asks for is deleted ([`crate::plan::infra::cudn`]).
 //!
 //! Cleanup (finalizer `hostedcluster.densityops.com/cleanup`): objects the
 //! garbage collector cannot reach because an owner reference cannot cross
@@ -30,13 +30,14 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Resource, ResourceExt};
 
 use super::apply::{Applied, apply, delete_if_present, stamp};
+use super::component::UndecodableStatus;
 use super::step::{Announce, observe_infra, write_status};
 use super::{Context, Error, Result};
 use crate::cache::{Decoded, cached};
@@ -44,14 +45,15 @@ use crate::crd::{
     ComponentsStatus, DHCPServer, DNSServer, DhcpPoolsStatus, FINALIZER, Infra, ProxyServer,
     condition,
 };
+use crate::plan::dhcp::pair::pair_token_secret_name;
+use crate::plan::dhcp::pools;
+use crate::plan::infra::cudn;
+use crate::plan::infra::network::{MAX_DHCP_SERVERS, MAX_REPLICAS};
 use crate::plan::infra::{infra_status, servers_status};
 use crate::plan::labels::{
-    Component, INFRA_LABEL, inventory_token_secret_name, labels, owner_refs,
-    pair_token_secret_name, push_token_secret_name,
+    Component, INFRA_LABEL, inventory_token_secret_name, labels, owner_refs, push_token_secret_name,
 };
-use crate::plan::network::{MAX_DHCP_SERVERS, MAX_REPLICAS};
 use crate::plan::{PlannedCondition, merge_conditions};
-use crate::plan::{cudn, pools};
 
 /// Resync period.
 const RESYNC: Duration = Duration::from_secs(300);
@@ -497,4 +499,16 @@ async fn cleanup(infra: &Infra, ctx: &Context) -> Result<Action> {
     )
     .await;
     Ok(Action::await_change())
+}
+
+impl UndecodableStatus for Infra {
+    type Status = crate::crd::InfraStatus;
+    fn invalid_status(
+        existing: Option<&crate::crd::InfraStatus>,
+        generation: Option<i64>,
+        planned: &[PlannedCondition],
+        now: &Time,
+    ) -> crate::crd::InfraStatus {
+        crate::plan::infra::invalid_infra_status(existing, generation, planned, now)
+    }
 }

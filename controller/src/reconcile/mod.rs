@@ -10,7 +10,7 @@
 //! - [`infra`]: Infra → the derived DHCPServer, DNSServer and ProxyServer
 //!   (planned by [`crate::plan::plan_infra`], owned by the Infra), the push
 //!   token Secret, the ClusterUserDefinedNetwork it asks for
-//!   ([`crate::plan::cudn`]), and the Infra's status; cleanup of what
+//!   ([`crate::plan::infra::cudn`]), and the Infra's status; cleanup of what
 //!   garbage collection cannot reach.
 //! - [`attachment`]: InfraClusterAttachment → its status (from the same
 //!   plan), its control-plane NetworkPolicy and its finalizer; the hosted
@@ -53,7 +53,7 @@ pub struct Settings {
     /// Watch only this namespace.
     pub watch_namespace: Option<String>,
     /// Grant each component's ServiceAccount the OpenShift SCC its pods
-    /// need ([`crate::plan::scc`]).
+    /// need ([`crate::plan::workload::scc`]).
     pub openshift_scc: bool,
     /// The controller's own namespace: the NetworkPolicy of each DHCP, DNS
     /// and proxy server's pods admits the controller's pods there to the
@@ -65,11 +65,11 @@ pub struct Settings {
     /// Where the filter module comes from (filter rollout).
     pub filter_source: crate::rollout::SourceConfig,
     /// Images of components whose Infra names none.
-    pub images: crate::plan::images::DefaultImages,
+    pub images: crate::plan::infra::images::DefaultImages,
     /// Placement of components whose Infra leaves it unset.
-    pub placement: crate::plan::placement::DefaultPlacement,
+    pub placement: crate::plan::workload::placement::DefaultPlacement,
     /// Resources of components whose server leaves them unset.
-    pub resources: crate::plan::resources::DefaultResources,
+    pub resources: crate::plan::workload::resources::DefaultResources,
 }
 
 impl Settings {

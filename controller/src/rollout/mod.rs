@@ -5,14 +5,14 @@
 //!   `--filter-namespace`, key `--filter-key`). [`Rollouts::source_changes`]
 //!   watches it; a new module digest triggers every ProxyServer.
 //! - The ProxyServer reconcile calls [`prepare`]: it reads what the derived
-//!   `<proxy>-filter` ConfigMap holds, picks the target ([`crate::plan::filter::target`]:
+//!   `<proxy>-filter` ConfigMap holds, picks the target ([`crate::plan::proxy::filter::target`]:
 //!   the pinned digest, else the source module), and for a switch runs
 //!   [`oooi_wasm_host::check::check_module`] against the next table of every
 //!   ProxyServer ([`crate::plan::proxy::check_tables`]) on a blocking thread,
 //!   bounded in time and memory. The verdict is cached per module digest (and
 //!   per table digest for passes).
 //!
-//! The decisions themselves are pure and live in [`crate::plan::filter`]
+//! The decisions themselves are pure and live in [`crate::plan::proxy::filter`]
 //! (its types re-exported here); this module holds the I/O around them.
 //! - A module that passed is written with the previous one into the derived
 //!   ConfigMap, which Envoy's config mount projects beside the ECDS files
@@ -33,7 +33,7 @@ use tracing::{info, warn};
 
 use crate::cache::{Stores, cached};
 use crate::crd::ProxyServer;
-use crate::plan::filter as plan;
+use crate::plan::proxy::filter as plan;
 pub use plan::{Deployed, FilterPlan, Module, Target, Verdict};
 
 /// Where the filter module comes from.

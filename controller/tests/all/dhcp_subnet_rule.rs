@@ -2,11 +2,10 @@
 //! that judge them: the controller's Infra check, `render`, and the DHCP
 //! server's config loading. All three must agree on every case.
 
-use crate::plan_support;
-
 use oooi_controller::plan::{Observed, plan_infra};
 use oooi_controller::render::{self, RenderInput};
-use plan_support::infra;
+use oooi_controller::testing::InfraBuilder;
+use serde_json::json;
 
 /// The field a case is wrong in, as each side names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,27 +142,23 @@ const CASES: &[Case] = &[
 /// controller decodes what it reads: the subnet rule applies there (the
 /// field is a `VlanNetwork`), the error naming the field.
 fn infra_of(c: &Case) -> Result<oooi_controller::crd::Infra, String> {
-    let i = infra("oooi", "vlan");
     let [gw, dhcp, dns, proxy] = c.infra;
-    let mut v = serde_json::to_value(&i).expect("an Infra is JSON");
-    v["spec"]["networkConfig"]["cidr"] = c.cidr.into();
-    v["spec"]["networkConfig"]["gateway"] = gw.into();
-    let comps = &mut v["spec"]["infraComponents"];
-    comps["dhcp"]["serverIP"] = dhcp.into();
-    comps["dns"]["serverIP"] = dns.into();
-    comps["proxy"]["serverIP"] = proxy.into();
-    comps["dhcp"]["rangeStart"] = c.range.0.into();
-    comps["dhcp"]["rangeEnd"] = c.range.1.into();
+    let v = InfraBuilder::new()
+        .cidr(c.cidr)
+        .gateway(gw)
+        .dhcp(json!({"serverIP": dhcp}))
+        .dns(json!({"serverIP": dns}))
+        .proxy(json!({"serverIP": proxy}))
+        .dhcp_range(c.range.0, c.range.1)
+        .json();
     oooi_controller::cache::Decoded::<oooi_controller::crd::Infra>::from_value(v)
         .expect("metadata decodes")
         .object
 }
 
-/// The same Infra as a manifest `render` reads.
+/// The standard Infra on the case's CIDR, as a manifest `render` reads.
 fn infra_yaml(c: &Case) -> String {
-    let mut v = serde_json::to_value(infra("oooi", "vlan")).expect("an Infra is JSON");
-    v["spec"]["networkConfig"]["cidr"] = c.cidr.into();
-    serde_json::to_string(&v).expect("JSON")
+    InfraBuilder::new().cidr(c.cidr).yaml()
 }
 
 /// The DHCP server's file for the same case, written by hand.

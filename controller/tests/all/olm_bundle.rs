@@ -5,7 +5,7 @@
 
 use oooi_controller::olm::check::{self, Problem};
 use oooi_controller::olm::{self, BundleImage, BundleImages, BundleInput, csv};
-use oooi_controller::plan::images::DefaultImages;
+use oooi_controller::plan::infra::images::DefaultImages;
 use oooi_controller::render::{self, RenderInput};
 use serde_json::{Value, json};
 

@@ -963,7 +963,7 @@ fn an_attachment_without_its_infra_says_so() {
 
 #[test]
 fn address_ranges_parse_as_ranges_cidrs_or_single_addresses() {
-    use plan::network::Ipv4Range;
+    use plan::infra::network::Ipv4Range;
     let r = Ipv4Range::parse("192.0.2.200-192.0.2.209").unwrap();
     assert_eq!((r.start, r.end), (ip("192.0.2.200"), ip("192.0.2.209")));
     let c = Ipv4Range::parse("192.0.2.208/29").unwrap();

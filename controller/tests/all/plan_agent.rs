@@ -6,34 +6,36 @@
 
 #![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
 
+use crate::plan_support::component_infra;
+
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use oooi_controller::crd::Infra;
-use oooi_controller::plan::pod_security::{Level, level};
+use oooi_controller::plan::workload::pod_security::{Level, level};
+use oooi_controller::plan::workload::scc;
 use oooi_controller::plan::workload::{AGENT_COMMAND, AGENT_CONTAINER, AGENT_HEALTH_PORT};
-use oooi_controller::plan::{Children, Observed, dns, plan_infra, proxy, scc};
+use oooi_controller::plan::{Children, Observed, dns, plan_infra, proxy};
+use serde_json::json;
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 
-fn infra(failover: &str, network: &str) -> Infra {
-    serde_saphyr::from_str(&format!(
-        r#"
-apiVersion: hostedcluster.densityops.com/v1alpha1
-kind: Infra
-metadata: {{name: vlan, namespace: oooi, uid: uid-vlan, generation: 1}}
-spec:
-  networkConfig: {{cidr: 192.0.2.0/24, {network}, dnsServers: [10.0.0.10]}}
-  infraComponents:
-    dhcp: {{serverIP: 192.0.2.2, rangeStart: 192.0.2.100, rangeEnd: 192.0.2.199, image: dhcp:1}}
-    dns: {{serverIPs: [192.0.2.3, 192.0.2.6], image: dns:1}}
-    proxy: {{serverIPs: [192.0.2.4, 192.0.2.7], image: envoy:1}}
-  availability: {{failover: {failover}}}
-"#
-    ))
-    .unwrap()
-}
-
+/// The VLAN's network as the tests name it: a NetworkAttachmentDefinition,
+/// or a ClusterUserDefinedNetwork the controller manages.
 const NAD: &str = "networkAttachmentDefinition: vlan";
 const CUDN: &str = "clusterUserDefinedNetwork: {name: vlan}";
+
+/// Two DNS and two proxy replicas on `network` with `failover`.
+fn infra(failover: &str, network: &str) -> Infra {
+    let b = component_infra()
+        .dns_servers(&["192.0.2.3", "192.0.2.6"])
+        .proxy_servers(&["192.0.2.4", "192.0.2.7"])
+        .failover(failover);
+    match network {
+        NAD => b,
+        CUDN => b.cudn(json!({"name": "vlan"})),
+        other => panic!("no network {other}"),
+    }
+    .build()
+}
 
 /// The children of every DNS and proxy server of `infra`.
 fn children(i: &Infra) -> Vec<Children> {

@@ -472,7 +472,7 @@ fn the_networks_outside_a_vlan_cover_exactly_its_complement() {
 #[test]
 fn render_of_the_lab_manifests_shows_isolation_and_restricted_routes() {
     use oooi_controller::render::{self, RenderInput};
-    let f = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/lab/two-clusters.yaml");
+    let f = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../lab/two-clusters.yaml");
     let mut input = RenderInput::default();
     input.add_file(&f).unwrap();
     let out = render::render(&input, render::OFFLINE_PUSH_TOKEN).unwrap();

@@ -94,21 +94,12 @@ fn the_proxy_policy_opens_its_routing_ports_and_the_agents_metrics_port_with_tak
 /// addresses moving between replicas (`failover: Auto`: the agent's
 /// metrics port on every DNS and proxy pod).
 fn replicated_infra() -> oooi_controller::crd::Infra {
-    serde_saphyr::from_str(
-        r#"
-apiVersion: hostedcluster.densityops.com/v1alpha1
-kind: Infra
-metadata: {name: vlan, namespace: oooi, uid: uid-vlan, generation: 1}
-spec:
-  networkConfig: {cidr: 192.0.2.0/24, networkAttachmentDefinition: vlan, dnsServers: [10.0.0.10]}
-  infraComponents:
-    dhcp: {serverIPs: [192.0.2.2, 192.0.2.5], rangeStart: 192.0.2.100, rangeEnd: 192.0.2.199, image: dhcp:1}
-    dns: {serverIPs: [192.0.2.3, 192.0.2.6], image: dns:1}
-    proxy: {serverIPs: [192.0.2.4, 192.0.2.7], image: envoy:1}
-  availability: {failover: Auto}
-"#,
-    )
-    .expect("fixture Infra parses")
+    component_infra()
+        .dhcp_servers(&["192.0.2.2", "192.0.2.5"])
+        .dns_servers(&["192.0.2.3", "192.0.2.6"])
+        .proxy_servers(&["192.0.2.4", "192.0.2.7"])
+        .failover("Auto")
+        .build()
 }
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
@@ -192,7 +183,7 @@ fn every_pod_network_port_of_each_component_is_in_its_policy() {
         }
         // The pair API and the lease inventory, which the pods' ports list
         // only once they serve it.
-        assert!(open.contains(&tcp(dhcp::PEER_PORT)), "{open:?}");
+        assert!(open.contains(&tcp(dhcp::pair::PEER_PORT)), "{open:?}");
         assert!(open.contains(&tcp(dhcp::INVENTORY_PORT)), "{open:?}");
     }
     for s in &d.dns {

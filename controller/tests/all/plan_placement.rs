@@ -5,44 +5,38 @@
 
 #![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
 
+use crate::plan_support::component_infra;
+
 use k8s_openapi::api::core::v1::PodSpec;
 use oooi_controller::crd::Infra;
-use oooi_controller::plan::placement::{DefaultPlacement, parse_placement};
+use oooi_controller::plan::workload::placement::{DefaultPlacement, parse_placement};
 use oooi_controller::plan::{Children, Observed, dhcp, dns, plan_infra, proxy};
+use serde_json::json;
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 
+/// Two DNS replicas with every placement field, the DHCP lease volume on
+/// a storage class.
 fn infra() -> Infra {
-    serde_saphyr::from_str(
-        r#"
-apiVersion: hostedcluster.densityops.com/v1alpha1
-kind: Infra
-metadata: {name: vlan, namespace: oooi, uid: uid-vlan, generation: 1}
-spec:
-  networkConfig: {cidr: 192.0.2.0/24, networkAttachmentDefinition: vlan, dnsServers: [10.0.0.10]}
-  infraComponents:
-    dhcp: {serverIP: 192.0.2.2, rangeStart: 192.0.2.100, rangeEnd: 192.0.2.199, image: dhcp:1,
-           storageClassName: fast, storageSize: 2Gi}
-    dns:
-      serverIPs: [192.0.2.3, 192.0.2.6]
-      image: dns:1
-      placement:
-        nodeSelector: {vlan.example.com/trunk: "true"}
-        tolerations: [{key: vlan.example.com/dedicated, operator: Exists, effect: NoSchedule}]
-        priorityClassName: system-cluster-critical
-        imagePullSecrets: [{name: dns-pull}]
-        affinity:
-          nodeAffinity:
-            requiredDuringSchedulingIgnoredDuringExecution:
-              nodeSelectorTerms: [{matchExpressions: [{key: zone, operator: In, values: [a, b]}]}]
-          podAntiAffinity:
-            preferredDuringSchedulingIgnoredDuringExecution:
-            - weight: 50
-              podAffinityTerm: {topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app: noisy}}}
-    proxy: {serverIP: 192.0.2.4, image: envoy:1}
-"#,
-    )
-    .unwrap()
+    component_infra()
+        .dhcp(json!({"storageClassName": "fast", "storageSize": "2Gi"}))
+        .dns_servers(&["192.0.2.3", "192.0.2.6"])
+        .dns(json!({"placement": {
+            "nodeSelector": {"vlan.example.com/trunk": "true"},
+            "tolerations": [{"key": "vlan.example.com/dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+            "priorityClassName": "system-cluster-critical",
+            "imagePullSecrets": [{"name": "dns-pull"}],
+            "affinity": {
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}]
+                }},
+                "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+                    "weight": 50,
+                    "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "noisy"}}}
+                }]}
+            }
+        }}))
+        .build()
 }
 
 fn pods(i: &Infra) -> Vec<(String, PodSpec, Children)> {

@@ -10,43 +10,35 @@ use crate::plan_support;
 
 use std::process::Command;
 
-use oooi_controller::crd::{Infra, status};
-use oooi_controller::plan::images::DefaultImages;
+use oooi_controller::crd::status;
+use oooi_controller::plan::infra::images::DefaultImages;
 use oooi_controller::plan::{self, Observed, PlannedCondition};
+use oooi_controller::testing::InfraBuilder;
 use plan_support::{attachment, dns_config, observed};
+use serde_json::json;
 
 /// An Infra as the older API's samples write it: lease time as a duration,
 /// no images, the single-cluster DNS and proxy fields.
-const OLDER_API_INFRA: &str = r#"
-apiVersion: hostedcluster.densityops.com/v1alpha1
-kind: Infra
-metadata: {name: vlan100, namespace: clusters}
-spec:
-  networkConfig:
-    cidr: "198.51.100.0/24"
-    gateway: "198.51.100.1"
-    networkAttachmentDefinition: "tenant-vlan-100"
-    networkAttachmentNamespace: default
-    dnsServers: ["203.0.113.53", "203.0.113.54"]
-  infraComponents:
-    dhcp:
-      enabled: true
-      serverIP: "198.51.100.2"
-      rangeStart: "198.51.100.10"
-      rangeEnd: "198.51.100.250"
-      leaseTime: "1h"
-    dns:
-      enabled: true
-      serverIP: "198.51.100.3"
-      baseDomain: "example.com"
-      clusterName: "mycluster"
-    proxy:
-      enabled: true
-      serverIP: "198.51.100.4"
-      controlPlaneNamespace: "clusters-mycluster"
-      apiServerService: "kube-apiserver"
-      managerImage: "registry.example.com/manager:1"
-"#;
+fn older_api_infra() -> InfraBuilder {
+    InfraBuilder::new()
+        .named("clusters", "vlan100")
+        .remove("/metadata/uid")
+        .remove("/metadata/generation")
+        .subnet("198.51.100")
+        .nad("tenant-vlan-100")
+        .set("/spec/networkConfig/networkAttachmentNamespace", "default")
+        .upstreams(&["203.0.113.53", "203.0.113.54"])
+        .images(None, None, None)
+        .dhcp_range("198.51.100.10", "198.51.100.250")
+        .dhcp(json!({"enabled": true, "leaseTime": "1h"}))
+        .dns(json!({"enabled": true, "baseDomain": "example.com", "clusterName": "mycluster"}))
+        .proxy(json!({
+            "enabled": true,
+            "controlPlaneNamespace": "clusters-mycluster",
+            "apiServerService": "kube-apiserver",
+            "managerImage": "registry.example.com/manager:1",
+        }))
+}
 
 fn chart_images() -> DefaultImages {
     DefaultImages {
@@ -56,12 +48,8 @@ fn chart_images() -> DefaultImages {
     }
 }
 
-fn infra(text: &str) -> Infra {
-    serde_saphyr::from_str(text).expect("Infra parses")
-}
-
-fn plan_of(text: &str) -> plan::InfraPlan {
-    let i = chart_images().apply(&infra(text));
+fn plan_of(infra: InfraBuilder) -> plan::InfraPlan {
+    let i = chart_images().apply(&infra.build());
     plan::plan_infra(&i, &[], &Observed::default())
 }
 
@@ -87,7 +75,7 @@ fn lease_seconds(p: &plan::InfraPlan) -> Option<u32> {
 
 #[test]
 fn an_older_api_infra_plans_with_the_chart_images() {
-    let p = plan_of(OLDER_API_INFRA);
+    let p = plan_of(older_api_infra());
     assert!(p.errors.is_empty(), "{:?}", p.errors);
     let d = p.desired.as_ref().expect("valid");
     assert_eq!(
@@ -100,15 +88,14 @@ fn an_older_api_infra_plans_with_the_chart_images() {
 #[test]
 fn lease_time_is_a_duration_or_seconds() {
     for (written, seconds) in [
-        ("\"1h\"", 3600),
-        ("\"30m\"", 1800),
-        ("\"1h30m\"", 5400),
-        ("\"90s\"", 90),
-        ("\"7200\"", 7200),
-        ("7200", 7200),
+        (json!("1h"), 3600),
+        (json!("30m"), 1800),
+        (json!("1h30m"), 5400),
+        (json!("90s"), 90),
+        (json!("7200"), 7200),
+        (json!(7200), 7200),
     ] {
-        let text = OLDER_API_INFRA.replace("leaseTime: \"1h\"", &format!("leaseTime: {written}"));
-        let p = plan_of(&text);
+        let p = plan_of(older_api_infra().dhcp(json!({"leaseTime": written})));
         assert!(p.errors.is_empty(), "{written}: {:?}", p.errors);
         assert_eq!(lease_seconds(&p), Some(seconds), "{written}");
     }
@@ -117,14 +104,13 @@ fn lease_time_is_a_duration_or_seconds() {
 #[test]
 fn a_bad_lease_time_names_the_field_and_the_value() {
     for (written, says) in [
-        ("\"1d\"", "`1d`"),
-        ("\"h\"", "`h`"),
-        ("\"30m1h\"", "`30m1h`"),
-        ("\"30s\"", "30 seconds is outside 60..=31536000"),
-        ("30", "30 seconds is outside"),
+        (json!("1d"), "`1d`"),
+        (json!("h"), "`h`"),
+        (json!("30m1h"), "`30m1h`"),
+        (json!("30s"), "30 seconds is outside 60..=31536000"),
+        (json!(30), "30 seconds is outside"),
     ] {
-        let text = OLDER_API_INFRA.replace("leaseTime: \"1h\"", &format!("leaseTime: {written}"));
-        let p = plan_of(&text);
+        let p = plan_of(older_api_infra().dhcp(json!({"leaseTime": written})));
         assert!(p.desired.is_none(), "{written} is refused");
         let e = p
             .errors
@@ -137,13 +123,13 @@ fn a_bad_lease_time_names_the_field_and_the_value() {
 
 #[test]
 fn an_unset_lease_time_is_an_hour() {
-    let p = plan_of(&OLDER_API_INFRA.replace("      leaseTime: \"1h\"\n", ""));
+    let p = plan_of(older_api_infra().remove("/spec/infraComponents/dhcp/leaseTime"));
     assert_eq!(lease_seconds(&p), Some(3600));
 }
 
 #[test]
 fn an_unset_image_without_a_chart_default_names_the_field_and_the_flag() {
-    let i = infra(OLDER_API_INFRA);
+    let i = older_api_infra().build();
     let p = plan::plan_infra(&i, &[], &Observed::default());
     assert!(p.desired.is_none());
     for c in ["dhcp", "dns", "proxy"] {
@@ -159,7 +145,7 @@ fn an_unset_image_without_a_chart_default_names_the_field_and_the_flag() {
 
 #[test]
 fn the_single_cluster_fields_are_reported_as_ignored_by_name() {
-    let p = plan_of(OLDER_API_INFRA);
+    let p = plan_of(older_api_infra());
     let c = notice(&p, "LegacyFieldsIgnored");
     assert_eq!(c.status, status::TRUE);
     for field in [
@@ -179,21 +165,9 @@ fn the_single_cluster_fields_are_reported_as_ignored_by_name() {
     );
     // They change nothing that is planned.
     let without = plan_of(
-        &OLDER_API_INFRA
-            .lines()
-            .filter(|l| {
-                ![
-                    "baseDomain",
-                    "clusterName",
-                    "controlPlaneNamespace",
-                    "apiServerService",
-                    "managerImage",
-                ]
-                .iter()
-                .any(|f| l.trim_start().starts_with(f))
-            })
-            .collect::<Vec<_>>()
-            .join("\n"),
+        older_api_infra()
+            .dns(json!({"baseDomain": null, "clusterName": null}))
+            .proxy(json!({"controlPlaneNamespace": null, "apiServerService": null, "managerImage": null})),
     );
     assert_eq!(without.desired, p.desired);
     assert_eq!(
@@ -204,7 +178,7 @@ fn the_single_cluster_fields_are_reported_as_ignored_by_name() {
 
 #[test]
 fn the_ignored_fields_reach_the_infra_status() {
-    let i = chart_images().apply(&infra(OLDER_API_INFRA));
+    let i = chart_images().apply(&older_api_infra().build());
     let p = plan::plan_infra(&i, &[], &Observed::default());
     let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default());
     let st = plan::infra::infra_status(&i, &p, Default::default(), &now);
@@ -225,11 +199,7 @@ fn the_ignored_fields_reach_the_infra_status() {
 
 #[test]
 fn proxy_image_is_refused_naming_image_instead() {
-    let text = OLDER_API_INFRA.replace(
-        "      managerImage:",
-        "      proxyImage: envoyproxy/envoy:v1.36.4\n      managerImage:",
-    );
-    let p = plan_of(&text);
+    let p = plan_of(older_api_infra().proxy(json!({"proxyImage": "envoyproxy/envoy:v1.36.4"})));
     assert!(p.desired.is_none());
     let e = p
         .errors
@@ -250,10 +220,10 @@ fn proxy_image_is_refused_naming_image_instead() {
 
 #[test]
 fn apps_ingress_on_the_infra_is_refused_naming_the_attachment() {
-    let text = format!(
-        "{OLDER_API_INFRA}  appsIngress:\n    enabled: true\n    metallb: {{addressPoolName: apps, ipAddressPoolRange: 198.51.100.180-198.51.100.190}}\n"
-    );
-    let p = plan_of(&text);
+    let p = plan_of(older_api_infra().set(
+        "/spec/appsIngress",
+        json!({"enabled": true, "metallb": {"addressPoolName": "apps", "ipAddressPoolRange": "198.51.100.180-198.51.100.190"}}),
+    ));
     assert!(p.desired.is_none());
     let e = p
         .errors
@@ -269,7 +239,7 @@ fn apps_ingress_on_the_infra_is_refused_naming_the_attachment() {
 
 #[test]
 fn an_unset_gateway_is_the_first_host_of_the_cidr() {
-    let p = plan_of(&OLDER_API_INFRA.replace("    gateway: \"198.51.100.1\"\n", ""));
+    let p = plan_of(older_api_infra().remove("/spec/networkConfig/gateway"));
     assert!(p.errors.is_empty(), "{:?}", p.errors);
     let dhcp = &p
         .desired
@@ -286,10 +256,11 @@ fn an_unset_gateway_is_the_first_host_of_the_cidr() {
 
 #[test]
 fn a_defaulted_gateway_that_a_component_uses_says_it_was_defaulted() {
-    let text = OLDER_API_INFRA
-        .replace("    gateway: \"198.51.100.1\"\n", "")
-        .replace("serverIP: \"198.51.100.4\"", "serverIP: \"198.51.100.1\"");
-    let p = plan_of(&text);
+    let p = plan_of(
+        older_api_infra()
+            .remove("/spec/networkConfig/gateway")
+            .proxy(json!({"serverIP": "198.51.100.1"})),
+    );
     assert!(p.desired.is_none());
     let e = p
         .errors
@@ -307,21 +278,14 @@ fn a_defaulted_gateway_that_a_component_uses_says_it_was_defaulted() {
 
 #[test]
 fn resolv_conf_upstream_means_the_dns_pods_own_resolvers() {
-    let text = OLDER_API_INFRA.replace(
-        "dnsServers: [\"203.0.113.53\", \"203.0.113.54\"]",
-        "dnsServers: [\"203.0.113.53\", resolv.conf]",
-    );
-    let p = plan_of(&text);
+    let p = plan_of(older_api_infra().upstreams(&["203.0.113.53", "resolv.conf"]));
     assert!(p.errors.is_empty(), "{:?}", p.errors);
     let up = &dns_config(&p).upstreams;
     assert_eq!(up.servers, vec!["203.0.113.53:53".parse().unwrap()]);
     assert!(up.resolv_conf);
     assert_eq!(notice(&p, "NoUpstreams").status, status::FALSE);
 
-    let only = plan_of(&OLDER_API_INFRA.replace(
-        "dnsServers: [\"203.0.113.53\", \"203.0.113.54\"]",
-        "dnsServers: [resolv.conf]",
-    ));
+    let only = plan_of(older_api_infra().upstreams(&["resolv.conf"]));
     assert!(dns_config(&only).upstreams.servers.is_empty());
     assert!(dns_config(&only).upstreams.resolv_conf);
     assert_eq!(notice(&only, "NoUpstreams").status, status::FALSE);
@@ -329,7 +293,7 @@ fn resolv_conf_upstream_means_the_dns_pods_own_resolvers() {
 
 #[test]
 fn a_bad_upstream_names_the_entry_and_the_accepted_forms() {
-    let p = plan_of(&OLDER_API_INFRA.replace("\"203.0.113.54\"", "\"resolv\""));
+    let p = plan_of(older_api_infra().upstreams(&["203.0.113.53", "resolv"]));
     let e = p
         .errors
         .iter()
@@ -340,9 +304,7 @@ fn a_bad_upstream_names_the_entry_and_the_accepted_forms() {
 
 #[test]
 fn an_empty_upstream_list_is_reported() {
-    let p = plan_of(
-        &OLDER_API_INFRA.replace("    dnsServers: [\"203.0.113.53\", \"203.0.113.54\"]\n", ""),
-    );
+    let p = plan_of(older_api_infra().remove("/spec/networkConfig/dnsServers"));
     assert!(p.errors.is_empty(), "still valid: {:?}", p.errors);
     let c = notice(&p, "NoUpstreams");
     assert_eq!(c.status, status::TRUE);
@@ -353,12 +315,9 @@ fn an_empty_upstream_list_is_reported() {
     );
     // Without DNS there is nothing to forward.
     let no_dns = plan_of(
-        &OLDER_API_INFRA
-            .replace("    dnsServers: [\"203.0.113.53\", \"203.0.113.54\"]\n", "")
-            .replace(
-                "    dns:\n      enabled: true",
-                "    dns:\n      enabled: false",
-            ),
+        older_api_infra()
+            .remove("/spec/networkConfig/dnsServers")
+            .dns(json!({"enabled": false})),
     );
     assert_eq!(notice(&no_dns, "NoUpstreams").status, status::FALSE);
 }
@@ -424,7 +383,7 @@ fn summary(out: &std::process::Output) -> serde_json::Value {
 
 #[test]
 fn render_of_a_valid_input_exits_zero() {
-    let out = render(&format!("{OLDER_API_INFRA}{ATTACHMENT}"), &[]);
+    let out = render(&format!("{}{ATTACHMENT}", older_api_infra().yaml()), &[]);
     assert!(
         out.status.success(),
         "{}",
@@ -438,7 +397,7 @@ fn render_of_a_valid_input_exits_zero() {
 fn render_of_an_invalid_infra_fails_naming_the_field() {
     let text = format!(
         "{}{ATTACHMENT}",
-        OLDER_API_INFRA.replace("leaseTime: \"1h\"", "leaseTime: \"1d\"")
+        older_api_infra().dhcp(json!({"leaseTime": "1d"})).yaml()
     );
     let out = render(&text, &[]);
     assert!(!out.status.success());
@@ -478,7 +437,8 @@ fn render_with_an_excluded_attachment_fails_naming_it() {
         "name: mycluster, namespace: clusters}\nspec",
         "name: twin, namespace: clusters}\nspec",
     );
-    let out = render(&format!("{OLDER_API_INFRA}{ATTACHMENT}{twin}"), &[]);
+    let infra = older_api_infra().yaml();
+    let out = render(&format!("{infra}{ATTACHMENT}{twin}"), &[]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -487,9 +447,6 @@ fn render_with_an_excluded_attachment_fails_naming_it() {
         ),
         "{err}"
     );
-    let out = render(
-        &format!("{OLDER_API_INFRA}{ATTACHMENT}{twin}"),
-        &["--allow-invalid"],
-    );
+    let out = render(&format!("{infra}{ATTACHMENT}{twin}"), &["--allow-invalid"]);
     assert!(out.status.success());
 }

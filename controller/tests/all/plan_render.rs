@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use oooi_controller::render::{self, RenderInput};
-use serde_json::Value;
+use oooi_controller::testing::InfraBuilder;
+use serde_json::{Value, json};
 
 fn examples() -> Vec<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples");
@@ -432,24 +433,20 @@ fn rendering_twice_gives_the_same_bytes() {
 
 #[test]
 fn an_infra_on_a_managed_localnet_renders_its_cluster_user_defined_network() {
-    let infra = r#"
-apiVersion: hostedcluster.densityops.com/v1alpha1
-kind: Infra
-metadata: {name: vlan100, namespace: oooi}
-spec:
-  networkConfig:
-    cidr: 192.0.2.0/24
-    dnsServers: ["10.0.0.10"]
-    clusterUserDefinedNetwork:
-      name: vlan100
-      localnet: {physicalNetworkName: physnet, vlanId: 100, mtu: 1400}
-  infraComponents:
-    dhcp: {serverIP: 192.0.2.2, rangeStart: 192.0.2.100, rangeEnd: 192.0.2.199, image: "registry.example.com/oooi-dhcp:1"}
-    dns: {serverIP: 192.0.2.3, image: "registry.example.com/oooi-dns:1"}
-    proxy: {serverIP: 192.0.2.4, image: "registry.example.com/envoy:1"}
-"#;
+    let infra = InfraBuilder::new()
+        .named("oooi", "vlan100")
+        .remove("/metadata/uid")
+        .remove("/metadata/generation")
+        .remove("/spec/networkConfig/gateway")
+        .upstreams(&["10.0.0.10"])
+        .cudn(json!({"name": "vlan100", "localnet": {"physicalNetworkName": "physnet", "vlanId": 100, "mtu": 1400}}))
+        .images(
+            Some("registry.example.com/oooi-dhcp:1"),
+            Some("registry.example.com/oooi-dns:1"),
+            Some("registry.example.com/envoy:1"),
+        );
     let mut input = RenderInput::default();
-    input.add_yaml("infra.yaml", infra).unwrap();
+    input.add_yaml("infra.yaml", &infra.yaml()).unwrap();
     let out = render::render(&input, render::OFFLINE_PUSH_TOKEN).unwrap();
     let cudns: Vec<&Value> = out
         .objects
@@ -480,10 +477,10 @@ spec:
     input
         .add_yaml(
             "infra.yaml",
-            &infra.replace(
-                "    clusterUserDefinedNetwork:\n      name: vlan100\n      localnet: {physicalNetworkName: physnet, vlanId: 100, mtu: 1400}\n",
-                "    networkAttachmentDefinition: vlan100\n",
-            ),
+            &infra
+                .remove("/spec/networkConfig/clusterUserDefinedNetwork")
+                .nad("vlan100")
+                .yaml(),
         )
         .unwrap();
     let out = render::render(&input, render::OFFLINE_PUSH_TOKEN).unwrap();

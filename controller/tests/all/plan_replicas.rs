@@ -12,39 +12,28 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use oooi_controller::crd::{DNSServer, Infra, ProxyServer, ReplicaOf};
 use oooi_controller::plan::labels::SERVER_LABEL;
-use oooi_controller::plan::template_hash::{TEMPLATE_HASH_ANNOTATION, template_hash};
+use oooi_controller::plan::workload::template_hash::{TEMPLATE_HASH_ANNOTATION, template_hash};
 use oooi_controller::plan::{self, Children, Observed, plan_infra};
-use plan_support::{attachment, ip, observed};
+use plan_support::{attachment, component_infra, ip, observed};
+use serde_json::{Value, json};
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 
 /// An Infra with `dns` and `proxy` as its DNS and proxy address fields
 /// (failover `Auto`: address takeover on this NetworkAttachmentDefinition).
-fn infra(dns: &str, proxy: &str) -> Infra {
+fn infra(dns: Value, proxy: Value) -> Infra {
     infra_with(dns, proxy, "Auto")
 }
 
 /// [`infra`] with `spec.availability.failover` set to `failover`.
-fn infra_with(dns: &str, proxy: &str, failover: &str) -> Infra {
-    serde_saphyr::from_str(&infra_yaml(dns, proxy, failover)).unwrap()
-}
-
-/// The text of [`infra_with`].
-fn infra_yaml(dns: &str, proxy: &str, failover: &str) -> String {
-    format!(
-        r#"
-apiVersion: hostedcluster.densityops.com/v1alpha1
-kind: Infra
-metadata: {{name: vlan, namespace: oooi, uid: uid-vlan, generation: 1}}
-spec:
-  networkConfig: {{cidr: 192.0.2.0/24, networkAttachmentDefinition: vlan, dnsServers: [10.0.0.10]}}
-  infraComponents:
-    dhcp: {{serverIP: 192.0.2.2, rangeStart: 192.0.2.100, rangeEnd: 192.0.2.199, image: dhcp:1}}
-    dns: {{{dns}, image: dns:1}}
-    proxy: {{{proxy}, image: envoy:1}}
-  availability: {{failover: {failover}}}
-"#
-    )
+fn infra_with(dns: Value, proxy: Value, failover: &str) -> Infra {
+    component_infra()
+        .remove("/spec/infraComponents/dns/serverIP")
+        .remove("/spec/infraComponents/proxy/serverIP")
+        .dns(dns)
+        .proxy(proxy)
+        .failover(failover)
+        .build()
 }
 
 fn plan_of(i: &Infra, workers: &[&str]) -> plan::InfraPlan {
@@ -56,8 +45,8 @@ fn plan_of(i: &Infra, workers: &[&str]) -> plan::InfraPlan {
 fn ha() -> plan::DesiredComponents {
     let p = plan_of(
         &infra(
-            "serverIPs: [192.0.2.3, 192.0.2.6]",
-            "serverIPs: [192.0.2.4, 192.0.2.7, 192.0.2.8]",
+            json!({"serverIPs": ["192.0.2.3", "192.0.2.6"]}),
+            json!({"serverIPs": ["192.0.2.4", "192.0.2.7", "192.0.2.8"]}),
         ),
         &["192.0.2.100"],
     );
@@ -149,8 +138,8 @@ fn with_takeover_every_dns_replica_listens_on_every_dns_address() {
     }
     let off = plan_of(
         &infra_with(
-            "serverIPs: [192.0.2.3, 192.0.2.6]",
-            "serverIPs: [192.0.2.4, 192.0.2.7]",
+            json!({"serverIPs": ["192.0.2.3", "192.0.2.6"]}),
+            json!({"serverIPs": ["192.0.2.4", "192.0.2.7"]}),
             "Off",
         ),
         &[],
@@ -205,7 +194,10 @@ fn every_dns_replica_checks_every_proxy_replica_over_the_pod_network() {
     }
     // One proxy: nothing to choose between, no checks.
     let one = plan_of(
-        &infra("serverIPs: [192.0.2.3, 192.0.2.6]", "serverIP: 192.0.2.4"),
+        &infra(
+            json!({"serverIPs": ["192.0.2.3", "192.0.2.6"]}),
+            json!({"serverIP": "192.0.2.4"}),
+        ),
         &[],
     )
     .desired
@@ -367,9 +359,18 @@ fn proxy_replicas_run_apart_and_each_push_service_names_its_own_pod() {
 
 #[test]
 fn one_address_in_either_form_is_the_single_server_of_before() {
-    let one = plan_of(&infra("serverIP: 192.0.2.3", "serverIP: 192.0.2.4"), &[]);
+    let one = plan_of(
+        &infra(
+            json!({"serverIP": "192.0.2.3"}),
+            json!({"serverIP": "192.0.2.4"}),
+        ),
+        &[],
+    );
     let listed = plan_of(
-        &infra("serverIPs: [192.0.2.3]", "serverIPs: [192.0.2.4]"),
+        &infra(
+            json!({"serverIPs": ["192.0.2.3"]}),
+            json!({"serverIPs": ["192.0.2.4"]}),
+        ),
         &[],
     );
     let (one, listed) = (one.desired.unwrap(), listed.desired.unwrap());
@@ -391,7 +392,7 @@ fn one_address_in_either_form_is_the_single_server_of_before() {
 
 #[test]
 fn replica_addresses_are_one_form_at_most_five_and_distinct() {
-    let errors = |dns: &str, proxy: &str| -> Vec<String> {
+    let errors = |dns: Value, proxy: Value| -> Vec<String> {
         plan_of(&infra(dns, proxy), &[])
             .errors
             .iter()
@@ -400,25 +401,31 @@ fn replica_addresses_are_one_form_at_most_five_and_distinct() {
     };
     assert_eq!(
         errors(
-            "serverIP: 192.0.2.3, serverIPs: [192.0.2.6]",
-            "serverIP: 192.0.2.4"
+            json!({"serverIP": "192.0.2.3", "serverIPs": ["192.0.2.6"]}),
+            json!({"serverIP": "192.0.2.4"})
         ),
         ["spec.infraComponents.dns.serverIPs: set serverIP or serverIPs, not both"]
     );
     assert_eq!(
         errors(
-            "serverIP: 192.0.2.3",
-            "serverIPs: [192.0.2.4, 192.0.2.5, 192.0.2.6, 192.0.2.7, 192.0.2.8, 192.0.2.9]"
+            json!({"serverIP": "192.0.2.3"}),
+            json!({"serverIPs": ["192.0.2.4", "192.0.2.5", "192.0.2.6", "192.0.2.7", "192.0.2.8", "192.0.2.9"]})
         ),
         ["spec.infraComponents.proxy.serverIPs: 6 addresses given, at most 5"]
     );
     assert_eq!(
-        errors("serverIPs: [192.0.2.3, 192.0.2.4]", "serverIP: 192.0.2.4"),
+        errors(
+            json!({"serverIPs": ["192.0.2.3", "192.0.2.4"]}),
+            json!({"serverIP": "192.0.2.4"})
+        ),
         [
             "spec.infraComponents.proxy.serverIP: 192.0.2.4 is already used by spec.infraComponents.dns.serverIPs[1]"
         ]
     );
-    let e = errors("serverIPs: [192.0.2.3, 192.0.2.150]", "serverIP: 192.0.2.4");
+    let e = errors(
+        json!({"serverIPs": ["192.0.2.3", "192.0.2.150"]}),
+        json!({"serverIP": "192.0.2.4"}),
+    );
     assert!(
         e.iter()
             .any(|m| m.contains("contains 192.0.2.150 (spec.infraComponents.dns.serverIPs[1])")),
@@ -426,19 +433,17 @@ fn replica_addresses_are_one_form_at_most_five_and_distinct() {
     );
     // An address that is none is refused when the Infra is read, naming
     // the field, as the controller reads it.
-    let text = infra_yaml(
-        "serverIPs: [192.0.2.3, nope]",
-        "serverIP: 192.0.2.4",
-        "Auto",
-    );
-    let value: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+    let value = component_infra()
+        .remove("/spec/infraComponents/dns/serverIP")
+        .dns(json!({"serverIPs": ["192.0.2.3", "nope"]}))
+        .json();
     let read = oooi_controller::cache::Decoded::<Infra>::from_value(value).unwrap();
     assert_eq!(
         read.object.unwrap_err(),
         "spec.infraComponents.dns.serverIPs[1]: `nope` is not an IPv4 or IPv6 address"
     );
     assert_eq!(
-        errors("enabled: true", "serverIP: 192.0.2.4"),
+        errors(json!({"enabled": true}), json!({"serverIP": "192.0.2.4"})),
         [
             "spec.infraComponents.dns.serverIPs: set serverIP (one server) or serverIPs (one address per server)"
         ]
@@ -452,15 +457,19 @@ fn the_replica_count_changes_no_address_of_the_first() {
     // replica's config and agent name every address, so it is updated
     // after the new one is ready: the rolling gate.)
     let one = plan_of(
-        &infra_with("serverIP: 192.0.2.3", "serverIP: 192.0.2.4", "Off"),
+        &infra_with(
+            json!({"serverIP": "192.0.2.3"}),
+            json!({"serverIP": "192.0.2.4"}),
+            "Off",
+        ),
         &[],
     )
     .desired
     .unwrap();
     let two = plan_of(
         &infra_with(
-            "serverIPs: [192.0.2.3, 192.0.2.6]",
-            "serverIP: 192.0.2.4",
+            json!({"serverIPs": ["192.0.2.3", "192.0.2.6"]}),
+            json!({"serverIP": "192.0.2.4"}),
             "Off",
         ),
         &[],
@@ -478,7 +487,7 @@ fn adding_or_removing_replicas_never_restarts_the_first() {
     // Without address takeover the first replica's pod template (so its
     // pod) is the same alone and among others: growing to three and back
     // restarts nothing that serves.
-    let hashes = |dns: &str, proxy: &str| -> (String, String) {
+    let hashes = |dns: Value, proxy: Value| -> (String, String) {
         let d = plan_of(&infra_with(dns, proxy, "Off"), &[])
             .desired
             .unwrap();
@@ -491,10 +500,13 @@ fn adding_or_removing_replicas_never_restarts_the_first() {
             ),
         )
     };
-    let one = hashes("serverIP: 192.0.2.3", "serverIP: 192.0.2.4");
+    let one = hashes(
+        json!({"serverIP": "192.0.2.3"}),
+        json!({"serverIP": "192.0.2.4"}),
+    );
     let three = hashes(
-        "serverIPs: [192.0.2.3, 192.0.2.6, 192.0.2.9]",
-        "serverIPs: [192.0.2.4, 192.0.2.7, 192.0.2.8]",
+        json!({"serverIPs": ["192.0.2.3", "192.0.2.6", "192.0.2.9"]}),
+        json!({"serverIPs": ["192.0.2.4", "192.0.2.7", "192.0.2.8"]}),
     );
     assert_eq!(one, three);
 }

@@ -7,7 +7,7 @@
 
 use crate::plan_support;
 
-use oooi_controller::plan::scc::{self, BUILT_IN, least_privileged, scc_rbac};
+use oooi_controller::plan::workload::scc::{self, BUILT_IN, least_privileged, scc_rbac};
 use oooi_controller::plan::{Children, Observed, dhcp, dns, plan_infra, proxy};
 use plan_support::*;
 
@@ -102,7 +102,7 @@ fn the_grant_is_a_role_on_one_scc_bound_to_the_components_service_account() {
 
 #[test]
 fn every_component_pod_meets_the_pod_security_restricted_profile() {
-    use oooi_controller::plan::pod_security::{Level, level, restricted_violations};
+    use oooi_controller::plan::workload::pod_security::{Level, level, restricted_violations};
     let (dhcp, dns, envoy) = components();
     for c in [&dhcp, &dns, &envoy] {
         assert_eq!(

@@ -1,7 +1,7 @@
 //! The Pod Security Admission levels docs/installation.md documents per
 //! namespace hold for every pod the controller plans: each Deployment that
 //! `render` prints for the examples is checked with the Pod Security model
-//! (`plan::pod_security`) against the level the docs give its namespace, and
+//! (`plan::workload::pod_security`) against the level the docs give its namespace, and
 //! the namespace label the prerequisites apply is that level.
 
 #![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use oooi_controller::plan::pod_security::{Level, level, restricted_violations};
+use oooi_controller::plan::workload::pod_security::{Level, level, restricted_violations};
 use oooi_controller::render::{self, RenderInput};
 
 fn root() -> PathBuf {

@@ -12,6 +12,7 @@ use crate::mock_api;
 
 use std::time::{Duration, Instant};
 
+use crate::reconcile_support::infra_builder;
 use mock_api::MockApi;
 use oooi_controller::metrics::Metrics;
 use oooi_controller::plan::{Observed, plan_infra};
@@ -20,25 +21,15 @@ use serde_json::{Value, json};
 
 const G: &str = "/apis/hostedcluster.densityops.com/v1alpha1/namespaces/oooi";
 const DEPLOYMENTS: &str = "/apis/apps/v1/namespaces/oooi/deployments";
+/// The images of the Infras here.
+const IMAGES: [Option<&str>; 3] = [Some("oooi-dhcp:1"), Some("oooi-dns:1"), Some("envoy:1")];
 
 /// A valid derived object of `kind` (`dhcp`, `dns` or `proxy`) as the Infra
 /// planner derives it, renamed `name`.
 fn derived(kind: &str, name: &str) -> Value {
-    let infra = serde_json::from_value(json!({
-        "apiVersion": "hostedcluster.densityops.com/v1alpha1", "kind": "Infra",
-        "metadata": {"name": "vlan200", "namespace": "oooi", "uid": "uid-infra"},
-        "spec": {
-            "networkConfig": {"cidr": "198.51.100.0/24", "gateway": "198.51.100.1",
-                              "networkAttachmentDefinition": "vlan200"},
-            "infraComponents": {
-                "dhcp": {"serverIP": "198.51.100.2", "rangeStart": "198.51.100.100",
-                         "rangeEnd": "198.51.100.179", "image": "oooi-dhcp:1"},
-                "dns": {"serverIP": "198.51.100.3", "image": "oooi-dns:1"},
-                "proxy": {"serverIP": "198.51.100.4", "image": "envoy:1"}
-            }
-        }
-    }))
-    .unwrap();
+    let infra = infra_builder()
+        .images(IMAGES[0], IMAGES[1], IMAGES[2])
+        .build();
     let plan = plan_infra(&infra, &[], &Observed::default());
     let d = plan.desired.unwrap();
     let mut v = match kind {
@@ -263,21 +254,13 @@ async fn an_undecodable_infra_reports_invalid_spec_the_others_reconcile_and_its_
     const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/oooi/leases";
     let mock = MockApi::start();
     let infra = |name: &str, cidr: &str| {
-        json!({
-            "apiVersion": "hostedcluster.densityops.com/v1alpha1", "kind": "Infra",
-            "metadata": {"name": name, "namespace": "oooi", "uid": format!("uid-{name}"),
-                         "finalizers": ["hostedcluster.densityops.com/cleanup"]},
-            "spec": {
-                "networkConfig": {"cidr": cidr, "gateway": "198.51.100.1",
-                                  "networkAttachmentDefinition": "vlan200"},
-                "infraComponents": {
-                    "dhcp": {"serverIP": "198.51.100.2", "rangeStart": "198.51.100.100",
-                             "rangeEnd": "198.51.100.179", "image": "oooi-dhcp:1"},
-                    "dns": {"serverIPs": ["198.51.100.3", "198.51.100.13"], "image": "oooi-dns:1"},
-                    "proxy": {"serverIP": "198.51.100.4", "image": "envoy:1"}
-                }
-            }
-        })
+        infra_builder()
+            .named("oooi", name)
+            .cidr(cidr)
+            .dns_servers(&["198.51.100.3", "198.51.100.13"])
+            .images(IMAGES[0], IMAGES[1], IMAGES[2])
+            .merge(json!({"metadata": {"finalizers": ["hostedcluster.densityops.com/cleanup"]}}))
+            .json()
     };
     mock.insert(&format!("{INFRAS}/good"), infra("good", "198.51.100.0/24"));
     mock.insert(&format!("{INFRAS}/old"), infra("old", "198.51.100.7/24"));

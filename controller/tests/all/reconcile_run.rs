@@ -14,27 +14,17 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::reconcile_support::{REGISTRY_IMAGES, infra_builder};
 use mock_api::{MockApi, assert_rbac};
 use serde_json::{Value, json};
 
 const G: &str = "/apis/hostedcluster.densityops.com/v1alpha1/namespaces/oooi";
 const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/oooi-system/leases/oooi-controller";
 
+/// The reconciler tests' Infra with the chart's images.
 fn infra() -> Value {
-    json!({
-        "apiVersion": "hostedcluster.densityops.com/v1alpha1", "kind": "Infra",
-        "metadata": {"name": "vlan200", "namespace": "oooi", "uid": "uid-infra"},
-        "spec": {
-            "networkConfig": {"cidr": "198.51.100.0/24", "gateway": "198.51.100.1",
-                              "networkAttachmentDefinition": "vlan200"},
-            "infraComponents": {
-                "dhcp": {"serverIP": "198.51.100.2", "rangeStart": "198.51.100.100",
-                         "rangeEnd": "198.51.100.179", "image": "registry.example.com/oooi/oooi-dhcp:0.1.0"},
-                "dns": {"serverIP": "198.51.100.3", "image": "registry.example.com/oooi/oooi-dns:0.1.0"},
-                "proxy": {"serverIP": "198.51.100.4", "image": "docker.io/envoyproxy/envoy:v1.40.0"}
-            }
-        }
-    })
+    let [dhcp, dns, proxy] = REGISTRY_IMAGES;
+    infra_builder().images(dhcp, dns, proxy).json()
 }
 
 fn free_port() -> u16 {

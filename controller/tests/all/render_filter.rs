@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use oooi_controller::crd::ProxyServer;
-use oooi_controller::plan::filter::{self as rollout, Deployed, Module, Target, Verdict};
+use oooi_controller::plan::proxy::filter::{self as rollout, Deployed, Module, Target, Verdict};
 use oooi_controller::render::{self, FilterInput, RenderInput};
 use serde_json::Value;
 

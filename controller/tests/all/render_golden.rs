@@ -8,6 +8,8 @@
 //! oooi-controller --test all render_golden` and commits them, so the
 //! review sees the rendered difference beside the code.
 
+#![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -44,7 +46,7 @@ fn inputs() -> Vec<PathBuf> {
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
         .collect();
     files.sort();
-    files.push(root().join("tests/lab/two-clusters.yaml"));
+    files.push(root().join("lab/two-clusters.yaml"));
     files
 }
 

@@ -21,11 +21,9 @@
 //! every Envoy start, so a stale listener file in the pod's emptyDir never
 //! opens the ports of an Envoy that has no table yet.
 
-use std::io::{self, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
-use std::time::Duration;
 
 use serde_json::Value;
 
@@ -204,83 +202,6 @@ pub fn read_listeners(path: &Path) -> Result<Value, Error> {
     })
 }
 
-/// The readiness endpoint of the replica's table API: a plain-HTTP URL with
-/// an IP address or `localhost` as host, e.g. `http://127.0.0.1:9445/ready`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReadyUrl {
-    /// Where to connect.
-    pub addr: SocketAddr,
-    /// The request path.
-    pub path: String,
-}
-
-impl std::str::FromStr for ReadyUrl {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        let rest = s
-            .strip_prefix("http://")
-            .ok_or_else(|| format!("{s:?}: only http:// URLs are supported"))?;
-        let (authority, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], rest[i..].to_string()),
-            None => (rest, "/".to_string()),
-        };
-        let (host, port) = match authority.rsplit_once(':') {
-            Some((h, p)) if !h.is_empty() => (h, p),
-            _ => return Err(format!("{s:?}: the URL needs host:port")),
-        };
-        let port: u16 = port
-            .parse()
-            .map_err(|_| format!("{s:?}: bad port {port:?}"))?;
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let ip: IpAddr = if host == "localhost" {
-            IpAddr::V4(Ipv4Addr::LOCALHOST)
-        } else {
-            host.parse()
-                .map_err(|_| format!("{s:?}: the host must be an IP address or localhost"))?
-        };
-        Ok(ReadyUrl {
-            addr: SocketAddr::new(ip, port),
-            path,
-        })
-    }
-}
-
-/// `GET url` once: the HTTP status code.
-pub fn probe(url: &ReadyUrl, timeout: Duration) -> io::Result<u16> {
-    let mut stream = TcpStream::connect_timeout(&url.addr, timeout)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
-    // One write: `write!` on the socket would send each piece on its own.
-    let request = format!(
-        "GET {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-        url.path, url.addr
-    );
-    stream.write_all(request.as_bytes())?;
-    let mut head = Vec::new();
-    let mut buf = [0u8; 256];
-    while !head.windows(2).any(|w| w == b"\r\n") && head.len() < 4096 {
-        let n = stream.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        head.extend_from_slice(&buf[..n]);
-    }
-    status_of(&head)
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not an HTTP response"))
-}
-
-/// The status code of an HTTP/1.x status line.
-fn status_of(head: &[u8]) -> Option<u16> {
-    let line = head.split(|b| *b == b'\r').next()?;
-    let line = std::str::from_utf8(line).ok()?;
-    let mut parts = line.split(' ');
-    if !parts.next()?.starts_with("HTTP/1.") {
-        return None;
-    }
-    parts.next()?.parse().ok()
-}
-
 /// The exit code that reports `status` the way a shell would: the child's
 /// code, or 128 plus the signal that ended it.
 pub fn exit_code(status: ExitStatus) -> i32 {
@@ -405,56 +326,6 @@ mod tests {
             read_listeners(&missing),
             Err(Error::Invalid { .. })
         ));
-    }
-
-    #[test]
-    fn ready_urls() {
-        let u: ReadyUrl = "http://127.0.0.1:9445/ready".parse().unwrap();
-        assert_eq!(u.addr, "127.0.0.1:9445".parse().unwrap());
-        assert_eq!(u.path, "/ready");
-        let u: ReadyUrl = "http://localhost:80".parse().unwrap();
-        assert_eq!((u.addr.port(), u.path.as_str()), (80, "/"));
-        let u: ReadyUrl = "http://[::1]:9445/ready".parse().unwrap();
-        assert_eq!(u.addr, "[::1]:9445".parse().unwrap());
-        for bad in [
-            "https://127.0.0.1:1/ready",
-            "http://127.0.0.1/ready",
-            "http://proxy:9445/ready",
-            "http://127.0.0.1:99999/",
-            "http://:80/",
-        ] {
-            assert!(bad.parse::<ReadyUrl>().is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn probes_a_status_line() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = ReadyUrl {
-            addr: listener.local_addr().unwrap(),
-            path: "/ready".into(),
-        };
-        let server = std::thread::spawn(move || {
-            for status in ["503 Service Unavailable", "200 OK"] {
-                let (mut s, _) = listener.accept().unwrap();
-                // The whole request head, however the reads split it.
-                let mut req = Vec::new();
-                let mut buf = [0u8; 512];
-                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-                    let n = s.read(&mut buf).unwrap();
-                    assert!(n > 0, "request cut short: {req:?}");
-                    req.extend_from_slice(&buf[..n]);
-                }
-                assert!(req.starts_with(b"GET /ready HTTP/1.1\r\n"));
-                write!(s, "HTTP/1.1 {status}\r\ncontent-length: 0\r\n\r\n").unwrap();
-            }
-        });
-        assert_eq!(probe(&url, Duration::from_secs(2)).unwrap(), 503);
-        assert_eq!(probe(&url, Duration::from_secs(2)).unwrap(), 200);
-        server.join().unwrap();
-        // Nobody listening: the connect fails.
-        assert!(probe(&url, Duration::from_secs(2)).is_err());
-        assert_eq!(status_of(b"garbage\r\n"), None);
     }
 
     #[test]

@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use oooi_envoy_gate::{Gate, Phase, ReadyUrl, exit_code, parse_listeners, probe};
+use oooi_envoy_gate::{Gate, Phase, exit_code, parse_listeners};
+use oooi_process::duration::{parse as duration, parse_nonzero};
+use oooi_process::logs::Logs;
+use oooi_process::ready::{ReadyUrl, probe};
 use oooi_reload::{Outcome, Reloader, Settings};
 
 /// Runs Envoy and keeps its routing listeners closed until the replica holds
@@ -46,7 +49,7 @@ struct Args {
     #[arg(long, env = "OOOI_GATE_READY")]
     ready: ReadyUrl,
     /// How often to ask READY until it answers 200.
-    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "100ms", value_parser = parse_nonzero)]
     poll: Duration,
     /// After SIGTERM or SIGINT, how long the routing listeners keep serving
     /// with the table API closed before the signal reaches the command (0s:
@@ -56,29 +59,6 @@ struct Args {
     /// The command to run (Envoy and its arguments), after `--`.
     #[arg(last = true, required = true, num_args = 1..)]
     command: Vec<String>,
-}
-
-/// `N ms` or `N s` (no space), zero allowed.
-fn duration(s: &str) -> Result<Duration, String> {
-    let (n, unit) = s
-        .find(|c: char| !c.is_ascii_digit())
-        .map(|i| s.split_at(i))
-        .ok_or_else(|| format!("{s:?}: give a unit (ms or s)"))?;
-    let n: u64 = n.parse().map_err(|_| format!("{s:?}: not a duration"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" => Ok(Duration::from_secs(n)),
-        _ => Err(format!("{s:?}: the unit must be ms or s")),
-    }
-}
-
-/// A [`duration`] above zero.
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = duration(s)?;
-    if d.is_zero() {
-        return Err("the interval must be above zero".into());
-    }
-    Ok(d)
 }
 
 /// Signals passed on to the command.
@@ -97,15 +77,7 @@ fn signal_set() -> libc::sigset_t {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        // Colour only on a terminal: container logs are read as plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    Logs::new("info").to_stderr().init();
     let args = Args::parse();
     match run(args) {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),

@@ -9,8 +9,9 @@ use std::net::Ipv4Addr;
 use oooi_controller::crd::{Infra, InfraClusterAttachment};
 use oooi_controller::plan::{
     self, HostedClusterKey, Observed, ObservedCluster, ObservedMachine, ObservedVmi,
-    observed::ObservedInterface,
+    infra::observed::ObservedInterface,
 };
+use oooi_controller::testing::InfraBuilder;
 use oooi_routes::RouteTable;
 
 /// The routing table a plan's proxy would get at generation 1, validated
@@ -35,40 +36,19 @@ pub fn dns_config(p: &plan::InfraPlan) -> &oooi_dns_config::RawConfig {
         .0
 }
 
-/// An Infra `name` in `ns` on 192.0.2.0/24 with every component enabled.
+/// The tests' standard Infra ([`InfraBuilder::new`]: 192.0.2.0/24, every
+/// component enabled) named `name` in `ns`.
 pub fn infra(ns: &str, name: &str) -> Infra {
-    infra_yaml(ns, name, "")
+    InfraBuilder::new().named(ns, name).build()
 }
 
-/// An Infra with `extra` appended under `spec.infraComponents.proxy` (indent 6).
-pub fn infra_yaml(ns: &str, name: &str, proxy_extra: &str) -> Infra {
-    let text = format!(
-        r#"
-apiVersion: hostedcluster.densityops.com/v1alpha1
-kind: Infra
-metadata: {{name: {name}, namespace: {ns}, uid: "uid-{name}", generation: 3}}
-spec:
-  networkConfig:
-    cidr: 192.0.2.0/24
-    gateway: 192.0.2.1
-    networkAttachmentDefinition: vlan
-    dnsServers: ["10.0.0.10", "10.0.0.11:5353"]
-  infraComponents:
-    dhcp:
-      serverIP: 192.0.2.2
-      rangeStart: 192.0.2.100
-      rangeEnd: 192.0.2.199
-      image: dhcp:1
-    dns:
-      serverIP: 192.0.2.3
-      image: dns:1
-    proxy:
-      serverIP: 192.0.2.4
-      image: envoy:1
-{proxy_extra}
-"#
-    );
-    serde_saphyr::from_str(&text).expect("fixture Infra parses")
+/// The Infra the component tests vary (`vlan` in `oooi` at generation 1,
+/// the gateway left to default, one upstream resolver), as a builder.
+pub fn component_infra() -> InfraBuilder {
+    InfraBuilder::new()
+        .generation(1)
+        .remove("/spec/networkConfig/gateway")
+        .upstreams(&["10.0.0.10"])
 }
 
 /// An attachment `name` of HostedCluster `clusters/<hc>` with domain `<hc>.example.com`.

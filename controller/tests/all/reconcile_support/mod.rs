@@ -15,6 +15,7 @@ use oooi_controller::cache::{StoreWriters, Stores};
 use oooi_controller::metrics::Metrics;
 use oooi_controller::observe::{Discovered, Observations};
 use oooi_controller::reconcile::{Context, Settings};
+use oooi_controller::testing::InfraBuilder;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
@@ -119,28 +120,40 @@ pub fn att_path(name: &str) -> String {
     format!("{G}/infraclusterattachments/{name}")
 }
 
-/// The Infra `vlan200` on 198.51.100.0/24 at `generation` (its DHCP lease
-/// time is 3600 s times the generation, so each generation plans another
-/// DHCP config).
+/// The Infra `vlan200` (uid `uid-infra`) the reconciler tests read: on
+/// 198.51.100.0/24 with the pool .100-.179, its NetworkAttachmentDefinition
+/// `vlan200`, no upstream resolver listed, no generation.
+pub fn infra_builder() -> InfraBuilder {
+    InfraBuilder::new()
+        .named(NS, "vlan200")
+        .uid("uid-infra")
+        .remove("/metadata/generation")
+        .subnet("198.51.100")
+        .dhcp_range("198.51.100.100", "198.51.100.179")
+        .nad("vlan200")
+        .remove("/spec/networkConfig/dnsServers")
+}
+
+/// The images of the chart's defaults.
+pub const REGISTRY_IMAGES: [Option<&str>; 3] = [
+    Some("registry.example.com/oooi/oooi-dhcp:0.1.0"),
+    Some("registry.example.com/oooi/oooi-dns:0.1.0"),
+    Some("docker.io/envoyproxy/envoy:v1.40.0"),
+];
+
+/// The Infra `vlan200` at `generation` (its DHCP lease time is 3600 s times
+/// the generation, so each generation plans another DHCP config), with the
+/// chart's images, one upstream resolver and the NetworkAttachmentDefinition
+/// in namespace `default`.
 pub fn infra_json(generation: i64) -> Value {
-    json!({
-        "apiVersion": "hostedcluster.densityops.com/v1alpha1", "kind": "Infra",
-        "metadata": {"name": "vlan200", "namespace": NS, "uid": "uid-infra", "generation": generation},
-        "spec": {
-            "networkConfig": {
-                "cidr": "198.51.100.0/24", "gateway": "198.51.100.1",
-                "networkAttachmentDefinition": "vlan200", "networkAttachmentNamespace": "default",
-                "dnsServers": ["10.0.0.10"]
-            },
-            "infraComponents": {
-                "dhcp": {"serverIP": "198.51.100.2", "rangeStart": "198.51.100.100",
-                         "rangeEnd": "198.51.100.179", "leaseTime": 3600 * generation,
-                         "image": "registry.example.com/oooi/oooi-dhcp:0.1.0"},
-                "dns": {"serverIP": "198.51.100.3", "image": "registry.example.com/oooi/oooi-dns:0.1.0"},
-                "proxy": {"serverIP": "198.51.100.4", "image": "docker.io/envoyproxy/envoy:v1.40.0"}
-            }
-        }
-    })
+    let [dhcp, dns, proxy] = REGISTRY_IMAGES;
+    infra_builder()
+        .generation(generation)
+        .set("/spec/networkConfig/networkAttachmentNamespace", "default")
+        .upstreams(&["10.0.0.10"])
+        .dhcp(json!({"leaseTime": 3600 * generation}))
+        .images(dhcp, dns, proxy)
+        .json()
 }
 
 /// The attachment `name` of the hosted cluster `clusters/name` to
