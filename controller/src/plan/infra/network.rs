@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use ipnet::Ipv4Net;
 use oooi_dhcp_config::Subnet;
-use oooi_vocabulary::{FieldError, InterfaceAddress, IpAddress, VlanNetwork};
+use oooi_vocabulary::{FieldError, InterfaceAddress, IpAddress, VlanNetwork, observed_address};
 
 use crate::crd::Infra;
 
@@ -110,6 +110,19 @@ impl Network {
     /// True when `a` is a host address of the VLAN (not network, not broadcast).
     pub fn is_host(&self, a: Ipv4Addr) -> bool {
         self.cidr.is_host(IpAddr::V4(a))
+    }
+
+    /// An address another project reports (a VMI's interface, a Machine's
+    /// address: bare or `ip/prefix`, see [`observed_address`]) when it is a
+    /// host of the VLAN and no infra address: a worker's.
+    pub fn worker_host(&self, reported: &str) -> Option<Ipv4Addr> {
+        let a = observed_address(reported)?;
+        if !self.cidr.is_host(a) {
+            return None;
+        }
+        // The VLAN is IPv4 (its rule), so each of its hosts is.
+        let IpAddr::V4(a) = a else { return None };
+        (!self.infra_addresses().contains(&a)).then_some(a)
     }
 }
 

@@ -68,7 +68,6 @@ pub fn reservations(
     let Some(cluster) = observed.clusters.get(hc) else {
         return Vec::new();
     };
-    let infra = network.infra_addresses();
     let mut out = Vec::new();
     for vmi in &cluster.vmis {
         for iface in &vmi.interfaces {
@@ -78,8 +77,7 @@ pub fn reservations(
             let ip = iface
                 .ip_addresses
                 .iter()
-                .filter_map(|s| s.trim().split('/').next()?.parse::<Ipv4Addr>().ok())
-                .find(|a| network.is_host(*a) && !infra.contains(a));
+                .find_map(|s| network.worker_host(s));
             if let Some(ip) = ip {
                 let hostname = is_dns_label(&vmi.name).then(|| vmi.name.clone());
                 out.push(Reservation {

@@ -20,11 +20,7 @@ pub fn worker_addresses(
     let Some(cluster) = observed.clusters.get(hc) else {
         return Vec::new();
     };
-    let infra = network.infra_addresses();
-    let usable = |s: &str| -> Option<Ipv4Addr> {
-        let a: Ipv4Addr = s.trim().split('/').next()?.parse().ok()?;
-        (network.is_host(a) && !infra.contains(&a)).then_some(a)
-    };
+    let usable = |s: &str| network.worker_host(s);
     let mut out = BTreeSet::new();
     let mut covered = BTreeSet::new();
     for m in &cluster.machines {
