@@ -10,6 +10,8 @@
 //!   writes it; [`InterfaceAddress`]: an address with its prefix length;
 //!   [`observed_address`]: the one reading of an address other projects'
 //!   status reports.
+//! - [`AddressRange`]: an inclusive range of addresses of one family (a
+//!   DHCP or MetalLB pool).
 //! - [`Cidr`]: any IP network with no host bits, as the routing table
 //!   matches source addresses.
 //! - [`FieldError`]: a bad value and the dotted path of its field, the one
@@ -25,6 +27,7 @@ mod error;
 mod interface;
 pub mod labels;
 mod network;
+mod range;
 
 #[cfg(feature = "schema")]
 pub use address::MAX_ADDRESS_LEN;
@@ -34,3 +37,4 @@ pub use cidr::{Cidr, addr_bits, mask_bits};
 pub use error::FieldError;
 pub use interface::InterfaceAddress;
 pub use network::{IPV6_VLAN_REFUSED, MAX_PREFIX_LEN_V4, VLAN_NETWORK_CEL_RULE, VlanNetwork};
+pub use range::AddressRange;
