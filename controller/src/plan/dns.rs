@@ -80,7 +80,7 @@ pub struct Listen {
     /// address when addresses move between replicas (the agent adds a
     /// taken address while the server runs; oooi-dns binds them all in
     /// advance).
-    pub vlan: Vec<Ipv4Addr>,
+    pub vlan: Vec<IpAddr>,
     /// The health check of each proxy address.
     pub proxy_checks: Vec<RawHealthCheck>,
 }
@@ -94,14 +94,14 @@ pub struct Listen {
 pub fn proxy_checks(
     infra_name: &str,
     namespace: &str,
-    proxies: &[Ipv4Addr],
+    proxies: &[IpAddr],
     ready_port: u16,
 ) -> Vec<RawHealthCheck> {
     proxies
         .iter()
         .enumerate()
         .map(|(i, ip)| RawHealthCheck {
-            address: IpAddr::V4(*ip),
+            address: *ip,
             tcp: None,
             http: Some(HttpUrl {
                 host: format!(
@@ -139,7 +139,7 @@ pub fn config_for(
     internal_proxy: Option<Ipv4Addr>,
     listen: &Listen,
 ) -> Option<RawConfig> {
-    let proxies: Vec<IpAddr> = network.proxy.iter().copied().map(IpAddr::V4).collect();
+    let proxies: Vec<IpAddr> = network.proxy.clone();
     let clusters = match proxies.is_empty() {
         false => attachments
             .iter()

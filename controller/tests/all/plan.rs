@@ -961,20 +961,6 @@ fn an_attachment_without_its_infra_says_so() {
     assert!(accepted.message.contains("spec.infraRef"));
 }
 
-#[test]
-fn address_ranges_parse_as_ranges_cidrs_or_single_addresses() {
-    use plan::infra::network::Ipv4Range;
-    let r = Ipv4Range::parse("192.0.2.200-192.0.2.209").unwrap();
-    assert_eq!((r.start, r.end), (ip("192.0.2.200"), ip("192.0.2.209")));
-    let c = Ipv4Range::parse("192.0.2.208/29").unwrap();
-    assert_eq!((c.start, c.end), (ip("192.0.2.208"), ip("192.0.2.215")));
-    assert!(r.overlaps(&c) && c.overlaps(&r));
-    let one = Ipv4Range::parse("192.0.2.7").unwrap();
-    assert!(one.contains(ip("192.0.2.7")) && !one.overlaps(&r));
-    assert_eq!(Ipv4Range::parse("192.0.2.9-192.0.2.1"), None);
-    assert_eq!(Ipv4Range::parse("apps"), None);
-}
-
 // ---- The alias paths, from the product's promise: "The hostname-SNI alias
 // path uses port 443; the IP-based Kubernetes Service path uses port 6443
 // without SNI. Both are omitted while the address data is unavailable." ----

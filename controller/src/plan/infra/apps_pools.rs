@@ -3,11 +3,13 @@
 //! other attachments' ranges. A bad pool is reported on its attachment (it
 //! does not exclude the attachment).
 
-use oooi_vocabulary::FieldError;
+use std::net::IpAddr;
+
+use oooi_vocabulary::{AddressRange, FieldError};
 
 use crate::crd::InfraClusterAttachment;
 use crate::plan::infra::attachments::AttachmentOutcome;
-use crate::plan::infra::network::{Ipv4Range, Network};
+use crate::plan::infra::network::Network;
 use crate::plan::infra::observed::Observed;
 
 /// Checks the pools of `selected` (in the order of `outcomes`): inside the CIDR, outside the DHCP pool and the infra
@@ -20,7 +22,7 @@ pub fn check_apps_pools(
     outcomes: &mut [AttachmentOutcome],
     observed: &Observed,
 ) {
-    let mut taken: Vec<(usize, Ipv4Range, String)> = Vec::new();
+    let mut taken: Vec<(usize, AddressRange, String)> = Vec::new();
     for (i, att) in selected.iter().enumerate() {
         let Some(apps) = att.spec.apps_ingress.as_ref().filter(|a| a.enabled) else {
             continue;
@@ -31,14 +33,14 @@ pub fn check_apps_pools(
         let mut errors = Vec::new();
         for (j, s) in apps.metallb.addresses.iter().enumerate() {
             let field = format!("spec.appsIngress.metallb.addresses[{j}]");
-            let Some(range) = Ipv4Range::parse(s) else {
+            let Some(range) = AddressRange::parse(s) else {
                 errors.push(FieldError::new(
                     field,
                     format!("`{s}` is not a range or CIDR"),
                 ));
                 continue;
             };
-            if !network.is_host(range.start) || !network.is_host(range.end) {
+            if !network.is_host(range.start()) || !network.is_host(range.end()) {
                 errors.push(FieldError::new(
                     field,
                     format!("{range} is not inside {}", network.cidr),
@@ -79,7 +81,7 @@ pub fn check_apps_pools(
             .clusters
             .get(&outcomes[i].hosted_cluster)
             .and_then(|c| c.apps_vip)
-            .filter(|v| network.is_host(*v));
+            .filter(|v| network.is_host(IpAddr::V4(*v)));
         outcomes[i].apps_vip = vip;
         outcomes[i].apps_to_pods = vip.is_some() && apps.publish_to_pod_network;
         outcomes[i].apps_ingress_errors = errors;

@@ -1,62 +1,14 @@
 //! The Infra's network, parsed once, with the cross-field checks the schema
 //! cannot express. Every problem names the field (`spec.…`) and the value.
 
-use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 
-use ipnet::Ipv4Net;
 use oooi_dhcp_config::Subnet;
-use oooi_vocabulary::{FieldError, InterfaceAddress, IpAddress, VlanNetwork, observed_address};
+use oooi_vocabulary::{
+    AddressRange, FieldError, InterfaceAddress, IpAddress, VlanNetwork, observed_address,
+};
 
 use crate::crd::Infra;
-
-/// An inclusive IPv4 range.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ipv4Range {
-    /// First address.
-    pub start: Ipv4Addr,
-    /// Last address (inclusive).
-    pub end: Ipv4Addr,
-}
-
-impl Ipv4Range {
-    /// True when `a` lies in the range.
-    pub fn contains(&self, a: Ipv4Addr) -> bool {
-        self.start <= a && a <= self.end
-    }
-
-    /// True when the two ranges share an address.
-    pub fn overlaps(&self, other: &Ipv4Range) -> bool {
-        self.start <= other.end && other.start <= self.end
-    }
-
-    /// Parses `a.b.c.d-e.f.g.h`, a CIDR (its host addresses when the prefix
-    /// is below /31) or a single address.
-    pub fn parse(s: &str) -> Option<Ipv4Range> {
-        let s = s.trim();
-        if let Some((a, b)) = s.split_once('-') {
-            let start: Ipv4Addr = a.trim().parse().ok()?;
-            let end: Ipv4Addr = b.trim().parse().ok()?;
-            return (start <= end).then_some(Ipv4Range { start, end });
-        }
-        if s.contains('/') {
-            let net: Ipv4Net = s.parse().ok()?;
-            let net = net.trunc();
-            return Some(Ipv4Range {
-                start: net.network(),
-                end: net.broadcast(),
-            });
-        }
-        let a: Ipv4Addr = s.parse().ok()?;
-        Some(Ipv4Range { start: a, end: a })
-    }
-}
-
-impl fmt::Display for Ipv4Range {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}-{}", self.start, self.end)
-    }
-}
 
 /// The Infra's network after every check.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,7 +16,7 @@ pub struct Network {
     /// The VLAN.
     pub cidr: VlanNetwork,
     /// Its gateway.
-    pub gateway: Ipv4Addr,
+    pub gateway: IpAddr,
     /// NetworkAttachmentDefinition name.
     pub nad: String,
     /// NetworkAttachmentDefinition namespace (defaulted to the Infra's).
@@ -75,31 +27,31 @@ pub struct Network {
     pub resolv_conf: bool,
     /// DHCP server addresses (one per server: two for a pair) and the
     /// pool, when DHCP is enabled.
-    pub dhcp: Option<(Vec<Ipv4Addr>, Ipv4Range)>,
+    pub dhcp: Option<(Vec<IpAddr>, AddressRange)>,
     /// DNS replica addresses, in the Infra's order (empty when DNS is
     /// disabled).
-    pub dns: Vec<Ipv4Addr>,
+    pub dns: Vec<IpAddr>,
     /// Proxy replica addresses, in the Infra's order (empty when the proxy
     /// is disabled).
-    pub proxy: Vec<Ipv4Addr>,
+    pub proxy: Vec<IpAddr>,
 }
 
 impl Network {
     /// `ip/prefix` with the VLAN's own prefix length, for the Multus annotation.
-    pub fn with_prefix(&self, ip: Ipv4Addr) -> String {
+    pub fn with_prefix(&self, ip: IpAddr) -> String {
         self.interface_address(ip).to_string()
     }
 
     /// `ip` with the VLAN's own prefix length: a server's VLAN interface.
-    pub fn interface_address(&self, ip: Ipv4Addr) -> InterfaceAddress {
-        // An IPv4 VLAN's prefix is at most /29 (the rule): never the
-        // fallback.
-        InterfaceAddress::new(IpAddr::V4(ip), self.cidr.prefix_len())
-            .unwrap_or_else(|_| InterfaceAddress::host(IpAddr::V4(ip)))
+    pub fn interface_address(&self, ip: IpAddr) -> InterfaceAddress {
+        // Every address here is a host of the VLAN, so of its family, and
+        // the VLAN's prefix fits that family: never the fallback.
+        InterfaceAddress::new(ip, self.cidr.prefix_len())
+            .unwrap_or_else(|_| InterfaceAddress::host(ip))
     }
 
     /// Every infra address: gateway and the enabled components.
-    pub fn infra_addresses(&self) -> Vec<Ipv4Addr> {
+    pub fn infra_addresses(&self) -> Vec<IpAddr> {
         let mut out = vec![self.gateway];
         out.extend(self.dhcp.iter().flat_map(|d| d.0.iter().copied()));
         out.extend(self.dns.iter().copied());
@@ -108,21 +60,16 @@ impl Network {
     }
 
     /// True when `a` is a host address of the VLAN (not network, not broadcast).
-    pub fn is_host(&self, a: Ipv4Addr) -> bool {
-        self.cidr.is_host(IpAddr::V4(a))
+    pub fn is_host(&self, a: IpAddr) -> bool {
+        self.cidr.is_host(a)
     }
 
     /// An address another project reports (a VMI's interface, a Machine's
     /// address: bare or `ip/prefix`, see [`observed_address`]) when it is a
     /// host of the VLAN and no infra address: a worker's.
-    pub fn worker_host(&self, reported: &str) -> Option<Ipv4Addr> {
+    pub fn worker_host(&self, reported: &str) -> Option<IpAddr> {
         let a = observed_address(reported)?;
-        if !self.cidr.is_host(a) {
-            return None;
-        }
-        // The VLAN is IPv4 (its rule), so each of its hosts is.
-        let IpAddr::V4(a) = a else { return None };
-        (!self.infra_addresses().contains(&a)).then_some(a)
+        (self.cidr.is_host(a) && !self.infra_addresses().contains(&a)).then_some(a)
     }
 }
 
@@ -219,11 +166,10 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
         &comps.proxy.server_ips,
         MAX_REPLICAS,
     );
-    // A host of the VLAN, narrowed to the family the servers speak today
-    // (the VLAN is IPv4, so every host of it is).
-    let mut host = |field: &str, a: IpAddress| -> Option<Ipv4Addr> {
+    // A host of the VLAN (so of its family).
+    let mut host = |field: &str, a: IpAddress| -> Option<IpAddr> {
         match cidr.check_host(field, a.ip()) {
-            Ok(()) => a.v4(),
+            Ok(()) => Some(a.ip()),
             Err(e) => {
                 errors.push(e);
                 None
@@ -239,10 +185,10 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
         ),
         None => (
             "spec.networkConfig.gateway (unset: the first host of the CIDR)",
-            IpAddress::from(cidr.first_host()).v4(),
+            Some(cidr.first_host()),
         ),
     };
-    let mut hosts = |fields: Vec<(String, IpAddress)>| -> Vec<(String, Option<Ipv4Addr>)> {
+    let mut hosts = |fields: Vec<(String, IpAddress)>| -> Vec<(String, Option<IpAddr>)> {
         fields
             .into_iter()
             .map(|(field, a)| {
@@ -267,7 +213,7 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
 
     // Infra addresses must be distinct: two components on one address would
     // fight over ARP on the VLAN.
-    let mut named: Vec<(String, Option<Ipv4Addr>)> = vec![(gateway_field.to_string(), gateway)];
+    let mut named: Vec<(String, Option<IpAddr>)> = vec![(gateway_field.to_string(), gateway)];
     named.extend(dhcp_ips.iter().cloned());
     named.extend(dns_ips.iter().cloned());
     named.extend(proxy_ips.iter().cloned());
@@ -283,10 +229,9 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
 
     let mut pool = None;
     if let Some((Some(start), Some(end))) = range {
-        if let Err(e) = cidr.check_pool(start_field, start.into(), end_field, end.into()) {
+        if let Err(e) = cidr.check_pool(start_field, start, end_field, end) {
             errors.push(e);
-        } else {
-            let range = Ipv4Range { start, end };
+        } else if let Some(range) = AddressRange::new(start, end) {
             for (field, a) in &named {
                 if let Some(a) = *a
                     && range.contains(a)

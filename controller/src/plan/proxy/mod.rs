@@ -150,7 +150,7 @@ pub fn outside(cidr: Ipv4Net) -> Vec<Cidr> {
 pub fn strict_sources(network: &Network, a: &AttachmentOutcome) -> Vec<Cidr> {
     a.worker_addresses
         .iter()
-        .filter_map(|w| Cidr::new(IpAddr::V4(*w), 32).ok())
+        .map(|w| Cidr::host(*w))
         .chain(network.cidr.v4().map(outside).unwrap_or_default())
         .collect()
 }
@@ -209,21 +209,19 @@ pub fn routes(network: &Network, attachments: &[AttachmentOutcome]) -> Vec<Route
         }
         let api = apiserver_upstream(a);
         for w in &a.worker_addresses {
-            // A /32 of a valid IPv4 address is always a valid CIDR.
-            if let Ok(cidr) = Cidr::new(IpAddr::V4(*w), 32) {
-                out.push(Route {
-                    port: ALIAS_PORT,
-                    matches: RouteMatch::Source(cidr),
-                    upstream: api.clone(),
-                    owner: owner.clone(),
-                });
-                out.push(Route {
-                    port: ALIAS_SNI_PORT,
-                    matches: RouteMatch::AliasSource(cidr),
-                    upstream: api.clone(),
-                    owner: owner.clone(),
-                });
-            }
+            let cidr = Cidr::host(*w);
+            out.push(Route {
+                port: ALIAS_PORT,
+                matches: RouteMatch::Source(cidr),
+                upstream: api.clone(),
+                owner: owner.clone(),
+            });
+            out.push(Route {
+                port: ALIAS_SNI_PORT,
+                matches: RouteMatch::AliasSource(cidr),
+                upstream: api.clone(),
+                owner: owner.clone(),
+            });
         }
     }
     out
