@@ -12,10 +12,11 @@
 #![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use oooi_flood::{Flood, Shape, Watch, get, in_netns, mib, sample};
+use oooi_flood::{Bounds, Shape, Siege, get, in_netns};
 
 /// The agent container's memory limit is 64 MiB (the controller's
 /// workload plan); a third of it left for the kernel's socket buffers and
@@ -89,11 +90,10 @@ fn a_flood_of_the_metrics_port_keeps_the_agents_memory_and_connections_bounded()
         assert!(Instant::now() < deadline, "the agent never served /healthz");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let baseline = sample(pid).unwrap();
-
-    let watch = Watch::start(pid);
-    let flood = Flood::start_in_netns(
-        &netns,
+    let siege = Siege::start(
+        "oooi-addr-agent, metrics port",
+        pid,
+        Some(Path::new(&netns)),
         metrics,
         Shape {
             unfinished_heads: 1000,
@@ -101,56 +101,24 @@ fn a_flood_of_the_metrics_port_keeps_the_agents_memory_and_connections_bounded()
             ..Shape::default()
         },
     );
-    let started = Instant::now();
-    while flood.tally().closed_by_server < 3000 {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the flood never got going: {:?}",
-            flood.tally()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    siege.until_closed(3000, Duration::from_secs(60));
     // The liveness probe, on the health listener, past the 5 s head
-    // timeout: 40 of them, 150 ms apart. The same probe on the metrics
-    // listener is printed for comparison, not asserted (whether it finds
-    // one of the flood's slots free is a race).
-    let (mut probes, mut healthy, mut healthy_on_metrics) = (0, 0, 0);
-    while probes < 40 {
-        probes += 1;
-        if healthz(&netns, health) == Some(200) {
-            healthy += 1;
-        }
-        if healthz(&netns, metrics) == Some(200) {
-            healthy_on_metrics += 1;
-        }
-        std::thread::sleep(Duration::from_millis(150));
-    }
-    let tally = flood.stop();
-    let peaks = watch.stop();
-    println!(
-        "oooi-addr-agent, metrics port flooded for {:.1} s ({tally:?}): RSS {:.1} -> peak {:.1} MiB, \
-         sockets {} -> peak {}; /healthz on the health listener {healthy}/{probes}, \
-         on the metrics listener {healthy_on_metrics}/{probes}",
-        started.elapsed().as_secs_f64(),
-        mib(baseline.rss),
-        mib(peaks.rss),
-        baseline.sockets,
-        peaks.sockets
-    );
-    assert!(
-        healthy >= 39,
-        "the health listener answered {healthy} of {probes} probes"
-    );
-    assert!(peaks.rss < RSS_BOUND, "peak RSS {:.1} MiB", mib(peaks.rss));
+    // timeout: 40 of them, 150 ms apart, and the same on the metrics
+    // listener for comparison.
+    let probes = siege.probe(40, Duration::from_millis(150), || {
+        (
+            healthz(&netns, health) == Some(200),
+            healthz(&netns, metrics) == Some(200),
+        )
+    });
     // Past the limit each connection is closed as it is accepted; allow
     // that one and a readiness poll in flight.
-    let limit = oooi_serve::Limits::SMALL.max_connections;
-    assert!(
-        peaks.sockets <= baseline.sockets + limit + 2,
-        "{} sockets at the peak, {} before the flood, limit {limit}",
-        peaks.sockets,
-        baseline.sockets
-    );
+    let bounds = Bounds {
+        rss: RSS_BOUND,
+        connections: oooi_serve::Limits::SMALL.max_connections,
+        other_sockets: 2,
+    };
+    siege.end(probes).check(&bounds).unwrap();
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let m = in_netns(&netns, move || {

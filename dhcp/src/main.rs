@@ -31,51 +31,7 @@ enum Command {
     /// Serve DHCP, reloading CONFIG when it (or the Kubernetes `..data`
     /// symlink beside it) changes; a bad new file is rejected and the old
     /// config stays in force.
-    Serve {
-        /// Config file (YAML).
-        #[arg(long, env = "OOOI_DHCP_CONFIG")]
-        config: PathBuf,
-        /// Directory of the lease log (a PVC in the cluster).
-        #[arg(long, env = "OOOI_DHCP_DATA_DIR")]
-        data_dir: PathBuf,
-        /// Address of the /metrics and /healthz endpoint. The default is
-        /// loopback: 0.0.0.0 would expose it on the VLAN. In a pod, give the
-        /// pod's own address.
-        #[arg(long, env = "OOOI_DHCP_METRICS_ADDR", default_value = "127.0.0.1:9067")]
-        metrics_addr: SocketAddr,
-        /// Address (`ip:port`) of a listener serving `/healthz` alone, with
-        /// a connection budget of its own: point readiness and liveness
-        /// probes here, so that whatever holds the metrics port's
-        /// connections cannot make the pod unready. Unset: no such
-        /// listener (`/healthz` is still on the metrics endpoint). In a
-        /// pod, give the pod's own address.
-        #[arg(long, env = "OOOI_DHCP_HEALTH_ADDR")]
-        health_addr: Option<SocketAddr>,
-        /// When an ACK may leave: `fsync` (default) after an fdatasync
-        /// covering its lease, so an ACKed lease survives kill -9 and power
-        /// loss; `write` after the lease record was written to the log, so
-        /// it survives kill -9 but not a node crash (Kea memfile's
-        /// guarantee).
-        #[arg(long, env = "OOOI_DHCP_DURABILITY", value_enum, default_value_t = Durability::Fsync)]
-        durability: Durability,
-        /// Address of the pair API, in place of the config's `peer.listen`.
-        /// In a pod, give the pod's own address: the file cannot know it,
-        /// and the wildcard would expose the API on the VLAN.
-        #[arg(long, env = "OOOI_DHCP_PAIR_LISTEN")]
-        pair_listen: Option<SocketAddr>,
-        /// Addresses of the read-only lease inventory API (`/inventory/v1`,
-        /// bearer token). Repeat the flag, or give a comma-separated list
-        /// (also in the environment variable): in a pod, the pod's own
-        /// address and 127.0.0.1 (for `kubectl port-forward`). None: not
-        /// served.
-        #[arg(long, env = "OOOI_DHCP_INVENTORY_LISTEN", value_delimiter = ',')]
-        inventory_listen: Vec<SocketAddr>,
-        /// File holding the inventory API's bearer token (at least 16
-        /// characters; a mounted Secret). Required with
-        /// `--inventory-listen`; read again when it changes.
-        #[arg(long, env = "OOOI_DHCP_INVENTORY_TOKEN_FILE")]
-        inventory_token_file: Option<PathBuf>,
-    },
+    Serve(ServeArgs),
     /// Validate CONFIG and print the pool and reservations.
     Check {
         /// Config file (YAML).
@@ -97,6 +53,54 @@ enum Command {
         #[arg(long, short = 'o', default_value = "table")]
         output: LeasesOutput,
     },
+}
+
+// The flags of `oooi-dhcp serve` (its help text is the variant's).
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Config file (YAML).
+    #[arg(long, env = "OOOI_DHCP_CONFIG")]
+    config: PathBuf,
+    /// Directory of the lease log (a PVC in the cluster).
+    #[arg(long, env = "OOOI_DHCP_DATA_DIR")]
+    data_dir: PathBuf,
+    /// Address of the /metrics and /healthz endpoint. The default is
+    /// loopback: 0.0.0.0 would expose it on the VLAN. In a pod, give the
+    /// pod's own address.
+    #[arg(long, env = "OOOI_DHCP_METRICS_ADDR", default_value = "127.0.0.1:9067")]
+    metrics_addr: SocketAddr,
+    /// Address (`ip:port`) of a listener serving `/healthz` alone, with
+    /// a connection budget of its own: point readiness and liveness
+    /// probes here, so that whatever holds the metrics port's
+    /// connections cannot make the pod unready. Unset: no such
+    /// listener (`/healthz` is still on the metrics endpoint). In a
+    /// pod, give the pod's own address.
+    #[arg(long, env = "OOOI_DHCP_HEALTH_ADDR")]
+    health_addr: Option<SocketAddr>,
+    /// When an ACK may leave: `fsync` (default) after an fdatasync
+    /// covering its lease, so an ACKed lease survives kill -9 and power
+    /// loss; `write` after the lease record was written to the log, so
+    /// it survives kill -9 but not a node crash (Kea memfile's
+    /// guarantee).
+    #[arg(long, env = "OOOI_DHCP_DURABILITY", value_enum, default_value_t = Durability::Fsync)]
+    durability: Durability,
+    /// Address of the pair API, in place of the config's `peer.listen`.
+    /// In a pod, give the pod's own address: the file cannot know it,
+    /// and the wildcard would expose the API on the VLAN.
+    #[arg(long, env = "OOOI_DHCP_PAIR_LISTEN")]
+    pair_listen: Option<SocketAddr>,
+    /// Addresses of the read-only lease inventory API (`/inventory/v1`,
+    /// bearer token). Repeat the flag, or give a comma-separated list
+    /// (also in the environment variable): in a pod, the pod's own
+    /// address and 127.0.0.1 (for `kubectl port-forward`). None: not
+    /// served.
+    #[arg(long, env = "OOOI_DHCP_INVENTORY_LISTEN", value_delimiter = ',')]
+    inventory_listen: Vec<SocketAddr>,
+    /// File holding the inventory API's bearer token (at least 16
+    /// characters; a mounted Secret). Required with
+    /// `--inventory-listen`; read again when it changes.
+    #[arg(long, env = "OOOI_DHCP_INVENTORY_TOKEN_FILE")]
+    inventory_token_file: Option<PathBuf>,
 }
 
 fn check(path: &Path) -> anyhow::Result<()> {
@@ -207,19 +211,14 @@ fn list_leases(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The inventory API's addresses and token file, checked before anything
-/// starts.
-struct InventoryArgs {
-    listen: Vec<SocketAddr>,
-    token_file: Option<PathBuf>,
-}
-
-impl InventoryArgs {
-    fn check(&self) -> anyhow::Result<Option<PathBuf>> {
-        if self.listen.is_empty() {
+impl ServeArgs {
+    /// The inventory API's token file when the API is served, checked
+    /// before anything starts.
+    fn inventory_token(&self) -> anyhow::Result<Option<PathBuf>> {
+        if self.inventory_listen.is_empty() {
             return Ok(None);
         }
-        let Some(f) = &self.token_file else {
+        let Some(f) = &self.inventory_token_file else {
             anyhow::bail!(
                 "--inventory-listen (OOOI_DHCP_INVENTORY_LISTEN) needs --inventory-token-file (OOOI_DHCP_INVENTORY_TOKEN_FILE)"
             );
@@ -230,16 +229,18 @@ impl InventoryArgs {
     }
 }
 
-async fn serve(
-    config: PathBuf,
-    data_dir: PathBuf,
-    metrics_addr: SocketAddr,
-    health_addr: Option<SocketAddr>,
-    durability: Durability,
-    pair_listen: Option<SocketAddr>,
-    inventory: InventoryArgs,
-) -> anyhow::Result<()> {
-    let inventory_token = inventory.check()?;
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let inventory_token = args.inventory_token()?;
+    let ServeArgs {
+        config,
+        data_dir,
+        metrics_addr,
+        health_addr,
+        durability,
+        pair_listen,
+        inventory_listen,
+        ..
+    } = args;
     let (c, reloader) = Reloader::start(&config, Settings::default(), Config::from_yaml)?;
     let (store, recovery) = LeaseStore::open(&data_dir)
         .map_err(|e| anyhow::anyhow!("cannot open lease store {}: {e}", data_dir.display()))?;
@@ -296,7 +297,7 @@ async fn serve(
         }
         None => None,
     };
-    let inventory_addrs = inventory.listen;
+    let inventory_addrs = inventory_listen;
     let inventory_api = async move {
         match inventory_api {
             Some((shared, token_file)) => {
@@ -367,31 +368,7 @@ async fn main() {
                 inventory_rows(&data_dir, &config).and_then(|rows| print_rows(&rows, output))
             }
         },
-        Command::Serve {
-            config,
-            data_dir,
-            metrics_addr,
-            health_addr,
-            durability,
-            pair_listen,
-            inventory_listen,
-            inventory_token_file,
-        } => {
-            let inventory = InventoryArgs {
-                listen: inventory_listen,
-                token_file: inventory_token_file,
-            };
-            serve(
-                config,
-                data_dir,
-                metrics_addr,
-                health_addr,
-                durability,
-                pair_listen,
-                inventory,
-            )
-            .await
-        }
+        Command::Serve(args) => serve(args).await,
     };
     if let Err(e) = result {
         eprintln!("oooi-dhcp: {e}");

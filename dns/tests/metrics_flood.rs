@@ -13,9 +13,9 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use oooi_flood::{Flood, Shape, Watch, get, mib, sample};
+use oooi_flood::{Bounds, Shape, Siege, get};
 
 const DNS: &str = "127.0.0.61";
 const DNS_PORT: u16 = 25661;
@@ -56,11 +56,10 @@ fn a_flood_of_the_metrics_port_keeps_memory_and_connections_bounded_and_the_heal
         Some(404),
         "the health listener serves /healthz alone"
     );
-    let pid = server.0.id();
-    let baseline = sample(pid).unwrap();
-
-    let watch = Watch::start(pid);
-    let flood = Flood::start(
+    let siege = Siege::start(
+        "oooi-dns, metrics port",
+        server.0.id(),
+        None,
         metrics,
         Shape {
             unfinished_heads: 1000,
@@ -70,64 +69,31 @@ fn a_flood_of_the_metrics_port_keeps_memory_and_connections_bounded_and_the_heal
         },
     );
     // Let the flood take every slot of the metrics listener first.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while flood.tally().closed_by_server < 2500 {
-        assert!(
-            Instant::now() < deadline,
-            "the flood never got going: {:?}",
-            flood.tally()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    // The same probe on the metrics port, for comparison: it shares that
-    // listener's 64 connections with the flood (printed, not asserted:
-    // whether a probe finds a free slot is a race).
-    let (mut probes, mut healthy, mut healthy_on_metrics, mut answered) = (0, 0, 0, 0);
-    while probes < 40 {
-        probes += 1;
-        if healthz(health) == Some(200) {
-            healthy += 1;
-        }
-        if healthz(metrics) == Some(200) {
-            healthy_on_metrics += 1;
-        }
-        if probes % 4 == 0
+    siege.until_closed(2500, Duration::from_secs(30));
+    // The health listener's probes, the same on the metrics port for
+    // comparison (it shares that listener's 64 connections with the
+    // flood), and a DNS query every fourth round.
+    let (mut round, mut answered) = (0, 0);
+    let probes = siege.probe(40, Duration::from_millis(100), || {
+        round += 1;
+        if round % 4 == 0
             && support::dig(DNS, DNS_PORT, &["+short", "api.c1.example.com"]).trim() == "192.0.2.4"
         {
             answered += 1;
         }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let tally = flood.stop();
-    let peaks = watch.stop();
-    println!(
-        "oooi-dns, metrics port flooded ({tally:?}): RSS {:.1} -> peak {:.1} MiB, sockets {} -> peak {}; \
-         /healthz on the health listener {healthy}/{probes}, on the metrics listener {healthy_on_metrics}/{probes}; \
-         DNS {answered}/10",
-        mib(baseline.rss),
-        mib(peaks.rss),
-        baseline.sockets,
-        peaks.sockets,
-    );
-    assert!(
-        healthy >= 39,
-        "the health listener answered {healthy} of {probes} probes"
-    );
+        (healthz(health) == Some(200), healthz(metrics) == Some(200))
+    });
+    let outcome = siege.end(probes);
+    println!("DNS answered {answered}/10 during the flood");
     assert!(answered >= 9, "DNS answered {answered} of 10");
-    assert!(peaks.rss < RSS_BOUND, "peak RSS {:.1} MiB", mib(peaks.rss));
     // Every accepted connection past the limit is closed at once; allow
     // the one the accept loop is closing and the probe's own.
-    let limit = oooi_serve::Limits::SMALL.max_connections;
-    assert!(
-        peaks.sockets <= baseline.sockets + limit + 2,
-        "{} sockets open at the peak, {} before the flood, limit {limit}",
-        peaks.sockets,
-        baseline.sockets
-    );
-    assert!(
-        tally.closed_by_server > 2500,
-        "the server closed the flood's connections: {tally:?}"
-    );
+    let bounds = Bounds {
+        rss: RSS_BOUND,
+        connections: oooi_serve::Limits::SMALL.max_connections,
+        other_sockets: 2,
+    };
+    outcome.check(&bounds).unwrap();
     assert!(
         support::wait_for(|| get(metrics, "/metrics", Duration::from_secs(2))
             .is_some_and(|(s, body)| s == 200 && body.contains("oooi_dns_"))),

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use oooi_controller::render::{RenderInput, render};
+use oooi_controller::testing::InfraBuilder;
 use oooi_kube_mock::MockApi;
 use oooi_tests::fixture::TwoClusters;
 use serde_json::{Value, json};
@@ -731,9 +732,11 @@ async fn a_failed_read_is_written_to_errors_and_the_gather_goes_on_within_its_de
     let mock = MockApi::start();
     insert(
         &mock,
-        json!({"apiVersion": "hostedcluster.densityops.com/v1alpha1", "kind": "Infra",
-        "metadata": {"name": "vlan100", "namespace": "oooi-infra"},
-        "spec": {"networkConfig": {"cidr": "192.0.2.0/24"}}}),
+        InfraBuilder::new()
+            .named("oooi-infra", "vlan100")
+            .remove("/metadata/uid")
+            .remove("/metadata/generation")
+            .json(),
     );
     let pod = |name: &str, port: u16| {
         json!({"apiVersion": "v1", "kind": "Pod",

@@ -847,7 +847,7 @@ mod hardening {
 
     use oooi_routes::MAX_DOCUMENT_BYTES;
     use oooi_tests::fixture::{STRANGER, WORKER_C1};
-    use oooi_tests::{EnvoyOptions, PUSH_TOKEN, http_blocking};
+    use oooi_tests::{Envoy, EnvoyOptions, PUSH_TOKEN, http_blocking};
 
     use super::{Lab, Probe, ip};
 
@@ -1229,45 +1229,41 @@ mod hardening {
         .await
         .unwrap()
         .expect("envoy starts");
-        let api = envoy.api;
-        let from_vlan = send_raw(
-            api,
-            ip("127.0.0.80"),
-            b"GET /v1/routes HTTP/1.1\r\nhost: x\r\n\r\n",
-            Duration::from_secs(10),
-        )
-        .await
-        .expect("closed");
-        assert!(
-            from_vlan.0.is_empty(),
-            "no answer to the VLAN: {:?}",
-            String::from_utf8_lossy(&from_vlan.0)
-        );
-        let (status, _) = http_blocking(api, "GET", "/v1/routes", &[], b"").unwrap();
-        assert_eq!(status, 200, "the pod network is served");
-        assert_eq!(envoy.stat("table_api_vlan_guard.rbac.denied"), Some(1));
-
+        assert_guarded_from_the_vlan(&envoy, envoy.api, "/v1/routes", "table_api_vlan_guard").await;
         // The metrics listener is guarded the same way.
         let metrics = envoy
             .config
             .metrics
             .expect("the test Envoy has a metrics listener");
+        assert_guarded_from_the_vlan(&envoy, metrics, "/metrics", "metrics_vlan_guard").await;
+    }
+
+    /// `GET path` on `listener` from a VLAN address (127.0.0.80) gets no
+    /// answer, from the pod network it is served, and the guard `guard`
+    /// counts the one denial.
+    async fn assert_guarded_from_the_vlan(
+        envoy: &Envoy,
+        listener: SocketAddr,
+        path: &str,
+        guard: &str,
+    ) {
+        let request = format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n");
         let from_vlan = send_raw(
-            metrics,
+            listener,
             ip("127.0.0.80"),
-            b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n",
+            request.as_bytes(),
             Duration::from_secs(10),
         )
         .await
         .expect("closed");
         assert!(
             from_vlan.0.is_empty(),
-            "no metrics to the VLAN: {:?}",
+            "no answer to the VLAN on {path}: {:?}",
             String::from_utf8_lossy(&from_vlan.0)
         );
-        let (status, _) = http_blocking(metrics, "GET", "/metrics", &[], b"").unwrap();
-        assert_eq!(status, 200, "the pod network is served");
-        assert_eq!(envoy.stat("metrics_vlan_guard.rbac.denied"), Some(1));
+        let (status, _) = http_blocking(listener, "GET", path, &[], b"").unwrap();
+        assert_eq!(status, 200, "the pod network is served {path}");
+        assert_eq!(envoy.stat(&format!("{guard}.rbac.denied")), Some(1));
     }
 }
 

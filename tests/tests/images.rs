@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use oooi_controller::testing::InfraBuilder;
 use oooi_tests::fixture::TwoClusters;
 use oooi_tests::{ConfigMapDir, free_port, http_blocking, tls_probe};
 
@@ -375,11 +376,12 @@ views:
     assert_queries_name_exported_metrics("oooi_dns_", &metrics());
 }
 
-#[test]
-fn dhcp_image_leases_to_udhcpc_across_a_veth() {
-    let mut netns = Netns(Vec::new());
-    let server = netns.add("s");
-    let client = netns.add("c");
+/// A DHCP server's namespace and a client's, `<server>` and `<client>`,
+/// joined by a veth pair: `s0` at 192.0.2.2/24 in the server's, `c0` with
+/// MAC `mac` in the client's. Returns the two namespaces' names.
+fn dhcp_veth(netns: &mut Netns, server: &str, client: &str, mac: &str) -> (String, String) {
+    let server = netns.add(server);
+    let client = netns.add(client);
     sh(&[
         "ip", "-n", &server, "link", "add", "s0", "type", "veth", "peer", "name", "c0", "netns",
         &client,
@@ -395,40 +397,50 @@ fn dhcp_image_leases_to_udhcpc_across_a_veth() {
         "s0",
     ]);
     sh(&["ip", "-n", &server, "link", "set", "s0", "up"]);
-    sh(&[
-        "ip",
-        "-n",
-        &client,
-        "link",
-        "set",
-        "c0",
-        "address",
-        "02:00:00:00:01:01",
-    ]);
+    sh(&["ip", "-n", &client, "link", "set", "c0", "address", mac]);
     sh(&["ip", "-n", &client, "link", "set", "c0", "up"]);
+    (server, client)
+}
 
+/// The DHCP server's config on `s0` (192.0.2.2, the pool from .100 to
+/// `range_end`, `extra` lines before the lease time) in a ConfigMap-style
+/// mount under `dir`.
+fn dhcp_config(dir: &Path, range_end: &str, extra: &str) -> ConfigMapDir {
+    let mut config = ConfigMapDir::new(&dir.join("config")).expect("mount");
+    let text = format!(
+        "interface: s0\nserver_ip: 192.0.2.2\nsubnet: 192.0.2.0/24\ngateway: 192.0.2.1\n\
+         range: {{ start: 192.0.2.100, end: {range_end} }}\ndns_servers: [192.0.2.3]\n\
+         {extra}lease_seconds: 3600\n"
+    );
+    config
+        .publish(&[("config.yaml".to_string(), text.into_bytes())])
+        .expect("publish");
+    config
+}
+
+/// busybox udhcpc on `c0` in `client`: one lease and out, `tries`
+/// discovers a second apart.
+fn udhcpc(client: &str, tries: u32) -> Output {
+    Command::new("ip")
+        .args(["netns", "exec", client, "busybox", "udhcpc"])
+        .args(["-i", "c0", "-f", "-q", "-n", "-t"])
+        .arg(tries.to_string())
+        .args(["-T", "1", "-s", "/bin/true"])
+        .output()
+        .expect("busybox udhcpc")
+}
+
+#[test]
+fn dhcp_image_leases_to_udhcpc_across_a_veth() {
+    let mut netns = Netns(Vec::new());
+    let (server, client) = dhcp_veth(&mut netns, "s", "c", "02:00:00:00:01:01");
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
     std::fs::create_dir_all(&data).expect("data dir");
     // The image's user owns the lease store, as fsGroup arranges in a pod.
     sh(&["chown", "65532:65532", data.to_str().expect("utf-8 path")]);
     // One address in the pool: the second client finds it exhausted.
-    let mut config = ConfigMapDir::new(&dir.path().join("config")).expect("mount");
-    config
-        .publish(&[(
-            "config.yaml".to_string(),
-            br#"interface: s0
-server_ip: 192.0.2.2
-subnet: 192.0.2.0/24
-gateway: 192.0.2.1
-range: { start: 192.0.2.100, end: 192.0.2.100 }
-dns_servers: [192.0.2.3]
-domain: cluster.example
-lease_seconds: 3600
-"#
-            .to_vec(),
-        )])
-        .expect("publish");
+    let mut config = dhcp_config(dir.path(), "192.0.2.100", "domain: cluster.example\n");
     let config_mount = format!("{}:/etc/oooi-dhcp:ro", config.path().display());
     let data_mount = format!("{}:/var/lib/oooi-dhcp", data.display());
     let netns_arg = format!("ns:/run/netns/{server}");
@@ -469,26 +481,7 @@ lease_seconds: 3600
         || get("/healthz").is_some(),
         || c.logs(),
     );
-    let udhcpc = || {
-        Command::new("ip")
-            .args(["netns", "exec", &client, "busybox", "udhcpc"])
-            .args([
-                "-i",
-                "c0",
-                "-f",
-                "-q",
-                "-n",
-                "-t",
-                "3",
-                "-T",
-                "1",
-                "-s",
-                "/bin/true",
-            ])
-            .output()
-            .expect("busybox udhcpc")
-    };
-    let out = udhcpc();
+    let out = udhcpc(&client, 3);
     let said = text(&out);
     assert!(out.status.success(), "udhcpc: {said}\n{}", c.logs());
     assert!(
@@ -526,7 +519,7 @@ lease_seconds: 3600
         "address",
         "02:00:00:00:01:02",
     ]);
-    let out = udhcpc();
+    let out = udhcpc(&client, 3);
     assert!(
         !out.status.success(),
         "a lease from an exhausted pool: {}",
@@ -629,6 +622,23 @@ fn restricted(ns: &str) -> Vec<String> {
     .to_vec()
 }
 
+/// Container `name` started in namespace `ns` as [`restricted`] runs it,
+/// `args` after its flags, once `health` (a URL inside `ns`) answers, and
+/// checked to run restricted.
+fn start_restricted(name: &str, ns: &str, args: &[&str], health: &str) -> Container {
+    let mut all = restricted(ns);
+    all.extend(args.iter().map(|a| a.to_string()));
+    let c = Container::start(name, &all.iter().map(String::as_str).collect::<Vec<_>>());
+    wait_for(
+        20,
+        &format!("{name}: {health}"),
+        || get_in(ns, health).is_some(),
+        || c.logs(),
+    );
+    assert_runs_restricted(&c);
+    c
+}
+
 /// The running container's main process as the kernel sees it: its UID,
 /// effective capabilities and no_new_privs, from /proc/<pid>/status.
 fn assert_runs_restricted(c: &Container) {
@@ -690,29 +700,19 @@ views:
         .publish(&[("config.yaml".to_string(), config.as_bytes().to_vec())])
         .expect("publish");
     let volume = format!("{}:/etc/oooi-dns:ro", mount.path().display());
-    let mut args = restricted(&ns);
-    args.extend(
-        [
+    let c = start_restricted(
+        "dns-any-uid",
+        &ns,
+        &[
             "-v",
             &volume,
             &image("dns"),
             "serve",
             "--config",
             "/etc/oooi-dns/config.yaml",
-        ]
-        .map(String::from),
+        ],
+        "http://127.0.0.1:8053/healthz",
     );
-    let c = Container::start(
-        "dns-any-uid",
-        &args.iter().map(String::as_str).collect::<Vec<_>>(),
-    );
-    wait_for(
-        20,
-        "oooi-dns /healthz",
-        || get_in(&ns, "http://127.0.0.1:8053/healthz").is_some(),
-        || c.logs(),
-    );
-    assert_runs_restricted(&c);
     let dig = |extra: &[&str]| {
         let out = Command::new("ip")
             .args([
@@ -746,34 +746,7 @@ views:
 #[test]
 fn dhcp_image_leases_on_port_67_under_any_uid_without_capabilities() {
     let mut netns = Netns(Vec::new());
-    let server = netns.add("us");
-    let client = netns.add("uc");
-    sh(&[
-        "ip", "-n", &server, "link", "add", "s0", "type", "veth", "peer", "name", "c0", "netns",
-        &client,
-    ]);
-    sh(&[
-        "ip",
-        "-n",
-        &server,
-        "addr",
-        "add",
-        "192.0.2.2/24",
-        "dev",
-        "s0",
-    ]);
-    sh(&["ip", "-n", &server, "link", "set", "s0", "up"]);
-    sh(&[
-        "ip",
-        "-n",
-        &client,
-        "link",
-        "set",
-        "c0",
-        "address",
-        "02:00:00:00:02:01",
-    ]);
-    sh(&["ip", "-n", &client, "link", "set", "c0", "up"]);
+    let (server, client) = dhcp_veth(&mut netns, "us", "uc", "02:00:00:00:02:01");
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
     std::fs::create_dir_all(&data).expect("data dir");
@@ -781,26 +754,13 @@ fn dhcp_image_leases_on_port_67_under_any_uid_without_capabilities() {
     // UID is not known in advance.
     sh(&["chown", "0:0", data.to_str().expect("utf-8 path")]);
     sh(&["chmod", "0770", data.to_str().expect("utf-8 path")]);
-    let mut config = ConfigMapDir::new(&dir.path().join("config")).expect("mount");
-    config
-        .publish(&[(
-            "config.yaml".to_string(),
-            br#"interface: s0
-server_ip: 192.0.2.2
-subnet: 192.0.2.0/24
-gateway: 192.0.2.1
-range: { start: 192.0.2.100, end: 192.0.2.110 }
-dns_servers: [192.0.2.3]
-lease_seconds: 3600
-"#
-            .to_vec(),
-        )])
-        .expect("publish");
+    let config = dhcp_config(dir.path(), "192.0.2.110", "");
     let config_mount = format!("{}:/etc/oooi-dhcp:ro", config.path().display());
     let data_mount = format!("{}:/var/lib/oooi-dhcp", data.display());
-    let mut args = restricted(&server);
-    args.extend(
-        [
+    let c = start_restricted(
+        "dhcp-any-uid",
+        &server,
+        &[
             "-v",
             &config_mount,
             "-v",
@@ -813,37 +773,10 @@ lease_seconds: 3600
             "/var/lib/oooi-dhcp",
             "--metrics-addr",
             "127.0.0.1:9067",
-        ]
-        .map(String::from),
+        ],
+        "http://127.0.0.1:9067/healthz",
     );
-    let c = Container::start(
-        "dhcp-any-uid",
-        &args.iter().map(String::as_str).collect::<Vec<_>>(),
-    );
-    wait_for(
-        20,
-        "oooi-dhcp /healthz",
-        || get_in(&server, "http://127.0.0.1:9067/healthz").is_some(),
-        || c.logs(),
-    );
-    assert_runs_restricted(&c);
-    let out = Command::new("ip")
-        .args(["netns", "exec", &client, "busybox", "udhcpc"])
-        .args([
-            "-i",
-            "c0",
-            "-f",
-            "-q",
-            "-n",
-            "-t",
-            "5",
-            "-T",
-            "1",
-            "-s",
-            "/bin/true",
-        ])
-        .output()
-        .expect("busybox udhcpc");
+    let out = udhcpc(&client, 5);
     let said = text(&out);
     assert!(out.status.success(), "udhcpc: {said}\n{}", c.logs());
     assert!(said.contains("obtained from 192.0.2.2"), "{said}");
@@ -1070,10 +1003,14 @@ async fn must_gather_image_gathers_from_a_loopback_api_as_oc_runs_it() {
     let mock = oooi_kube_mock::MockApi::start();
     mock.insert(
         "/apis/hostedcluster.densityops.com/v1alpha1/namespaces/oooi-infra/infras/vlan100",
-        json!({"apiVersion": "hostedcluster.densityops.com/v1alpha1", "kind": "Infra",
-               "metadata": {"name": "vlan100", "namespace": "oooi-infra"},
-               "spec": {"networkConfig": {"cidr": "192.0.2.0/24"}},
-               "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "AllComponentsReady"}]}}),
+        InfraBuilder::new()
+            .named("oooi-infra", "vlan100")
+            .remove("/metadata/uid")
+            .remove("/metadata/generation")
+            .merge(json!({"status": {"conditions": [
+                {"type": "Ready", "status": "True", "reason": "AllComponentsReady"}
+            ]}}))
+            .json(),
     );
     mock.insert(
         "/api/v1/namespaces/oooi-infra/secrets/vlan100-proxy-push-token",

@@ -8,37 +8,14 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
-use oooi_vocabulary::InterfaceAddress;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::LocalObjectReference;
+use super::pod::{DhcpKind, DnsKind, ProxyKind, ServerPod};
 use super::schema::{DhcpConfigDocument, DnsConfigDocument, RoutesDocument};
-
-/// The pod's leg on the VLAN (a Multus secondary interface with a static address).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct VlanInterface {
-    /// NetworkAttachmentDefinition name.
-    #[schemars(length(min = 1, max = 253), pattern(concat!("^", dns_subdomain_re!(), "$")))]
-    pub network_attachment_definition: String,
-    /// NetworkAttachmentDefinition namespace.
-    #[schemars(length(min = 1, max = 63), pattern(concat!("^", dns_label_re!(), "$")))]
-    pub network_attachment_namespace: String,
-    /// Static address with the VLAN's prefix length, e.g. `192.0.2.2/24`.
-    pub address: InterfaceAddress,
-    /// Interface name inside the pod. Default `net1`.
-    #[serde(default = "default_interface")]
-    #[schemars(length(min = 1, max = 15))]
-    pub interface: String,
-}
-
-fn default_interface() -> String {
-    "net1".to_string()
-}
 
 /// Status shared by the DHCP and DNS servers.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -160,21 +137,11 @@ pub struct DhcpPoolStatus {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DHCPServerSpec {
-    /// The VLAN leg; its address is the server address.
-    pub vlan: VlanInterface,
-    /// Container image of oooi-dhcp.
-    #[schemars(length(min = 1))]
-    pub image: String,
+    /// The VLAN leg, image, resources, placement and availability.
+    #[serde(flatten)]
+    pub pod: ServerPod<DhcpKind>,
     /// The whole oooi-dhcp config file.
     pub config: DhcpConfigDocument,
-    /// Compute resources. Default: the controller's default for the kind
-    /// (`--component-resources`, the chart's `components.resources`), else
-    /// the built-in requests and limits of the kind.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resources: Option<ResourceRequirements>,
-    /// Where the pods run and how their images are pulled.
-    #[serde(default, skip_serializing_if = "PodPlacement::is_empty")]
-    pub placement: PodPlacement,
     /// Lease volume.
     #[serde(default)]
     pub storage: LeaseStorage,
@@ -188,9 +155,6 @@ pub struct DHCPServerSpec {
     /// loopback for port-forward). Without it the API is off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inventory_token_secret: Option<LocalObjectReference>,
-    /// How this server's pods ride out a lost node.
-    #[serde(default)]
-    pub availability: ServerAvailability,
 }
 
 /// The PVC holding DHCP leases.
@@ -241,155 +205,15 @@ impl Default for LeaseStorage {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DNSServerSpec {
-    /// The VLAN leg; the VLAN view listens on its address.
-    pub vlan: VlanInterface,
-    /// Container image of oooi-dns.
-    #[schemars(length(min = 1))]
-    pub image: String,
+    /// The VLAN leg, image, resources, placement and availability.
+    #[serde(flatten)]
+    pub pod: ServerPod<DnsKind>,
     /// The whole oooi-dns config file.
     pub config: DnsConfigDocument,
-    /// Compute resources. Default: the controller's default for the kind
-    /// (`--component-resources`, the chart's `components.resources`), else
-    /// the built-in requests and limits of the kind.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resources: Option<ResourceRequirements>,
-    /// Where the pods run and how their images are pulled.
-    #[serde(default, skip_serializing_if = "PodPlacement::is_empty")]
-    pub placement: PodPlacement,
     /// Set when this server is one of several replicas of an Infra's DNS
     /// (one per VLAN address); unset for a single server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replica: Option<ReplicaOf>,
-    /// How this server's pods ride out a lost node.
-    #[serde(default)]
-    pub availability: ServerAvailability,
-}
-
-/// Where a component's pods run and how their images are pulled: the
-/// Infra's own, field by field, else the controller's defaults (the chart's
-/// `components.placement` values).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct PodPlacement {
-    /// Node labels the pods' nodes must carry, e.g. the nodes with the VLAN
-    /// bridge (`pod.spec.nodeSelector`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub node_selector: BTreeMap<String, String>,
-    /// Tolerations added to the pods' own (those of a lost node, bounded by
-    /// `availability.nodeLossTolerationSeconds`), e.g. of a taint that
-    /// reserves the VLAN nodes.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tolerations: Vec<Toleration>,
-    /// Node affinity taken as written; pod affinity and anti-affinity terms
-    /// added to the replicas' own (never two replicas of a component on
-    /// one node).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "affinity_schema")]
-    pub affinity: Option<Affinity>,
-    /// PriorityClass of the pods (e.g. one that keeps the VLAN services
-    /// scheduled before workloads on a full cluster).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
-    pub priority_class_name: Option<String>,
-    /// Secrets (type `kubernetes.io/dockerconfigjson`, in the Infra's
-    /// namespace) to pull the component image with.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub image_pull_secrets: Vec<LocalObjectReference>,
-}
-
-/// A Kubernetes `Affinity`, kept as written by the API server (its full
-/// schema would make every CRD carrying it several times larger; the
-/// controller reads it with Kubernetes' own type and the API server checks
-/// it again in the pod).
-fn affinity_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({
-        "type": "object",
-        "x-kubernetes-preserve-unknown-fields": true,
-    })
-}
-
-impl PodPlacement {
-    /// True when nothing is set.
-    pub fn is_empty(&self) -> bool {
-        *self == PodPlacement::default()
-    }
-
-    /// Every field left unset here taken from `defaults`.
-    pub fn or(&self, defaults: &PodPlacement) -> PodPlacement {
-        fn pick<T: Clone>(own: &T, default: &T, unset: bool) -> T {
-            if unset { default } else { own }.clone()
-        }
-        PodPlacement {
-            node_selector: pick(
-                &self.node_selector,
-                &defaults.node_selector,
-                self.node_selector.is_empty(),
-            ),
-            tolerations: pick(
-                &self.tolerations,
-                &defaults.tolerations,
-                self.tolerations.is_empty(),
-            ),
-            affinity: pick(&self.affinity, &defaults.affinity, self.affinity.is_none()),
-            priority_class_name: pick(
-                &self.priority_class_name,
-                &defaults.priority_class_name,
-                self.priority_class_name.is_none(),
-            ),
-            image_pull_secrets: pick(
-                &self.image_pull_secrets,
-                &defaults.image_pull_secrets,
-                self.image_pull_secrets.is_empty(),
-            ),
-        }
-    }
-}
-
-/// Default of [`ServerAvailability::node_loss_toleration_seconds`].
-pub const DEFAULT_NODE_LOSS_TOLERATION_SECONDS: u32 = 15;
-
-fn default_node_loss_toleration_seconds() -> u32 {
-    DEFAULT_NODE_LOSS_TOLERATION_SECONDS
-}
-
-/// How a server's pods ride out a lost node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ServerAvailability {
-    /// Seconds the pod stays bound to an unreachable or not-ready node
-    /// before Kubernetes evicts and replaces it.
-    #[serde(default = "default_node_loss_toleration_seconds")]
-    #[schemars(range(max = 3600))]
-    pub node_loss_toleration_seconds: u32,
-    /// Set: an address agent in each pod moves the component's VLAN
-    /// addresses between its ready replicas. Unset: each address stays with
-    /// its own server.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub address_takeover: Option<AddressTakeover>,
-}
-
-impl Default for ServerAvailability {
-    fn default() -> Self {
-        ServerAvailability {
-            node_loss_toleration_seconds: DEFAULT_NODE_LOSS_TOLERATION_SECONDS,
-            address_takeover: None,
-        }
-    }
-}
-
-/// The addresses the agent of a server may hold, and its group.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct AddressTakeover {
-    /// The agents' group (`--group`): only adverts of the same group count,
-    /// the same for every server of the component. Named for the Leases an
-    /// earlier agent kept; no Lease is made.
-    #[schemars(length(min = 1, max = 200), pattern(r"^[a-z0-9][-a-z0-9]*$"))]
-    pub lease_prefix: String,
-    /// Every VLAN address of the component as `ip/prefix`, the server's own
-    /// (`vlan.address`) among them.
-    #[schemars(length(min = 1))]
-    pub addresses: Vec<InterfaceAddress>,
 }
 
 /// The place of one server among the replicas of an Infra's component (one
@@ -451,12 +275,9 @@ fn default_connect_timeout_ms() -> u32 {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ProxyServerSpec {
-    /// The VLAN leg; the TLS listeners accept on it.
-    pub vlan: VlanInterface,
-    /// Container image of the proxy: Envoy 1.40 (V8 wasm runtime) with
-    /// `oooi-envoy-gate` on its PATH, as the oooi-proxy image carries them.
-    #[schemars(length(min = 1))]
-    pub image: String,
+    /// The VLAN leg, image, resources, placement and availability.
+    #[serde(flatten)]
+    pub pod: ServerPod<ProxyKind>,
     /// TLS passthrough listener ports. Default: every port a route names.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(inner(range(min = 1, max = 65535)))]
@@ -485,21 +306,10 @@ pub struct ProxyServerSpec {
     /// true. Of several replicas, the first makes it, for all of them.
     #[serde(default = "default_true")]
     pub internal_service: bool,
-    /// Compute resources. Default: the controller's default for the kind
-    /// (`--component-resources`, the chart's `components.resources`), else
-    /// the built-in requests and limits of the kind.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resources: Option<ResourceRequirements>,
-    /// Where the pods run and how their images are pulled.
-    #[serde(default, skip_serializing_if = "PodPlacement::is_empty")]
-    pub placement: PodPlacement,
     /// Set when this proxy is one of several replicas of an Infra's proxy
     /// (one per VLAN address); unset for a single proxy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replica: Option<ReplicaOf>,
-    /// How this server's pods ride out a lost node.
-    #[serde(default)]
-    pub availability: ServerAvailability,
 }
 
 fn default_true() -> bool {

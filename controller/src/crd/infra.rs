@@ -1,13 +1,12 @@
 //! `Infra`: one VLAN stack.
 
-use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use oooi_vocabulary::{IpAddress, VlanNetwork};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::components::PodPlacement;
+use super::pod::{ComponentPod, DhcpKind, DnsKind, ProxyKind};
 
 /// The shared VLAN stack: network, the three components and their images.
 /// DHCPServer, DNSServer and ProxyServer objects are derived from it and its
@@ -286,7 +285,7 @@ fn parse_duration(text: &str) -> Option<u64> {
         return text.parse().ok();
     }
     let d = oooi_process::duration::parse(text).ok()?;
-    (d.subsec_nanos() == 0).then(|| d.as_secs())
+    (d.subsec_nanos() == 0).then_some(d.as_secs())
 }
 
 impl JsonSchema for LeaseTime {
@@ -348,21 +347,9 @@ pub struct DhcpComponent {
     /// answer until the controller has seen its VMI.
     #[serde(default)]
     pub unknown_clients: UnknownClients,
-    /// Container image of oooi-dhcp. Default: the controller's
-    /// (`--dhcp-image`; the chart sets it from `images.dhcp`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1))]
-    pub image: Option<String>,
-    /// Compute resources. Default: the controller's default for the kind
-    /// (`--component-resources`, the chart's `components.resources`), else
-    /// requests 10m CPU / 32Mi, limit 128Mi.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resources: Option<ResourceRequirements>,
-    /// Where the pods run and how their images are pulled; each field
-    /// left unset takes the controller's default (the chart's
-    /// `components.placement`).
-    #[serde(default, skip_serializing_if = "PodPlacement::is_empty")]
-    pub placement: PodPlacement,
+    /// Image, resources and placement of the pods.
+    #[serde(flatten)]
+    pub pod: ComponentPod<DhcpKind>,
     /// Size of the lease volume. Default `1Gi`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_size: Option<String>,
@@ -400,21 +387,9 @@ pub struct DnsComponent {
     #[serde(rename = "serverIPs", default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(min = 1, max = 5))]
     pub server_ips: Vec<IpAddress>,
-    /// Container image of oooi-dns. Default: the controller's
-    /// (`--dns-image`; the chart sets it from `images.dns`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1))]
-    pub image: Option<String>,
-    /// Compute resources. Default: the controller's default for the kind
-    /// (`--component-resources`, the chart's `components.resources`), else
-    /// requests 10m CPU / 32Mi, limit 256Mi.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resources: Option<ResourceRequirements>,
-    /// Where the pods run and how their images are pulled; each field
-    /// left unset takes the controller's default (the chart's
-    /// `components.placement`).
-    #[serde(default, skip_serializing_if = "PodPlacement::is_empty")]
-    pub placement: PodPlacement,
+    /// Image, resources and placement of the pods.
+    #[serde(flatten)]
+    pub pod: ComponentPod<DnsKind>,
     /// Ignored: a hosted cluster's names come from its InfraClusterAttachment
     /// (`spec.dns.clusterName`). Reported in the `LegacyFieldsIgnored` condition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -456,24 +431,9 @@ pub struct ProxyComponent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub internal_proxy_service: Option<String>,
-    /// Container image of the proxy: Envoy 1.40 (V8 wasm runtime) with
-    /// `oooi-envoy-gate` on its PATH, as the oooi-proxy image carries them.
-    /// Default:
-    /// the controller's (`--proxy-image`; the chart sets it from
-    /// `images.proxy`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1))]
-    pub image: Option<String>,
-    /// Compute resources. Default: the controller's default for the kind
-    /// (`--component-resources`, the chart's `components.resources`), else
-    /// requests 50m CPU / 128Mi, limit 512Mi.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resources: Option<ResourceRequirements>,
-    /// Where the pods run and how their images are pulled; each field
-    /// left unset takes the controller's default (the chart's
-    /// `components.placement`).
-    #[serde(default, skip_serializing_if = "PodPlacement::is_empty")]
-    pub placement: PodPlacement,
+    /// Image, resources and placement of the pods.
+    #[serde(flatten)]
+    pub pod: ComponentPod<ProxyKind>,
     /// Ignored: each hosted cluster's control-plane namespace comes from its
     /// InfraClusterAttachment (`spec.controlPlaneNamespace`, default
     /// `<namespace>-<name>` of the HostedCluster). Reported in the

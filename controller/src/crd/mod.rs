@@ -41,12 +41,14 @@ macro_rules! dns_subdomain_re {
 mod attachment;
 mod components;
 mod infra;
+pub mod pod;
 mod schema;
 pub mod strict;
 
 pub use attachment::*;
 pub use components::*;
 pub use infra::*;
+pub use pod::*;
 pub use schema::{DhcpConfigDocument, DnsConfigDocument, RoutesDocument};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

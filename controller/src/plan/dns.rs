@@ -25,15 +25,15 @@ use oooi_dns_config::{
     RawUpstreams, RawView, ViewKind,
 };
 
-use crate::crd::{DNSServer, DNSServerSpec, DnsConfigDocument, Infra, ReplicaOf, VlanInterface};
+use crate::crd::{DNSServer, DNSServerSpec, DnsConfigDocument, Infra, ReplicaOf};
 use crate::plan::infra::attachments::AttachmentOutcome;
 use crate::plan::infra::network::Network;
 use crate::plan::labels::{Component, child_meta, instance_of, selector};
 use crate::plan::network_policy::{DnsPorts, PolicyPeers, dns_policy};
 use crate::plan::workload::rolling::replica_placement;
 use crate::plan::workload::{
-    AGENT_HEALTH_PORT, AGENT_METRICS_PORT, AgentPlan, Children, Objects, PodPlan, deployment,
-    http_probe, mount, pod_address, port, resources, service_account,
+    AGENT_HEALTH_PORT, AGENT_METRICS_PORT, Children, Objects, Program, ServerPlan, deployment,
+    http_probe, mount, pod_address, port, server_pod, service_account,
 };
 
 /// Where the config file is mounted.
@@ -251,14 +251,12 @@ pub fn specs(
         .enumerate()
         .filter_map(|(i, dns_ip)| {
             let spec = DNSServerSpec {
-                vlan: VlanInterface {
-                    network_attachment_definition: network.nad.clone(),
-                    network_attachment_namespace: network.nad_namespace.clone(),
-                    address: network.interface_address(*dns_ip),
-                    interface: "net1".to_string(),
-                },
-                // Set: plan_infra reports an unset image instead of planning.
-                image: comp.image.clone().unwrap_or_default(),
+                pod: server_pod(
+                    network,
+                    network.interface_address(*dns_ip),
+                    &comp.pod,
+                    availability.clone(),
+                ),
                 config: DnsConfigDocument(config_for(
                     network,
                     attachments,
@@ -271,13 +269,10 @@ pub fn specs(
                         proxy_checks: checks.clone(),
                     },
                 )?),
-                resources: comp.resources.clone(),
-                placement: comp.placement.clone(),
                 replica: (count > 1).then_some(ReplicaOf {
                     index: i as u32,
                     count,
                 }),
-                availability: availability.clone(),
             };
             Some((Component::Dns.replica_name(&infra_name, i), spec))
         })
@@ -301,7 +296,7 @@ pub fn policy_ports(server: &DNSServer) -> DnsPorts {
     let mut metrics = vec![HTTP_PORT as u16];
     // The kubelet's alone: the probes' own listeners.
     let mut health = vec![HEALTH_PORT as u16];
-    if server.spec.availability.address_takeover.is_some() {
+    if server.spec.pod.availability.address_takeover.is_some() {
         metrics.push(AGENT_METRICS_PORT as u16);
         health.push(AGENT_HEALTH_PORT as u16);
     }
@@ -355,53 +350,40 @@ pub fn children(server: &DNSServer) -> anyhow::Result<Children> {
     }];
     let deployment = deployment(
         server,
-        PodPlan {
+        &server.spec.pod,
+        ServerPlan {
             name: name.clone(),
             instance: instance.clone(),
             component: c,
-            vlan: server.spec.vlan.clone(),
-            image: server.spec.image.clone(),
-            command: None,
-            args: vec![
-                "serve".to_string(),
-                "--config".to_string(),
-                format!("{CONFIG_DIR}/{CONFIG_FILE}"),
-                "--metrics-addr".to_string(),
-                pod_address(HTTP_PORT),
-                "--health-addr".to_string(),
-                pod_address(HEALTH_PORT),
-            ],
-            ports: vec![
-                port("dns-udp", i32::from(VLAN_VIEW_PORT), "UDP"),
-                port("dns-tcp", i32::from(VLAN_VIEW_PORT), "TCP"),
-                port("pod-dns-udp", i32::from(POD_VIEW_PORT), "UDP"),
-                port("pod-dns-tcp", i32::from(POD_VIEW_PORT), "TCP"),
-                port("http", HTTP_PORT, "TCP"),
-                port("health", HEALTH_PORT, "TCP"),
-            ],
-            volumes,
-            mounts: vec![mount("config", CONFIG_DIR, true)],
-            readiness: http_probe("/healthz", HEALTH_PORT, 5, 3),
-            liveness: http_probe("/healthz", HEALTH_PORT, 10, 6),
-            resources: resources(server.spec.resources.as_ref(), "10m", "32Mi", "256Mi"),
-            fs_group: None,
             placement,
-            tolerations: crate::plan::workload::availability::tolerations(
-                server.spec.availability.node_loss_toleration_seconds,
-            ),
-            pod_placement: server.spec.placement.clone(),
-            agent: server
-                .spec
-                .availability
-                .address_takeover
-                .clone()
-                .map(|takeover| {
-                    AgentPlan {
-                        takeover,
-                        // Every listener of the config is bound.
-                        ready_url: format!("http://{}/healthz", pod_address(HEALTH_PORT)),
-                    }
-                }),
+            program: Program {
+                command: None,
+                args: vec![
+                    "serve".to_string(),
+                    "--config".to_string(),
+                    format!("{CONFIG_DIR}/{CONFIG_FILE}"),
+                    "--metrics-addr".to_string(),
+                    pod_address(HTTP_PORT),
+                    "--health-addr".to_string(),
+                    pod_address(HEALTH_PORT),
+                ],
+                ports: vec![
+                    port("dns-udp", i32::from(VLAN_VIEW_PORT), "UDP"),
+                    port("dns-tcp", i32::from(VLAN_VIEW_PORT), "TCP"),
+                    port("pod-dns-udp", i32::from(POD_VIEW_PORT), "UDP"),
+                    port("pod-dns-tcp", i32::from(POD_VIEW_PORT), "TCP"),
+                    port("http", HTTP_PORT, "TCP"),
+                    port("health", HEALTH_PORT, "TCP"),
+                ],
+                volumes,
+                mounts: vec![mount("config", CONFIG_DIR, true)],
+                readiness: http_probe("/healthz", HEALTH_PORT, 5, 3),
+                liveness: http_probe("/healthz", HEALTH_PORT, 10, 6),
+                builtin_resources: ["10m", "32Mi", "256Mi"],
+                fs_group: None,
+                // Every listener of the config is bound.
+                agent_ready_url: Some(format!("http://{}/healthz", pod_address(HEALTH_PORT))),
+            },
         },
     );
     Ok(Children {

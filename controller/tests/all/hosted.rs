@@ -190,6 +190,17 @@ impl Harness {
         self.mgmt.get(&att_path(name)).unwrap()["status"]["appsIngress"].clone()
     }
 
+    /// Attachment `name`'s apps ingress is in `phase` for `reason`.
+    #[track_caller]
+    fn assert_apps(&self, name: &str, phase: &str, reason: &str) {
+        let status = self.apps_status(name);
+        assert_eq!(
+            phase_reason(&status),
+            (phase.to_string(), reason.to_string()),
+            "{status}"
+        );
+    }
+
     /// Waits for the next Infra trigger.
     async fn next_infra_trigger(&mut self) -> String {
         let r = tokio::time::timeout(Duration::from_secs(5), self.infra_triggers.next())
@@ -289,10 +300,7 @@ async fn external_mode_installs_pool_advertisement_and_service_then_reports_the_
         svc["metadata"]["annotations"]["metallb.universe.tf/address-pool"],
         "oooi-apps"
     );
-    assert_eq!(
-        phase_reason(&h.apps_status("c1")),
-        ("Pending".into(), "WaitingForVIP".into())
-    );
+    h.assert_apps("c1", "Pending", "WaitingForVIP");
 
     // MetalLB assigns a VIP; the next reconcile reports it (the watch also
     // saw it) and applies nothing.
@@ -364,10 +372,7 @@ async fn managed_mode_installs_metallb_through_olm_and_waits_for_its_crds() {
     for p in [POOL, L2, SVC] {
         assert!(l.contains(&format!("PATCH {p}")), "{p} in {l:#?}");
     }
-    assert_eq!(
-        phase_reason(&h.apps_status("c1")),
-        ("Pending".into(), "WaitingForVIP".into())
-    );
+    h.assert_apps("c1", "Pending", "WaitingForVIP");
 }
 
 #[tokio::test]
@@ -730,10 +735,7 @@ async fn an_unreachable_hosted_api_is_reported_without_blocking_the_stack() {
     // Back: the next reconcile installs.
     h.hosted.set_unreachable(false);
     h.reconcile("c1").await;
-    assert_eq!(
-        phase_reason(&h.apps_status("c1")),
-        ("Pending".into(), "WaitingForVIP".into())
-    );
+    h.assert_apps("c1", "Pending", "WaitingForVIP");
 }
 
 #[tokio::test]
@@ -745,27 +747,18 @@ async fn status_reasons_name_what_is_missing() {
     h.mgmt
         .insert(&att_path("c1"), attachment_json("c1", apps("External")));
     h.reconcile("c1").await;
-    assert_eq!(
-        phase_reason(&h.apps_status("c1")),
-        ("Pending".into(), "HostedClusterNotFound".into())
-    );
+    h.assert_apps("c1", "Pending", "HostedClusterNotFound");
     // No kubeconfig Secret yet.
     h.hcs
         .apply_watcher_event(&watcher::Event::Apply(hosted_cluster("c1")));
     h.mgmt.remove(SECRET);
     h.reconcile("c1").await;
-    assert_eq!(
-        phase_reason(&h.apps_status("c1")),
-        ("Pending".into(), "KubeconfigNotReady".into())
-    );
+    h.assert_apps("c1", "Pending", "KubeconfigNotReady");
     // No Ready node.
     h.mgmt.insert(SECRET, kubeconfig_secret("kubeconfig-v1"));
     h.hosted.insert("/api/v1/nodes/n1", node("n1", false));
     h.reconcile("c1").await;
-    assert_eq!(
-        phase_reason(&h.apps_status("c1")),
-        ("Pending".into(), "NoReadyNode".into())
-    );
+    h.assert_apps("c1", "Pending", "NoReadyNode");
 }
 
 #[tokio::test]

@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use oooi_flood::{Flood, Shape, Watch, mib, sample};
+use oooi_flood::{Bounds, Shape, Siege};
 
 /// The chart's default memory limit of the controller is 256 MiB
 /// (`resources.limits.memory` in charts/oooi/values.yaml).
@@ -95,67 +95,42 @@ async fn a_flood_of_the_http_port_keeps_the_controllers_memory_and_connections_b
         until_status(http, "/readyz", 200, 30).await,
         "the controller never got ready"
     );
-    let baseline = sample(pid).unwrap();
-
-    let watch = Watch::start(pid);
-    let flood = Flood::start(
-        http,
-        Shape {
-            unfinished_heads: 1000,
-            idle: 500,
-            ..Shape::default()
-        },
-    );
-    let started = Instant::now();
-    while flood.tally().closed_by_server < 3000 {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the flood never got going: {:?}",
-            flood.tally()
+    // The flood and the probes block: off the runtime that serves the
+    // mocked API.
+    let outcome = tokio::task::spawn_blocking(move || {
+        let siege = Siege::start(
+            "oooi-controller, http port",
+            pid,
+            None,
+            http,
+            Shape {
+                unfinished_heads: 1000,
+                idle: 500,
+                ..Shape::default()
+            },
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // The kubelet's probes, on the health listener, past the 5 s head
-    // timeout: 40 of them, 150 ms apart. The same probe on the http port is
-    // printed for comparison, not asserted (whether it finds one of the
-    // flood's slots free is a race).
-    let (mut probes, mut ready, mut ready_on_http) = (0, 0, 0);
-    while probes < 40 {
-        probes += 1;
-        if get(health, "/readyz").await.is_some_and(|(s, _)| s == 200) {
-            ready += 1;
-        }
-        if get(http, "/readyz").await.is_some_and(|(s, _)| s == 200) {
-            ready_on_http += 1;
-        }
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
-    let tally = flood.stop();
-    let peaks = watch.stop();
-    println!(
-        "oooi-controller, http port flooded for {:.1} s ({tally:?}): RSS {:.1} -> peak {:.1} MiB, \
-         sockets {} -> peak {}; /readyz on the health listener {ready}/{probes}, \
-         on the http port {ready_on_http}/{probes}",
-        started.elapsed().as_secs_f64(),
-        mib(baseline.rss),
-        mib(peaks.rss),
-        baseline.sockets,
-        peaks.sockets
-    );
-    assert!(
-        ready >= 39,
-        "the health listener answered {ready} of {probes} probes"
-    );
-    assert!(peaks.rss < RSS_BOUND, "peak RSS {:.1} MiB", mib(peaks.rss));
+        siege.until_closed(3000, Duration::from_secs(60));
+        // The kubelet's probes, on the health listener, past the 5 s head
+        // timeout: 40 of them, 150 ms apart, and the same on the http port
+        // for comparison.
+        let ready = |addr| {
+            oooi_flood::get(addr, "/readyz", Duration::from_secs(2)).is_some_and(|(s, _)| s == 200)
+        };
+        let probes = siege.probe(40, Duration::from_millis(150), || {
+            (ready(health), ready(http))
+        });
+        siege.end(probes)
+    })
+    .await
+    .unwrap();
     // Past the limit each connection is closed as it is accepted; allow
     // that one and a connection to the API server opened meanwhile.
-    let limit = oooi_serve::Limits::SMALL.max_connections;
-    assert!(
-        peaks.sockets <= baseline.sockets + limit + 2,
-        "{} sockets at the peak, {} before the flood, limit {limit}",
-        peaks.sockets,
-        baseline.sockets
-    );
+    let bounds = Bounds {
+        rss: RSS_BOUND,
+        connections: oooi_serve::Limits::SMALL.max_connections,
+        other_sockets: 2,
+    };
+    outcome.check(&bounds).unwrap();
     assert!(
         until_status(http, "/readyz", 200, 15).await,
         "/readyz answers again after the flood"

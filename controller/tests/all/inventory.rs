@@ -23,7 +23,7 @@ use oooi_controller::inventory::poll::poll_once;
 use oooi_controller::inventory::reach::{PodTarget, Reach, get_over};
 use oooi_controller::observe::{Discovered, Observations};
 use oooi_controller::plan::{Observed, plan_infra};
-use oooi_controller::reconcile::Settings;
+use oooi_controller::reconcile::{Context, Settings};
 use oooi_dhcp_inventory::{
     LeasePage, LeaseQuery, LeaseRow, LeaseState, PoolFigures, PoolReport, RefusalEvent,
     RefusalReason, ServerInfo, ServerRole, Why, canonical_mac,
@@ -31,7 +31,7 @@ use oooi_dhcp_inventory::{
 use serde_json::{Value, json};
 
 use crate::mock_api::{MockApi, assert_rbac};
-use crate::reconcile_support::{NS, attachment_json, context, infra_json};
+use crate::reconcile_support::{Caches, NS, attachment_json, context, infra_json};
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 /// The servers' clock.
@@ -241,6 +241,25 @@ fn fake() -> Fake {
             ],
         )]),
     }
+}
+
+/// The controller's context on `mock` (caches filled) and a way to the
+/// DHCP pod, which `fake` answers on loopback (the controller reaches the
+/// pod on its address).
+async fn polled(mock: &MockApi, fake: Fake) -> (Arc<Context>, Caches, Loopback) {
+    let addr = serve(fake).await;
+    let reach = Loopback(BTreeMap::from([(
+        "vlan200-dhcp-6d5f-x7k2p".to_string(),
+        addr,
+    )]));
+    let (ctx, mut caches) = context(
+        mock,
+        Settings::default(),
+        Discovered::default(),
+        Observations::default(),
+    );
+    caches.sync(mock);
+    (ctx, caches, reach)
 }
 
 /// The cluster: the Infra's DHCPServer as the controller plans it, its
@@ -559,19 +578,7 @@ async fn the_poll_writes_pool_figures_once_and_then_only_when_they_change() {
     let mock = MockApi::start();
     cluster(&mock);
     let mut f = fake();
-    let addr = serve(f.clone()).await;
-    // The controller reaches the pod on its address; here, on loopback.
-    let reach = Loopback(BTreeMap::from([(
-        "vlan200-dhcp-6d5f-x7k2p".to_string(),
-        addr,
-    )]));
-    let (ctx, mut caches) = context(
-        &mock,
-        Settings::default(),
-        Discovered::default(),
-        Observations::default(),
-    );
-    caches.sync(&mock);
+    let (ctx, mut caches, reach) = polled(&mock, f.clone()).await;
     let round = poll_once(&ctx, &reach).await;
     assert_eq!((round.answered, round.written, round.failed), (1, 1, 0));
     let path =
@@ -643,18 +650,7 @@ async fn the_infra_shows_its_servers_figures_and_the_server_reconcile_keeps_them
     let mut f = fake();
     f.pools[0].assigned = 70;
     f.pools[0].free = 9;
-    let addr = serve(f).await;
-    let reach = Loopback(BTreeMap::from([(
-        "vlan200-dhcp-6d5f-x7k2p".to_string(),
-        addr,
-    )]));
-    let (ctx, mut caches) = context(
-        &mock,
-        Settings::default(),
-        Discovered::default(),
-        Observations::default(),
-    );
-    caches.sync(&mock);
+    let (ctx, mut caches, reach) = polled(&mock, f).await;
     assert_eq!(poll_once(&ctx, &reach).await.written, 1);
     crate::reconcile_support::reconcile_at(&mock, &mut caches, &ctx, &infra_path, infra::reconcile)
         .await;

@@ -111,10 +111,10 @@ fn derived_objects_are_named_labelled_and_owned_by_the_infra() {
     assert_eq!(labels["hostedcluster.densityops.com/infra"], "vlan");
     assert_eq!(labels["app.kubernetes.io/component"], "dhcp");
     // NAD namespace defaults to the Infra's; the address carries the CIDR's prefix.
-    assert_eq!(dhcp.spec.vlan.network_attachment_namespace, "oooi");
-    assert_eq!(dhcp.spec.vlan.address, "192.0.2.2/24");
+    assert_eq!(dhcp.spec.pod.vlan.network_attachment_namespace, "oooi");
+    assert_eq!(dhcp.spec.pod.vlan.address, "192.0.2.2/24");
     assert_eq!(
-        d.dns.into_iter().next().unwrap().spec.vlan.address,
+        d.dns.into_iter().next().unwrap().spec.pod.vlan.address,
         "192.0.2.3/24"
     );
     assert_eq!(
@@ -373,10 +373,7 @@ fn invalid_attachment_specs_are_excluded_naming_the_field() {
 #[test]
 fn a_shared_worker_address_drops_only_its_alias_routes() {
     let i = infra("oooi", "vlan");
-    let atts = [
-        attachment("oooi", "c1", "vlan", "c1"),
-        attachment("oooi", "c2", "vlan", "c2"),
-    ];
+    let atts = two_attachments();
     let obs = observed(&[
         ("c1", &["192.0.2.101", "192.0.2.150"]),
         ("c2", &["192.0.2.150", "192.0.2.121"]),
@@ -391,14 +388,7 @@ fn a_shared_worker_address_drops_only_its_alias_routes() {
     assert_eq!(c1.conflicting_addresses, vec![ip("192.0.2.150")]);
     assert_eq!(c2.worker_addresses, vec![ip("192.0.2.121")]);
     let t = table(&p);
-    let sources: Vec<String> = t
-        .routes
-        .iter()
-        .filter_map(|r| match &r.matches {
-            RouteMatch::Source(c) => Some(c.to_string()),
-            _ => None,
-        })
-        .collect();
+    let sources = source_routes(&t);
     assert_eq!(sources, ["192.0.2.101/32", "192.0.2.121/32"]);
     assert_eq!(
         t.routes
@@ -450,10 +440,7 @@ fn a_shared_worker_address_drops_only_its_alias_routes() {
 #[test]
 fn a_worker_never_reaches_another_clusters_api_by_alias() {
     let i = infra("oooi", "vlan");
-    let atts = [
-        attachment("oooi", "c1", "vlan", "c1"),
-        attachment("oooi", "c2", "vlan", "c2"),
-    ];
+    let atts = two_attachments();
     let p = plan_infra(
         &i,
         &atts,
@@ -549,21 +536,9 @@ fn dhcp_reservations_come_from_vmi_macs_and_conflicts_are_dropped() {
             vmi("c2-w1", "02:00:00:00:00:21", &["192.0.2.121"]),
         ]),
     );
-    let atts = [
-        attachment("oooi", "c1", "vlan", "c1"),
-        attachment("oooi", "c2", "vlan", "c2"),
-    ];
+    let atts = two_attachments();
     let p = plan_infra(&i, &atts, &obs);
-    let dhcp = &p
-        .desired
-        .as_ref()
-        .unwrap()
-        .dhcp
-        .first()
-        .unwrap()
-        .spec
-        .config
-        .0;
+    let dhcp = dhcp_config(&p);
     let got: Vec<(String, String, Option<String>)> = dhcp
         .reservations
         .iter()
@@ -601,10 +576,7 @@ fn rendered_configs_pass_their_components_validators() {
     i.spec.network_config.mtu = Some(1450);
     // The pod view answers only with an internal proxy the Infra names.
     i.spec.infra_components.proxy.internal_proxy_service = Some("vlan-proxy.oooi.svc".into());
-    let atts = [
-        attachment("oooi", "c1", "vlan", "c1"),
-        attachment("oooi", "c2", "vlan", "c2"),
-    ];
+    let atts = two_attachments();
     let mut obs = observed(&[("c1", &["192.0.2.101"]), ("c2", &["192.0.2.121"])]);
     obs.internal_proxy_ip = Some(ip("172.30.0.10"));
     let p = plan_infra(&i, &atts, &obs);
@@ -978,10 +950,7 @@ fn alias_paths(router: &Router, src: &str) -> Vec<Result<Upstream, Refusal>> {
 #[test]
 fn both_alias_paths_lead_each_worker_to_its_own_kube_apiserver() {
     let i = infra("oooi", "vlan");
-    let atts = [
-        attachment("oooi", "c1", "vlan", "c1"),
-        attachment("oooi", "c2", "vlan", "c2"),
-    ];
+    let atts = two_attachments();
     let p = plan_infra(
         &i,
         &atts,

@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used)] // an unwrap that fails is the test's verdict
 
-use crate::plan_support::component_infra;
+use crate::plan_support::{component_infra, pod_annotations, pod_spec};
 
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use oooi_controller::crd::Infra;
@@ -55,14 +55,7 @@ fn children(i: &Infra) -> Vec<Children> {
 }
 
 fn pod(c: &Children) -> &PodSpec {
-    c.deployment
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
+    pod_spec(&c.deployment)
 }
 
 fn agent(c: &Children) -> Option<&Container> {
@@ -165,19 +158,7 @@ fn the_agent_is_a_native_sidecar_with_two_capabilities_and_no_token() {
             assert_eq!(arg(a, "--address"), "192.0.2.4/24,192.0.2.7/24");
             assert_eq!(ready, "http://127.0.0.1:9446/ready");
         }
-        let home = c
-            .deployment
-            .spec
-            .as_ref()
-            .unwrap()
-            .template
-            .metadata
-            .as_ref()
-            .unwrap()
-            .annotations
-            .as_ref()
-            .unwrap()["k8s.v1.cni.cncf.io/networks"]
-            .clone();
+        let home = pod_annotations(&c.deployment)["k8s.v1.cni.cncf.io/networks"].clone();
         assert!(
             home.contains(&format!("{}/24", arg(a, "--home"))),
             "{name}: home is the pod's static address"
@@ -216,7 +197,7 @@ fn agent_pods_take_the_agent_scc_on_openshift_and_need_the_privileged_level() {
         let mut d = c.deployment.clone();
         scc::for_openshift(&mut d);
         assert_eq!(scc::choose(&d).unwrap().name, "oooi-address-agent");
-        let p = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+        let p = pod_spec(&d);
         // The agent keeps UID 0; the component's UID is left to the SCC.
         let a = p.init_containers.as_ref().unwrap();
         assert_eq!(a[0].security_context.as_ref().unwrap().run_as_user, Some(0));

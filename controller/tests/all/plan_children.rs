@@ -25,14 +25,7 @@ fn desired() -> plan::DesiredComponents {
 }
 
 fn container(d: &Deployment) -> &Container {
-    &d.spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-        .containers[0]
+    &pod_spec(d).containers[0]
 }
 
 fn caps(d: &Deployment) -> (Vec<String>, Vec<String>, i64) {
@@ -49,17 +42,7 @@ fn caps(d: &Deployment) -> (Vec<String>, Vec<String>, i64) {
 }
 
 fn multus(d: &Deployment) -> Value {
-    let ann = d
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .metadata
-        .as_ref()
-        .unwrap()
-        .annotations
-        .as_ref()
-        .unwrap();
+    let ann = pod_annotations(d);
     serde_json::from_str(&ann["k8s.v1.cni.cncf.io/networks"]).unwrap()
 }
 
@@ -79,17 +62,7 @@ fn dhcp_children_carry_config_pvc_and_raw_socket_capability() {
     assert!(add.is_empty(), "no capability: replies go by broadcast");
     assert_eq!(drop, ["ALL"]);
     assert_eq!(uid, 65532);
-    let psc = dep
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-        .security_context
-        .as_ref()
-        .unwrap();
+    let psc = pod_spec(dep).security_context.as_ref().unwrap();
     let sysctls: Vec<(&str, &str)> = psc
         .sysctls
         .iter()
@@ -179,14 +152,7 @@ fn dhcp_children_carry_config_pvc_and_raw_socket_capability() {
         (m.mount_path.as_str(), m.read_only),
         ("/etc/oooi-dhcp-inventory", Some(true))
     );
-    let vol = dep
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
+    let vol = pod_spec(dep)
         .volumes
         .iter()
         .flatten()
@@ -373,15 +339,7 @@ fn proxy_children_render_envoy_through_oooi_envoy_with_the_token() {
         boot["dynamic_resources"]["cds_config"]["path_config_source"]["path"],
         "/etc/oooi-envoy/cds.json"
     );
-    let pod = c
-        .deployment
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap();
+    let pod = pod_spec(&c.deployment);
     let envoy = &pod.containers[0];
     assert_eq!(
         envoy.command.as_deref(),

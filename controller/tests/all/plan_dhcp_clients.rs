@@ -10,18 +10,6 @@ use crate::plan_support;
 use oooi_controller::plan::{self, HostedClusterKey, Observed, plan_infra};
 use plan_support::*;
 
-fn dhcp(p: &plan::InfraPlan) -> &oooi_dhcp_config::RawConfig {
-    &p.desired
-        .as_ref()
-        .unwrap()
-        .dhcp
-        .first()
-        .unwrap()
-        .spec
-        .config
-        .0
-}
-
 fn with_vmis(vmis: Vec<plan::ObservedVmi>) -> Observed {
     let mut obs = Observed::default();
     obs.clusters.insert(
@@ -53,7 +41,7 @@ fn a_new_vmi_is_known_by_its_mac_and_name_before_it_has_an_address() {
             vmi("c1-w1", "02:00:00:00:00:02", &["192.0.2.102"]),
         ]),
     );
-    let cfg = dhcp(&p);
+    let cfg = dhcp_config(&p);
     assert_eq!(
         known(cfg),
         vec![("02:00:00:00:00:01".to_string(), Some("c1-w0".to_string()))]
@@ -70,10 +58,7 @@ fn a_new_vmi_is_known_by_its_mac_and_name_before_it_has_an_address() {
 #[test]
 fn a_mac_known_to_two_clusters_is_known_without_a_name() {
     let i = infra("oooi", "vlan");
-    let atts = [
-        attachment("oooi", "c1", "vlan", "c1"),
-        attachment("oooi", "c2", "vlan", "c2"),
-    ];
+    let atts = two_attachments();
     let mut obs = with_vmis(vec![vmi("c1-w0", "02:00:00:00:00:01", &[])]);
     obs.clusters.insert(
         HostedClusterKey::new("clusters", "c2"),
@@ -83,7 +68,7 @@ fn a_mac_known_to_two_clusters_is_known_without_a_name() {
         },
     );
     let p = plan_infra(&i, &atts, &obs);
-    let cfg = dhcp(&p);
+    let cfg = dhcp_config(&p);
     assert_eq!(known(cfg), vec![("02:00:00:00:00:01".to_string(), None)]);
 }
 
@@ -97,7 +82,7 @@ fn unknown_clients_default_to_the_pool_and_ignore_is_passed_on() {
     let atts = [attachment("oooi", "c1", "vlan", "c1")];
     let p = plan_infra(&i, &atts, &Observed::default());
     assert_eq!(
-        dhcp(&p).unknown_clients,
+        dhcp_config(&p).unknown_clients,
         oooi_dhcp_config::UnknownClients::Pool
     );
     let mut strict = i.clone();
@@ -105,11 +90,11 @@ fn unknown_clients_default_to_the_pool_and_ignore_is_passed_on() {
         oooi_controller::crd::UnknownClients::Ignore;
     let p = plan_infra(&strict, &atts, &Observed::default());
     assert_eq!(
-        dhcp(&p).unknown_clients,
+        dhcp_config(&p).unknown_clients,
         oooi_dhcp_config::UnknownClients::Ignore
     );
     // The ConfigMap text the server reads says so.
-    let text = dhcp(&p).to_yaml().unwrap();
+    let text = dhcp_config(&p).to_yaml().unwrap();
     assert!(text.contains("unknown_clients: ignore"), "{text}");
 }
 

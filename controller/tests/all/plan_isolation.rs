@@ -318,14 +318,7 @@ fn a_shared_worker_address_under_strict_loses_its_aliases_and_the_names() {
     let p = plan_infra(&i, &atts, &obs);
     assert!(p.attachments.iter().all(|a| a.accepted()));
     let t = table(&p);
-    let aliases: Vec<String> = t
-        .routes
-        .iter()
-        .filter_map(|r| match &r.matches {
-            RouteMatch::Source(c) => Some(c.to_string()),
-            _ => None,
-        })
-        .collect();
+    let aliases = source_routes(&t);
     assert_eq!(aliases, ["192.0.2.101/32", "192.0.2.121/32"]);
     let router = Router::new(t);
     // The shared address can use neither cluster's names nor aliases.

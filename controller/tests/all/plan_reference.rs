@@ -14,7 +14,7 @@ use oooi_controller::crd::status;
 use oooi_controller::plan::infra::images::DefaultImages;
 use oooi_controller::plan::{self, Observed, PlannedCondition};
 use oooi_controller::testing::InfraBuilder;
-use plan_support::{attachment, dns_config, observed};
+use plan_support::{attachment, dhcp_config, dns_config, observed};
 use serde_json::json;
 
 /// An Infra as the older API's samples write it: lease time as a duration,
@@ -48,6 +48,15 @@ fn chart_images() -> DefaultImages {
     }
 }
 
+/// The plan's error on `field`.
+#[track_caller]
+fn error<'a>(p: &'a plan::InfraPlan, field: &str) -> &'a oooi_vocabulary::FieldError {
+    p.errors
+        .iter()
+        .find(|e| e.field == field)
+        .unwrap_or_else(|| panic!("no error on {field}: {:?}", p.errors))
+}
+
 fn plan_of(infra: InfraBuilder) -> plan::InfraPlan {
     let i = chart_images().apply(&infra.build());
     plan::plan_infra(&i, &[], &Observed::default())
@@ -61,16 +70,7 @@ fn notice(p: &plan::InfraPlan, type_: &str) -> PlannedCondition {
 }
 
 fn lease_seconds(p: &plan::InfraPlan) -> Option<u32> {
-    p.desired
-        .as_ref()
-        .unwrap()
-        .dhcp
-        .first()
-        .unwrap()
-        .spec
-        .config
-        .0
-        .lease_seconds
+    dhcp_config(p).lease_seconds
 }
 
 #[test]
@@ -79,7 +79,7 @@ fn an_older_api_infra_plans_with_the_chart_images() {
     assert!(p.errors.is_empty(), "{:?}", p.errors);
     let d = p.desired.as_ref().expect("valid");
     assert_eq!(
-        d.proxy.first().unwrap().spec.image,
+        d.proxy.first().unwrap().spec.pod.image,
         "registry.example.com/oooi/oooi-proxy:0.1.0"
     );
     assert_eq!(lease_seconds(&p), Some(3600));
@@ -112,11 +112,7 @@ fn a_bad_lease_time_names_the_field_and_the_value() {
     ] {
         let p = plan_of(older_api_infra().dhcp(json!({"leaseTime": written})));
         assert!(p.desired.is_none(), "{written} is refused");
-        let e = p
-            .errors
-            .iter()
-            .find(|e| e.field == "spec.infraComponents.dhcp.leaseTime")
-            .unwrap_or_else(|| panic!("{written}: {:?}", p.errors));
+        let e = error(&p, "spec.infraComponents.dhcp.leaseTime");
         assert!(e.message.contains(says), "{written}: {}", e.message);
     }
 }
@@ -134,11 +130,7 @@ fn an_unset_image_without_a_chart_default_names_the_field_and_the_flag() {
     assert!(p.desired.is_none());
     for c in ["dhcp", "dns", "proxy"] {
         let field = format!("spec.infraComponents.{c}.image");
-        let e = p
-            .errors
-            .iter()
-            .find(|e| e.field == field)
-            .unwrap_or_else(|| panic!("{field}: {:?}", p.errors));
+        let e = error(&p, &field);
         assert!(e.message.contains(&format!("--{c}-image")), "{}", e.message);
     }
 }
@@ -201,11 +193,7 @@ fn the_ignored_fields_reach_the_infra_status() {
 fn proxy_image_is_refused_naming_image_instead() {
     let p = plan_of(older_api_infra().proxy(json!({"proxyImage": "envoyproxy/envoy:v1.36.4"})));
     assert!(p.desired.is_none());
-    let e = p
-        .errors
-        .iter()
-        .find(|e| e.field == "spec.infraComponents.proxy.proxyImage")
-        .unwrap_or_else(|| panic!("{:?}", p.errors));
+    let e = error(&p, "spec.infraComponents.proxy.proxyImage");
     assert!(
         e.message.contains("envoyproxy/envoy:v1.36.4"),
         "{}",
@@ -225,11 +213,7 @@ fn apps_ingress_on_the_infra_is_refused_naming_the_attachment() {
         json!({"enabled": true, "metallb": {"addressPoolName": "apps", "ipAddressPoolRange": "198.51.100.180-198.51.100.190"}}),
     ));
     assert!(p.desired.is_none());
-    let e = p
-        .errors
-        .iter()
-        .find(|e| e.field == "spec.appsIngress")
-        .unwrap_or_else(|| panic!("{:?}", p.errors));
+    let e = error(&p, "spec.appsIngress");
     assert!(
         e.message.contains("InfraClusterAttachment"),
         "{}",
@@ -241,16 +225,7 @@ fn apps_ingress_on_the_infra_is_refused_naming_the_attachment() {
 fn an_unset_gateway_is_the_first_host_of_the_cidr() {
     let p = plan_of(older_api_infra().remove("/spec/networkConfig/gateway"));
     assert!(p.errors.is_empty(), "{:?}", p.errors);
-    let dhcp = &p
-        .desired
-        .as_ref()
-        .unwrap()
-        .dhcp
-        .first()
-        .unwrap()
-        .spec
-        .config
-        .0;
+    let dhcp = dhcp_config(&p);
     assert_eq!(dhcp.gateway, Some("198.51.100.1".parse().unwrap()));
 }
 
@@ -262,11 +237,7 @@ fn a_defaulted_gateway_that_a_component_uses_says_it_was_defaulted() {
             .proxy(json!({"serverIP": "198.51.100.1"})),
     );
     assert!(p.desired.is_none());
-    let e = p
-        .errors
-        .iter()
-        .find(|e| e.field == "spec.infraComponents.proxy.serverIP")
-        .unwrap_or_else(|| panic!("{:?}", p.errors));
+    let e = error(&p, "spec.infraComponents.proxy.serverIP");
     assert!(
         e.message.contains("198.51.100.1")
             && e.message
@@ -294,11 +265,7 @@ fn resolv_conf_upstream_means_the_dns_pods_own_resolvers() {
 #[test]
 fn a_bad_upstream_names_the_entry_and_the_accepted_forms() {
     let p = plan_of(older_api_infra().upstreams(&["203.0.113.53", "resolv"]));
-    let e = p
-        .errors
-        .iter()
-        .find(|e| e.field == "spec.networkConfig.dnsServers[1]")
-        .unwrap_or_else(|| panic!("{:?}", p.errors));
+    let e = error(&p, "spec.networkConfig.dnsServers[1]");
     assert!(e.message.contains("resolv.conf"), "{}", e.message);
 }
 

@@ -79,7 +79,7 @@ fn each_address_is_one_replica_named_and_placed_in_order() {
     assert_eq!(
         d.dns
             .iter()
-            .map(|s| s.spec.vlan.address)
+            .map(|s| s.spec.pod.vlan.address)
             .collect::<Vec<_>>(),
         [addr("192.0.2.3/24"), addr("192.0.2.6/24")]
     );
@@ -132,7 +132,7 @@ fn with_takeover_every_dns_replica_listens_on_every_dns_address() {
             .find(|v| v.name == "vlan")
             .unwrap();
         assert!(raw.freebind, "binds the addresses it does not hold yet");
-        let t = dns.spec.availability.address_takeover.as_ref().unwrap();
+        let t = dns.spec.pod.availability.address_takeover.as_ref().unwrap();
         assert_eq!(t.addresses, ["192.0.2.3/24", "192.0.2.6/24"]);
         assert_eq!(t.lease_prefix, "vlan-dns");
     }
@@ -159,7 +159,7 @@ fn with_takeover_every_dns_replica_listens_on_every_dns_address() {
             .find(|v| v.name == "vlan")
             .unwrap();
         assert!(!raw.freebind, "its own address is there at start");
-        assert!(dns.spec.availability.address_takeover.is_none());
+        assert!(dns.spec.pod.availability.address_takeover.is_none());
     }
 }
 
@@ -477,9 +477,9 @@ fn the_replica_count_changes_no_address_of_the_first() {
     .desired
     .unwrap();
     assert_eq!(one.dns[0].metadata.name, two.dns[0].metadata.name);
-    assert_eq!(one.dns[0].spec.vlan, two.dns[0].spec.vlan);
+    assert_eq!(one.dns[0].spec.pod.vlan, two.dns[0].spec.pod.vlan);
     assert_eq!(one.dns[0].spec.config, two.dns[0].spec.config);
-    assert_eq!(two.dns[1].spec.vlan.address, "192.0.2.6/24");
+    assert_eq!(two.dns[1].spec.pod.vlan.address, "192.0.2.6/24");
 }
 
 #[test]

@@ -29,14 +29,7 @@ fn components() -> (Children, Children, Children) {
 }
 
 fn pod(c: &Children) -> &k8s_openapi::api::core::v1::PodSpec {
-    c.deployment
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
+    pod_spec(&c.deployment)
 }
 
 #[test]
@@ -113,7 +106,7 @@ fn every_component_pod_meets_the_pod_security_restricted_profile() {
         );
         let mut d = c.deployment.clone();
         scc::for_openshift(&mut d);
-        let p = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+        let p = pod_spec(&d);
         assert_eq!(level(p), Level::Restricted);
     }
 }

@@ -14,7 +14,7 @@ use crate::plan_support;
 use std::net::Ipv4Addr;
 
 use oooi_controller::plan::{HostedClusterKey, plan_infra};
-use plan_support::{attachment, attachment_yaml, dns_config, infra, ip, observed};
+use plan_support::{attachment, attachment_yaml, dns_config, infra, ip, observed, two_attachments};
 
 const CONTROL_PLANE: [&str; 5] = ["api", "api-int", "oauth", "ignition", "konnectivity"];
 const ALIASES: [&str; 4] = [
@@ -159,10 +159,7 @@ fn without_internal_proxy_service_the_pod_view_answers_none_of_them() {
 #[test]
 fn the_vlan_view_answers_the_aliases_only_while_a_worker_address_is_known() {
     let i = infra("oooi", "vlan");
-    let atts = [
-        attachment("oooi", "c1", "vlan", "c1"),
-        attachment("oooi", "c2", "vlan", "c2"),
-    ];
+    let atts = two_attachments();
     let none = views(&plan_infra(&i, &atts, &observed(&[])));
     for alias in ALIASES {
         assert_eq!(answer(&none.views[0], alias), None, "no workers: {alias}");

@@ -21,7 +21,7 @@ use oooi_controller::observe::{self, Discovered, Observations};
 use oooi_controller::reconcile::{Context, Settings, attachment, component, infra};
 use reconcile_support::{
     Caches, G, NS, assert_apply, att_path, attachment_json, base64_encode, condition, context,
-    infra_json, infra_path, reconcile_at,
+    infra_at, infra_json, infra_path, reconcile_at,
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -1405,17 +1405,11 @@ const CUDNS: &str = "/apis/k8s.ovn.org/v1/clusteruserdefinednetworks";
 /// The Infra on a localnet ClusterUserDefinedNetwork the controller owns,
 /// VLAN `vlan_id`.
 fn cudn_infra(generation: i64, vlan_id: u16) -> Value {
-    let mut infra = infra_json(generation);
-    let nc = infra["spec"]["networkConfig"].as_object_mut().unwrap();
-    nc.remove("networkAttachmentDefinition");
-    nc.remove("networkAttachmentNamespace");
-    nc.insert(
-        "clusterUserDefinedNetwork".into(),
-        json!({"name": "vlan200", "localnet": {
+    infra_at(generation)
+        .cudn(json!({"name": "vlan200", "localnet": {
             "physicalNetworkName": "physnet", "vlanId": vlan_id, "mtu": 1400
-        }}),
-    );
-    infra
+        }}))
+        .json()
 }
 
 #[tokio::test]

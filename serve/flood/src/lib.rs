@@ -12,6 +12,11 @@
 //! so a test can bound both: memory below the container's limit, sockets
 //! at the listener's connection limit.
 //!
+//! A [`Siege`] puts the two together the way every component's flood test
+//! runs them (baseline, flood, probes of the listener with a budget of its
+//! own, peaks), and its [`Outcome::check`] is the one verdict those tests
+//! give.
+//!
 //! Traffic goes only where a test points it: loopback, or a network
 //! namespace the test created ([`Flood::start_in_netns`], [`in_netns`]).
 
@@ -22,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -355,6 +360,11 @@ impl Watch {
     /// Stops watching; the peaks, with one last sample.
     pub fn stop(mut self) -> Peaks {
         self.halt();
+        self.final_peaks()
+    }
+
+    /// The peaks with one last sample (after [`Watch::halt`]).
+    fn final_peaks(&self) -> Peaks {
         if let Some(s) = sample(self.pid) {
             self.rss.fetch_max(s.rss, Ordering::Relaxed);
             self.sockets.fetch_max(s.sockets, Ordering::Relaxed);
@@ -373,6 +383,209 @@ impl Watch {
 impl Drop for Watch {
     fn drop(&mut self) {
         self.halt();
+    }
+}
+
+/// A flood of one listener of a process, with the process watched: what
+/// every component's flood test runs. Started with the process's figures
+/// before the flood ([`Siege::start`]); the flood and the watch stop on
+/// drop.
+pub struct Siege {
+    what: String,
+    baseline: Sample,
+    watch: Watch,
+    flood: Flood,
+    started: Instant,
+}
+
+/// The probe rounds of a [`Siege`]: each asks the listener with a
+/// connection budget of its own (where the kubelet's probes go) and the
+/// flooded one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Probes {
+    /// Rounds run.
+    pub rounds: u32,
+    /// Rounds the listener with its own budget answered.
+    pub own_listener: u32,
+    /// Rounds the flooded listener answered (a comparison only: whether a
+    /// probe finds one of the flood's slots free is a race).
+    pub flooded_listener: u32,
+}
+
+/// The bounds a flooded process must keep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// Peak resident memory, bytes (below the container's limit, with room
+    /// for the kernel's socket buffers).
+    pub rss: u64,
+    /// The flooded listener's connection limit.
+    pub connections: usize,
+    /// Other sockets the process may open meanwhile: the connection the
+    /// accept loop is closing past the limit, a probe's, a poll's or a
+    /// peer's.
+    pub other_sockets: usize,
+}
+
+/// What a [`Siege`] saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The process and listener, for messages.
+    pub what: String,
+    /// The process before the flood.
+    pub baseline: Sample,
+    /// Its peaks during the flood.
+    pub peaks: Peaks,
+    /// What the flood's connections saw.
+    pub tally: Tally,
+    /// How long the flood ran.
+    pub flooded_for: Duration,
+    /// The probe rounds.
+    pub probes: Probes,
+}
+
+impl Siege {
+    /// Samples process `pid` (panics when it is not running), starts
+    /// watching it and flooding `target` with `shape`, from network
+    /// namespace `from` (a path such as `/run/netns/<name>`) when given.
+    pub fn start(
+        what: impl Into<String>,
+        pid: u32,
+        from: Option<&Path>,
+        target: SocketAddr,
+        shape: Shape,
+    ) -> Siege {
+        let what = what.into();
+        let baseline =
+            sample(pid).unwrap_or_else(|| panic!("{what}: process {pid} is not running"));
+        let watch = Watch::start(pid);
+        let flood = match from {
+            Some(ns) => Flood::start_in_netns(ns, target, shape),
+            None => Flood::start(target, shape),
+        };
+        Siege {
+            what,
+            baseline,
+            watch,
+            flood,
+            started: Instant::now(),
+        }
+    }
+
+    /// Waits until the server has closed `closed` of the flood's
+    /// connections (every slot taken and recycled many times); panics if
+    /// that takes longer than `within`.
+    pub fn until_closed(&self, closed: u64, within: Duration) {
+        while self.flood.tally().closed_by_server < closed {
+            assert!(
+                self.started.elapsed() < within,
+                "{}: the flood never got going: {:?}",
+                self.what,
+                self.flood.tally()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `rounds` probe rounds, `every` apart: `round` asks the listener
+    /// with its own budget and the flooded one, and says which answered.
+    pub fn probe(
+        &self,
+        rounds: u32,
+        every: Duration,
+        mut round: impl FnMut() -> (bool, bool),
+    ) -> Probes {
+        let mut probes = Probes::default();
+        while probes.rounds < rounds {
+            probes.rounds += 1;
+            let (own, flooded) = round();
+            probes.own_listener += u32::from(own);
+            probes.flooded_listener += u32::from(flooded);
+            std::thread::sleep(every);
+        }
+        probes
+    }
+
+    /// Stops the flood and the watch; prints and returns what was seen.
+    pub fn end(mut self, probes: Probes) -> Outcome {
+        let flooded_for = self.started.elapsed();
+        self.flood.halt();
+        self.watch.halt();
+        let outcome = Outcome {
+            what: std::mem::take(&mut self.what),
+            baseline: self.baseline,
+            tally: self.flood.tally(),
+            peaks: self.watch.final_peaks(),
+            flooded_for,
+            probes,
+        };
+        println!("{outcome}");
+        outcome
+    }
+}
+
+impl Outcome {
+    /// The verdict every flood test gives: the listener with its own budget
+    /// answered every probe round but one at most, the peak resident
+    /// memory stayed below `bounds.rss`, and the process never held more
+    /// of the flood's connections than the listener's limit (its sockets
+    /// never rose above the baseline by more than the limit and
+    /// `bounds.other_sockets`).
+    pub fn check(&self, bounds: &Bounds) -> Result<(), String> {
+        let Outcome {
+            what,
+            baseline,
+            peaks,
+            probes,
+            ..
+        } = self;
+        let mut failed = Vec::new();
+        if probes.own_listener + 1 < probes.rounds {
+            failed.push(format!(
+                "the listener with its own budget answered {} of {} probes",
+                probes.own_listener, probes.rounds
+            ));
+        }
+        if peaks.rss >= bounds.rss {
+            failed.push(format!(
+                "peak RSS {:.1} MiB, bound {:.1} MiB",
+                mib(peaks.rss),
+                mib(bounds.rss)
+            ));
+        }
+        let most = baseline.sockets + bounds.connections + bounds.other_sockets;
+        if peaks.sockets > most {
+            failed.push(format!(
+                "{} sockets at the peak, {} before the flood, limit {} (+{} others)",
+                peaks.sockets, baseline.sockets, bounds.connections, bounds.other_sockets
+            ));
+        }
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{what}: {}", failed.join("; ")))
+        }
+    }
+}
+
+/// The one line a flood test prints.
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} flooded for {:.1} s ({:?}): RSS {:.1} -> peak {:.1} MiB, sockets {} -> peak {}; \
+             probes answered by the listener with its own budget {}/{}, by the flooded one {}/{}",
+            self.what,
+            self.flooded_for.as_secs_f64(),
+            self.tally,
+            mib(self.baseline.rss),
+            mib(self.peaks.rss),
+            self.baseline.sockets,
+            self.peaks.sockets,
+            self.probes.own_listener,
+            self.probes.rounds,
+            self.probes.flooded_listener,
+            self.probes.rounds,
+        )
     }
 }
 
@@ -492,6 +705,124 @@ mod tests {
             Some((503, "draining".to_string()))
         );
         assert_eq!(get(addr, "/healthz", Duration::from_secs(5)), None);
+    }
+
+    fn outcome(own_listener: u32, rss: u64, sockets: usize) -> Outcome {
+        Outcome {
+            what: "oooi-test, metrics port".into(),
+            baseline: Sample {
+                rss: 10 << 20,
+                sockets: 5,
+            },
+            peaks: Peaks {
+                rss,
+                sockets,
+                samples: 100,
+            },
+            tally: Tally::default(),
+            flooded_for: Duration::from_secs(8),
+            probes: Probes {
+                rounds: 40,
+                own_listener,
+                flooded_listener: 3,
+            },
+        }
+    }
+
+    #[test]
+    fn the_verdict_names_every_bound_broken() {
+        let bounds = Bounds {
+            rss: 40 << 20,
+            connections: 64,
+            other_sockets: 2,
+        };
+        // At the edges: one probe missed, RSS just below, 5 + 64 + 2 sockets.
+        assert_eq!(outcome(39, (40 << 20) - 1, 71).check(&bounds), Ok(()));
+        let e = outcome(38, 40 << 20, 72).check(&bounds).unwrap_err();
+        assert!(e.starts_with("oooi-test, metrics port: "), "{e}");
+        assert!(e.contains("answered 38 of 40 probes"), "{e}");
+        assert!(e.contains("peak RSS 40.0 MiB, bound 40.0 MiB"), "{e}");
+        assert!(
+            e.contains("72 sockets at the peak, 5 before the flood, limit 64 (+2 others)"),
+            "{e}"
+        );
+        let e = outcome(40, 1 << 20, 80).check(&bounds).unwrap_err();
+        assert!(
+            !e.contains("probes") && !e.contains("RSS") && e.contains("80 sockets"),
+            "{e}"
+        );
+        let line = outcome(40, 20 << 20, 60).to_string();
+        assert!(
+            line.contains("RSS 10.0 -> peak 20.0 MiB, sockets 5 -> peak 60"),
+            "{line}"
+        );
+        assert!(
+            line.contains("own budget 40/40, by the flooded one 3/40"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn a_siege_of_a_bounded_listener_in_this_process() {
+        // A listener that keeps at most 4 connections and drops the rest,
+        // and a second one the flood leaves alone.
+        let flooded = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let own = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let (target, own_addr) = (flooded.local_addr().unwrap(), own.local_addr().unwrap());
+        std::thread::spawn(move || {
+            let mut kept = std::collections::VecDeque::new();
+            for s in flooded.incoming().flatten() {
+                kept.push_back(s);
+                if kept.len() > 4 {
+                    kept.pop_front();
+                }
+            }
+        });
+        std::thread::spawn(move || {
+            for mut s in own.incoming().flatten() {
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf);
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
+            }
+        });
+        let siege = Siege::start(
+            "this test",
+            std::process::id(),
+            None,
+            target,
+            Shape {
+                idle: 20,
+                reconnect_after: Duration::from_millis(20),
+                ..Shape::default()
+            },
+        );
+        siege.until_closed(40, Duration::from_secs(20));
+        let probes = siege.probe(3, Duration::from_millis(10), || {
+            let ok = |a| get(a, "/healthz", Duration::from_secs(5)).is_some_and(|(s, _)| s == 200);
+            (ok(own_addr), false)
+        });
+        assert_eq!(
+            probes,
+            Probes {
+                rounds: 3,
+                own_listener: 3,
+                flooded_listener: 0
+            }
+        );
+        let outcome = siege.end(probes);
+        assert!(outcome.tally.closed_by_server >= 40, "{outcome}");
+        assert!(
+            outcome.peaks.samples > 0 && outcome.peaks.sockets > 0,
+            "{outcome}"
+        );
+        // The flood's own sockets are this process's too: only the RSS
+        // and probe verdicts are this test's to give.
+        let bounds = Bounds {
+            rss: u64::MAX,
+            connections: usize::MAX / 2,
+            other_sockets: 0,
+        };
+        assert_eq!(outcome.check(&bounds), Ok(()));
     }
 
     #[test]

@@ -20,7 +20,7 @@ use oooi_dhcp_config::{
 
 use crate::crd::{
     DHCPServer, DHCPServerSpec, DhcpConfigDocument, Infra, LeaseStorage, LocalObjectReference,
-    UnknownClients, VlanInterface,
+    UnknownClients,
 };
 use crate::plan::infra::attachments::AttachmentOutcome;
 use crate::plan::infra::network::Network;
@@ -29,8 +29,8 @@ use crate::plan::labels::{
 };
 use crate::plan::network_policy::{DhcpPorts, PolicyPeers, dhcp_policy};
 use crate::plan::workload::{
-    Children, Objects, Placement, PodPlan, deployment, http_probe, mount, pod_address, port,
-    resources, service_account, spread,
+    Children, DEFAULT_INTERFACE, Objects, Placement, Program, ServerPlan, deployment, http_probe,
+    mount, pod_address, port, server_pod, service_account, spread,
 };
 use pair::{
     PAIR_TOKEN_DIR, PAIR_TOKEN_KEY, PEER_PORT, pair_budget, pair_partner, pair_token_secret_name,
@@ -154,7 +154,7 @@ pub fn configs(
         .collect();
     let nc = &infra.spec.network_config;
     let base = RawConfig {
-        interface: Some(default_interface()),
+        interface: Some(DEFAULT_INTERFACE.to_string()),
         server_ip: servers.first().copied().unwrap_or(gateway),
         subnet,
         gateway: Some(gateway),
@@ -221,10 +221,6 @@ fn v4(a: IpAddr) -> Option<Ipv4Addr> {
     }
 }
 
-fn default_interface() -> String {
-    "net1".to_string()
-}
-
 /// The DHCPServer specs derived from an Infra, with their names: one per
 /// server address (none when DHCP is disabled).
 pub fn specs(
@@ -243,18 +239,19 @@ pub fn specs(
             let pair_token_secret = cfg.peer.as_ref().map(|_| LocalObjectReference {
                 name: pair_token_secret_name(&infra_name),
             });
+            let pod = server_pod(
+                network,
+                network.interface_address(IpAddr::V4(cfg.server_ip)),
+                &comp.pod,
+                crate::plan::workload::availability::server_availability(
+                    infra,
+                    Component::Dhcp,
+                    &[],
+                ),
+            );
             let spec = DHCPServerSpec {
-                vlan: VlanInterface {
-                    network_attachment_definition: network.nad.clone(),
-                    network_attachment_namespace: network.nad_namespace.clone(),
-                    address: network.interface_address(IpAddr::V4(cfg.server_ip)),
-                    interface: default_interface(),
-                },
-                // Set: plan_infra reports an unset image instead of planning.
-                image: comp.image.clone().unwrap_or_default(),
+                pod,
                 config: DhcpConfigDocument(cfg),
-                resources: comp.resources.clone(),
-                placement: comp.placement.clone(),
                 storage: LeaseStorage {
                     size: comp
                         .storage_size
@@ -266,11 +263,6 @@ pub fn specs(
                 inventory_token_secret: Some(LocalObjectReference {
                     name: inventory_token_secret_name(&infra_name),
                 }),
-                availability: crate::plan::workload::availability::server_availability(
-                    infra,
-                    Component::Dhcp,
-                    &[],
-                ),
             };
             (name, spec)
         })
@@ -320,7 +312,7 @@ pub fn children(server: &DHCPServer) -> anyhow::Result<Children> {
     let c = Component::Dhcp;
     let mut cfg = server.spec.config.0.clone();
     // The server binds the interface the pod's VLAN leg has.
-    cfg.interface = Some(server.spec.vlan.interface.clone());
+    cfg.interface = Some(server.spec.pod.vlan.interface.clone());
     let text = serde_saphyr::to_string(&cfg)?;
     let config_map = ConfigMap {
         metadata: child_meta(server, format!("{name}-config"), &instance, c),
@@ -481,27 +473,25 @@ pub fn children(server: &DHCPServer) -> anyhow::Result<Children> {
     }
     let deployment = deployment(
         server,
-        PodPlan {
+        &server.spec.pod,
+        ServerPlan {
             name: name.clone(),
             instance: instance.clone(),
             component: c,
-            vlan: server.spec.vlan.clone(),
-            image: server.spec.image.clone(),
-            command: None,
-            args,
-            ports,
-            volumes,
-            mounts,
-            readiness: http_probe("/healthz", HEALTH_PORT, 5, 3),
-            liveness: http_probe("/healthz", HEALTH_PORT, 10, 6),
-            resources: resources(server.spec.resources.as_ref(), "10m", "32Mi", "128Mi"),
-            fs_group: Some(crate::plan::workload::NON_ROOT_UID),
             placement,
-            tolerations: crate::plan::workload::availability::tolerations(
-                server.spec.availability.node_loss_toleration_seconds,
-            ),
-            pod_placement: server.spec.placement.clone(),
-            agent: None,
+            program: Program {
+                command: None,
+                args,
+                ports,
+                volumes,
+                mounts,
+                readiness: http_probe("/healthz", HEALTH_PORT, 5, 3),
+                liveness: http_probe("/healthz", HEALTH_PORT, 10, 6),
+                builtin_resources: ["10m", "32Mi", "128Mi"],
+                fs_group: Some(crate::plan::workload::NON_ROOT_UID),
+                // DHCP never moves addresses: a pair has its own failover.
+                agent_ready_url: None,
+            },
         },
     );
     Ok(Children {
@@ -552,8 +542,8 @@ mod tests {
             .collect();
         assert_eq!(names, ["vlan-dhcp", "vlan-dhcp-2"]);
         let (a, b) = (&pair[0].spec, &pair[1].spec);
-        assert_eq!(a.vlan.address, "192.0.2.2/24");
-        assert_eq!(b.vlan.address, "192.0.2.5/24");
+        assert_eq!(a.pod.vlan.address, "192.0.2.2/24");
+        assert_eq!(b.pod.vlan.address, "192.0.2.5/24");
         let pa = a.config.0.peer.as_ref().unwrap();
         let pb = b.config.0.peer.as_ref().unwrap();
         assert_eq!((pa.role, pb.role), (Role::Primary, Role::Secondary));

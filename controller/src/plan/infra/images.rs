@@ -26,9 +26,9 @@ impl DefaultImages {
     pub fn apply(&self, infra: &Infra) -> Infra {
         let mut infra = infra.clone();
         let c = &mut infra.spec.infra_components;
-        fill(&mut c.dhcp.image, &self.dhcp);
-        fill(&mut c.dns.image, &self.dns);
-        fill(&mut c.proxy.image, &self.proxy);
+        fill(&mut c.dhcp.pod.image, &self.dhcp);
+        fill(&mut c.dns.pod.image, &self.dns);
+        fill(&mut c.proxy.pod.image, &self.proxy);
         infra
     }
 }
@@ -43,9 +43,9 @@ fn fill(image: &mut Option<String>, default: &Option<String>) {
 pub fn missing(infra: &Infra) -> Vec<(String, String)> {
     let c = &infra.spec.infra_components;
     [
-        ("dhcp", c.dhcp.enabled, &c.dhcp.image),
-        ("dns", c.dns.enabled, &c.dns.image),
-        ("proxy", c.proxy.enabled, &c.proxy.image),
+        ("dhcp", c.dhcp.enabled, &c.dhcp.pod.image),
+        ("dns", c.dns.enabled, &c.dns.pod.image),
+        ("proxy", c.proxy.enabled, &c.proxy.pod.image),
     ]
     .into_iter()
     .filter(|(_, enabled, image)| *enabled && image.as_deref().is_none_or(str::is_empty))
@@ -86,9 +86,9 @@ mod tests {
         };
         let applied = defaults.apply(&infra());
         let c = &applied.spec.infra_components;
-        assert_eq!(c.dhcp.image.as_deref(), Some("own/dhcp:1"));
-        assert_eq!(c.dns.image.as_deref(), Some("r/oooi-dns:0.1.0"));
-        assert_eq!(c.proxy.image, None);
+        assert_eq!(c.dhcp.pod.image.as_deref(), Some("own/dhcp:1"));
+        assert_eq!(c.dns.pod.image.as_deref(), Some("r/oooi-dns:0.1.0"));
+        assert_eq!(c.proxy.pod.image, None);
         let missing = missing(&applied);
         assert_eq!(missing.len(), 1, "{missing:?}");
         assert_eq!(missing[0].0, "spec.infraComponents.proxy.image");

@@ -49,7 +49,7 @@ use oooi_routes::{Cidr, Route, RouteMatch, RouteTable, Upstream};
 
 use crate::crd::{
     FilterSource, Infra, Isolation, LocalObjectReference, ProxyServer, ProxyServerSpec, ReplicaOf,
-    RoutesDocument, VlanInterface,
+    RoutesDocument,
 };
 use crate::plan::infra::attachments::{AttachmentOutcome, ResolvedService};
 use crate::plan::infra::network::Network;
@@ -58,7 +58,7 @@ use crate::plan::network_policy::{PolicyPeers, push_api_policy};
 use crate::plan::proxy::filter::FilterPlan;
 use crate::plan::workload::rolling::{replica_placement, server_selector};
 use crate::plan::workload::{
-    AgentPlan, Children, Objects, PodPlan, deployment, http_probe, mount, port, resources,
+    Children, Objects, Program, ServerPlan, deployment, http_probe, mount, port, server_pod,
     service_account, tcp_probe,
 };
 
@@ -309,14 +309,12 @@ pub fn specs(
         .enumerate()
         .map(|(i, proxy_ip)| {
             let spec = ProxyServerSpec {
-                vlan: VlanInterface {
-                    network_attachment_definition: network.nad.clone(),
-                    network_attachment_namespace: network.nad_namespace.clone(),
-                    address: network.interface_address(*proxy_ip),
-                    interface: "net1".to_string(),
-                },
-                // Set: plan_infra reports an unset image instead of planning.
-                image: comp.image.clone().unwrap_or_default(),
+                pod: server_pod(
+                    network,
+                    network.interface_address(*proxy_ip),
+                    &comp.pod,
+                    availability.clone(),
+                ),
                 tls_ports: tls_ports(&routes),
                 routes: RoutesDocument(routes.clone()),
                 push_port: PUSH_PORT,
@@ -331,13 +329,10 @@ pub fn specs(
                 connect_timeout_ms: 5000,
                 // One Service for every replica, made by the first.
                 internal_service: internal_service && i == 0,
-                resources: comp.resources.clone(),
-                placement: comp.placement.clone(),
                 replica: (count > 1).then_some(ReplicaOf {
                     index: i as u32,
                     count,
                 }),
-                availability: availability.clone(),
             };
             (Component::Proxy.replica_name(&infra_name, i), spec)
         })
@@ -392,8 +387,8 @@ pub fn envoy_config(spec: &ProxyServerSpec, push_token: &str) -> oooi_envoy::Pro
         // The table API listens on all addresses (the controller reaches
         // the pod IP) but refuses everything from or to the VLAN leg.
         vlan: Some(oooi_envoy::VlanLeg {
-            address: spec.vlan.address.addr(),
-            prefix_len: spec.vlan.address.prefix_len(),
+            address: spec.pod.vlan.address.addr(),
+            prefix_len: spec.pod.vlan.address.prefix_len(),
         }),
         push_token: push_token.to_string(),
         // Through `..data` of the config mount, which projects the derived
@@ -477,7 +472,7 @@ pub fn policy_ports(proxy: &ProxyServer) -> crate::plan::network_policy::ProxyPo
     // The kubelet's alone: the agent's liveness probe (Envoy's probes ask
     // the readiness port, which the DNS pods' checks share).
     let mut health = Vec::new();
-    if proxy.spec.availability.address_takeover.is_some() {
+    if proxy.spec.pod.availability.address_takeover.is_some() {
         metrics.push(crate::plan::workload::AGENT_METRICS_PORT as u16);
         health.push(crate::plan::workload::AGENT_HEALTH_PORT as u16);
     }
@@ -615,66 +610,53 @@ pub fn children(server: &ProxyServer, push_token: &str) -> anyhow::Result<Childr
     let ready = i32::from(READY_PORT);
     let deployment = deployment(
         server,
-        PodPlan {
+        &server.spec.pod,
+        ServerPlan {
             name: name.clone(),
             instance: instance.clone(),
             component: c,
-            vlan: server.spec.vlan.clone(),
-            image: server.spec.image.clone(),
-            // The gate opens the routing listeners only once this replica
-            // holds the table: before that a worker's connect is refused and
-            // it moves on to the next proxy address, instead of a connection
-            // accepted and reset after its ClientHello.
-            command: Some(vec![GATE_COMMAND.to_string()]),
-            args: vec![
-                "--listeners".to_string(),
-                format!("{CONFIG_DIR}/{}", oooi_envoy::LDS_FILE),
-                "--out".to_string(),
-                LISTENERS_DIR.to_string(),
-                "--ready".to_string(),
-                format!("http://127.0.0.1:{ready}/ready"),
-                "--".to_string(),
-                "envoy".to_string(),
-                "-c".to_string(),
-                format!("{CONFIG_DIR}/{}", oooi_envoy::BOOTSTRAP_FILE),
-                "--drain-time-s".to_string(),
-                "10".to_string(),
-                "--log-level".to_string(),
-                "info".to_string(),
-            ],
-            ports: vec![
-                port("push", push, "TCP"),
-                port("ready", ready, "TCP"),
-                port("http", i32::from(METRICS_PORT), "TCP"),
-            ],
-            volumes,
-            mounts: vec![
-                mount("envoy-config", CONFIG_DIR, true),
-                mount("tmp", "/tmp", false),
-                mount("listeners", LISTENERS_DIR, false),
-            ],
-            // Not ready until the controller pushed a table (GET /ready is 503 before).
-            readiness: http_probe("/ready", ready, 2, 1),
-            liveness: tcp_probe(ready, 10, 6),
-            resources: resources(server.spec.resources.as_ref(), "50m", "128Mi", "512Mi"),
-            fs_group: None,
             placement,
-            tolerations: crate::plan::workload::availability::tolerations(
-                server.spec.availability.node_loss_toleration_seconds,
-            ),
-            pod_placement: server.spec.placement.clone(),
-            agent: server
-                .spec
-                .availability
-                .address_takeover
-                .clone()
-                .map(|takeover| {
-                    AgentPlan {
-                        takeover,
-                        // Envoy holds the table the controller last announced.
-                        ready_url: format!("http://127.0.0.1:{ready}/ready"),
-                    }
-                }),
+            program: Program {
+                // The gate opens the routing listeners only once this replica
+                // holds the table: before that a worker's connect is refused and
+                // it moves on to the next proxy address, instead of a connection
+                // accepted and reset after its ClientHello.
+                command: Some(vec![GATE_COMMAND.to_string()]),
+                args: vec![
+                    "--listeners".to_string(),
+                    format!("{CONFIG_DIR}/{}", oooi_envoy::LDS_FILE),
+                    "--out".to_string(),
+                    LISTENERS_DIR.to_string(),
+                    "--ready".to_string(),
+                    format!("http://127.0.0.1:{ready}/ready"),
+                    "--".to_string(),
+                    "envoy".to_string(),
+                    "-c".to_string(),
+                    format!("{CONFIG_DIR}/{}", oooi_envoy::BOOTSTRAP_FILE),
+                    "--drain-time-s".to_string(),
+                    "10".to_string(),
+                    "--log-level".to_string(),
+                    "info".to_string(),
+                ],
+                ports: vec![
+                    port("push", push, "TCP"),
+                    port("ready", ready, "TCP"),
+                    port("http", i32::from(METRICS_PORT), "TCP"),
+                ],
+                volumes,
+                mounts: vec![
+                    mount("envoy-config", CONFIG_DIR, true),
+                    mount("tmp", "/tmp", false),
+                    mount("listeners", LISTENERS_DIR, false),
+                ],
+                // Not ready until the controller pushed a table (GET /ready is 503 before).
+                readiness: http_probe("/ready", ready, 2, 1),
+                liveness: tcp_probe(ready, 10, 6),
+                builtin_resources: ["50m", "128Mi", "512Mi"],
+                fs_group: None,
+                // Envoy holds the table the controller last announced.
+                agent_ready_url: Some(format!("http://127.0.0.1:{ready}/ready")),
+            },
         },
     );
     Ok(Children {

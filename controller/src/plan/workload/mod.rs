@@ -38,8 +38,8 @@ use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMap, Container, ContainerPort, EnvVar, EnvVarSource,
     ObjectFieldSelector, PersistentVolumeClaim, PodAffinityTerm, PodAntiAffinity,
     PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
-    Secret, SecurityContext, Service, ServiceAccount, Sysctl, Toleration, TopologySpreadConstraint,
-    Volume, VolumeMount,
+    Secret, SecurityContext, Service, ServiceAccount, Sysctl, TopologySpreadConstraint, Volume,
+    VolumeMount,
 };
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -48,7 +48,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::Resource;
 use serde_json::{Value, json};
 
-use crate::crd::VlanInterface;
+use oooi_vocabulary::InterfaceAddress;
+
+use crate::crd::{ComponentKind, ComponentPod, ServerAvailability, ServerPod, VlanInterface};
+use crate::plan::infra::network::Network;
 use crate::plan::labels::{Component, child_meta, labels, selector};
 
 /// Multus annotation naming the pod's extra networks.
@@ -196,13 +199,11 @@ pub fn container_security(caps: &[&str]) -> SecurityContext {
     }
 }
 
-/// What varies between the components' pods.
-pub(crate) struct PodPlan {
-    pub name: String,
-    pub instance: String,
-    pub component: Component,
-    pub vlan: VlanInterface,
-    pub image: String,
+/// What one component's program adds to the pod every server shares
+/// ([`deployment`]): its container's command, arguments, ports, mounts and
+/// probes, its volumes, the built-in resources of the kind, and whether an
+/// address agent may run beside it.
+pub(crate) struct Program {
     pub command: Option<Vec<String>>,
     pub args: Vec<String>,
     pub ports: Vec<ContainerPort>,
@@ -210,17 +211,54 @@ pub(crate) struct PodPlan {
     pub mounts: Vec<VolumeMount>,
     pub readiness: Probe,
     pub liveness: Probe,
-    pub resources: ResourceRequirements,
+    /// CPU request, memory request and memory limit when the spec names
+    /// no resources.
+    pub builtin_resources: [&'static str; 3],
     pub fs_group: Option<i64>,
-    pub placement: Placement,
-    /// Tolerations (of a lost node, bounded).
-    pub tolerations: Vec<Toleration>,
-    /// Where the user wants the pods (node selector, tolerations, affinity
-    /// additions, priority class, pull secrets).
-    pub pod_placement: crate::crd::PodPlacement,
-    /// The address agent beside the component, when addresses move.
-    pub agent: Option<AgentPlan>,
+    /// With address takeover, the URL that answers 200 while this
+    /// component may hold addresses (`$(POD_IP)` is expanded); `None`: the
+    /// component never runs an address agent.
+    pub agent_ready_url: Option<String>,
 }
+
+/// One server's pod as its kind's children plan it: the server's name and
+/// instance, how its replica is told apart and placed ([`Placement`]) and
+/// its program.
+pub(crate) struct ServerPlan {
+    pub name: String,
+    pub instance: String,
+    pub component: Component,
+    pub placement: Placement,
+    pub program: Program,
+}
+
+/// The part of a derived server's spec every kind shares, from its
+/// Infra's section of the kind: the VLAN leg (the Infra's network, the
+/// server's `address`), the section's image, resources and placement, and
+/// the server's `availability`.
+pub fn server_pod<K: ComponentKind>(
+    network: &Network,
+    address: InterfaceAddress,
+    section: &ComponentPod<K>,
+    availability: ServerAvailability,
+) -> ServerPod<K> {
+    ServerPod::new(
+        VlanInterface {
+            network_attachment_definition: network.nad.clone(),
+            network_attachment_namespace: network.nad_namespace.clone(),
+            address,
+            interface: DEFAULT_INTERFACE.to_string(),
+        },
+        // Set: plan_infra reports an unset image instead of planning.
+        section.image.clone().unwrap_or_default(),
+        section.resources.clone(),
+        section.placement.clone(),
+        availability,
+    )
+}
+
+/// The pod's name of its VLAN leg.
+pub(crate) const DEFAULT_INTERFACE: &str = "net1";
 
 /// oooi's own affinity with the user's added: node affinity and pod
 /// affinity as written, pod anti-affinity terms after oooi's (which keep
@@ -412,33 +450,54 @@ pub fn pod_address(port: i32) -> String {
     format!("$({POD_IP_ENV}):{port}")
 }
 
-/// The Deployment of one component.
-pub(crate) fn deployment<K>(owner: &K, plan: PodPlan) -> Deployment
+/// The Deployment of one server: the pod-level fields from the part of its
+/// spec every kind shares ([`ServerPod`]: VLAN leg, image, resources,
+/// placement, availability), the rest from its kind's [`ServerPlan`].
+pub(crate) fn deployment<R, K>(owner: &R, pod: &ServerPod<K>, server: ServerPlan) -> Deployment
 where
-    K: Resource<DynamicType = ()>,
+    R: Resource<DynamicType = ()>,
+    K: ComponentKind,
 {
-    let volumes = plan.volumes;
-    let mut tolerations = plan.tolerations;
-    tolerations.extend(plan.pod_placement.tolerations.iter().cloned());
-    let init_containers = plan
-        .agent
+    let ServerPlan {
+        name,
+        instance,
+        component,
+        placement,
+        program,
+    } = server;
+    let volumes = program.volumes;
+    let mut tolerations = crate::plan::workload::availability::tolerations(
+        pod.availability.node_loss_toleration_seconds,
+    );
+    tolerations.extend(pod.placement.tolerations.iter().cloned());
+    let agent = program.agent_ready_url.and_then(|ready_url| {
+        pod.availability
+            .address_takeover
+            .clone()
+            .map(|takeover| AgentPlan {
+                takeover,
+                ready_url,
+            })
+    });
+    let init_containers = agent
         .as_ref()
-        .map(|agent| vec![agent_container(&plan.image, &plan.vlan, agent)]);
-    let mut pod_labels = labels(&plan.instance, plan.component);
-    pod_labels.extend(plan.placement.pod_labels.clone());
-    let mut match_labels = selector(&plan.instance, plan.component);
-    match_labels.extend(plan.placement.selector_labels.clone());
+        .map(|agent| vec![agent_container(&pod.image, &pod.vlan, agent)]);
+    let mut pod_labels = labels(&instance, component);
+    pod_labels.extend(placement.pod_labels.clone());
+    let mut match_labels = selector(&instance, component);
+    match_labels.extend(placement.selector_labels.clone());
+    let [cpu, memory, memory_limit] = program.builtin_resources;
     let container = Container {
-        name: plan.component.as_str().to_string(),
-        image: Some(plan.image),
+        name: component.as_str().to_string(),
+        image: Some(pod.image.clone()),
         image_pull_policy: Some("IfNotPresent".to_string()),
-        command: plan.command,
-        args: Some(plan.args),
-        ports: Some(plan.ports),
-        volume_mounts: Some(plan.mounts),
-        readiness_probe: Some(plan.readiness),
-        liveness_probe: Some(plan.liveness),
-        resources: Some(plan.resources),
+        command: program.command,
+        args: Some(program.args),
+        ports: Some(program.ports),
+        volume_mounts: Some(program.mounts),
+        readiness_probe: Some(program.readiness),
+        liveness_probe: Some(program.liveness),
+        resources: Some(resources(pod.resources.as_ref(), cpu, memory, memory_limit)),
         security_context: Some(container_security(&[])),
         env: Some(vec![
             env_value("RUST_LOG", "info"),
@@ -449,7 +508,7 @@ where
         ..Container::default()
     };
     let mut d = Deployment {
-        metadata: child_meta(owner, plan.name.clone(), &plan.instance, plan.component),
+        metadata: child_meta(owner, name.clone(), &instance, component),
         spec: Some(DeploymentSpec {
             replicas: Some(1),
             selector: LabelSelector {
@@ -465,19 +524,19 @@ where
                     labels: Some(pod_labels),
                     annotations: Some(BTreeMap::from([(
                         MULTUS_ANNOTATION.to_string(),
-                        multus_annotation(&plan.vlan),
+                        multus_annotation(&pod.vlan),
                     )])),
                     ..ObjectMeta::default()
                 }),
                 spec: Some(PodSpec {
-                    service_account_name: Some(plan.name.clone()),
+                    service_account_name: Some(name.clone()),
                     automount_service_account_token: Some(false),
                     enable_service_links: Some(false),
                     init_containers,
                     containers: vec![container],
                     volumes: Some(volumes),
                     security_context: Some(PodSecurityContext {
-                        fs_group: plan.fs_group,
+                        fs_group: program.fs_group,
                         sysctls: Some(
                             POD_SYSCTLS
                                 .iter()
@@ -494,26 +553,21 @@ where
                         ..PodSecurityContext::default()
                     }),
                     termination_grace_period_seconds: Some(30),
-                    affinity: merge_affinity(
-                        plan.placement.affinity,
-                        plan.pod_placement.affinity.as_ref(),
-                    ),
-                    topology_spread_constraints: plan.placement.topology_spread,
+                    affinity: merge_affinity(placement.affinity, pod.placement.affinity.as_ref()),
+                    topology_spread_constraints: placement.topology_spread,
                     tolerations: Some(tolerations),
-                    node_selector: (!plan.pod_placement.node_selector.is_empty())
-                        .then(|| plan.pod_placement.node_selector.clone()),
-                    priority_class_name: plan.pod_placement.priority_class_name.clone(),
-                    image_pull_secrets: (!plan.pod_placement.image_pull_secrets.is_empty()).then(
-                        || {
-                            plan.pod_placement
-                                .image_pull_secrets
-                                .iter()
-                                .map(|r| k8s_openapi::api::core::v1::LocalObjectReference {
-                                    name: r.name.clone(),
-                                })
-                                .collect()
-                        },
-                    ),
+                    node_selector: (!pod.placement.node_selector.is_empty())
+                        .then(|| pod.placement.node_selector.clone()),
+                    priority_class_name: pod.placement.priority_class_name.clone(),
+                    image_pull_secrets: (!pod.placement.image_pull_secrets.is_empty()).then(|| {
+                        pod.placement
+                            .image_pull_secrets
+                            .iter()
+                            .map(|r| k8s_openapi::api::core::v1::LocalObjectReference {
+                                name: r.name.clone(),
+                            })
+                            .collect()
+                    }),
                     ..PodSpec::default()
                 }),
             },
@@ -588,5 +642,126 @@ pub(crate) fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
         mount_path: path.to_string(),
         read_only: Some(read_only),
         ..VolumeMount::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use k8s_openapi::api::core::v1::PodSpec;
+
+    use super::*;
+    use crate::crd::AddressTakeover;
+    use crate::plan::{Observed, dhcp, dns, fixtures, plan_infra, proxy};
+
+    /// A new pod-level field, written once: in the part of the spec every
+    /// kind shares.
+    fn set_pod_fields<K: ComponentKind>(pod: &mut ServerPod<K>) {
+        pod.placement.priority_class_name = Some("oooi-critical".to_string());
+        pod.placement
+            .node_selector
+            .insert("example.com/vlan".to_string(), "500".to_string());
+        pod.availability.node_loss_toleration_seconds = 42;
+        pod.availability.address_takeover = Some(AddressTakeover {
+            lease_prefix: "infra".to_string(),
+            addresses: vec![pod.vlan.address],
+        });
+        pod.resources = Some(resources(None, "1", "1Gi", "2Gi"));
+    }
+
+    fn pod_spec(d: &Deployment) -> &PodSpec {
+        d.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
+    }
+
+    #[test]
+    fn a_pod_level_field_set_in_the_shared_part_reaches_the_pods_of_every_kind() {
+        let plan = plan_infra(&fixtures::infra(), &[], &Observed::default());
+        let mut desired = plan.desired.unwrap();
+        let mut dhcp = desired.dhcp.remove(0);
+        let mut dns = desired.dns.remove(0);
+        let mut proxy = desired.proxy.remove(0);
+        set_pod_fields(&mut dhcp.spec.pod);
+        set_pod_fields(&mut dns.spec.pod);
+        set_pod_fields(&mut proxy.spec.pod);
+        let deployments = [
+            (dhcp::children(&dhcp).unwrap().deployment, "dhcp:1"),
+            (dns::children(&dns).unwrap().deployment, "dns:1"),
+            (
+                proxy::children(&proxy, "0123456789abcdef0123456789abcdef")
+                    .unwrap()
+                    .deployment,
+                "envoy:1",
+            ),
+        ];
+        for (d, image) in &deployments {
+            let name = d.metadata.name.as_deref().unwrap();
+            let pod = pod_spec(d);
+            assert_eq!(
+                pod.priority_class_name.as_deref(),
+                Some("oooi-critical"),
+                "{name}"
+            );
+            assert_eq!(
+                pod.node_selector.as_ref().unwrap().get("example.com/vlan"),
+                Some(&"500".to_string()),
+                "{name}"
+            );
+            let tolerations = pod.tolerations.as_ref().unwrap();
+            assert!(!tolerations.is_empty(), "{name}");
+            assert!(
+                tolerations.iter().all(|t| t.toleration_seconds == Some(42)),
+                "{name}: {tolerations:?}"
+            );
+            let main = &pod.containers[0];
+            assert_eq!(main.image.as_deref(), Some(*image), "{name}");
+            assert_eq!(
+                main.resources.as_ref().unwrap().requests.as_ref().unwrap()["memory"],
+                Quantity("1Gi".to_string()),
+                "{name}"
+            );
+        }
+        // The address agent rides on the same part; DHCP alone opts out
+        // (a pair has its own failover).
+        let agents: Vec<bool> = deployments
+            .iter()
+            .map(|(d, _)| {
+                pod_spec(d)
+                    .init_containers
+                    .iter()
+                    .flatten()
+                    .any(|c| c.name == AGENT_CONTAINER)
+            })
+            .collect();
+        assert_eq!(agents, [false, true, true]);
+    }
+
+    #[test]
+    fn without_pod_level_fields_every_kind_keeps_its_built_in_resources() {
+        let plan = plan_infra(&fixtures::infra(), &[], &Observed::default());
+        let desired = plan.desired.unwrap();
+        let limits: Vec<Quantity> = [
+            dhcp::children(&desired.dhcp[0]).unwrap().deployment,
+            dns::children(&desired.dns[0]).unwrap().deployment,
+            proxy::children(&desired.proxy[0], "0123456789abcdef0123456789abcdef")
+                .unwrap()
+                .deployment,
+        ]
+        .iter()
+        .map(|d| {
+            pod_spec(d).containers[0]
+                .resources
+                .as_ref()
+                .unwrap()
+                .limits
+                .as_ref()
+                .unwrap()["memory"]
+                .clone()
+        })
+        .collect();
+        assert_eq!(
+            limits,
+            ["128Mi", "256Mi", "512Mi"].map(|q| Quantity(q.to_string()))
+        );
     }
 }

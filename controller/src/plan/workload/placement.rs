@@ -35,9 +35,9 @@ impl DefaultPlacement {
         if let Some(defaults) = &self.placement {
             let c = &mut infra.spec.infra_components;
             for p in [
-                &mut c.dhcp.placement,
-                &mut c.dns.placement,
-                &mut c.proxy.placement,
+                &mut c.dhcp.pod.placement,
+                &mut c.dns.pod.placement,
+                &mut c.proxy.pod.placement,
             ] {
                 *p = p.or(defaults);
             }
@@ -68,19 +68,24 @@ mod tests {
             .spec
             .infra_components
             .dns
+            .pod
             .placement
             .priority_class_name = Some("dns-prio".into());
         let out = defaults.apply(&infra);
         let c = &out.spec.infra_components;
         assert_eq!(
-            c.dns.placement.priority_class_name.as_deref(),
+            c.dns.pod.placement.priority_class_name.as_deref(),
             Some("dns-prio")
         );
         assert_eq!(
-            c.dhcp.placement.priority_class_name.as_deref(),
+            c.dhcp.pod.placement.priority_class_name.as_deref(),
             Some("oooi-high")
         );
-        for p in [&c.dhcp.placement, &c.dns.placement, &c.proxy.placement] {
+        for p in [
+            &c.dhcp.pod.placement,
+            &c.dns.pod.placement,
+            &c.proxy.pod.placement,
+        ] {
             assert_eq!(p.node_selector["vlan"], "yes");
             assert_eq!(p.image_pull_secrets[0].name, "pull");
             assert_eq!(p.tolerations[0].key.as_deref(), Some("vlan"));

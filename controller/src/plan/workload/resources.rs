@@ -113,8 +113,8 @@ impl DefaultResources {
     /// `server` with its kind's default where it leaves `resources` unset.
     pub fn dhcp(&self, server: &DHCPServer) -> DHCPServer {
         let mut s = server.clone();
-        if s.spec.resources.is_none() {
-            s.spec.resources = self.default_for(|r| &r.dhcp);
+        if s.spec.pod.resources.is_none() {
+            s.spec.pod.resources = self.default_for(|r| &r.dhcp);
         }
         s
     }
@@ -122,8 +122,8 @@ impl DefaultResources {
     /// `server` with its kind's default where it leaves `resources` unset.
     pub fn dns(&self, server: &DNSServer) -> DNSServer {
         let mut s = server.clone();
-        if s.spec.resources.is_none() {
-            s.spec.resources = self.default_for(|r| &r.dns);
+        if s.spec.pod.resources.is_none() {
+            s.spec.pod.resources = self.default_for(|r| &r.dns);
         }
         s
     }
@@ -131,8 +131,8 @@ impl DefaultResources {
     /// `server` with its kind's default where it leaves `resources` unset.
     pub fn proxy(&self, server: &ProxyServer) -> ProxyServer {
         let mut s = server.clone();
-        if s.spec.resources.is_none() {
-            s.spec.resources = self.default_for(|r| &r.proxy);
+        if s.spec.pod.resources.is_none() {
+            s.spec.pod.resources = self.default_for(|r| &r.proxy);
         }
         s
     }
@@ -191,7 +191,7 @@ mod tests {
     #[test]
     fn a_kinds_default_fills_what_a_server_leaves_unset_and_its_own_wins() {
         let mut infra = crate::plan::fixtures::infra();
-        infra.spec.infra_components.dns.resources =
+        infra.spec.infra_components.dns.pod.resources =
             Some(serde_json::from_value(serde_json::json!({"requests": {"cpu": "5m"}})).unwrap());
         let got = rendered(
             infra,

@@ -6,6 +6,8 @@
 
 use std::net::Ipv4Addr;
 
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::PodSpec;
 use oooi_controller::crd::{Infra, InfraClusterAttachment};
 use oooi_controller::plan::{
     self, HostedClusterKey, Observed, ObservedCluster, ObservedMachine, ObservedVmi,
@@ -21,6 +23,49 @@ pub fn table(p: &plan::InfraPlan) -> RouteTable {
     let t = plan::proxy::table(&proxy.spec, 1);
     t.validate().expect("planned table is valid");
     t
+}
+
+/// The pod template's spec of a planned Deployment.
+pub fn pod_spec(d: &Deployment) -> &PodSpec {
+    d.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
+}
+
+/// The pod template's annotations of a planned Deployment.
+pub fn pod_annotations(d: &Deployment) -> &std::collections::BTreeMap<String, String> {
+    d.spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .annotations
+        .as_ref()
+        .unwrap()
+}
+
+/// The DHCP config a plan's (first) DHCP server would get.
+pub fn dhcp_config(p: &plan::InfraPlan) -> &oooi_dhcp_config::RawConfig {
+    &p.desired
+        .as_ref()
+        .unwrap()
+        .dhcp
+        .first()
+        .unwrap()
+        .spec
+        .config
+        .0
+}
+
+/// The sources a table's source-scoped routes match, in order.
+pub fn source_routes(t: &RouteTable) -> Vec<String> {
+    t.routes
+        .iter()
+        .filter_map(|r| match &r.matches {
+            oooi_routes::RouteMatch::Source(c) => Some(c.to_string()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The DNS config a plan's DNS server would get.
@@ -54,6 +99,15 @@ pub fn component_infra() -> InfraBuilder {
 /// An attachment `name` of HostedCluster `clusters/<hc>` with domain `<hc>.example.com`.
 pub fn attachment(ns: &str, name: &str, infra: &str, hc: &str) -> InfraClusterAttachment {
     attachment_yaml(ns, name, infra, hc, hc, "")
+}
+
+/// Attachments `c1` and `c2` of Infra `vlan` in `oooi`, for HostedClusters
+/// `clusters/c1` and `clusters/c2`.
+pub fn two_attachments() -> [InfraClusterAttachment; 2] {
+    [
+        attachment("oooi", "c1", "vlan", "c1"),
+        attachment("oooi", "c2", "vlan", "c2"),
+    ]
 }
 
 /// An attachment with a given cluster name and extra spec lines (indent 2).

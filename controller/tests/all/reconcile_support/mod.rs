@@ -146,6 +146,11 @@ pub const REGISTRY_IMAGES: [Option<&str>; 3] = [
 /// chart's images, one upstream resolver and the NetworkAttachmentDefinition
 /// in namespace `default`.
 pub fn infra_json(generation: i64) -> Value {
+    infra_at(generation).json()
+}
+
+/// [`infra_json`]'s Infra as a builder.
+pub fn infra_at(generation: i64) -> InfraBuilder {
     let [dhcp, dns, proxy] = REGISTRY_IMAGES;
     infra_builder()
         .generation(generation)
@@ -153,7 +158,6 @@ pub fn infra_json(generation: i64) -> Value {
         .upstreams(&["10.0.0.10"])
         .dhcp(json!({"leaseTime": 3600 * generation}))
         .images(dhcp, dns, proxy)
-        .json()
 }
 
 /// The attachment `name` of the hosted cluster `clusters/name` to

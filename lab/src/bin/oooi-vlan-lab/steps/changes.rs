@@ -21,6 +21,20 @@ use crate::render::{
 };
 use crate::report::Report;
 
+/// `dig name` from `ns` once the DNS server has reloaded: `want` within
+/// 10 s, else what it answers then.
+fn dig_after_reload(lab: &Lab, ns: &str, dns_ip: &str, name: &str, want: &str) -> String {
+    wait_until(10, "the DNS reload", || {
+        let got = dig(lab, ns, dns_ip, name);
+        if got == want {
+            Ok(got)
+        } else {
+            bail!("still {got}")
+        }
+    })
+    .unwrap_or_else(|_| dig(lab, ns, dns_ip, name))
+}
+
 /// The manifests as changed so far and the last pushed generation.
 pub struct Changes<'a> {
     pub docs: Vec<Value>,
@@ -33,6 +47,20 @@ pub struct Changes<'a> {
 }
 
 impl Changes<'_> {
+    /// Renders the changed manifests again, swaps the DNS ConfigMap and
+    /// pushes the next table generation.
+    fn push_next(&mut self, lab: &Lab, report: &mut Report) -> Result<()> {
+        self.generation += 1;
+        let generation = self.generation;
+        let got = rerender(lab, &self.docs, generation, self.wasm, &self.to)?;
+        report.step(
+            &format!("re-render, DNS ConfigMap swap, push generation {generation}"),
+            "200",
+            &got,
+        );
+        Ok(())
+    }
+
     /// MetalLB moves each apps VIP: the observed state changes, render runs
     /// again, the DNS ConfigMap is updated and the new table pushed.
     pub fn move_apps_vips(
@@ -49,35 +77,18 @@ impl Changes<'_> {
             base,
             ..
         } = r;
-        let wasm = self.wasm;
-        let docs = &mut self.docs;
         for (cluster, (old, new)) in apps_vips {
             println!(
                 "\napps VIP of cluster {cluster} moves {old} -> {new} (observed state changed):"
             );
-            set_observed_apps_vip(docs, cluster, *new)?;
-            self.generation += 1;
-            let generation = self.generation;
-            let got = rerender(lab, docs, generation, wasm, &self.to)?;
-            report.step(
-                &format!("re-render, DNS ConfigMap swap, push generation {generation}"),
-                "200",
-                &got,
-            );
+            set_observed_apps_vip(&mut self.docs, cluster, *new)?;
+            self.push_next(lab, report)?;
             let Some((_, ns)) = booted.iter().find(|(c, _)| c == cluster) else {
                 continue;
             };
             let console = format!("console-openshift-console.apps.{cluster}.{base}");
             let want = new.to_string();
-            let got = wait_until(10, "the DNS reload", || {
-                let got = dig(lab, ns, dns_ip, &console);
-                if got == want {
-                    Ok(got)
-                } else {
-                    bail!("still {got}")
-                }
-            })
-            .unwrap_or_else(|_| dig(lab, ns, dns_ip, &console));
+            let got = dig_after_reload(lab, ns, dns_ip, &console, &want);
             report.step(&format!("dig {console}"), &want, &got);
             let got = probe(lab, ns, proxy_ip, 443, Some(&console));
             report.step(
@@ -105,33 +116,16 @@ impl Changes<'_> {
             base,
             ..
         } = r;
-        let wasm = self.wasm;
-        let docs = &mut self.docs;
-        if let Some(gone) = remove_last_attachment(docs) {
+        if let Some(gone) = remove_last_attachment(&mut self.docs) {
             println!("\nattachment of cluster {gone} deleted:");
-            self.generation += 1;
-            let generation = self.generation;
-            let got = rerender(lab, docs, generation, wasm, &self.to)?;
-            report.step(
-                &format!("re-render, DNS ConfigMap swap, push generation {generation}"),
-                "200",
-                &got,
-            );
+            self.push_next(lab, report)?;
             let fqdn = format!("api.{gone}.{base}");
             for (cluster, ns) in booted {
                 let own = format!("clusters-{cluster}/kube-apiserver");
                 if *cluster == gone {
                     // No longer oooi's: forwarded like any unowned name.
                     let want = self.public.get(&fqdn).map_or("no answer", String::as_str);
-                    let got = wait_until(10, "the DNS reload", || {
-                        let got = dig(lab, ns, dns_ip, &fqdn);
-                        if got == want {
-                            Ok(got)
-                        } else {
-                            bail!("still {got}")
-                        }
-                    })
-                    .unwrap_or_else(|_| dig(lab, ns, dns_ip, &fqdn));
+                    let got = dig_after_reload(lab, ns, dns_ip, &fqdn, want);
                     report.step(
                         &format!("dig {fqdn} from its worker (forwarded)"),
                         want,
@@ -179,9 +173,7 @@ impl Changes<'_> {
             base,
             ..
         } = r;
-        let wasm = self.wasm;
-        let docs = &mut self.docs;
-        let attached = attached_clusters(docs);
+        let attached = attached_clusters(&self.docs);
         let Some((cluster, ns)) = booted.iter().find(|(c, _)| attached.contains(c)) else {
             bail!("no booted worker of an attached cluster ({attached:?})");
         };
@@ -195,28 +187,13 @@ impl Changes<'_> {
         // Every attached cluster's: the alias names are shared on the VLAN.
         let mut taken = Vec::new();
         for c in &attached {
-            let forgotten = forget_worker_addresses(docs, c)?;
+            let forgotten = forget_worker_addresses(&mut self.docs, c)?;
             if c == cluster {
                 taken = forgotten;
             }
         }
-        self.generation += 1;
-        let generation = self.generation;
-        let got = rerender(lab, docs, generation, wasm, &self.to)?;
-        report.step(
-            &format!("re-render, DNS ConfigMap swap, push generation {generation}"),
-            "200",
-            &got,
-        );
-        let got = wait_until(10, "the DNS reload", || {
-            let got = dig(lab, ns, dns_ip, alias);
-            if got == "no answer" {
-                Ok(got)
-            } else {
-                bail!("still {got}")
-            }
-        })
-        .unwrap_or_else(|_| dig(lab, ns, dns_ip, alias));
+        self.push_next(lab, report)?;
+        let got = dig_after_reload(lab, ns, dns_ip, alias, "no answer");
         report.step(
             &format!("dig {alias} (alias, no known worker)"),
             "no answer",
@@ -261,24 +238,9 @@ impl Changes<'_> {
             "\nMachine {machine} of cluster {cluster} reports its address {}:",
             shown.join(", ")
         );
-        set_machine_addresses(docs, cluster, &machine, addresses)?;
-        self.generation += 1;
-        let generation = self.generation;
-        let got = rerender(lab, docs, generation, wasm, &self.to)?;
-        report.step(
-            &format!("re-render, DNS ConfigMap swap, push generation {generation}"),
-            "200",
-            &got,
-        );
-        let got = wait_until(10, "the DNS reload", || {
-            let got = dig(lab, ns, dns_ip, alias);
-            if got == *proxy_ip {
-                Ok(got)
-            } else {
-                bail!("still {got}")
-            }
-        })
-        .unwrap_or_else(|_| dig(lab, ns, dns_ip, alias));
+        set_machine_addresses(&mut self.docs, cluster, &machine, addresses)?;
+        self.push_next(lab, report)?;
+        let got = dig_after_reload(lab, ns, dns_ip, alias, proxy_ip);
         report.step(
             &format!("dig {alias} (alias, worker known)"),
             proxy_ip,
@@ -311,17 +273,9 @@ impl Changes<'_> {
         ns: &Namespaces,
         report: &mut Report,
     ) -> Result<()> {
-        let wasm = self.wasm;
         println!("\ninternalProxyService removed from the Infra:");
         remove_internal_proxy_service(&mut self.docs)?;
-        self.generation += 1;
-        let generation = self.generation;
-        let got = rerender(lab, &self.docs, generation, wasm, &self.to)?;
-        report.step(
-            &format!("re-render, DNS ConfigMap swap, push generation {generation}"),
-            "200",
-            &got,
-        );
+        self.push_next(lab, report)?;
         let attached = attached_clusters(&self.docs);
         pods::pod_view(lab, (&attached, &r.base), ns, None, self.public, report);
         Ok(())

@@ -107,15 +107,19 @@ pub fn run(
     let proxy1 = r.replicas.proxy[0].clone();
     // Both proxies answered again (the reload applied, both checks pass).
     let every = crate::clients::as_set(&r.replicas.proxy.join(","));
-    let got = poll(15, || {
-        let got = crate::clients::as_set(&crate::clients::dig_all(
-            lab,
-            &worker,
-            &r.replicas.dns[0],
-            &fqdn,
-        ));
-        (got == every).then_some(got)
-    });
+    // Every proxy answered by DNS replica 1 within 15 s.
+    let every_answered = |lab: &Lab| {
+        poll(15, || {
+            let got = crate::clients::as_set(&crate::clients::dig_all(
+                lab,
+                &worker,
+                &r.replicas.dns[0],
+                &fqdn,
+            ));
+            (got == every).then_some(got)
+        })
+    };
+    let got = every_answered(lab);
     report.step(
         &format!("health-checked DNS answers {fqdn} with every proxy"),
         &every,
@@ -256,15 +260,7 @@ pub fn run(
         ),
     );
     // The health checks bring it back.
-    let got = poll(15, || {
-        let got = crate::clients::as_set(&crate::clients::dig_all(
-            lab,
-            &worker,
-            &r.replicas.dns[0],
-            &fqdn,
-        ));
-        (got == every).then_some(got)
-    });
+    let got = every_answered(lab);
     report.step(
         "takeover off: the returned proxy is answered again",
         &every,
