@@ -14,7 +14,7 @@
 //! makes the pod view's Service, which selects every replica.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Service, ServicePort, ServiceSpec, Volume,
@@ -59,7 +59,7 @@ const VLAN_VIEW_PORT: u16 = 53;
 pub fn config(
     network: &Network,
     attachments: &[AttachmentOutcome],
-    internal_proxy: Option<Ipv4Addr>,
+    internal_proxy: Option<IpAddr>,
 ) -> Option<RawConfig> {
     let first = *network.dns.first()?;
     config_for(
@@ -136,7 +136,7 @@ fn health(checks: Vec<RawHealthCheck>) -> Option<RawHealth> {
 pub fn config_for(
     network: &Network,
     attachments: &[AttachmentOutcome],
-    internal_proxy: Option<Ipv4Addr>,
+    internal_proxy: Option<IpAddr>,
     listen: &Listen,
 ) -> Option<RawConfig> {
     let proxies: Vec<IpAddr> = network.proxy.clone();
@@ -150,8 +150,8 @@ pub fn config_for(
                     name: name.to_string(),
                     base_domain: base.to_string(),
                     proxy: Addresses(proxies.clone()),
-                    internal_proxy: internal_proxy.map(IpAddr::V4),
-                    apps_vip: a.apps_vip.map(IpAddr::V4),
+                    internal_proxy,
+                    apps_vip: a.apps_vip,
                     // The pod view can only point at a proxy it knows.
                     apps_to_pods: a.apps_to_pods && internal_proxy.is_some(),
                     // As the proxy's alias routes: only from known workers.
@@ -220,7 +220,7 @@ pub fn specs(
     infra: &Infra,
     network: &Network,
     attachments: &[AttachmentOutcome],
-    internal_proxy: Option<Ipv4Addr>,
+    internal_proxy: Option<IpAddr>,
 ) -> Vec<(String, DNSServerSpec)> {
     let comp = &infra.spec.infra_components.dns;
     if !comp.enabled {

@@ -578,7 +578,7 @@ fn rendered_configs_pass_their_components_validators() {
     i.spec.infra_components.proxy.internal_proxy_service = Some("vlan-proxy.oooi.svc".into());
     let atts = two_attachments();
     let mut obs = observed(&[("c1", &["192.0.2.101"]), ("c2", &["192.0.2.121"])]);
-    obs.internal_proxy_ip = Some(ip("172.30.0.10"));
+    obs.internal_proxy_ip = Some(ip("172.30.0.10").into());
     let p = plan_infra(&i, &atts, &obs);
     let d = p.desired.as_ref().unwrap();
 
@@ -664,11 +664,11 @@ fn apps_vip_adds_wildcard_route_and_dns_and_bad_pools_are_reported() {
     obs.clusters
         .entry(HostedClusterKey::new("clusters", "c1"))
         .or_default()
-        .apps_vip = Some(ip("192.0.2.200"));
+        .apps_vip = Some(ip("192.0.2.200").into());
     let p = plan_infra(&i, &atts, &obs);
     let c1 = &p.attachments[0];
     assert!(c1.apps_ingress_errors.is_empty());
-    assert_eq!(c1.apps_vip, Some(ip("192.0.2.200")));
+    assert_eq!(c1.apps_vip, Some(ip("192.0.2.200").into()));
     let e2 = &p.attachments[1].apps_ingress_errors;
     assert_eq!(e2[0].field, "spec.appsIngress.metallb.addresses[0]");
     assert!(
@@ -705,7 +705,7 @@ fn apps_vip_is_routed_on_80_by_host_and_reaches_pods_only_when_published() {
         )
     };
     let mut obs = observed(&[]);
-    obs.internal_proxy_ip = Some(ip("172.30.0.10"));
+    obs.internal_proxy_ip = Some(ip("172.30.0.10").into());
 
     // No VIP yet: nothing on 80, nothing published to pods.
     let atts = [attachment_yaml(
@@ -723,7 +723,7 @@ fn apps_vip_is_routed_on_80_by_host_and_reaches_pods_only_when_published() {
     obs.clusters
         .entry(HostedClusterKey::new("clusters", "c1"))
         .or_default()
-        .apps_vip = Some(ip("192.0.2.200"));
+        .apps_vip = Some(ip("192.0.2.200").into());
     let p = plan_infra(&i, &atts, &obs);
     let spec = &p.desired.as_ref().unwrap().proxy.first().unwrap().spec;
     assert!(spec.tls_ports.contains(&80), "{:?}", spec.tls_ports);

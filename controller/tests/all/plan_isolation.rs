@@ -50,7 +50,7 @@ fn with_vip(mut o: Observed, hc: &str, vip: &str) -> Observed {
     o.clusters
         .entry(HostedClusterKey::new("clusters", hc))
         .or_default()
-        .apps_vip = Some(ip(vip));
+        .apps_vip = Some(ip(vip).into());
     o
 }
 

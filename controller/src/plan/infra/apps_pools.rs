@@ -3,8 +3,6 @@
 //! other attachments' ranges. A bad pool is reported on its attachment (it
 //! does not exclude the attachment).
 
-use std::net::IpAddr;
-
 use oooi_vocabulary::{AddressRange, FieldError};
 
 use crate::crd::InfraClusterAttachment;
@@ -81,7 +79,7 @@ pub fn check_apps_pools(
             .clusters
             .get(&outcomes[i].hosted_cluster)
             .and_then(|c| c.apps_vip)
-            .filter(|v| network.is_host(IpAddr::V4(*v)));
+            .filter(|v| network.is_host(*v));
         outcomes[i].apps_vip = vip;
         outcomes[i].apps_to_pods = vip.is_some() && apps.publish_to_pod_network;
         outcomes[i].apps_ingress_errors = errors;
@@ -170,7 +168,7 @@ mod tests {
         };
         let observed = Observed {
             clusters: BTreeMap::from([
-                (cluster_key("inside"), with_vip(ip(200))),
+                (cluster_key("inside"), with_vip(ip(200).into())),
                 (
                     cluster_key("outside"),
                     with_vip("198.51.100.7".parse().unwrap()),
@@ -181,7 +179,7 @@ mod tests {
         let out = check(&atts, &observed);
         assert_eq!(
             (out[0].apps_vip, out[0].apps_to_pods),
-            (Some(ip(200)), true)
+            (Some(ip(200).into()), true)
         );
         assert_eq!((out[1].apps_vip, out[1].apps_to_pods), (None, false));
     }

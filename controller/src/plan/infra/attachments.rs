@@ -4,7 +4,7 @@
 //! with the routing table's own validator for SNI names. A bad spec
 //! excludes the attachment (`InvalidSpec`, field named).
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
 use oooi_routes::{Route, RouteMatch, RouteTable, Upstream};
 
@@ -101,7 +101,7 @@ pub struct AttachmentOutcome {
     /// The cluster's VMIs known by MAC before their address is.
     pub known_clients: Vec<KnownClient>,
     /// The apps VIP, when apps ingress is enabled and a VIP is observed.
-    pub apps_vip: Option<Ipv4Addr>,
+    pub apps_vip: Option<IpAddr>,
     /// `appsIngress.publishToPodNetwork`: the DNS pod view answers `*.apps`
     /// with the internal proxy (only once a VIP is known).
     pub apps_to_pods: bool,

@@ -359,13 +359,13 @@ pub fn names_own_service(infra: &Infra, named: &str) -> bool {
 /// The address the DNS pod view gives for the internal proxy: an IP literal
 /// in `internalProxyService`, else the observed ClusterIP of the Service it
 /// names. Unset: none, and the pod view answers no control-plane name.
-pub fn internal_proxy_ip(infra: &Infra, observed: Option<Ipv4Addr>) -> Option<Ipv4Addr> {
+pub fn internal_proxy_ip(infra: &Infra, observed: Option<IpAddr>) -> Option<IpAddr> {
     let comp = &infra.spec.infra_components.proxy;
     if !comp.enabled {
         return None;
     }
     let named = comp.internal_proxy_service.as_deref()?.trim();
-    named.parse::<Ipv4Addr>().ok().or(observed)
+    named.parse::<IpAddr>().ok().or(observed)
 }
 
 /// Envoy's configuration for a ProxyServer (what `oooi-envoy` renders).
