@@ -34,10 +34,10 @@
 pub mod filter;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
-use ipnet::Ipv4Net;
+use ipnet::IpNet;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
     ConfigMapProjection, EmptyDirVolumeSource, ProjectedVolumeSource, Secret, SecretProjection,
@@ -46,6 +46,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use oooi_routes::{Cidr, Route, RouteMatch, RouteTable, Upstream};
+use oooi_vocabulary::{addr_bits, mask_bits};
 
 use crate::crd::{
     FilterSource, Infra, Isolation, LocalObjectReference, ProxyServer, ProxyServerSpec, ReplicaOf,
@@ -131,15 +132,23 @@ fn is_ignition(s: &ResolvedService) -> bool {
             .any(|t| s.upstream_host.starts_with(&format!("{t}.")))
 }
 
-/// Every IPv4 network outside `cidr`, as the shortest list of CIDRs (one
-/// per prefix bit: a /24 gives 24 networks). Empty for a /0.
-pub fn outside(cidr: Ipv4Net) -> Vec<Cidr> {
-    let base = u32::from(cidr.network());
+/// Every network of `cidr`'s family outside it, as the shortest list of
+/// CIDRs (one per prefix bit: a /24 gives 24 networks). Empty for a /0.
+pub fn outside(cidr: IpNet) -> Vec<Cidr> {
+    let v4 = matches!(cidr, IpNet::V4(_));
+    let width: u32 = if v4 { 32 } else { 128 };
+    let base = addr_bits(cidr.network());
     (0..cidr.prefix_len())
         .filter_map(|i| {
             let len = i + 1;
-            let net = (base ^ (1u32 << (31 - i))) & (u32::MAX << (32 - u32::from(len)));
-            Cidr::new(IpAddr::V4(Ipv4Addr::from(net)), len).ok()
+            // The network of `len` bits that agrees with the VLAN on its
+            // first `i` bits and differs on bit `i`.
+            let net = mask_bits(base ^ (1u128 << (width - 1 - u32::from(i))), v4, len);
+            let addr = match u32::try_from(net) {
+                Ok(n) if v4 => IpAddr::V4(Ipv4Addr::from(n)),
+                _ => IpAddr::V6(Ipv6Addr::from(net)),
+            };
+            Cidr::new(addr, len).ok()
         })
         .collect()
 }
@@ -151,7 +160,7 @@ pub fn strict_sources(network: &Network, a: &AttachmentOutcome) -> Vec<Cidr> {
     a.worker_addresses
         .iter()
         .map(|w| Cidr::host(*w))
-        .chain(network.cidr.v4().map(outside).unwrap_or_default())
+        .chain(outside(network.cidr.net()))
         .collect()
 }
 
