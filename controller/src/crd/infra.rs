@@ -161,7 +161,7 @@ pub struct NetworkConfig {
     /// Empty: nothing is forwarded (every name oooi does not own is answered
     /// SERVFAIL), which the Infra reports as `NoUpstreams`.
     #[serde(default)]
-    #[schemars(inner(pattern(concat!("^(", ipv4_re!(), "(:[0-9]{1,5})?|resolv\\.conf)$"))))]
+    #[schemars(schema_with = "dns_servers_schema")]
     pub dns_servers: Vec<String>,
     /// Search domain handed out by DHCP (option 15).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -220,6 +220,31 @@ pub struct InfraComponents {
     pub dns: DnsComponent,
     /// Envoy with the oooi SNI router.
     pub proxy: ProxyComponent,
+}
+
+/// The `dnsServers` entry that stands for the DNS pod's own resolvers.
+pub const RESOLV_CONF: &str = "resolv.conf";
+
+/// `networkConfig.dnsServers`: each an address of either family by the
+/// API server's own formats, `resolv.conf`, or an address with a port (a
+/// form no format says: `a.b.c.d:port`, `[v6]:port`). The controller reads
+/// each with the DNS server's own rule and names the entry it refuses.
+fn dns_servers_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": {
+            "type": "string",
+            // `[` + the longest address + `]:65535`.
+            "maxLength": oooi_vocabulary::MAX_ADDRESS_LEN + 8,
+            "anyOf": [
+                {"format": "ipv4"},
+                {"format": "ipv6"},
+                {"enum": [RESOLV_CONF]},
+                {"pattern": concat!("^", ipv4_re!(), ":[0-9]{1,5}$")},
+                {"pattern": r"^\[[0-9a-fA-F:.]+\]:[0-9]{1,5}$"},
+            ],
+        },
+    })
 }
 
 /// Any object, kept as written, for fields oooi reads only to refuse them

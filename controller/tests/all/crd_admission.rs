@@ -467,6 +467,36 @@ fn address_fields_admit_either_family_and_refuse_what_is_no_address() {
             assert!(oooi_vocabulary::IpAddress::parse(value).is_err(), "{value}");
         }
     }
+    // Upstream resolvers: an address of either family, with or without a
+    // port, or `resolv.conf`.
+    for (value, admitted) in [
+        ("10.0.0.10", true),
+        ("10.0.0.10:5353", true),
+        ("2001:db8::53", true),
+        ("[2001:db8::53]:5353", true),
+        ("resolv.conf", true),
+        ("10.0.0.300", false),
+        ("10.0.0.300:53", false),
+        ("abc", false),
+        ("resolver:53", false),
+    ] {
+        let mut obj = good.clone();
+        set(&mut obj, "/spec/networkConfig/dnsServers", json!([value]));
+        let errors = admit(&schema, &obj);
+        assert_eq!(
+            errors.is_empty(),
+            admitted,
+            "dnsServers [{value:?}]: {errors:?}"
+        );
+        if !admitted {
+            assert!(
+                errors
+                    .iter()
+                    .any(|e| e.starts_with("spec.networkConfig.dnsServers[0]: ")),
+                "{errors:?}"
+            );
+        }
+    }
     // The list forms take each item as one address.
     let mut obj = good.clone();
     set(

@@ -73,8 +73,7 @@ impl Network {
     }
 }
 
-/// The `dnsServers` entry that stands for the DNS pod's own resolvers.
-pub const RESOLV_CONF: &str = "resolv.conf";
+pub use crate::crd::RESOLV_CONF;
 
 /// Most DHCP servers one Infra runs: a pair shares one pool.
 pub const MAX_DHCP_SERVERS: usize = 2;
