@@ -192,9 +192,26 @@ fn type_of(s: &Value) -> String {
         "" => "any".to_string(),
         other => match s.get("format").and_then(Value::as_str) {
             Some(f) => format!("{other} ({f})"),
-            None => other.to_string(),
+            None => match any_of_formats(s) {
+                Some(formats) => format!("{other} ({})", formats.join(" or ")),
+                None => other.to_string(),
+            },
         },
     }
+}
+
+/// The formats of a value that may take any of several (`anyOf` branches
+/// that each name only a format: an address of either family).
+fn any_of_formats(s: &Value) -> Option<Vec<&str>> {
+    let branches = s.get("anyOf")?.as_array()?;
+    let formats: Vec<&str> = branches
+        .iter()
+        .map(|b| match b.as_object() {
+            Some(o) if o.len() == 1 => o.get("format").and_then(Value::as_str),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    (!formats.is_empty()).then_some(formats)
 }
 
 fn scalar(v: &Value) -> String {
@@ -477,6 +494,10 @@ mod tests {
         assert_eq!(
             type_of(&json!({"type": "integer", "format": "uint32"})),
             "integer (uint32)"
+        );
+        assert_eq!(
+            type_of(&json!({"type": "string", "anyOf": [{"format": "ipv4"}, {"format": "ipv6"}]})),
+            "string (ipv4 or ipv6)"
         );
         assert_eq!(
             type_of(&json!({"type": "array", "items": {"type": "string"}})),

@@ -60,7 +60,7 @@
 //! exits non-zero unless told otherwise): nothing can be rendered for it.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
@@ -93,7 +93,7 @@ pub struct RenderInput {
     /// Observed hosted clusters.
     pub clusters: BTreeMap<HostedClusterKey, ObservedCluster>,
     /// Internal proxy ClusterIP per Infra (namespace, name).
-    pub internal_proxy_ips: BTreeMap<(String, String), Ipv4Addr>,
+    pub internal_proxy_ips: BTreeMap<(String, String), IpAddr>,
     /// The filter module (`--filter-wasm`): rendered into each proxy's
     /// `<proxy>-filter` ConfigMap and named by its Envoy config.
     pub filter: Option<FilterInput>,
@@ -166,7 +166,7 @@ struct ObservedClusterDoc {
     #[serde(default)]
     vmis: Vec<plan::infra::observed::ObservedVmi>,
     #[serde(default)]
-    apps_vip: Option<Ipv4Addr>,
+    apps_vip: Option<IpAddr>,
 }
 
 #[derive(Deserialize)]
@@ -178,7 +178,7 @@ struct ObservedInfraDoc {
     kind: String,
     metadata: DocMeta,
     #[serde(rename = "internalProxyIP")]
-    internal_proxy_ip: Ipv4Addr,
+    internal_proxy_ip: IpAddr,
 }
 
 /// The metadata an observed document may carry. Only the name and namespace

@@ -113,12 +113,6 @@ impl<'de> Deserialize<'de> for InterfaceAddress {
     }
 }
 
-/// The schema of an IPv4 interface address (the VLAN is IPv4 today: see
-/// [`crate::VlanNetwork`]): four decimal octets without leading zeros and a
-/// prefix length of 0 to 32.
-#[cfg(feature = "schema")]
-pub const INTERFACE_ADDRESS_V4_PATTERN: &str = r"^(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}/([0-9]|[12][0-9]|3[0-2])$";
-
 #[cfg(feature = "schema")]
 impl schemars::JsonSchema for InterfaceAddress {
     fn schema_name() -> std::borrow::Cow<'static, str> {
@@ -131,7 +125,10 @@ impl schemars::JsonSchema for InterfaceAddress {
         schemars::json_schema!({
             "type": "string",
             "description": "An address with the prefix length of its network, e.g. `192.0.2.2/24`.",
-            "pattern": INTERFACE_ADDRESS_V4_PATTERN,
+            // The API server's `cidr` format is an address of either family
+            // with a prefix length, host bits allowed: this type exactly.
+            "format": "cidr",
+            "maxLength": crate::address::MAX_ADDRESS_LEN + 4,
         })
     }
 }

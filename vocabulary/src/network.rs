@@ -3,7 +3,9 @@
 //! The rule, applied by the CRD schema (pattern and a CEL rule), the
 //! controller, `render`, oooi-dhcp and oooi-dns alike:
 //! - IPv4 (the servers hand out addresses over DHCPv4). This is the one
-//!   place that refuses IPv6: a dual-stack VLAN starts here;
+//!   place that refuses IPv6 ([`IPV6_VLAN_REFUSED`]): every address field
+//!   and type beyond it takes either family, so a dual-stack VLAN starts
+//!   here;
 //! - written in network form: `192.0.2.0/24`, not `192.0.2.7/24`. A CIDR
 //!   with host bits is a typo either of the network or of the prefix;
 //!   truncating it would serve a network its writer may not have meant, so
@@ -24,6 +26,10 @@ use ipnet::{IpNet, Ipv4Net};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::FieldError;
+
+/// Why an IPv6 network is refused as the VLAN: the one place oooi refuses
+/// IPv6 (every address type and field beyond it takes either family).
+pub const IPV6_VLAN_REFUSED: &str = "IPv6 VLANs are not supported yet: the VLAN must be an IPv4 network (its addresses are handed out over DHCPv4)";
 
 /// The longest prefix an IPv4 VLAN network may have (see the module docs).
 pub const MAX_PREFIX_LEN_V4: u8 = 29;
@@ -54,9 +60,7 @@ impl VlanNetwork {
     /// Applies the rule to a parsed network.
     pub fn new(net: IpNet) -> Result<VlanNetwork, String> {
         let IpNet::V4(v4) = net else {
-            return Err(format!(
-                "{net} is an IPv6 network: the VLAN must be IPv4 (its addresses are handed out over DHCPv4)"
-            ));
+            return Err(format!("{IPV6_VLAN_REFUSED}: {net} is an IPv6 network"));
         };
         if v4 != v4.trunc() {
             return Err(format!(
@@ -211,6 +215,10 @@ impl schemars::JsonSchema for VlanNetwork {
             "x-kubernetes-validations": [{
                 "rule": VLAN_NETWORK_CEL_RULE,
                 "message": "must be an IPv4 network in network form (no host bits), e.g. 192.0.2.0/24",
+            }, {
+                // Says why an IPv6 network fails the pattern.
+                "rule": "!self.contains(':')",
+                "message": IPV6_VLAN_REFUSED,
             }],
         })
     }
@@ -246,7 +254,10 @@ mod tests {
             assert!(e.contains(&format!("`{spelling}`")), "{e}");
         }
         let e = VlanNetwork::parse("2001:db8::/64").unwrap_err();
-        assert!(e.contains("2001:db8::/64") && e.contains("IPv4"), "{e}");
+        assert!(
+            e.contains("2001:db8::/64") && e.starts_with("IPv6 VLANs are not supported yet"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -90,10 +90,6 @@ fn name_part(v: &str) -> String {
     v.rsplit('/').next().unwrap_or(v).to_string()
 }
 
-fn ip_of(s: &str) -> Option<IpAddr> {
-    s.trim().split('/').next()?.parse().ok()
-}
-
 /// A VMI's facts (interfaces as [`vmi_interfaces`] reads them).
 pub fn vmi_facts(obj: &DynamicObject) -> VmiFacts {
     let mut macs = Vec::new();
@@ -104,7 +100,11 @@ pub fn vmi_facts(obj: &DynamicObject) -> VmiFacts {
         {
             macs.push(m);
         }
-        ips.extend(i.ip_addresses.iter().filter_map(|s| ip_of(s)));
+        ips.extend(
+            i.ip_addresses
+                .iter()
+                .filter_map(|s| oooi_vocabulary::observed_address(s)),
+        );
     }
     VmiFacts {
         namespace: obj.namespace().unwrap_or_default(),
@@ -137,7 +137,7 @@ pub fn machine_facts(obj: &DynamicObject) -> MachineFacts {
         hosted_cluster: obj.annotations().get(CLUSTER_ANNOTATION).cloned(),
         addresses: machine_addresses(obj)
             .iter()
-            .filter_map(|s| ip_of(s))
+            .filter_map(|s| oooi_vocabulary::observed_address(s))
             .collect(),
     }
 }

@@ -2,7 +2,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
-use oooi_vocabulary::VlanNetwork;
+use oooi_vocabulary::{IpAddress, VlanNetwork};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -131,11 +131,10 @@ pub struct NetworkConfig {
     /// IPv4 network of the VLAN in CIDR form, in network form (no host
     /// bits) with a prefix of /29 or shorter, e.g. `192.0.2.0/24`.
     pub cidr: VlanNetwork,
-    /// Default gateway of the VLAN, handed out by DHCP; must lie inside
-    /// `cidr`. Default: the first host of `cidr` (`.1` of a /24).
+    /// Default gateway of the VLAN, handed out by DHCP; must be a host
+    /// address of `cidr`. Default: the first host of `cidr` (`.1` of a /24).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(pattern(concat!("^", ipv4_re!(), "$")))]
-    pub gateway: Option<String>,
+    pub gateway: Option<IpAddress>,
     /// Name of the Multus NetworkAttachmentDefinition of the VLAN. Its IPAM
     /// must accept static addresses (the `ips` key of the network annotation).
     /// Set exactly one of this and `clusterUserDefinedNetwork`.
@@ -163,7 +162,7 @@ pub struct NetworkConfig {
     /// Empty: nothing is forwarded (every name oooi does not own is answered
     /// SERVFAIL), which the Infra reports as `NoUpstreams`.
     #[serde(default)]
-    #[schemars(inner(pattern(concat!("^(", ipv4_re!(), "(:[0-9]{1,5})?|resolv\\.conf)$"))))]
+    #[schemars(schema_with = "dns_servers_schema")]
     pub dns_servers: Vec<String>,
     /// Search domain handed out by DHCP (option 15).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -222,6 +221,31 @@ pub struct InfraComponents {
     pub dns: DnsComponent,
     /// Envoy with the oooi SNI router.
     pub proxy: ProxyComponent,
+}
+
+/// The `dnsServers` entry that stands for the DNS pod's own resolvers.
+pub const RESOLV_CONF: &str = "resolv.conf";
+
+/// `networkConfig.dnsServers`: each an address of either family by the
+/// API server's own formats, `resolv.conf`, or an address with a port (a
+/// form no format says: `a.b.c.d:port`, `[v6]:port`). The controller reads
+/// each with the DNS server's own rule and names the entry it refuses.
+fn dns_servers_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": {
+            "type": "string",
+            // `[` + the longest address + `]:65535`.
+            "maxLength": oooi_vocabulary::MAX_ADDRESS_LEN + 8,
+            "anyOf": [
+                {"format": "ipv4"},
+                {"format": "ipv6"},
+                {"enum": [RESOLV_CONF]},
+                {"pattern": concat!("^", ipv4_re!(), ":[0-9]{1,5}$")},
+                {"pattern": r"^\[[0-9a-fA-F:.]+\]:[0-9]{1,5}$"},
+            ],
+        },
+    })
 }
 
 /// Any object, kept as written, for fields oooi reads only to refuse them
@@ -319,9 +343,8 @@ pub struct DhcpComponent {
     pub enabled: bool,
     /// Static VLAN address of the DHCP server (inside the CIDR): the
     /// one-server form of `serverIPs`. Set this or `serverIPs`, not both.
-    #[schemars(pattern(concat!("^", ipv4_re!(), "$")))]
     #[serde(rename = "serverIP", default, skip_serializing_if = "Option::is_none")]
-    pub server_ip: Option<String>,
+    pub server_ip: Option<IpAddress>,
     /// Static VLAN addresses of the DHCP servers (inside the CIDR), one
     /// server per address. Two addresses make a pair: each server runs on
     /// its own node with its own lease volume, both hold every reservation,
@@ -330,14 +353,12 @@ pub struct DhcpComponent {
     /// serves the whole pool while the other is down. Set this or
     /// `serverIP`, not both.
     #[serde(rename = "serverIPs", default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(min = 1, max = 2), inner(pattern(concat!("^", ipv4_re!(), "$"))))]
-    pub server_ips: Vec<String>,
+    #[schemars(length(min = 1, max = 2))]
+    pub server_ips: Vec<IpAddress>,
     /// First address of the dynamic pool (inside the CIDR).
-    #[schemars(pattern(concat!("^", ipv4_re!(), "$")))]
-    pub range_start: String,
+    pub range_start: IpAddress,
     /// Last address of the dynamic pool, inclusive (inside the CIDR, not before rangeStart).
-    #[schemars(pattern(concat!("^", ipv4_re!(), "$")))]
-    pub range_end: String,
+    pub range_end: IpAddress,
     /// Lease time: seconds (`3600`) or a duration (`1h`, `30m`, `1h30m`),
     /// between 60 s and a year. Default 3600 (one hour).
     #[serde(default = "default_lease_time")]
@@ -383,16 +404,15 @@ pub struct DnsComponent {
     /// Static VLAN address of the DNS server (inside the CIDR), handed out
     /// by DHCP: the one-replica form of `serverIPs`. Set this or
     /// `serverIPs`, not both.
-    #[schemars(pattern(concat!("^", ipv4_re!(), "$")))]
     #[serde(rename = "serverIP", default, skip_serializing_if = "Option::is_none")]
-    pub server_ip: Option<String>,
+    pub server_ip: Option<IpAddress>,
     /// Static VLAN addresses of the DNS replicas (inside the CIDR), one
     /// replica per address, each on its own node. DHCP hands out every
     /// address (option 6) in this order, so a worker's resolver tries the
     /// next one while a replica is down. Set this or `serverIP`, not both.
     #[serde(rename = "serverIPs", default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(min = 1, max = 5), inner(pattern(concat!("^", ipv4_re!(), "$"))))]
-    pub server_ips: Vec<String>,
+    #[schemars(length(min = 1, max = 5))]
+    pub server_ips: Vec<IpAddress>,
     /// Image, resources and placement of the pods.
     #[serde(flatten)]
     pub pod: ComponentPod<DnsKind>,
@@ -416,17 +436,16 @@ pub struct ProxyComponent {
     /// Static VLAN address of Envoy (inside the CIDR); every control-plane
     /// name resolves to it on the VLAN: the one-replica form of
     /// `serverIPs`. Set this or `serverIPs`, not both.
-    #[schemars(pattern(concat!("^", ipv4_re!(), "$")))]
     #[serde(rename = "serverIP", default, skip_serializing_if = "Option::is_none")]
-    pub server_ip: Option<String>,
+    pub server_ip: Option<IpAddress>,
     /// Static VLAN addresses of the Envoy replicas (inside the CIDR), one
     /// replica per address, each on its own node and each holding the same
     /// routing table. On the VLAN every control-plane name resolves to all
     /// of them in this order, so a client that fails to connect to one
     /// tries the next. Set this or `serverIP`, not both.
     #[serde(rename = "serverIPs", default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(min = 1, max = 5), inner(pattern(concat!("^", ipv4_re!(), "$"))))]
-    pub server_ips: Vec<String>,
+    #[schemars(length(min = 1, max = 5))]
+    pub server_ips: Vec<IpAddress>,
     /// How pods on the pod network reach the proxy: a Service DNS name
     /// (`name.namespace.svc[.cluster.local]`) or a ClusterIP. When set, the
     /// DNS pod view answers every control-plane name of the attached

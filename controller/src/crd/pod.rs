@@ -321,5 +321,5 @@ pub struct AddressTakeover {
     /// Every VLAN address of the component as `ip/prefix`, the server's own
     /// (`vlan.address`) among them.
     #[schemars(length(min = 1))]
-    pub addresses: Vec<String>,
+    pub addresses: Vec<InterfaceAddress>,
 }

@@ -25,7 +25,7 @@ pub mod client;
 pub mod watch;
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
@@ -67,7 +67,7 @@ impl Drop for RunningWatch {
 }
 
 struct Inner {
-    vips: Mutex<BTreeMap<AttachmentKey, Ipv4Addr>>,
+    vips: Mutex<BTreeMap<AttachmentKey, IpAddr>>,
     clients: Mutex<BTreeMap<AttachmentKey, CachedClient>>,
     watches: Mutex<BTreeMap<AttachmentKey, RunningWatch>>,
     /// Attachments with a retry pending (one at a time each).
@@ -134,7 +134,7 @@ impl Hosted {
     }
 
     /// The observed apps VIP of attachment `namespace/name`.
-    pub fn vip(&self, namespace: &str, name: &str) -> Option<Ipv4Addr> {
+    pub fn vip(&self, namespace: &str, name: &str) -> Option<IpAddr> {
         lock(&self.inner.vips)
             .get(&(namespace.to_string(), name.to_string()))
             .copied()
@@ -143,7 +143,7 @@ impl Hosted {
     /// Records the apps VIP of an attachment; on a change, triggers the
     /// reconcile of its Infra (DNS and routes follow) and of the attachment
     /// (its status). Returns true when it changed.
-    pub fn set_vip(&self, att: &InfraClusterAttachment, vip: Option<Ipv4Addr>) -> bool {
+    pub fn set_vip(&self, att: &InfraClusterAttachment, vip: Option<IpAddr>) -> bool {
         let key = key_of(att);
         let changed = {
             let mut vips = lock(&self.inner.vips);

@@ -22,7 +22,7 @@ use crate::plan::hosted::apps_ingress::vip_of;
 pub fn vip_update(
     event: &watcher::Event<Service>,
     seen_in_init: &mut bool,
-) -> Option<Option<std::net::Ipv4Addr>> {
+) -> Option<Option<std::net::IpAddr>> {
     let vip = |s: &Service| vip_of(&serde_json::to_value(s).unwrap_or_default());
     match event {
         watcher::Event::Apply(s) => Some(vip(s)),

@@ -14,7 +14,7 @@
 //! makes the pod view's Service, which selects every replica.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Service, ServicePort, ServiceSpec, Volume,
@@ -59,7 +59,7 @@ const VLAN_VIEW_PORT: u16 = 53;
 pub fn config(
     network: &Network,
     attachments: &[AttachmentOutcome],
-    internal_proxy: Option<Ipv4Addr>,
+    internal_proxy: Option<IpAddr>,
 ) -> Option<RawConfig> {
     let first = *network.dns.first()?;
     config_for(
@@ -80,7 +80,7 @@ pub struct Listen {
     /// address when addresses move between replicas (the agent adds a
     /// taken address while the server runs; oooi-dns binds them all in
     /// advance).
-    pub vlan: Vec<Ipv4Addr>,
+    pub vlan: Vec<IpAddr>,
     /// The health check of each proxy address.
     pub proxy_checks: Vec<RawHealthCheck>,
 }
@@ -94,14 +94,14 @@ pub struct Listen {
 pub fn proxy_checks(
     infra_name: &str,
     namespace: &str,
-    proxies: &[Ipv4Addr],
+    proxies: &[IpAddr],
     ready_port: u16,
 ) -> Vec<RawHealthCheck> {
     proxies
         .iter()
         .enumerate()
         .map(|(i, ip)| RawHealthCheck {
-            address: IpAddr::V4(*ip),
+            address: *ip,
             tcp: None,
             http: Some(HttpUrl {
                 host: format!(
@@ -136,10 +136,10 @@ fn health(checks: Vec<RawHealthCheck>) -> Option<RawHealth> {
 pub fn config_for(
     network: &Network,
     attachments: &[AttachmentOutcome],
-    internal_proxy: Option<Ipv4Addr>,
+    internal_proxy: Option<IpAddr>,
     listen: &Listen,
 ) -> Option<RawConfig> {
-    let proxies: Vec<IpAddr> = network.proxy.iter().copied().map(IpAddr::V4).collect();
+    let proxies: Vec<IpAddr> = network.proxy.clone();
     let clusters = match proxies.is_empty() {
         false => attachments
             .iter()
@@ -150,8 +150,8 @@ pub fn config_for(
                     name: name.to_string(),
                     base_domain: base.to_string(),
                     proxy: Addresses(proxies.clone()),
-                    internal_proxy: internal_proxy.map(IpAddr::V4),
-                    apps_vip: a.apps_vip.map(IpAddr::V4),
+                    internal_proxy,
+                    apps_vip: a.apps_vip,
                     // The pod view can only point at a proxy it knows.
                     apps_to_pods: a.apps_to_pods && internal_proxy.is_some(),
                     // As the proxy's alias routes: only from known workers.
@@ -220,7 +220,7 @@ pub fn specs(
     infra: &Infra,
     network: &Network,
     attachments: &[AttachmentOutcome],
-    internal_proxy: Option<Ipv4Addr>,
+    internal_proxy: Option<IpAddr>,
 ) -> Vec<(String, DNSServerSpec)> {
     let comp = &infra.spec.infra_components.dns;
     if !comp.enabled {
@@ -228,10 +228,10 @@ pub fn specs(
     }
     let infra_name = infra.metadata.name.clone().unwrap_or_default();
     let count = network.dns.len() as u32;
-    let addresses: Vec<String> = network
+    let addresses: Vec<_> = network
         .dns
         .iter()
-        .map(|a| network.with_prefix(*a))
+        .map(|a| network.interface_address(*a))
         .collect();
     let availability =
         crate::plan::workload::availability::server_availability(infra, Component::Dns, &addresses);

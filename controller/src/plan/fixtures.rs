@@ -5,12 +5,14 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
+
+use oooi_vocabulary::AddressRange;
 
 use serde_json::json;
 
 use crate::crd::InfraClusterAttachment;
-use crate::plan::infra::network::{Ipv4Range, Network};
+use crate::plan::infra::network::Network;
 use crate::plan::infra::observed::ObservedInterface;
 use crate::plan::infra::observed::{
     HostedClusterKey, ObservedCluster, ObservedMachine, ObservedVmi,
@@ -22,24 +24,26 @@ pub fn ip(last: u8) -> Ipv4Addr {
     Ipv4Addr::new(192, 0, 2, last)
 }
 
+/// [`ip`] as the planners carry it (either family).
+pub fn addr(last: u8) -> IpAddr {
+    IpAddr::V4(ip(last))
+}
+
 /// The Infra network every unit test plans on.
 pub fn network() -> Network {
     Network {
         cidr: "192.0.2.0/24".parse().unwrap(),
-        gateway: ip(1),
+        gateway: ip(1).into(),
         nad: "vlan".into(),
         nad_namespace: "oooi".into(),
         upstreams: vec!["10.0.0.10:53".parse().unwrap()],
         resolv_conf: false,
         dhcp: Some((
-            vec![ip(2)],
-            Ipv4Range {
-                start: ip(100),
-                end: ip(199),
-            },
+            vec![ip(2).into()],
+            AddressRange::new(ip(100).into(), ip(199).into()).unwrap(),
         )),
-        dns: vec![ip(3)],
-        proxy: vec![ip(4)],
+        dns: vec![ip(3).into()],
+        proxy: vec![ip(4).into()],
     }
 }
 

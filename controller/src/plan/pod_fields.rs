@@ -23,7 +23,7 @@ fn set_pod_fields<K: ComponentKind>(pod: &mut ServerPod<K>) {
     pod.availability.node_loss_toleration_seconds = 42;
     pod.availability.address_takeover = Some(AddressTakeover {
         lease_prefix: "infra".to_string(),
-        addresses: vec![pod.vlan.address.to_string()],
+        addresses: vec![pod.vlan.address],
     });
     pod.resources = Some(resources(None, "1", "1Gi", "2Gi"));
 }

@@ -14,7 +14,7 @@
 //! already matches. Everything created carries the attachment's labels
 //! ([`hosted_objects::hosted_labels`]), so cleanup finds it even after a rename.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Secret, Service};
@@ -431,7 +431,7 @@ async fn converge(
             .await
             .map_err(|e| hosted_error(&format!("removing stale {}s", ar.kind), &e))?;
     }
-    let vip: Option<Ipv4Addr> = live_service
+    let vip: Option<IpAddr> = live_service
         .as_ref()
         .and_then(|s| apps_ingress::vip_of(&serde_json::to_value(s).unwrap_or_default()));
     let hosted = &ctx.observations.hosted;

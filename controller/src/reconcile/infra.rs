@@ -160,7 +160,7 @@ where
 
 /// How many servers a component asks for (one per address in `serverIPs`;
 /// the one-address form and an invalid list count as one).
-fn server_count(server_ips: &[String], max: usize) -> usize {
+fn server_count<T>(server_ips: &[T], max: usize) -> usize {
     server_ips.len().clamp(1, max)
 }
 

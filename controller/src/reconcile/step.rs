@@ -3,7 +3,7 @@
 //! used by the Infra, attachment and hosted-cluster reconcilers alike), and
 //! the one status writer ([`write_status`]).
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -49,7 +49,7 @@ pub fn attachments_of(ctx: &Context, ns: &str, infra: &str) -> Vec<InfraClusterA
 
 /// ClusterIP of the internal proxy Service: the one oooi makes (named like
 /// the ProxyServer), or the `name.namespace.svc` the spec names.
-async fn internal_proxy_ip(ctx: &Context, infra: &Infra, ns: &str) -> Result<Option<Ipv4Addr>> {
+async fn internal_proxy_ip(ctx: &Context, infra: &Infra, ns: &str) -> Result<Option<IpAddr>> {
     let proxy = &infra.spec.infra_components.proxy;
     if !proxy.enabled {
         return Ok(None);
@@ -61,7 +61,7 @@ async fn internal_proxy_ip(ctx: &Context, infra: &Infra, ns: &str) -> Result<Opt
             &Component::Proxy.derived_name(&infra.name_any()),
         )
         .map(|s| (*s).clone()),
-        Some(named) if named.parse::<Ipv4Addr>().is_ok() => return Ok(None),
+        Some(named) if named.parse::<IpAddr>().is_ok() => return Ok(None),
         Some(named) => {
             let mut parts = named.split('.');
             let name = parts.next().unwrap_or_default();

@@ -83,6 +83,11 @@ fn check(schema: &Value, value: &Value, path: &str, structural: bool, errors: &m
         {
             errors.push(format!("{at}: `{s}` does not match {p}"));
         }
+        if let Some(f) = schema["format"].as_str()
+            && !format_admits(f, s)
+        {
+            errors.push(format!("{at}: `{s}` is not of format {f}"));
+        }
     }
     if let Some(n) = value.as_f64() {
         if schema["minimum"].as_f64().is_some_and(|m| n < m) {
@@ -156,6 +161,31 @@ fn check(schema: &Value, value: &Value, path: &str, structural: bool, errors: &m
         if !ok {
             errors.push(format!("{at}: {passing} of the {junctor} branches match"));
         }
+    }
+}
+
+/// The API server's string formats that name addresses, as its format
+/// checker reads them (Go's `net.ParseIP` and `net.ParseCIDR`: `ipv4` is
+/// any address written with dots, `ipv6` any written with colons, `cidr`
+/// an address of either family with a prefix length, host bits allowed).
+/// A format the API server does not know constrains nothing.
+fn format_admits(format: &str, s: &str) -> bool {
+    use std::net::IpAddr;
+    let ip = |t: &str| t.parse::<IpAddr>().ok();
+    match format {
+        "ipv4" => ip(s).is_some() && s.contains('.'),
+        "ipv6" => ip(s).is_some() && s.contains(':'),
+        "cidr" => s.split_once('/').is_some_and(|(a, p)| {
+            let width = match ip(a) {
+                Some(IpAddr::V4(_)) => 32,
+                Some(IpAddr::V6(_)) => 128,
+                None => return false,
+            };
+            !p.is_empty()
+                && p.bytes().all(|b| b.is_ascii_digit())
+                && p.parse::<u32>().is_ok_and(|n| n <= width)
+        }),
+        _ => true,
     }
 }
 
@@ -368,10 +398,107 @@ fn admission_accepts_exactly_the_vlan_networks_the_controller_accepts() {
     assert_eq!(admit_cidr(&validator, "192.0.2.7/24"), (true, false));
     assert_eq!(admit_cidr(&validator, "192.0.2.0/30"), (false, true));
     let v6 = validator.validate(&schema, &json!("2001:db8::/64"), None);
-    assert!(v6.is_err(), "the CEL rule refuses IPv6 on its own");
+    let said = format!("{v6:?}");
+    assert!(
+        said.contains(oooi_vocabulary::IPV6_VLAN_REFUSED),
+        "the CEL rules refuse IPv6 on their own, saying why: {said}"
+    );
     assert!(
         validator
             .validate(&schema, &json!("192.0.2.0/24"), None)
             .is_ok()
+    );
+}
+
+/// The Infra's address fields (each an address of either family) as the
+/// API server admits them: an address of either family passes the schema
+/// (the controller then checks it is a host of the VLAN), and what is no
+/// address is refused at admission, as the controller refuses it.
+#[test]
+fn address_fields_admit_either_family_and_refuse_what_is_no_address() {
+    let schema = schema_of("Infra");
+    let good = serde_json::to_value(infra("oooi", "vlan")).unwrap();
+    assert_eq!(admit(&schema, &good), Vec::<String>::new());
+    let fields = [
+        "/spec/networkConfig/gateway",
+        "/spec/infraComponents/dhcp/serverIP",
+        "/spec/infraComponents/dhcp/rangeStart",
+        "/spec/infraComponents/dhcp/rangeEnd",
+        "/spec/infraComponents/dns/serverIP",
+        "/spec/infraComponents/proxy/serverIP",
+    ];
+    for field in fields {
+        let path = field.trim_start_matches('/').replace('/', ".");
+        for value in ["192.0.2.9", "2001:db8::9", "::ffff:192.0.2.9"] {
+            let mut obj = good.clone();
+            set(&mut obj, field, json!(value));
+            assert_eq!(
+                admit(&schema, &obj),
+                Vec::<String>::new(),
+                "{path} = {value}"
+            );
+            assert!(oooi_vocabulary::IpAddress::parse(value).is_ok(), "{value}");
+        }
+        for value in [
+            "10.0.0.300",
+            "abc",
+            "",
+            "192.0.2.9/24",
+            "192.0.2",
+            "192.0.2.09",
+        ] {
+            let mut obj = good.clone();
+            set(&mut obj, field, json!(value));
+            let errors = admit(&schema, &obj);
+            assert!(
+                errors.iter().any(|e| e.starts_with(&format!("{path}: "))),
+                "{path} = {value:?} is refused naming the field: {errors:?}"
+            );
+            assert!(oooi_vocabulary::IpAddress::parse(value).is_err(), "{value}");
+        }
+    }
+    // Upstream resolvers: an address of either family, with or without a
+    // port, or `resolv.conf`.
+    for (value, admitted) in [
+        ("10.0.0.10", true),
+        ("10.0.0.10:5353", true),
+        ("2001:db8::53", true),
+        ("[2001:db8::53]:5353", true),
+        ("resolv.conf", true),
+        ("10.0.0.300", false),
+        ("10.0.0.300:53", false),
+        ("abc", false),
+        ("resolver:53", false),
+    ] {
+        let mut obj = good.clone();
+        set(&mut obj, "/spec/networkConfig/dnsServers", json!([value]));
+        let errors = admit(&schema, &obj);
+        assert_eq!(
+            errors.is_empty(),
+            admitted,
+            "dnsServers [{value:?}]: {errors:?}"
+        );
+        if !admitted {
+            assert!(
+                errors
+                    .iter()
+                    .any(|e| e.starts_with("spec.networkConfig.dnsServers[0]: ")),
+                "{errors:?}"
+            );
+        }
+    }
+    // The list forms take each item as one address.
+    let mut obj = good.clone();
+    set(
+        &mut obj,
+        "/spec/infraComponents/dns/serverIPs",
+        json!(["192.0.2.3", "abc"]),
+    );
+    let errors = admit(&schema, &obj);
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.starts_with("spec.infraComponents.dns.serverIPs[1]: ")),
+        "{errors:?}"
     );
 }

@@ -84,7 +84,11 @@ fn schemas_carry_patterns_ranges_required_fields_and_defaults() {
     let infra = schema_of("Infra");
     let nc = &infra["properties"]["spec"]["properties"]["networkConfig"];
     assert!(nc["properties"]["cidr"]["pattern"].is_string());
-    assert!(nc["properties"]["gateway"]["pattern"].is_string());
+    // An address of either family, by the API server's own formats.
+    assert_eq!(
+        nc["properties"]["gateway"]["anyOf"],
+        serde_json::json!([{"format": "ipv4"}, {"format": "ipv6"}])
+    );
     let req: Vec<&str> = nc["required"]
         .as_array()
         .unwrap()

@@ -50,7 +50,7 @@ fn with_vip(mut o: Observed, hc: &str, vip: &str) -> Observed {
     o.clusters
         .entry(HostedClusterKey::new("clusters", hc))
         .or_default()
-        .apps_vip = Some(ip(vip));
+        .apps_vip = Some(ip(vip).into());
     o
 }
 
@@ -440,7 +440,7 @@ fn the_networks_outside_a_vlan_cover_exactly_its_complement() {
         "0.0.0.0/1",
     ] {
         let net: ipnet::Ipv4Net = cidr.parse().unwrap();
-        let out = plan::proxy::outside(net);
+        let out = plan::proxy::outside(net.into());
         assert_eq!(out.len(), usize::from(net.prefix_len()), "{cidr}");
         // Sample addresses across the space and around the VLAN's edges.
         let edges = [
@@ -460,6 +460,18 @@ fn the_networks_outside_a_vlan_cover_exactly_its_complement() {
         }
     }
     assert!(plan::proxy::outside("0.0.0.0/0".parse().unwrap()).is_empty());
+    // The same rule for an IPv6 network, within its family only.
+    let v6 = plan::proxy::outside("2001:db8::/32".parse().unwrap());
+    assert_eq!(v6.len(), 32);
+    let hits = |a: &str| {
+        let a: IpAddr = a.parse().unwrap();
+        v6.iter().filter(|c| c.contains(a)).count()
+    };
+    assert_eq!(hits("2001:db8::1"), 0);
+    assert_eq!(hits("2001:db8:ffff::1"), 0);
+    assert_eq!(hits("2001:db9::1"), 1);
+    assert_eq!(hits("::1"), 1);
+    assert_eq!(hits("192.0.2.1"), 0, "never across families");
 }
 
 #[test]

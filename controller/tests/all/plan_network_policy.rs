@@ -49,7 +49,7 @@ fn excluded_or_unknown_attachments_and_invalid_infras_get_no_policy() {
     assert!(control_plane_policy(p.verdict("nope"), "oooi", "vlan").is_none());
 
     let mut bad = infra("oooi", "vlan");
-    bad.spec.network_config.gateway = Some("bad".into());
+    bad.spec.network_config.gateway = Some("192.0.3.1".parse().unwrap());
     let p = plan_infra(
         &bad,
         &[attachment("oooi", "c1", "vlan", "c1")],
@@ -82,7 +82,10 @@ fn the_proxy_policy_opens_its_routing_ports_and_the_agents_metrics_port_with_tak
     p.spec.tls_ports.push(8443);
     p.spec.pod.availability.address_takeover = Some(oooi_controller::crd::AddressTakeover {
         lease_prefix: "vlan-proxy".into(),
-        addresses: vec!["192.0.2.4/24".into(), "192.0.2.7/24".into()],
+        addresses: vec![
+            "192.0.2.4/24".parse().unwrap(),
+            "192.0.2.7/24".parse().unwrap(),
+        ],
     });
     let ports = policy_ports(&p);
     assert_eq!(ports.watched.metrics, vec![9102, 9466]);

@@ -424,12 +424,16 @@ fn replica_addresses_are_one_form_at_most_five_and_distinct() {
             .any(|m| m.contains("contains 192.0.2.150 (spec.infraComponents.dns.serverIPs[1])")),
         "{e:?}"
     );
+    // An address that is none is refused when the Infra is read, naming
+    // the field, as the controller reads it.
+    let value = component_infra()
+        .remove("/spec/infraComponents/dns/serverIP")
+        .dns(json!({"serverIPs": ["192.0.2.3", "nope"]}))
+        .json();
+    let read = oooi_controller::cache::Decoded::<Infra>::from_value(value).unwrap();
     assert_eq!(
-        errors(
-            json!({"serverIPs": ["192.0.2.3", "nope"]}),
-            json!({"serverIP": "192.0.2.4"})
-        ),
-        ["spec.infraComponents.dns.serverIPs[1]: `nope` is not an IPv4 address"]
+        read.object.unwrap_err(),
+        "spec.infraComponents.dns.serverIPs[1]: `nope` is not an IPv4 or IPv6 address"
     );
     assert_eq!(
         errors(json!({"enabled": true}), json!({"serverIP": "192.0.2.4"})),

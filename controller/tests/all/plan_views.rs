@@ -83,8 +83,8 @@ fn with_internal_proxy_service_the_pod_view_answers_every_control_plane_name() {
     obs.clusters
         .entry(HostedClusterKey::new("clusters", "c1"))
         .or_default()
-        .apps_vip = Some(ip("192.0.2.200"));
-    obs.internal_proxy_ip = Some(ip("172.30.0.10"));
+        .apps_vip = Some(ip("192.0.2.200").into());
+    obs.internal_proxy_ip = Some(ip("172.30.0.10").into());
     let c = views(&plan_infra(&i, &atts, &obs));
     let (vlan, pod) = (&c.views[0], &c.views[1]);
     for cluster in ["c1", "c2"] {
@@ -140,10 +140,10 @@ fn without_internal_proxy_service_the_pod_view_answers_none_of_them() {
     obs.clusters
         .entry(HostedClusterKey::new("clusters", "c1"))
         .or_default()
-        .apps_vip = Some(ip("192.0.2.200"));
+        .apps_vip = Some(ip("192.0.2.200").into());
     // The proxy's own internal Service has an address, but the Infra does
     // not name it: the pod view stays out of the way.
-    obs.internal_proxy_ip = Some(ip("172.30.0.10"));
+    obs.internal_proxy_ip = Some(ip("172.30.0.10").into());
     let c = views(&plan_infra(&i, &atts, &obs));
     let pod = &c.views[1];
     for n in CONTROL_PLANE {

@@ -91,21 +91,30 @@ pub fn configs(
     };
     let infra_name = infra.metadata.name.clone().unwrap_or_default();
     let namespace = infra.metadata.namespace.clone().unwrap_or_default();
+    // DHCPv4 carries IPv4 addresses: this is where the VLAN's addresses
+    // (every one a host of the VLAN, which `parse_network` let through only
+    // when DHCPv4 can serve it) narrow to that family.
+    let (Ok(subnet), IpAddr::V4(gateway), IpAddr::V4(start), IpAddr::V4(end)) = (
+        Subnet::from_vlan(network.cidr),
+        network.gateway,
+        pool.start(),
+        pool.end(),
+    ) else {
+        return Vec::new();
+    };
+    let servers: Vec<Ipv4Addr> = servers.iter().filter_map(|a| v4(*a)).collect();
     let mut excluded: Vec<Ipv4Addr> = Vec::new();
-    excluded.extend(network.dns.iter().copied());
-    excluded.extend(network.proxy.iter().copied());
+    excluded.extend(network.dns.iter().filter_map(|a| v4(*a)));
+    excluded.extend(network.proxy.iter().filter_map(|a| v4(*a)));
     // Every DNS replica, in the Infra's order: a resolver that gets no
     // answer from one asks the next.
     let dns_servers = match network.dns.is_empty() {
-        false => network.dns.clone(),
+        false => network.dns.iter().filter_map(|a| v4(*a)).collect(),
         true => network
             .upstreams
             .iter()
             .filter(|a| a.port() == 53)
-            .filter_map(|a| match a.ip() {
-                IpAddr::V4(ip) => Some(ip),
-                IpAddr::V6(_) => None,
-            })
+            .filter_map(|a| v4(a.ip()))
             .collect(),
     };
     let mut reservations: Vec<RawReservation> = attachments
@@ -115,7 +124,7 @@ pub fn configs(
         .filter_map(|r| {
             Some(RawReservation {
                 mac: Mac::parse(&r.mac)?,
-                ip: r.ip,
+                ip: v4(r.ip)?,
                 hostname: r.hostname.clone(),
             })
         })
@@ -144,19 +153,12 @@ pub fn configs(
         })
         .collect();
     let nc = &infra.spec.network_config;
-    // A VLAN DHCPv4 cannot serve is refused by `parse_network`.
-    let Ok(subnet) = Subnet::from_vlan(network.cidr) else {
-        return Vec::new();
-    };
     let base = RawConfig {
         interface: Some(DEFAULT_INTERFACE.to_string()),
-        server_ip: servers.first().copied().unwrap_or(network.gateway),
+        server_ip: servers.first().copied().unwrap_or(gateway),
         subnet,
-        gateway: Some(network.gateway),
-        range: RawRange {
-            start: pool.start,
-            end: pool.end,
-        },
+        gateway: Some(gateway),
+        range: RawRange { start, end },
         excluded,
         dns_servers,
         domain: nc.domain.clone(),
@@ -211,6 +213,14 @@ pub fn configs(
         .collect()
 }
 
+/// `a` when it is IPv4: what DHCPv4 can carry.
+fn v4(a: IpAddr) -> Option<Ipv4Addr> {
+    match a {
+        IpAddr::V4(a) => Some(a),
+        IpAddr::V6(_) => None,
+    }
+}
+
 /// The DHCPServer specs derived from an Infra, with their names: one per
 /// server address (none when DHCP is disabled).
 pub fn specs(
@@ -231,7 +241,7 @@ pub fn specs(
             });
             let pod = server_pod(
                 network,
-                network.interface_address(cfg.server_ip),
+                network.interface_address(IpAddr::V4(cfg.server_ip)),
                 &comp.pod,
                 crate::plan::workload::availability::server_availability(
                     infra,

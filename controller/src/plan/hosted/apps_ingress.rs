@@ -15,7 +15,7 @@
 //! 5. [`status`]: Ready once the Service has a VIP; otherwise why not.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -139,7 +139,7 @@ pub fn apps_status(
     phase: &str,
     reason: &str,
     message: impl Into<String>,
-    vip: Option<Ipv4Addr>,
+    vip: Option<IpAddr>,
 ) -> AppsIngressStatus {
     let message = message.into();
     AppsIngressStatus {
@@ -396,12 +396,14 @@ pub fn pool_objects(r: &Resolved) -> Vec<HostedObject> {
     ]
 }
 
-/// The first IPv4 `status.loadBalancer.ingress[].ip` of a Service (as JSON).
-pub fn vip_of(service: &Value) -> Option<Ipv4Addr> {
+/// The first IPv4 `status.loadBalancer.ingress[].ip` of a Service (as JSON):
+/// the VLAN is IPv4, so a dual-stack Service's IPv6 address is passed over.
+pub fn vip_of(service: &Value) -> Option<IpAddr> {
     service["status"]["loadBalancer"]["ingress"]
         .as_array()?
         .iter()
-        .find_map(|i| i["ip"].as_str().and_then(|s| s.parse().ok()))
+        .find_map(|i| i["ip"].as_str()?.parse::<std::net::Ipv4Addr>().ok())
+        .map(IpAddr::V4)
 }
 
 /// How many Nodes (JSON) have condition `Ready=True`.
@@ -419,7 +421,7 @@ pub fn ready_nodes(nodes: &[Value]) -> usize {
 
 /// Step 5: Ready with a VIP; otherwise Pending, saying whether a node could
 /// announce one at all.
-pub fn status(r: &Resolved, vip: Option<Ipv4Addr>, ready_nodes: usize) -> AppsIngressStatus {
+pub fn status(r: &Resolved, vip: Option<IpAddr>, ready_nodes: usize) -> AppsIngressStatus {
     let svc = format!("{}/{}", r.service_namespace, r.service_name);
     match vip {
         Some(v) => apps_status(

@@ -22,7 +22,7 @@
 //!   `StrictIsolationPending` (Degraded); see `proxy` for what the routes do.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use crate::crd::InfraClusterAttachment;
 use crate::plan::infra::apps_pools::check_apps_pools;
@@ -128,9 +128,9 @@ pub fn aggregate(
     };
 
     // Worker addresses and reservations of accepted attachments, then conflicts.
-    let mut claims: BTreeMap<Ipv4Addr, usize> = BTreeMap::new();
+    let mut claims: BTreeMap<IpAddr, usize> = BTreeMap::new();
     let mut mac_claims: BTreeMap<String, usize> = BTreeMap::new();
-    let mut ip_claims: BTreeMap<Ipv4Addr, usize> = BTreeMap::new();
+    let mut ip_claims: BTreeMap<IpAddr, usize> = BTreeMap::new();
     for o in outcomes.iter_mut().filter(|o| o.accepted()) {
         o.worker_addresses = worker_addresses(network, observed, &o.hosted_cluster);
         o.reservations = reservations(network, observed, &o.hosted_cluster);
@@ -142,7 +142,7 @@ pub fn aggregate(
         for m in macs {
             *mac_claims.entry(m.clone()).or_default() += 1;
         }
-        let ips: BTreeSet<Ipv4Addr> = o.reservations.iter().map(|r| r.ip).collect();
+        let ips: BTreeSet<IpAddr> = o.reservations.iter().map(|r| r.ip).collect();
         for ip in ips {
             *ip_claims.entry(ip).or_default() += 1;
         }

@@ -3,11 +3,11 @@
 //! other attachments' ranges. A bad pool is reported on its attachment (it
 //! does not exclude the attachment).
 
-use oooi_vocabulary::FieldError;
+use oooi_vocabulary::{AddressRange, FieldError};
 
 use crate::crd::InfraClusterAttachment;
 use crate::plan::infra::attachments::AttachmentOutcome;
-use crate::plan::infra::network::{Ipv4Range, Network};
+use crate::plan::infra::network::Network;
 use crate::plan::infra::observed::Observed;
 
 /// Checks the pools of `selected` (in the order of `outcomes`): inside the CIDR, outside the DHCP pool and the infra
@@ -20,7 +20,7 @@ pub fn check_apps_pools(
     outcomes: &mut [AttachmentOutcome],
     observed: &Observed,
 ) {
-    let mut taken: Vec<(usize, Ipv4Range, String)> = Vec::new();
+    let mut taken: Vec<(usize, AddressRange, String)> = Vec::new();
     for (i, att) in selected.iter().enumerate() {
         let Some(apps) = att.spec.apps_ingress.as_ref().filter(|a| a.enabled) else {
             continue;
@@ -31,14 +31,14 @@ pub fn check_apps_pools(
         let mut errors = Vec::new();
         for (j, s) in apps.metallb.addresses.iter().enumerate() {
             let field = format!("spec.appsIngress.metallb.addresses[{j}]");
-            let Some(range) = Ipv4Range::parse(s) else {
+            let Some(range) = AddressRange::parse(s) else {
                 errors.push(FieldError::new(
                     field,
                     format!("`{s}` is not a range or CIDR"),
                 ));
                 continue;
             };
-            if !network.is_host(range.start) || !network.is_host(range.end) {
+            if !network.is_host(range.start()) || !network.is_host(range.end()) {
                 errors.push(FieldError::new(
                     field,
                     format!("{range} is not inside {}", network.cidr),
@@ -168,7 +168,7 @@ mod tests {
         };
         let observed = Observed {
             clusters: BTreeMap::from([
-                (cluster_key("inside"), with_vip(ip(200))),
+                (cluster_key("inside"), with_vip(ip(200).into())),
                 (
                     cluster_key("outside"),
                     with_vip("198.51.100.7".parse().unwrap()),
@@ -179,7 +179,7 @@ mod tests {
         let out = check(&atts, &observed);
         assert_eq!(
             (out[0].apps_vip, out[0].apps_to_pods),
-            (Some(ip(200)), true)
+            (Some(ip(200).into()), true)
         );
         assert_eq!((out[1].apps_vip, out[1].apps_to_pods), (None, false));
     }

@@ -4,7 +4,7 @@
 //! with the routing table's own validator for SNI names. A bad spec
 //! excludes the attachment (`InvalidSpec`, field named).
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use oooi_routes::{Route, RouteMatch, RouteTable, Upstream};
 
@@ -93,15 +93,15 @@ pub struct AttachmentOutcome {
     /// Resolved services (empty when excluded).
     pub services: Vec<ResolvedService>,
     /// Worker addresses with source-scoped routes (conflicts removed).
-    pub worker_addresses: Vec<Ipv4Addr>,
+    pub worker_addresses: Vec<IpAddr>,
     /// Worker addresses also claimed by another attachment.
-    pub conflicting_addresses: Vec<Ipv4Addr>,
+    pub conflicting_addresses: Vec<IpAddr>,
     /// DHCP reservations from the cluster's VMIs.
     pub reservations: Vec<Reservation>,
     /// The cluster's VMIs known by MAC before their address is.
     pub known_clients: Vec<KnownClient>,
     /// The apps VIP, when apps ingress is enabled and a VIP is observed.
-    pub apps_vip: Option<Ipv4Addr>,
+    pub apps_vip: Option<IpAddr>,
     /// `appsIngress.publishToPodNetwork`: the DNS pod view answers `*.apps`
     /// with the internal proxy (only once a VIP is known).
     pub apps_to_pods: bool,

@@ -1,62 +1,14 @@
 //! The Infra's network, parsed once, with the cross-field checks the schema
 //! cannot express. Every problem names the field (`spec.…`) and the value.
 
-use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 
-use ipnet::Ipv4Net;
 use oooi_dhcp_config::Subnet;
-use oooi_vocabulary::{FieldError, InterfaceAddress, VlanNetwork};
+use oooi_vocabulary::{
+    AddressRange, FieldError, InterfaceAddress, IpAddress, VlanNetwork, observed_address,
+};
 
 use crate::crd::Infra;
-
-/// An inclusive IPv4 range.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ipv4Range {
-    /// First address.
-    pub start: Ipv4Addr,
-    /// Last address (inclusive).
-    pub end: Ipv4Addr,
-}
-
-impl Ipv4Range {
-    /// True when `a` lies in the range.
-    pub fn contains(&self, a: Ipv4Addr) -> bool {
-        self.start <= a && a <= self.end
-    }
-
-    /// True when the two ranges share an address.
-    pub fn overlaps(&self, other: &Ipv4Range) -> bool {
-        self.start <= other.end && other.start <= self.end
-    }
-
-    /// Parses `a.b.c.d-e.f.g.h`, a CIDR (its host addresses when the prefix
-    /// is below /31) or a single address.
-    pub fn parse(s: &str) -> Option<Ipv4Range> {
-        let s = s.trim();
-        if let Some((a, b)) = s.split_once('-') {
-            let start: Ipv4Addr = a.trim().parse().ok()?;
-            let end: Ipv4Addr = b.trim().parse().ok()?;
-            return (start <= end).then_some(Ipv4Range { start, end });
-        }
-        if s.contains('/') {
-            let net: Ipv4Net = s.parse().ok()?;
-            let net = net.trunc();
-            return Some(Ipv4Range {
-                start: net.network(),
-                end: net.broadcast(),
-            });
-        }
-        let a: Ipv4Addr = s.parse().ok()?;
-        Some(Ipv4Range { start: a, end: a })
-    }
-}
-
-impl fmt::Display for Ipv4Range {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}-{}", self.start, self.end)
-    }
-}
 
 /// The Infra's network after every check.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,7 +16,7 @@ pub struct Network {
     /// The VLAN.
     pub cidr: VlanNetwork,
     /// Its gateway.
-    pub gateway: Ipv4Addr,
+    pub gateway: IpAddr,
     /// NetworkAttachmentDefinition name.
     pub nad: String,
     /// NetworkAttachmentDefinition namespace (defaulted to the Infra's).
@@ -75,31 +27,31 @@ pub struct Network {
     pub resolv_conf: bool,
     /// DHCP server addresses (one per server: two for a pair) and the
     /// pool, when DHCP is enabled.
-    pub dhcp: Option<(Vec<Ipv4Addr>, Ipv4Range)>,
+    pub dhcp: Option<(Vec<IpAddr>, AddressRange)>,
     /// DNS replica addresses, in the Infra's order (empty when DNS is
     /// disabled).
-    pub dns: Vec<Ipv4Addr>,
+    pub dns: Vec<IpAddr>,
     /// Proxy replica addresses, in the Infra's order (empty when the proxy
     /// is disabled).
-    pub proxy: Vec<Ipv4Addr>,
+    pub proxy: Vec<IpAddr>,
 }
 
 impl Network {
     /// `ip/prefix` with the VLAN's own prefix length, for the Multus annotation.
-    pub fn with_prefix(&self, ip: Ipv4Addr) -> String {
+    pub fn with_prefix(&self, ip: IpAddr) -> String {
         self.interface_address(ip).to_string()
     }
 
     /// `ip` with the VLAN's own prefix length: a server's VLAN interface.
-    pub fn interface_address(&self, ip: Ipv4Addr) -> InterfaceAddress {
-        // An IPv4 VLAN's prefix is at most /29 (the rule): never the
-        // fallback.
-        InterfaceAddress::new(IpAddr::V4(ip), self.cidr.prefix_len())
-            .unwrap_or_else(|_| InterfaceAddress::host(IpAddr::V4(ip)))
+    pub fn interface_address(&self, ip: IpAddr) -> InterfaceAddress {
+        // Every address here is a host of the VLAN, so of its family, and
+        // the VLAN's prefix fits that family: never the fallback.
+        InterfaceAddress::new(ip, self.cidr.prefix_len())
+            .unwrap_or_else(|_| InterfaceAddress::host(ip))
     }
 
     /// Every infra address: gateway and the enabled components.
-    pub fn infra_addresses(&self) -> Vec<Ipv4Addr> {
+    pub fn infra_addresses(&self) -> Vec<IpAddr> {
         let mut out = vec![self.gateway];
         out.extend(self.dhcp.iter().flat_map(|d| d.0.iter().copied()));
         out.extend(self.dns.iter().copied());
@@ -108,13 +60,20 @@ impl Network {
     }
 
     /// True when `a` is a host address of the VLAN (not network, not broadcast).
-    pub fn is_host(&self, a: Ipv4Addr) -> bool {
-        self.cidr.is_host(IpAddr::V4(a))
+    pub fn is_host(&self, a: IpAddr) -> bool {
+        self.cidr.is_host(a)
+    }
+
+    /// An address another project reports (a VMI's interface, a Machine's
+    /// address: bare or `ip/prefix`, see [`observed_address`]) when it is a
+    /// host of the VLAN and no infra address: a worker's.
+    pub fn worker_host(&self, reported: &str) -> Option<IpAddr> {
+        let a = observed_address(reported)?;
+        (self.cidr.is_host(a) && !self.infra_addresses().contains(&a)).then_some(a)
     }
 }
 
-/// The `dnsServers` entry that stands for the DNS pod's own resolvers.
-pub const RESOLV_CONF: &str = "resolv.conf";
+pub use crate::crd::RESOLV_CONF;
 
 /// Most DHCP servers one Infra runs: a pair shares one pool.
 pub const MAX_DHCP_SERVERS: usize = 2;
@@ -125,13 +84,13 @@ pub const MAX_REPLICAS: usize = 5;
 /// The addresses of a component that runs one server per VLAN address, each
 /// with its field path: the list form `<base>.serverIPs` or the one-address
 /// form `<base>.serverIP`. Exactly one of the two must be set, the list
-/// holds 1 to `max` addresses, each once.
+/// holds 1 to `max` addresses.
 pub fn server_addresses(
     base: &str,
-    one: Option<&str>,
-    many: &[String],
+    one: Option<IpAddress>,
+    many: &[IpAddress],
     max: usize,
-) -> Result<Vec<(String, String)>, FieldError> {
+) -> Result<Vec<(String, IpAddress)>, FieldError> {
     match (one, many.is_empty()) {
         (Some(_), false) => Err(FieldError::new(
             format!("{base}.serverIPs"),
@@ -141,7 +100,7 @@ pub fn server_addresses(
             format!("{base}.serverIPs"),
             "set serverIP (one server) or serverIPs (one address per server)",
         )),
-        (Some(a), true) => Ok(vec![(format!("{base}.serverIP"), a.to_string())]),
+        (Some(a), true) => Ok(vec![(format!("{base}.serverIP"), a)]),
         (None, false) if many.len() > max => Err(FieldError::new(
             format!("{base}.serverIPs"),
             format!("{} addresses given, at most {max}", many.len()),
@@ -149,13 +108,18 @@ pub fn server_addresses(
         (None, false) => Ok(many
             .iter()
             .enumerate()
-            .map(|(i, a)| (format!("{base}.serverIPs[{i}]"), a.clone()))
+            .map(|(i, a)| (format!("{base}.serverIPs[{i}]"), *a))
             .collect()),
     }
 }
 
 /// Parses and checks the Infra's network. Returns every problem found, not
 /// only the first, so one status update lists them all.
+///
+/// Each address was parsed when the Infra was read (the fields are
+/// [`IpAddress`]es); what is left are the rules across fields: one form of
+/// the server addresses, every address a host of the VLAN and used once,
+/// the pool inside the VLAN and clear of them.
 pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
     let mut errors = Vec::new();
     let nc = &infra.spec.network_config;
@@ -170,116 +134,85 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
         errors.push(FieldError::new("spec.networkConfig.cidr", message));
     }
 
-    let dhcp_fields = if comps.dhcp.enabled {
-        match server_addresses(
-            "spec.infraComponents.dhcp",
-            comps.dhcp.server_ip.as_deref(),
-            &comps.dhcp.server_ips,
-            MAX_DHCP_SERVERS,
-        ) {
-            Ok(fields) => fields,
-            Err(e) => {
+    let mut servers =
+        |enabled: bool, base: &str, one: Option<IpAddress>, many: &[IpAddress], max| {
+            if !enabled {
+                return Vec::new();
+            }
+            server_addresses(base, one, many, max).unwrap_or_else(|e| {
                 errors.push(e);
                 Vec::new()
-            }
-        }
-    } else {
-        Vec::new()
-    };
-    let mut replica_fields = |enabled: bool, base: &str, one: Option<&str>, many: &[String]| {
-        if !enabled {
-            return Vec::new();
-        }
-        server_addresses(base, one, many, MAX_REPLICAS).unwrap_or_else(|e| {
-            errors.push(e);
-            Vec::new()
-        })
-    };
-    let dns_fields = replica_fields(
+            })
+        };
+    let dhcp_fields = servers(
+        comps.dhcp.enabled,
+        "spec.infraComponents.dhcp",
+        comps.dhcp.server_ip,
+        &comps.dhcp.server_ips,
+        MAX_DHCP_SERVERS,
+    );
+    let dns_fields = servers(
         comps.dns.enabled,
         "spec.infraComponents.dns",
-        comps.dns.server_ip.as_deref(),
+        comps.dns.server_ip,
         &comps.dns.server_ips,
+        MAX_REPLICAS,
     );
-    let proxy_fields = replica_fields(
+    let proxy_fields = servers(
         comps.proxy.enabled,
         "spec.infraComponents.proxy",
-        comps.proxy.server_ip.as_deref(),
+        comps.proxy.server_ip,
         &comps.proxy.server_ips,
+        MAX_REPLICAS,
     );
-    let mut addr = |field: &str, s: &str| -> Option<Ipv4Addr> {
-        match s.trim().parse::<Ipv4Addr>() {
-            Ok(a) => {
-                if let Err(e) = cidr.check_host(field, IpAddr::V4(a)) {
-                    errors.push(e);
-                    return None;
-                }
-                Some(a)
-            }
-            Err(_) => {
-                errors.push(FieldError::new(
-                    field,
-                    format!("`{s}` is not an IPv4 address"),
-                ));
+    // A host of the VLAN (so of its family).
+    let mut host = |field: &str, a: IpAddress| -> Option<IpAddr> {
+        match cidr.check_host(field, a.ip()) {
+            Ok(()) => Some(a.ip()),
+            Err(e) => {
+                errors.push(e);
                 None
             }
         }
     };
 
     // Unset: the first host of the CIDR, as the reference deployments use.
-    let (gateway_field, gateway) = match &nc.gateway {
+    let (gateway_field, gateway) = match nc.gateway {
         Some(g) => (
             "spec.networkConfig.gateway",
-            addr("spec.networkConfig.gateway", g),
+            host("spec.networkConfig.gateway", g),
         ),
         None => (
             "spec.networkConfig.gateway (unset: the first host of the CIDR)",
-            match cidr.first_host() {
-                IpAddr::V4(a) => Some(a),
-                IpAddr::V6(_) => None,
-            },
+            Some(cidr.first_host()),
         ),
     };
-    let dhcp_ips: Vec<(String, Option<Ipv4Addr>)> = dhcp_fields
-        .into_iter()
-        .map(|(field, text)| {
-            let a = addr(&field, &text);
-            (field, a)
-        })
-        .collect();
-    let range_start = comps
-        .dhcp
-        .enabled
-        .then(|| {
-            addr(
-                "spec.infraComponents.dhcp.rangeStart",
-                &comps.dhcp.range_start,
-            )
-        })
-        .flatten();
-    let range_end = comps
-        .dhcp
-        .enabled
-        .then(|| addr("spec.infraComponents.dhcp.rangeEnd", &comps.dhcp.range_end))
-        .flatten();
-    let dns_ips: Vec<(String, Option<Ipv4Addr>)> = dns_fields
-        .into_iter()
-        .map(|(field, text)| {
-            let a = addr(&field, &text);
-            (field, a)
-        })
-        .collect();
-    let proxy_ips: Vec<(String, Option<Ipv4Addr>)> = proxy_fields
-        .into_iter()
-        .map(|(field, text)| {
-            let a = addr(&field, &text);
-            (field, a)
-        })
-        .collect();
+    let mut hosts = |fields: Vec<(String, IpAddress)>| -> Vec<(String, Option<IpAddr>)> {
+        fields
+            .into_iter()
+            .map(|(field, a)| {
+                let a = host(&field, a);
+                (field, a)
+            })
+            .collect()
+    };
+    let dhcp_ips = hosts(dhcp_fields);
+    let dns_ips = hosts(dns_fields);
+    let proxy_ips = hosts(proxy_fields);
+    let (start_field, end_field) = (
+        "spec.infraComponents.dhcp.rangeStart",
+        "spec.infraComponents.dhcp.rangeEnd",
+    );
+    let range = comps.dhcp.enabled.then(|| {
+        (
+            host(start_field, comps.dhcp.range_start),
+            host(end_field, comps.dhcp.range_end),
+        )
+    });
 
     // Infra addresses must be distinct: two components on one address would
     // fight over ARP on the VLAN.
-    let mut named: Vec<(String, Option<Ipv4Addr>)> = vec![(gateway_field.to_string(), gateway)];
+    let mut named: Vec<(String, Option<IpAddr>)> = vec![(gateway_field.to_string(), gateway)];
     named.extend(dhcp_ips.iter().cloned());
     named.extend(dns_ips.iter().cloned());
     named.extend(proxy_ips.iter().cloned());
@@ -294,22 +227,16 @@ pub fn parse_network(infra: &Infra) -> Result<Network, Vec<FieldError>> {
     }
 
     let mut pool = None;
-    if let (Some(start), Some(end)) = (range_start, range_end) {
-        if let Err(e) = cidr.check_pool(
-            "spec.infraComponents.dhcp.rangeStart",
-            IpAddr::V4(start),
-            "spec.infraComponents.dhcp.rangeEnd",
-            IpAddr::V4(end),
-        ) {
+    if let Some((Some(start), Some(end))) = range {
+        if let Err(e) = cidr.check_pool(start_field, start, end_field, end) {
             errors.push(e);
-        } else {
-            let range = Ipv4Range { start, end };
+        } else if let Some(range) = AddressRange::new(start, end) {
             for (field, a) in &named {
                 if let Some(a) = *a
                     && range.contains(a)
                 {
                     errors.push(FieldError::new(
-                        "spec.infraComponents.dhcp.rangeStart",
+                        start_field,
                         format!("the pool {range} contains {a} ({field}); the pool must exclude infra addresses"),
                     ));
                 }

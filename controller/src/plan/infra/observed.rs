@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
@@ -43,7 +43,7 @@ pub struct Observed {
     /// ClusterIP of the proxy's internal Service (or of the Service named in
     /// `internalProxyService`), once the API server assigned it. The DNS pod
     /// view answers the `kubernetes` aliases with it.
-    pub internal_proxy_ip: Option<Ipv4Addr>,
+    pub internal_proxy_ip: Option<IpAddr>,
     /// SHA-256 (hex) of the filter module in the Infra's filter ConfigMap.
     pub filter_sha256: Option<String>,
 }
@@ -60,7 +60,7 @@ pub struct ObservedCluster {
     pub vmis: Vec<ObservedVmi>,
     /// The apps ingress VIP, once MetalLB assigned one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub apps_vip: Option<Ipv4Addr>,
+    pub apps_vip: Option<IpAddr>,
 }
 
 /// A CAPI Machine: its name and `status.addresses[].address`.

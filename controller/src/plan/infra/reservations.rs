@@ -5,7 +5,7 @@
 //! ([`retain_unique`]): the DHCP config would be rejected whole.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use crate::plan::infra::network::Network;
 use crate::plan::infra::observed::{HostedClusterKey, Observed};
@@ -17,7 +17,7 @@ pub struct Reservation {
     /// MAC, lower case with colons.
     pub mac: String,
     /// Reserved address.
-    pub ip: Ipv4Addr,
+    pub ip: IpAddr,
     /// VMI name, when it is a valid host name.
     pub hostname: Option<String>,
 }
@@ -68,7 +68,6 @@ pub fn reservations(
     let Some(cluster) = observed.clusters.get(hc) else {
         return Vec::new();
     };
-    let infra = network.infra_addresses();
     let mut out = Vec::new();
     for vmi in &cluster.vmis {
         for iface in &vmi.interfaces {
@@ -78,8 +77,7 @@ pub fn reservations(
             let ip = iface
                 .ip_addresses
                 .iter()
-                .filter_map(|s| s.trim().split('/').next()?.parse::<Ipv4Addr>().ok())
-                .find(|a| network.is_host(*a) && !infra.contains(a));
+                .find_map(|s| network.worker_host(s));
             if let Some(ip) = ip {
                 let hostname = is_dns_label(&vmi.name).then(|| vmi.name.clone());
                 out.push(Reservation {
@@ -100,11 +98,11 @@ pub fn reservations(
 pub fn retain_unique(
     reservations: &mut Vec<Reservation>,
     mac_claims: &BTreeMap<String, usize>,
-    ip_claims: &BTreeMap<Ipv4Addr, usize>,
-    address_claims: &BTreeMap<Ipv4Addr, usize>,
+    ip_claims: &BTreeMap<IpAddr, usize>,
+    address_claims: &BTreeMap<IpAddr, usize>,
 ) {
     let mut seen_mac: BTreeMap<String, usize> = BTreeMap::new();
-    let mut seen_ip: BTreeMap<Ipv4Addr, usize> = BTreeMap::new();
+    let mut seen_ip: BTreeMap<IpAddr, usize> = BTreeMap::new();
     for r in reservations.iter() {
         *seen_mac.entry(r.mac.clone()).or_default() += 1;
         *seen_ip.entry(r.ip).or_default() += 1;
@@ -121,7 +119,7 @@ pub fn retain_unique(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::fixtures::{cluster, cluster_key, ip, network, vmi};
+    use crate::plan::fixtures::{addr, cluster, cluster_key, network, vmi};
 
     fn observed(vmis: Vec<crate::plan::ObservedVmi>) -> Observed {
         Observed {
@@ -148,17 +146,17 @@ mod tests {
         let want = vec![
             Reservation {
                 mac: "02:00:00:00:00:0a".into(),
-                ip: ip(51),
+                ip: addr(51),
                 hostname: Some("w-a".into()),
             },
             Reservation {
                 mac: "02:00:00:00:00:0b".into(),
-                ip: ip(52),
+                ip: addr(52),
                 hostname: Some("w-b".into()),
             },
             Reservation {
                 mac: "02:00:00:00:00:0c".into(),
-                ip: ip(53),
+                ip: addr(53),
                 hostname: None,
             },
         ];
@@ -169,7 +167,7 @@ mod tests {
     fn a_shared_mac_or_address_is_not_reserved() {
         let r = |mac: &str, last: u8| Reservation {
             mac: mac.into(),
-            ip: ip(last),
+            ip: addr(last),
             hostname: None,
         };
         let mut own = vec![
@@ -180,10 +178,10 @@ mod tests {
             r("02:00:00:00:00:05", 55),
         ];
         let macs: BTreeMap<String, usize> = own.iter().map(|r| (r.mac.clone(), 1)).collect();
-        let mut ips: BTreeMap<Ipv4Addr, usize> = own.iter().map(|r| (r.ip, 1)).collect();
+        let mut ips: BTreeMap<IpAddr, usize> = own.iter().map(|r| (r.ip, 1)).collect();
         // .54 is reserved by another attachment too; .55 is its worker address.
-        ips.insert(ip(54), 2);
-        let workers = BTreeMap::from([(ip(55), 2)]);
+        ips.insert(addr(54), 2);
+        let workers = BTreeMap::from([(addr(55), 2)]);
         retain_unique(&mut own, &macs, &ips, &workers);
         assert_eq!(own, vec![r("02:00:00:00:00:01", 51)]);
     }

@@ -6,7 +6,7 @@
 //! both.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use crate::plan::infra::network::Network;
 use crate::plan::infra::observed::{HostedClusterKey, Observed};
@@ -16,15 +16,11 @@ pub fn worker_addresses(
     network: &Network,
     observed: &Observed,
     hc: &HostedClusterKey,
-) -> Vec<Ipv4Addr> {
+) -> Vec<IpAddr> {
     let Some(cluster) = observed.clusters.get(hc) else {
         return Vec::new();
     };
-    let infra = network.infra_addresses();
-    let usable = |s: &str| -> Option<Ipv4Addr> {
-        let a: Ipv4Addr = s.trim().split('/').next()?.parse().ok()?;
-        (network.is_host(a) && !infra.contains(&a)).then_some(a)
-    };
+    let usable = |s: &str| network.worker_host(s);
     let mut out = BTreeSet::new();
     let mut covered = BTreeSet::new();
     for m in &cluster.machines {
@@ -53,10 +49,10 @@ pub fn worker_addresses(
 /// ones another attachment claims too (`claims`: how many accepted
 /// attachments claim each address).
 pub fn split_conflicts(
-    addresses: &[Ipv4Addr],
-    claims: &BTreeMap<Ipv4Addr, usize>,
-) -> (Vec<Ipv4Addr>, Vec<Ipv4Addr>) {
-    let (shared, own): (Vec<Ipv4Addr>, Vec<Ipv4Addr>) = addresses
+    addresses: &[IpAddr],
+    claims: &BTreeMap<IpAddr, usize>,
+) -> (Vec<IpAddr>, Vec<IpAddr>) {
+    let (shared, own): (Vec<IpAddr>, Vec<IpAddr>) = addresses
         .iter()
         .partition(|a| claims.get(a).copied().unwrap_or(0) > 1);
     (own, shared)
@@ -65,7 +61,7 @@ pub fn split_conflicts(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::fixtures::{cluster, cluster_key, ip, machine, network, vmi};
+    use crate::plan::fixtures::{addr, cluster, cluster_key, machine, network, vmi};
 
     fn observed(c: crate::plan::ObservedCluster) -> Observed {
         Observed {
@@ -91,7 +87,7 @@ mod tests {
         ));
         assert_eq!(
             worker_addresses(&network(), &o, &cluster_key("c1")),
-            vec![ip(50)]
+            vec![addr(50)]
         );
         assert!(worker_addresses(&network(), &o, &cluster_key("other")).is_empty());
     }
@@ -111,16 +107,16 @@ mod tests {
         ));
         assert_eq!(
             worker_addresses(&network(), &o, &cluster_key("c1")),
-            vec![ip(51), ip(62), ip(63)]
+            vec![addr(51), addr(62), addr(63)]
         );
     }
 
     #[test]
     fn an_address_claimed_twice_is_a_conflict() {
-        let claims = BTreeMap::from([(ip(50), 1), (ip(51), 2)]);
+        let claims = BTreeMap::from([(addr(50), 1), (addr(51), 2)]);
         assert_eq!(
-            split_conflicts(&[ip(50), ip(51)], &claims),
-            (vec![ip(50)], vec![ip(51)])
+            split_conflicts(&[addr(50), addr(51)], &claims),
+            (vec![addr(50)], vec![addr(51)])
         );
     }
 }

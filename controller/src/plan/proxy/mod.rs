@@ -34,10 +34,10 @@
 pub mod filter;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
-use ipnet::Ipv4Net;
+use ipnet::IpNet;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
     ConfigMapProjection, EmptyDirVolumeSource, ProjectedVolumeSource, Secret, SecretProjection,
@@ -46,6 +46,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use oooi_routes::{Cidr, Route, RouteMatch, RouteTable, Upstream};
+use oooi_vocabulary::{addr_bits, mask_bits};
 
 use crate::crd::{
     FilterSource, Infra, Isolation, LocalObjectReference, ProxyServer, ProxyServerSpec, ReplicaOf,
@@ -131,15 +132,23 @@ fn is_ignition(s: &ResolvedService) -> bool {
             .any(|t| s.upstream_host.starts_with(&format!("{t}.")))
 }
 
-/// Every IPv4 network outside `cidr`, as the shortest list of CIDRs (one
-/// per prefix bit: a /24 gives 24 networks). Empty for a /0.
-pub fn outside(cidr: Ipv4Net) -> Vec<Cidr> {
-    let base = u32::from(cidr.network());
+/// Every network of `cidr`'s family outside it, as the shortest list of
+/// CIDRs (one per prefix bit: a /24 gives 24 networks). Empty for a /0.
+pub fn outside(cidr: IpNet) -> Vec<Cidr> {
+    let v4 = matches!(cidr, IpNet::V4(_));
+    let width: u32 = if v4 { 32 } else { 128 };
+    let base = addr_bits(cidr.network());
     (0..cidr.prefix_len())
         .filter_map(|i| {
             let len = i + 1;
-            let net = (base ^ (1u32 << (31 - i))) & (u32::MAX << (32 - u32::from(len)));
-            Cidr::new(IpAddr::V4(Ipv4Addr::from(net)), len).ok()
+            // The network of `len` bits that agrees with the VLAN on its
+            // first `i` bits and differs on bit `i`.
+            let net = mask_bits(base ^ (1u128 << (width - 1 - u32::from(i))), v4, len);
+            let addr = match u32::try_from(net) {
+                Ok(n) if v4 => IpAddr::V4(Ipv4Addr::from(n)),
+                _ => IpAddr::V6(Ipv6Addr::from(net)),
+            };
+            Cidr::new(addr, len).ok()
         })
         .collect()
 }
@@ -150,8 +159,8 @@ pub fn outside(cidr: Ipv4Net) -> Vec<Cidr> {
 pub fn strict_sources(network: &Network, a: &AttachmentOutcome) -> Vec<Cidr> {
     a.worker_addresses
         .iter()
-        .filter_map(|w| Cidr::new(IpAddr::V4(*w), 32).ok())
-        .chain(network.cidr.v4().map(outside).unwrap_or_default())
+        .map(|w| Cidr::host(*w))
+        .chain(outside(network.cidr.net()))
         .collect()
 }
 
@@ -209,21 +218,19 @@ pub fn routes(network: &Network, attachments: &[AttachmentOutcome]) -> Vec<Route
         }
         let api = apiserver_upstream(a);
         for w in &a.worker_addresses {
-            // A /32 of a valid IPv4 address is always a valid CIDR.
-            if let Ok(cidr) = Cidr::new(IpAddr::V4(*w), 32) {
-                out.push(Route {
-                    port: ALIAS_PORT,
-                    matches: RouteMatch::Source(cidr),
-                    upstream: api.clone(),
-                    owner: owner.clone(),
-                });
-                out.push(Route {
-                    port: ALIAS_SNI_PORT,
-                    matches: RouteMatch::AliasSource(cidr),
-                    upstream: api.clone(),
-                    owner: owner.clone(),
-                });
-            }
+            let cidr = Cidr::host(*w);
+            out.push(Route {
+                port: ALIAS_PORT,
+                matches: RouteMatch::Source(cidr),
+                upstream: api.clone(),
+                owner: owner.clone(),
+            });
+            out.push(Route {
+                port: ALIAS_SNI_PORT,
+                matches: RouteMatch::AliasSource(cidr),
+                upstream: api.clone(),
+                owner: owner.clone(),
+            });
         }
     }
     out
@@ -295,10 +302,10 @@ pub fn specs(
         .internal_proxy_service
         .as_deref()
         .is_none_or(|named| names_own_service(infra, named));
-    let addresses: Vec<String> = network
+    let addresses: Vec<_> = network
         .proxy
         .iter()
-        .map(|a| network.with_prefix(*a))
+        .map(|a| network.interface_address(*a))
         .collect();
     let availability = crate::plan::workload::availability::server_availability(
         infra,
@@ -361,13 +368,13 @@ pub fn names_own_service(infra: &Infra, named: &str) -> bool {
 /// The address the DNS pod view gives for the internal proxy: an IP literal
 /// in `internalProxyService`, else the observed ClusterIP of the Service it
 /// names. Unset: none, and the pod view answers no control-plane name.
-pub fn internal_proxy_ip(infra: &Infra, observed: Option<Ipv4Addr>) -> Option<Ipv4Addr> {
+pub fn internal_proxy_ip(infra: &Infra, observed: Option<IpAddr>) -> Option<IpAddr> {
     let comp = &infra.spec.infra_components.proxy;
     if !comp.enabled {
         return None;
     }
     let named = comp.internal_proxy_service.as_deref()?.trim();
-    named.parse::<Ipv4Addr>().ok().or(observed)
+    named.parse::<IpAddr>().ok().or(observed)
 }
 
 /// Envoy's configuration for a ProxyServer (what `oooi-envoy` renders).

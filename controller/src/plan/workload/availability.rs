@@ -5,7 +5,7 @@
 //! another pod's address, an address agent beside each DNS and proxy replica
 //! moves a lost replica's address to a live one (docs/failover.md).
 
-use std::net::Ipv4Addr;
+use oooi_vocabulary::InterfaceAddress;
 
 use k8s_openapi::api::core::v1::Toleration;
 
@@ -104,7 +104,7 @@ fn failover_mode_status(infra: &Infra) -> FailoverStatus {
 pub fn server_availability(
     infra: &Infra,
     component: Component,
-    addresses: &[String],
+    addresses: &[InterfaceAddress],
 ) -> ServerAvailability {
     let takeover = component != Component::Dhcp
         && addresses.len() > 1
@@ -117,11 +117,6 @@ pub fn server_availability(
             addresses: addresses.to_vec(),
         }),
     }
-}
-
-/// The address part of `ip/prefix` (`None` when it is not one).
-pub fn address_of(with_prefix: &str) -> Option<Ipv4Addr> {
-    with_prefix.split('/').next()?.parse().ok()
 }
 
 /// The pod tolerations of a lost node, bounded by `seconds`.
@@ -148,7 +143,7 @@ pub fn has_several_addresses(infra: &Infra) -> bool {
         c.proxy.server_ip.iter().chain(&c.proxy.server_ips),
     ]
     .into_iter()
-    .any(|ips| ips.filter(|ip| address_of(ip).is_some()).count() > 1)
+    .any(|ips| ips.count() > 1)
 }
 
 #[cfg(test)]
@@ -160,9 +155,9 @@ mod tests {
         let mut infra = fixtures::infra();
         let c = &mut infra.spec.infra_components;
         c.dns.server_ip = None;
-        c.dns.server_ips = vec!["192.0.2.3".into(), "192.0.2.6".into()];
+        c.dns.server_ips = vec![fixtures::ip(3).into(), fixtures::ip(6).into()];
         c.proxy.server_ip = None;
-        c.proxy.server_ips = vec!["192.0.2.4".into(), "192.0.2.7".into()];
+        c.proxy.server_ips = vec![fixtures::ip(4).into(), fixtures::ip(7).into()];
         infra
     }
 
@@ -257,7 +252,10 @@ mod tests {
     #[test]
     fn takeover_names_every_address_of_the_component_and_one_lease_prefix() {
         let infra = two_replicas();
-        let addresses = vec!["192.0.2.3/24".to_string(), "192.0.2.6/24".to_string()];
+        let addresses = vec![
+            "192.0.2.3/24".parse().unwrap(),
+            "192.0.2.6/24".parse().unwrap(),
+        ];
         let a = server_availability(&infra, Component::Dns, &addresses);
         let t = a
             .address_takeover
@@ -271,7 +269,10 @@ mod tests {
     #[test]
     fn no_takeover_for_dhcp_for_one_address_or_when_off() {
         let mut infra = two_replicas();
-        let two = vec!["192.0.2.3/24".to_string(), "192.0.2.6/24".to_string()];
+        let two: Vec<InterfaceAddress> = vec![
+            "192.0.2.3/24".parse().unwrap(),
+            "192.0.2.6/24".parse().unwrap(),
+        ];
         assert!(
             server_availability(&infra, Component::Dhcp, &two)
                 .address_takeover
@@ -307,12 +308,5 @@ mod tests {
             .clone();
         proxy_only.spec.infra_components.proxy.server_ip = None;
         assert!(has_several_addresses(&proxy_only));
-    }
-
-    #[test]
-    fn address_of_reads_the_ip_of_ip_slash_prefix() {
-        assert_eq!(address_of("192.0.2.3/24"), Some(fixtures::ip(3)));
-        assert_eq!(address_of("192.0.2.3"), Some(fixtures::ip(3)));
-        assert_eq!(address_of("x/24"), None);
     }
 }

@@ -329,7 +329,13 @@ fn agent_container(image: &str, vlan: &VlanInterface, agent: &AgentPlan) -> Cont
         "--group".to_string(),
         agent.takeover.lease_prefix.clone(),
         "--address".to_string(),
-        agent.takeover.addresses.join(","),
+        agent
+            .takeover
+            .addresses
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
         "--home".to_string(),
         home.to_string(),
         "--interface".to_string(),
