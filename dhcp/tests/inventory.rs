@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use dhcproto::v4::{DhcpOption, Message, MessageType};
 use dhcproto::{Decodable, Decoder, Encodable};
-use lab::{Lab, config, in_netns, read_events, sh, spawn_in_netns};
+use lab::{Lab, allow_ping_sockets, config, in_netns, read_events, sh, spawn_in_netns};
 use oooi_dhcp_inventory::{
     CLIENTS_REMEMBERED, LeasePage, LeaseRow, LeaseState, PoolReport, RefusalReason, ServerRole, Why,
 };
@@ -86,20 +86,6 @@ fn refusals(lab: &Lab, r: RefusalReason) -> f64 {
         "oooi_dhcp_refusals_total{{reason=\"{}\"}}",
         r.as_str()
     ))
-}
-
-/// The pod's sysctl: any group may open an ICMP echo socket (probing).
-fn allow_ping_sockets(ns: &str) {
-    sh(&[
-        "ip",
-        "netns",
-        "exec",
-        ns,
-        "sysctl",
-        "-q",
-        "-w",
-        "net.ipv4.ping_group_range=0 2147483647",
-    ]);
 }
 
 fn bound(events: &std::path::Path) -> Option<lab::Event> {

@@ -10,22 +10,8 @@ mod lab;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
-use lab::{Lab, read_events, sh};
+use lab::{Lab, allow_ping_sockets, read_events, sh};
 use oooi_dhcp::probe::{Found, Prober};
-
-/// The pod's sysctl: any group may open an ICMP echo socket.
-fn allow_ping_sockets(ns: &str) {
-    sh(&[
-        "ip",
-        "netns",
-        "exec",
-        ns,
-        "sysctl",
-        "-q",
-        "-w",
-        "net.ipv4.ping_group_range=0 2147483647",
-    ]);
-}
 
 fn config(probe_ms: u32) -> String {
     format!(

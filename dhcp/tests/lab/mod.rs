@@ -51,6 +51,21 @@ pub fn sh(args: &[&str]) {
     );
 }
 
+/// The pod's sysctl in namespace `ns`: any group may open an ICMP echo
+/// socket (the conflict probe's).
+pub fn allow_ping_sockets(ns: &str) {
+    sh(&[
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        "sysctl",
+        "-q",
+        "-w",
+        "net.ipv4.ping_group_range=0 2147483647",
+    ]);
+}
+
 /// Kills every process still running in network namespace `ns` (a server
 /// started under a wrapper that forks, such as `faketime`, is not the
 /// child the test holds), waits until they are gone, then deletes `ns`.
