@@ -241,6 +241,23 @@ impl Lab {
 
     /// Adds a client namespace with interface `c0` of hardware address
     /// `mac` on the bridge; returns the namespace name.
+    /// A client namespace (MAC `mac`) whose host already uses `addr`/24 on
+    /// its link, and so answers the conflict probe's ping for it.
+    pub fn add_squatter(&mut self, mac: &str, addr: &str) -> String {
+        let ns = self.add_client(mac);
+        sh(&[
+            "ip",
+            "-n",
+            &ns,
+            "addr",
+            "add",
+            &format!("{addr}/24"),
+            "dev",
+            "c0",
+        ]);
+        ns
+    }
+
     pub fn add_client(&mut self, mac: &str) -> String {
         let i = self.clients.len();
         let ns = format!("{}c{i}", self.prefix);
