@@ -1020,11 +1020,11 @@ impl LeaseTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{self, DOC_NET, WORKER_0};
+    use crate::testing::yaml::{self as fixture, DOC_NET, WORKER_0};
 
     /// Four pool addresses (one excluded) and worker-0's reservation.
     fn yaml() -> String {
-        testing::yaml(
+        fixture::yaml(
             DOC_NET,
             &[
                 "range: { start: 192.0.2.100, end: 192.0.2.103 }",

@@ -1,11 +1,9 @@
-//! Configs and lease tables for the crate's tests, benchmarks and fuzz
-//! targets (feature `testing`; always on in this crate's unit tests), so
-//! that each of them names only the fields it varies over a shared network.
+//! The YAML of test configs: a shared network plus the fields a test
+//! varies.
 
 use std::sync::Arc;
 
 use crate::config::Config;
-use crate::leases::LeaseTable;
 
 /// The documentation network (RFC 5737) the unit tests and fuzz targets
 /// serve: server, subnet and gateway.
@@ -41,11 +39,6 @@ pub fn config(net: &str, fields: &[&str]) -> Arc<Config> {
         Ok(c) => Arc::new(c),
         Err(e) => panic!("test config {yaml:?}: {e}"),
     }
-}
-
-/// An empty lease table over [`config`]`(net, fields)`.
-pub fn table(net: &str, fields: &[&str]) -> LeaseTable {
-    LeaseTable::new(config(net, fields))
 }
 
 #[cfg(test)]
