@@ -16,21 +16,12 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use oooi_flood::{Bounds, Shape, Siege, get, in_netns};
+use oooi_flood::{Bounds, Shape, Siege, get, in_netns, sh};
 
 /// The agent container's memory limit is 64 MiB (the controller's
 /// workload plan); a third of it left for the kernel's socket buffers and
 /// the rest of the pod's accounting.
 const RSS_BOUND: u64 = 40 * 1024 * 1024;
-
-fn sh(cmd: &str) {
-    let out = Command::new("sh").args(["-c", cmd]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// The namespace and the agent in it; both gone on drop.
 struct Lab {

@@ -29,19 +29,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use oooi_flood::sh;
+
 const HOME1: &str = "10.77.0.3";
 const HOME2: &str = "10.77.0.6";
 const MAC1: &str = "02:00:00:77:00:01";
 const MAC2: &str = "02:00:00:77:00:02";
-
-fn sh(cmd: &str) {
-    let out = Command::new("sh").args(["-c", cmd]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 fn output(cmd: &str) -> String {
     let out = Command::new("sh").args(["-c", cmd]).output().unwrap();

@@ -3,22 +3,14 @@
 //! by address over a table of 50,000 leases with metadata, no sockets:
 //! `cargo bench -p oooi-dhcp --bench inventory`.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use oooi_dhcp::config::{Config, Mac};
+use oooi_dhcp::config::Mac;
 use oooi_dhcp::inventory::meta::{Meta, Sent};
 use oooi_dhcp::inventory::{Question, answer};
 use oooi_dhcp::leases::LeaseTable;
+use oooi_dhcp::testing::{self, WIDE_NET};
 use oooi_dhcp_inventory::{LeaseQuery, ServerRole};
-
-const YAML: &str = r#"
-server_ip: 10.20.0.1
-subnet: 10.20.0.0/16
-gateway: 10.20.0.254
-range: { start: 10.20.1.0, end: 10.20.255.254 }
-dns_servers: [10.20.0.3]
-"#;
 
 /// The mean time of `runs` answers to `q`.
 fn time(table: &LeaseTable, meta: &Meta, q: &Question, runs: u32) -> Duration {
@@ -30,8 +22,7 @@ fn time(table: &LeaseTable, meta: &Meta, q: &Question, runs: u32) -> Duration {
 }
 
 fn main() {
-    let cfg = Arc::new(Config::from_yaml(YAML).expect("config"));
-    let mut table = LeaseTable::new(cfg);
+    let mut table = testing::table(WIDE_NET, &[]);
     let mut meta = Meta::default();
     let n = 50_000u32;
     for i in 0..n {

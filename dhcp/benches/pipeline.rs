@@ -1,23 +1,12 @@
 //! CPU cost of the pure pipeline for one DORA (DISCOVER then REQUEST), no
 //! sockets or disk: `cargo bench -p oooi-dhcp --bench pipeline`.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use dhcproto::Encodable;
 use dhcproto::v4::{DhcpOption, Message, MessageType};
-use oooi_dhcp::config::Config;
-use oooi_dhcp::leases::LeaseTable;
 use oooi_dhcp::pipeline::handle;
-
-const YAML: &str = r#"
-server_ip: 10.20.0.1
-subnet: 10.20.0.0/16
-gateway: 10.20.0.254
-range: { start: 10.20.1.0, end: 10.20.255.254 }
-dns_servers: [10.20.0.3]
-domain: cluster.example
-"#;
+use oooi_dhcp::testing::{self, WIDE_NET};
 
 fn packet(kind: MessageType, n: u32, opts: Vec<DhcpOption>) -> Vec<u8> {
     let b = n.to_be_bytes();
@@ -33,8 +22,7 @@ fn packet(kind: MessageType, n: u32, opts: Vec<DhcpOption>) -> Vec<u8> {
 }
 
 fn main() {
-    let cfg = Arc::new(Config::from_yaml(YAML).expect("config"));
-    let mut table = LeaseTable::new(cfg);
+    let mut table = testing::table(WIDE_NET, &["domain: cluster.example"]);
     let n = 50_000u32;
     let discovers: Vec<Vec<u8>> = (0..n)
         .map(|i| packet(MessageType::Discover, i, vec![]))

@@ -1020,21 +1020,24 @@ impl LeaseTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::yaml::{self as fixture, DOC_NET, WORKER_0};
 
-    const YAML: &str = r#"
-server_ip: 192.0.2.2
-subnet: 192.0.2.0/24
-gateway: 192.0.2.1
-range: { start: 192.0.2.100, end: 192.0.2.103 }
-excluded: [192.0.2.101]
-lease_seconds: 600
-decline_quarantine_seconds: 100
-reservations:
-  - { mac: "02:00:00:00:00:aa", ip: 192.0.2.50, hostname: worker-0 }
-"#;
+    /// Four pool addresses (one excluded) and worker-0's reservation.
+    fn yaml() -> String {
+        fixture::yaml(
+            DOC_NET,
+            &[
+                "range: { start: 192.0.2.100, end: 192.0.2.103 }",
+                "excluded: [192.0.2.101]",
+                "lease_seconds: 600",
+                "decline_quarantine_seconds: 100",
+                WORKER_0,
+            ],
+        )
+    }
 
     fn table() -> LeaseTable {
-        LeaseTable::new(Arc::new(Config::from_yaml(YAML).unwrap()))
+        LeaseTable::new(Arc::new(Config::from_yaml(&yaml()).unwrap()))
     }
 
     fn mac(n: u8) -> Mac {
@@ -1207,7 +1210,7 @@ reservations:
         let mut t = table();
         let r = Mac::parse("02:00:00:00:00:aa").unwrap();
         t.commit(r, ip(50), 0).unwrap();
-        let yaml = YAML.replace("ip: 192.0.2.50", "ip: 192.0.2.60");
+        let yaml = yaml().replace("ip: 192.0.2.50", "ip: 192.0.2.60");
         let moved = t.reconfigure(Arc::new(Config::from_yaml(&yaml).unwrap()));
         assert_eq!(
             moved,
@@ -1226,7 +1229,7 @@ reservations:
         let mut t = table();
         t.commit(mac(1), ip(100), 0).unwrap();
         // The address becomes mac(2)'s reservation, mac(1) gets one elsewhere.
-        let yaml = YAML.replace(
+        let yaml = yaml().replace(
             "  - { mac: \"02:00:00:00:00:aa\", ip: 192.0.2.50, hostname: worker-0 }",
             "  - { mac: \"02:00:00:00:00:01\", ip: 192.0.2.51 }\n  - { mac: \"02:00:00:00:00:aa\", ip: 192.0.2.50, hostname: worker-0 }",
         );
@@ -1242,7 +1245,7 @@ reservations:
         let mut t = table();
         t.commit(mac(1), ip(100), 0).unwrap();
         // mac(2) gets 192.0.2.100 reserved while mac(1) holds it dynamically.
-        let yaml = YAML
+        let yaml = yaml()
             .replace("02:00:00:00:00:aa", "02:00:00:00:00:02")
             .replace("ip: 192.0.2.50", "ip: 192.0.2.100");
         let moved = t.reconfigure(Arc::new(Config::from_yaml(&yaml).unwrap()));
@@ -1334,7 +1337,7 @@ reservations:
 
     #[test]
     fn store_recovery_restores_bindings_and_quarantine() {
-        let cfg = Arc::new(Config::from_yaml(YAML).unwrap());
+        let cfg = Arc::new(Config::from_yaml(&yaml()).unwrap());
         let stored = [
             StoredLease {
                 ip: ip(100),
@@ -1357,7 +1360,7 @@ reservations:
     fn reload_changes_reservations_and_pool() {
         let mut t = table();
         t.commit(mac(1), ip(100), 0).unwrap();
-        let yaml = YAML.replace("02:00:00:00:00:aa", "02:00:00:00:00:01");
+        let yaml = yaml().replace("02:00:00:00:00:aa", "02:00:00:00:00:01");
         let moved = t.reconfigure(Arc::new(Config::from_yaml(&yaml).unwrap()));
         assert_eq!(moved.len(), 1);
         // The MAC is now reserved: its pool address is refused, the reservation offered.
@@ -1380,7 +1383,8 @@ reservations:
         let token = dir.path().join("token");
         std::fs::write(&token, "0123456789abcdef0123").unwrap();
         let yaml = format!(
-            "{YAML}peer:\n  role: primary\n  server_ip: 192.0.2.5\n  api: \"127.0.0.1:1\"\n  listen: \"127.0.0.1:0\"\n  token_file: {}\n",
+            "{}peer:\n  role: primary\n  server_ip: 192.0.2.5\n  api: \"127.0.0.1:1\"\n  listen: \"127.0.0.1:0\"\n  token_file: {}\n",
+            yaml(),
             token.display()
         );
         let mut t = LeaseTable::new(Arc::new(Config::from_yaml(&yaml).unwrap()));

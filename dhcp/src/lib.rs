@@ -31,6 +31,9 @@ pub mod probe;
 pub mod replication;
 pub mod request;
 pub mod server;
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
+pub mod testing;
 pub mod v6;
 
 /// The config file format and its rules (the `oooi-dhcp-config` crate).

@@ -713,25 +713,27 @@ pub fn handle(table: &mut LeaseTable, buf: &[u8], now: u64) -> Result<Outcome, D
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{self, DOC_NET, WORKER_0};
     use std::sync::Arc;
 
-    const YAML: &str = r#"
-server_ip: 192.0.2.2
-subnet: 192.0.2.0/24
-gateway: 192.0.2.1
-range: { start: 192.0.2.100, end: 192.0.2.110 }
-dns_servers: [192.0.2.3]
-domain: cluster.example
-lease_seconds: 3600
-mtu: 1450
-classless_routes:
-  - { destination: 10.0.0.0/8, gateway: 192.0.2.1 }
-reservations:
-  - { mac: "02:00:00:00:00:aa", ip: 192.0.2.50, hostname: worker-0 }
-"#;
+    /// Eleven pool addresses, every option and worker-0's reservation.
+    fn yaml() -> String {
+        testing::yaml(
+            DOC_NET,
+            &[
+                "range: { start: 192.0.2.100, end: 192.0.2.110 }",
+                "dns_servers: [192.0.2.3]",
+                "domain: cluster.example",
+                "lease_seconds: 3600",
+                "mtu: 1450",
+                "classless_routes: [{ destination: 10.0.0.0/8, gateway: 192.0.2.1 }]",
+                WORKER_0,
+            ],
+        )
+    }
 
     fn table() -> LeaseTable {
-        LeaseTable::new(Arc::new(Config::from_yaml(YAML).unwrap()))
+        LeaseTable::new(Arc::new(Config::from_yaml(&yaml()).unwrap()))
     }
 
     const MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
@@ -866,7 +868,7 @@ reservations:
 
     #[test]
     fn parameter_request_list_selects_extra_options_and_121_gets_default_route() {
-        let cfg = Config::from_yaml(YAML).unwrap();
+        let cfg = Config::from_yaml(&yaml()).unwrap();
         let prl = [OptionCode::ClasslessStaticRoute, OptionCode::Unknown(224)];
         let opts = reply_options(&cfg, Mac(MAC), Some(&prl));
         assert!(
@@ -907,7 +909,8 @@ reservations:
     #[test]
     fn known_client_gets_a_pool_address_and_its_hostname_from_the_first_discover() {
         let yaml = format!(
-            "{YAML}known_clients:\n  - {{ mac: \"02:00:00:00:00:bb\", hostname: worker-1 }}\n"
+            "{}known_clients:\n  - {{ mac: \"02:00:00:00:00:bb\", hostname: worker-1 }}\n",
+            yaml()
         );
         let mut t = LeaseTable::new(Arc::new(Config::from_yaml(&yaml).unwrap()));
         let (_, r) = run(
@@ -928,7 +931,8 @@ reservations:
     #[test]
     fn ignore_answers_only_reserved_and_known_clients() {
         let yaml = format!(
-            "{YAML}known_clients:\n  - {{ mac: \"02:00:00:00:00:bb\" }}\nunknown_clients: ignore\n"
+            "{}known_clients:\n  - {{ mac: \"02:00:00:00:00:bb\" }}\nunknown_clients: ignore\n",
+            yaml()
         );
         let mut t = LeaseTable::new(Arc::new(Config::from_yaml(&yaml).unwrap()));
         for kind in [MessageType::Discover, MessageType::Inform] {
@@ -953,10 +957,10 @@ reservations:
             "known_clients:\n  - { mac: \"02:00:00:00:00:aa\" }\n",
             "known_clients:\n  - { mac: \"02:00:00:00:00:bb\" }\n  - { mac: \"02-00-00-00-00-BB\" }\n",
         ] {
-            let err = Config::from_yaml(&format!("{YAML}{extra}")).unwrap_err();
+            let err = Config::from_yaml(&format!("{}{extra}", yaml())).unwrap_err();
             assert!(err.field.starts_with("known_clients["), "{err:?}");
         }
-        let err = Config::from_yaml(&format!("{YAML}unknown_clients: drop\n")).unwrap_err();
+        let err = Config::from_yaml(&format!("{}unknown_clients: drop\n", yaml())).unwrap_err();
         assert_eq!(err.field, "unknown_clients", "{err:?}");
     }
 
@@ -1054,7 +1058,7 @@ reservations:
     fn moved_reservation_releases_the_old_binding_at_reload_and_naks_renewal() {
         let mut t = table();
         run(&mut t, &selecting(MAC, ip(100), ip(2)));
-        let yaml = YAML.replace("02:00:00:00:00:aa", "02:00:00:00:00:01");
+        let yaml = yaml().replace("02:00:00:00:00:aa", "02:00:00:00:00:01");
         let moved = t.reconfigure(Arc::new(Config::from_yaml(&yaml).unwrap()));
         assert_eq!(
             moved.iter().map(|m| m.released).collect::<Vec<_>>(),
@@ -1074,7 +1078,7 @@ reservations:
     fn shrunk_pool_naks_renewal_and_revokes_the_binding() {
         let mut t = table();
         run(&mut t, &selecting(MAC, ip(110), ip(2)));
-        let yaml = YAML.replace("end: 192.0.2.110", "end: 192.0.2.109");
+        let yaml = yaml().replace("end: 192.0.2.110", "end: 192.0.2.109");
         assert!(
             t.reconfigure(Arc::new(Config::from_yaml(&yaml).unwrap()))
                 .is_empty()
@@ -1092,7 +1096,7 @@ reservations:
         let mut t = table();
         let other = [2, 0, 0, 0, 0, 7];
         run(&mut t, &selecting(other, ip(104), ip(2)));
-        let yaml = YAML.replace("ip: 192.0.2.50", "ip: 192.0.2.104");
+        let yaml = yaml().replace("ip: 192.0.2.50", "ip: 192.0.2.104");
         t.reconfigure(Arc::new(Config::from_yaml(&yaml).unwrap()));
         let reboot = msg(
             MessageType::Request,

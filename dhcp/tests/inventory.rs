@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use dhcproto::v4::{DhcpOption, Message, MessageType};
 use dhcproto::{Decodable, Decoder, Encodable};
-use lab::{Lab, config, in_netns, read_events, sh, spawn_in_netns};
+use lab::{Lab, allow_ping_sockets, config, in_netns, read_events, sh, spawn_in_netns};
 use oooi_dhcp_inventory::{
     CLIENTS_REMEMBERED, LeasePage, LeaseRow, LeaseState, PoolReport, RefusalReason, ServerRole, Why,
 };
@@ -86,20 +86,6 @@ fn refusals(lab: &Lab, r: RefusalReason) -> f64 {
         "oooi_dhcp_refusals_total{{reason=\"{}\"}}",
         r.as_str()
     ))
-}
-
-/// The pod's sysctl: any group may open an ICMP echo socket (probing).
-fn allow_ping_sockets(ns: &str) {
-    sh(&[
-        "ip",
-        "netns",
-        "exec",
-        ns,
-        "sysctl",
-        "-q",
-        "-w",
-        "net.ipv4.ping_group_range=0 2147483647",
-    ]);
 }
 
 fn bound(events: &std::path::Path) -> Option<lab::Event> {
@@ -254,17 +240,7 @@ fn leases_granted_renewed_released_declined_and_probe_conflicted_show_up_with_th
     let yaml = format!("{}probe_timeout_ms: 300\n", config(109, 50));
     let mut lab = lab_with_inventory(&yaml);
     allow_ping_sockets(&lab.server_ns.clone());
-    let squatter = lab.add_client("02:00:00:00:5a:01");
-    sh(&[
-        "ip",
-        "-n",
-        &squatter,
-        "addr",
-        "add",
-        "192.0.2.100/24",
-        "dev",
-        "c0",
-    ]);
+    lab.add_squatter("02:00:00:00:5a:01", "192.0.2.100");
     let a = lab.add_client("02:00:00:00:00:01");
     let d = lab.add_client("02:00:00:00:00:02");
     let relay = Relay::new(&mut lab);
@@ -678,7 +654,7 @@ fn a_flood_of_made_up_macs_keeps_the_remembered_clients_bounded() {
 
 #[test]
 fn in_a_pair_the_other_halfs_client_is_shown_as_not_this_servers_half_and_its_lease_as_learned() {
-    use lab::pair::{PairLab, last, mac_for};
+    use lab::pair::{PairLab, mac_for};
     let mut p = PairLab::new();
     let token = p.lab.dir.path().join("inventory-token");
     std::fs::write(&token, TOKEN).expect("token");
@@ -695,12 +671,7 @@ fn in_a_pair_the_other_halfs_client_is_shown_as_not_this_servers_half_and_its_le
     let theirs = mac_for(false, 1, true);
     let ns = p.lab.add_client(&theirs);
     let (events, _) = p.lab.udhcpc(&ns, &[]);
-    p.wait(20, "udhcpc bound by B", || last(&events, "bound").is_some());
-    let ip: Ipv4Addr = last(&events, "bound")
-        .expect("bound")
-        .get("ip")
-        .parse()
-        .expect("ip");
+    let ip = p.wait_bound(20, "udhcpc bound by B", &events);
     // A stayed silent, and says why.
     let w = why(&p.lab, &theirs);
     assert!(

@@ -79,9 +79,7 @@ fn bad_pair_api_input_is_refused_or_harmless_and_no_live_client_loses_its_lease(
     for (primary, seed) in [(true, 31), (false, 32)] {
         let ns = p.lab.add_client(&mac_for(primary, seed, true));
         let (events, idx) = p.lab.udhcpc(&ns, &[]);
-        p.wait(20, "udhcpc bound", || last(&events, "bound").is_some());
-        let b = last(&events, "bound").expect("bound");
-        let ip: Ipv4Addr = b.get("ip").parse().expect("ip");
+        let ip = p.wait_bound(20, "udhcpc bound", &events);
         clients.push((events, idx, ip));
     }
     let held = p.expiries(false);

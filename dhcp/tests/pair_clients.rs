@@ -24,12 +24,7 @@ fn bound_clients(p: &mut PairLab, primary: bool, seeds: &[u8]) -> Vec<(PathBuf, 
         let mac = mac_for(primary, seed, true);
         let ns = p.lab.add_client(&mac);
         let (events, idx) = p.lab.udhcpc(&ns, &[]);
-        p.wait(20, "udhcpc bound", || last(&events, "bound").is_some());
-        let ip = last(&events, "bound")
-            .expect("bound")
-            .get("ip")
-            .parse()
-            .expect("ip");
+        let ip = p.wait_bound(20, "udhcpc bound", &events);
         out.push((events, ip, idx));
     }
     out

@@ -108,12 +108,7 @@ fn a_flood_of_100000_conflicting_records_with_a_valid_token_costs_the_clients_no
     }
     let mut live = Vec::new();
     for (events, idx) in &udhcpc {
-        p.wait(30, "udhcpc bound", || last(events, "bound").is_some());
-        let ip: Ipv4Addr = last(events, "bound")
-            .expect("bound")
-            .get("ip")
-            .parse()
-            .expect("ip");
+        let ip = p.wait_bound(30, "udhcpc bound", events);
         live.push((events.clone(), *idx, ip));
     }
     let mut dhclient_events = Vec::new();

@@ -31,12 +31,7 @@ fn bound_clients(p: &mut PairLab, primary: bool, seeds: &[u8]) -> Vec<(PathBuf, 
     started
         .into_iter()
         .map(|(events, idx)| {
-            p.wait(30, "udhcpc bound", || last(&events, "bound").is_some());
-            let ip = last(&events, "bound")
-                .expect("bound")
-                .get("ip")
-                .parse()
-                .expect("ip");
+            let ip = p.wait_bound(30, "udhcpc bound", &events);
             (events, ip, idx)
         })
         .collect()

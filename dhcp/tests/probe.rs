@@ -10,22 +10,8 @@ mod lab;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
-use lab::{Lab, read_events, sh};
+use lab::{Lab, allow_ping_sockets, read_events, sh};
 use oooi_dhcp::probe::{Found, Prober};
-
-/// The pod's sysctl: any group may open an ICMP echo socket.
-fn allow_ping_sockets(ns: &str) {
-    sh(&[
-        "ip",
-        "netns",
-        "exec",
-        ns,
-        "sysctl",
-        "-q",
-        "-w",
-        "net.ipv4.ping_group_range=0 2147483647",
-    ]);
-}
 
 fn config(probe_ms: u32) -> String {
     format!(
@@ -52,17 +38,7 @@ fn bound_ip(events: &std::path::Path) -> Option<String> {
 fn a_probe_is_answered_by_a_host_on_the_link_and_times_out_for_a_free_address() {
     let mut lab = Lab::new(&config(300));
     let ns = lab.server_ns.clone();
-    let squatter = lab.add_client("02:00:00:00:5a:01");
-    sh(&[
-        "ip",
-        "-n",
-        &squatter,
-        "addr",
-        "add",
-        "192.0.2.100/24",
-        "dev",
-        "c0",
-    ]);
+    lab.add_squatter("02:00:00:00:5a:01", "192.0.2.100");
     allow_ping_sockets(&ns);
     let (answered, free, free_after) = lab::in_netns(&ns, || {
         let mut p = Prober::start(Some("br0"), Duration::from_millis(300)).expect("ping socket");
@@ -93,19 +69,9 @@ fn an_address_a_host_already_uses_is_not_offered_and_the_conflict_is_counted_and
     // A long probe, so that the client's DISCOVER retransmissions (every
     // second) arrive while the probe of the free address runs.
     let mut lab = Lab::new(&config(2500));
-    let squatter = lab.add_client("02:00:00:00:5a:01");
     // A host configured by hand with the first pool address: this server
     // has no binding of it.
-    sh(&[
-        "ip",
-        "-n",
-        &squatter,
-        "addr",
-        "add",
-        "192.0.2.100/24",
-        "dev",
-        "c0",
-    ]);
+    lab.add_squatter("02:00:00:00:5a:01", "192.0.2.100");
     let client = lab.add_client("02:00:00:00:5a:02");
     allow_ping_sockets(&lab.server_ns);
     lab.start_server();

@@ -10,17 +10,10 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use oooi_flood::sh;
+
 const OWN: &str = "10.79.0.3";
 const FLOATING: &str = "10.79.0.13";
-
-fn sh(cmd: &str) {
-    let out = Command::new("sh").args(["-c", cmd]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// A namespace with a veth pair (`net1` and its peer), `OWN` on `net1`;
 /// removed on drop.

@@ -18,14 +18,11 @@ use proptest::prelude::*;
 /// nested explicit zones with wildcards at several depths, AAAA records, a
 /// name too big for 512 bytes, a view chosen by client subnet, and no
 /// upstream (forwarded names get SERVFAIL without any traffic).
-const CONFIG: &str = r#"
-clusters:
-  - name: c1
-    base_domain: example.com
-    proxy: 192.0.2.4
-    internal_proxy: 10.0.0.4
-    apps_vip: 192.0.2.200
-  - name: c2
+const CONFIG: &str = concat!(
+    "clusters:\n",
+    // c1: proxy 192.0.2.4, internal proxy 10.0.0.4, apps VIP 192.0.2.200.
+    include_str!("fixtures/cluster-c1.yaml"),
+    r#"  - name: c2
     base_domain: example.com
     proxy: 192.0.2.4
     names: [api, oauth, special.apps, deep.er.name]
@@ -54,7 +51,8 @@ views:
   - name: pods
     kind: pod
     listen: ["127.0.0.3:53"]
-"#;
+"#
+);
 
 const LABELS: &[&str] = &[
     "api",

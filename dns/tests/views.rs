@@ -20,18 +20,15 @@ const ALIASES: [&str; 4] = [
 /// c1 has an internal proxy and publishes apps to pods; c2 has neither.
 /// Both point at one upstream answering 203.0.113.7 for every name.
 fn config(vlan: u16, pod: u16, upstream: u16, c1_aliases: bool) -> String {
+    // c1: proxy 192.0.2.4, internal proxy 10.0.0.4, apps VIP 192.0.2.200.
+    const C1: &str = include_str!("fixtures/cluster-c1.yaml");
     format!(
         r#"
 upstreams:
   servers: ["127.0.0.7:{upstream}"]
   timeout_ms: 500
 clusters:
-  - name: c1
-    base_domain: example.com
-    proxy: 192.0.2.4
-    internal_proxy: 10.0.0.4
-    apps_vip: 192.0.2.200
-    apps_to_pods: true
+{C1}    apps_to_pods: true
     aliases: {c1_aliases}
   - name: c2
     base_domain: example.com

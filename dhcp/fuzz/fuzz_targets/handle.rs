@@ -4,33 +4,29 @@
 //! reply the server would send decodes again.
 #![no_main]
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use oooi_dhcp::config::{Config, Mac};
+use oooi_dhcp::config::Mac;
 use oooi_dhcp::leases::LeaseTable;
 use oooi_dhcp::pipeline::{handle, parse};
-
-const YAML: &str = r#"
-server_ip: 192.0.2.2
-subnet: 192.0.2.0/24
-gateway: 192.0.2.1
-range: { start: 192.0.2.100, end: 192.0.2.104 }
-dns_servers: [192.0.2.3]
-domain: cluster.example
-mtu: 1450
-lease_seconds: 600
-classless_routes:
-  - { destination: 10.0.0.0/8, gateway: 192.0.2.1 }
-reservations:
-  - { mac: "02:00:00:00:00:aa", ip: 192.0.2.50, hostname: worker-0 }
-"#;
+use oooi_dhcp::testing::{self, DOC_NET, WORKER_0};
 
 fn seeded() -> &'static LeaseTable {
     static T: OnceLock<LeaseTable> = OnceLock::new();
     T.get_or_init(|| {
-        let cfg = Arc::new(Config::from_yaml(YAML).expect("fuzz config"));
-        let mut t = LeaseTable::new(cfg);
+        let mut t = testing::table(
+            DOC_NET,
+            &[
+                "range: { start: 192.0.2.100, end: 192.0.2.104 }",
+                "dns_servers: [192.0.2.3]",
+                "domain: cluster.example",
+                "mtu: 1450",
+                "lease_seconds: 600",
+                "classless_routes: [{ destination: 10.0.0.0/8, gateway: 192.0.2.1 }]",
+                WORKER_0,
+            ],
+        );
         let a = t.offer(Mac([2, 0, 0, 0, 0, 1]), None, 100).expect("offer");
         t.commit(Mac([2, 0, 0, 0, 0, 1]), a, 100).expect("commit");
         let b = t.offer(Mac([2, 0, 0, 0, 0, 2]), None, 100).expect("offer");

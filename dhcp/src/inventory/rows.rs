@@ -312,26 +312,23 @@ impl View<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
     use crate::inventory::meta::Sent;
     use crate::lease_store::StoredLease;
     use crate::pair::PairState;
-    use std::sync::Arc;
+    use crate::testing::{self, DOC_NET, WORKER_0};
 
-    const YAML: &str = r#"
-server_ip: 192.0.2.2
-subnet: 192.0.2.0/24
-gateway: 192.0.2.1
-range: { start: 192.0.2.100, end: 192.0.2.109 }
-lease_seconds: 600
-decline_quarantine_seconds: 100
-reservations:
-  - { mac: "02:00:00:00:00:aa", ip: 192.0.2.50, hostname: worker-0 }
-"#;
     const NOW: u64 = 1_000_000;
 
     fn table() -> LeaseTable {
-        LeaseTable::new(Arc::new(Config::from_yaml(YAML).unwrap()))
+        testing::table(
+            DOC_NET,
+            &[
+                "range: { start: 192.0.2.100, end: 192.0.2.109 }",
+                "lease_seconds: 600",
+                "decline_quarantine_seconds: 100",
+                WORKER_0,
+            ],
+        )
     }
 
     fn mac(n: u8) -> Mac {

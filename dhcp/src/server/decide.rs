@@ -565,25 +565,23 @@ impl Decisions {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::config::Config;
+    use crate::testing::{self, DOC_NET};
     use dhcproto::v4::{DhcpOption, Message, MessageType};
     use dhcproto::{Decodable, Decoder, Encodable};
-    use std::sync::Arc;
 
-    const YAML: &str = r#"
-server_ip: 192.0.2.2
-subnet: 192.0.2.0/24
-gateway: 192.0.2.1
-range: { start: 192.0.2.100, end: 192.0.2.109 }
-dns_servers: [192.0.2.3]
-lease_seconds: 3600
-"#;
     /// The tests' clock (also the merge tests').
     pub(in crate::server) const NOW: u64 = 1_000_000;
 
     /// Decisions over a ten-address pool (also the merge tests').
     pub(in crate::server) fn decisions() -> Decisions {
-        Decisions::new(LeaseTable::new(Arc::new(Config::from_yaml(YAML).unwrap())))
+        Decisions::new(testing::table(
+            DOC_NET,
+            &[
+                "range: { start: 192.0.2.100, end: 192.0.2.109 }",
+                "dns_servers: [192.0.2.3]",
+                "lease_seconds: 3600",
+            ],
+        ))
     }
 
     fn mac(n: u8) -> [u8; 6] {

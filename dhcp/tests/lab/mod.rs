@@ -51,6 +51,21 @@ pub fn sh(args: &[&str]) {
     );
 }
 
+/// The pod's sysctl in namespace `ns`: any group may open an ICMP echo
+/// socket (the conflict probe's).
+pub fn allow_ping_sockets(ns: &str) {
+    sh(&[
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        "sysctl",
+        "-q",
+        "-w",
+        "net.ipv4.ping_group_range=0 2147483647",
+    ]);
+}
+
 /// Kills every process still running in network namespace `ns` (a server
 /// started under a wrapper that forks, such as `faketime`, is not the
 /// child the test holds), waits until they are gone, then deletes `ns`.
@@ -226,6 +241,23 @@ impl Lab {
 
     /// Adds a client namespace with interface `c0` of hardware address
     /// `mac` on the bridge; returns the namespace name.
+    /// A client namespace (MAC `mac`) whose host already uses `addr`/24 on
+    /// its link, and so answers the conflict probe's ping for it.
+    pub fn add_squatter(&mut self, mac: &str, addr: &str) -> String {
+        let ns = self.add_client(mac);
+        sh(&[
+            "ip",
+            "-n",
+            &ns,
+            "addr",
+            "add",
+            &format!("{addr}/24"),
+            "dev",
+            "c0",
+        ]);
+        ns
+    }
+
     pub fn add_client(&mut self, mac: &str) -> String {
         let i = self.clients.len();
         let ns = format!("{}c{i}", self.prefix);

@@ -252,6 +252,17 @@ impl PairLab {
         })
     }
 
+    /// Waits up to `secs` for `what`, udhcpc's `bound` event in `events`;
+    /// the address it bound.
+    pub fn wait_bound(&self, secs: u64, what: &str, events: &std::path::Path) -> Ipv4Addr {
+        self.wait(secs, what, || last(events, "bound").is_some());
+        last(events, "bound")
+            .expect("bound")
+            .get("ip")
+            .parse()
+            .expect("ip")
+    }
+
     pub fn wait(&self, secs: u64, what: &str, mut f: impl FnMut() -> bool) {
         let deadline = Instant::now() + Duration::from_secs(secs);
         while Instant::now() < deadline {

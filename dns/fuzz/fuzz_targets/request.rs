@@ -16,14 +16,11 @@ use oooi_dns::engine::Engine;
 
 /// Owned names of every kind, and no upstream: forwarded names get SERVFAIL
 /// without network traffic.
-const CONFIG: &str = r#"
-clusters:
-  - name: c1
-    base_domain: example.com
-    proxy: 192.0.2.4
-    internal_proxy: 10.0.0.4
-    apps_vip: 192.0.2.200
-views:
+const CONFIG: &str = concat!(
+    "clusters:\n",
+    // c1: proxy 192.0.2.4, internal proxy 10.0.0.4, apps VIP 192.0.2.200.
+    include_str!("../../tests/fixtures/cluster-c1.yaml"),
+    r#"views:
   - name: vlan
     kind: vlan
     listen: ["127.0.0.2:53"]
@@ -38,7 +35,8 @@ views:
   - name: pods
     kind: pod
     listen: ["127.0.0.3:53"]
-"#;
+"#
+);
 
 struct Rig {
     engine: Engine,

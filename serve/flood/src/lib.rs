@@ -623,6 +623,20 @@ pub fn in_netns<T: Send + 'static>(
     .unwrap_or_else(|e| std::panic::resume_unwind(e))
 }
 
+/// Runs shell command `cmd` (namespace and link setup in tests); panics
+/// with its stderr when it fails.
+pub fn sh(cmd: &str) {
+    let out = std::process::Command::new("sh")
+        .args(["-c", cmd])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run sh -c {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Moves the calling thread into network namespace `ns`; panics when it
 /// cannot (a test that floods the wrong namespace must not go on).
 fn enter_netns(ns: &Path) {
