@@ -311,9 +311,22 @@ fn ia_addrs(opts: &DhcpOptions) -> Vec<Ipv6Addr> {
         .collect()
 }
 
-fn committed(store: &mut Vec<Store>, record: Record, displaced: Vec<Record>) {
+/// Commits the IA's binding; the records it displaced and the binding go to
+/// `store` in that order.
+fn bind(table: &mut LeaseTable, c: &Client, id: u32, store: &mut Vec<Store>) -> Option<Ipv6Addr> {
+    let (record, displaced) = table.commit(c.ia(id), c.now).ok()?;
+    let address = record.address;
     store.extend(displaced.into_iter().map(Store::Remove));
     store.push(Store::Put(record));
+    Some(address)
+}
+
+/// The IA_NA answering one IA: its address, or NoAddrsAvail.
+fn granted(table: &LeaseTable, id: u32, address: Option<Ipv6Addr>) -> DhcpOption {
+    match address {
+        Some(a) => ia_na(table, id, &[(a, true)]),
+        None => ia_na_status(id, Status::NoAddrsAvail, "no addresses available"),
+    }
 }
 
 fn solicit(table: &mut LeaseTable, msg: &Message, c: &Client, out: &mut Out) {
@@ -324,21 +337,12 @@ fn solicit(table: &mut LeaseTable, msg: &Message, c: &Client, out: &mut Out) {
     let mut any = false;
     for ia in ia_nas(msg) {
         let got = if commit {
-            table.commit(c.ia(ia.id), now).map(|(r, gone)| {
-                let a = r.address;
-                committed(store, r, gone);
-                a
-            })
+            bind(table, c, ia.id, store)
         } else {
-            table.offer(c.ia(ia.id), now).map(|r| r.address)
+            table.offer(c.ia(ia.id), now).ok().map(|r| r.address)
         };
-        ias.push(match got {
-            Ok(a) => {
-                any = true;
-                ia_na(table, ia.id, &[(a, true)])
-            }
-            Err(_) => ia_na_status(ia.id, Status::NoAddrsAvail, "no addresses available"),
-        });
+        any |= got.is_some();
+        ias.push(granted(table, ia.id, got));
     }
     if !any {
         // §18.3.9: nothing to give in a later Request → only a status, in
@@ -365,7 +369,6 @@ fn solicit(table: &mut LeaseTable, msg: &Message, c: &Client, out: &mut Out) {
 
 fn request(table: &mut LeaseTable, msg: &Message, c: &Client, out: &mut Out) {
     let Out { reply, store } = out;
-    let now = c.now;
     let prefix = table.config().prefix;
     for ia in ia_nas(msg) {
         // §18.3.2: an address from another link means the client moved.
@@ -377,15 +380,8 @@ fn request(table: &mut LeaseTable, msg: &Message, c: &Client, out: &mut Out) {
             ));
             continue;
         }
-        let opt = match table.commit(c.ia(ia.id), now) {
-            Ok((r, gone)) => {
-                let a = r.address;
-                committed(store, r, gone);
-                ia_na(table, ia.id, &[(a, true)])
-            }
-            Err(_) => ia_na_status(ia.id, Status::NoAddrsAvail, "no addresses available"),
-        };
-        reply.opts_mut().insert(opt);
+        let got = bind(table, c, ia.id, store);
+        reply.opts_mut().insert(granted(table, ia.id, got));
     }
     unserved_ias(msg, Status::NoAddrsAvail, Status::NoPrefixAvail, reply);
 }
